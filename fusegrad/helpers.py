@@ -1,0 +1,599 @@
+"""Stage 0 of the pipeline: every env flag (ContextVars, read at call time), Context to scope them, profile events,
+small pure helpers used by every later stage, and the persistent compile cache (diskcache_get / diskcache_put).
+
+Imports only the stdlib, so any module can import it first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import ctypes
+import decimal
+import functools
+import getpass
+import operator
+import os
+import pathlib
+import platform
+import re
+import string
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, ClassVar, Generic, ParamSpec, TypeGuard, TypeVar, cast, overload
+
+from fusegrad.diskcache import CacheKey, CacheValue, cache_clear, cache_get, cache_put
+
+T = TypeVar("T")
+U = TypeVar("U")
+P = ParamSpec("P")
+V = TypeVar("V", bound=CacheValue)
+FlagT = TypeVar("FlagT", int, str)  # a flag holds an int or a str, chosen by its default
+
+# *** environment ***
+
+
+def _parse_int(key: str, raw: str, default: int) -> int:
+    if raw.strip() == "":
+        return default  # `DEBUG= python x.py` means unset, not a crash
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"getenv: {key}={raw!r} is not an integer: expected an int like its default") from None
+    return bool(value) if isinstance(default, bool) else value
+
+
+@overload
+def getenv(key: str, default: bool) -> bool: ...
+@overload
+def getenv(key: str, default: int = 0) -> int: ...
+@overload
+def getenv(key: str, default: str) -> str: ...
+def getenv(key: str, default: int | str = 0) -> int | str:
+    """os.environ[key] converted to type(default) ("0"/"1" for bools); default when unset. Not cached: reads now."""
+    raw = os.environ.get(key)
+    if raw is None or isinstance(default, str):
+        return default if raw is None else raw
+    return _parse_int(key, raw, default)
+
+
+class ContextVar(Generic[FlagT]):
+    """A named, process-wide flag. Starts from env var `key` (else the default); `.value` may be set at any time."""
+
+    _cache: ClassVar[dict[str, ContextVar[int] | ContextVar[str]]] = {}
+    value: FlagT
+    key: str
+
+    def __init__(self, key: str, default_value: FlagT) -> None:
+        if key in ContextVar._cache:
+            raise RuntimeError(f"ContextVar: flag {key} is declared twice: each flag is declared once, in helpers.py")
+        ContextVar._cache[key] = cast(ContextVar[int] | ContextVar[str], self)
+        self.key, self.value = key, getenv(key, default_value)
+
+    def __bool__(self) -> bool:
+        return bool(self.value)
+
+    def __ge__(self, x: FlagT) -> bool:
+        return self.value >= x
+
+    def __gt__(self, x: FlagT) -> bool:
+        return self.value > x
+
+    def __le__(self, x: FlagT) -> bool:
+        return self.value <= x
+
+    def __lt__(self, x: FlagT) -> bool:
+        return self.value < x
+
+    def __repr__(self) -> str:
+        return f"ContextVar({self.key!r}, {self.value!r})"
+
+
+class Context(contextlib.ContextDecorator):
+    """`with Context(DEBUG=2, VIZ=1):` sets flags for the block and restores them on exit, exceptions included."""
+
+    def __init__(self, **kwargs: int | str) -> None:
+        self.kwargs = kwargs
+        self._saved: list[dict[str, int | str]] = []  # a stack: the same Context may be entered recursively
+
+    def __enter__(self) -> None:
+        if unknown := [k for k in self.kwargs if k not in ContextVar._cache]:
+            raise KeyError(f"Context: unknown flag {', '.join(unknown)}: expected one of {sorted(ContextVar._cache)}")
+        self._saved.append({k: ContextVar._cache[k].value for k in self.kwargs})
+        for k, v in self.kwargs.items():
+            ContextVar._cache[k].value = v
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        for k, v in self._saved.pop().items():
+            ContextVar._cache[k].value = v
+
+
+def temp(x: str, append_user: bool = False) -> str:
+    """Path of x in the system temp dir (x.<user> with append_user, so users on one machine don't collide)."""
+    name = f"{x}.{getpass.getuser()}" if append_user else x
+    return (pathlib.Path(tempfile.gettempdir()) / name).as_posix()
+
+
+def _default_cache_db() -> str:
+    cache_home = getenv("XDG_CACHE_HOME", "") or os.path.expanduser("~/.cache")
+    return os.path.abspath(os.path.join(cache_home, "fusegrad", "cache.db"))
+
+
+OSX = platform.system() == "Darwin"
+WIN = platform.system() == "Windows"
+CI = getenv("CI", "") != ""  # running under continuous integration: tests pick smaller, deterministic workloads
+
+# *** flags: each declared once, read through .value at call time ***
+DEBUG = ContextVar("DEBUG", 0)  # 1: kernel counts, 2: per-kernel timing, 3: schedules, 4: source, 5+: UOp graphs
+IMAGE = ContextVar("IMAGE", 0)  # 1/2: use image (texture) dtypes for GPU convolutions
+BEAM = ContextVar("BEAM", 0)  # >0: beam-search kernel optimisations with this beam width
+NOOPT = ContextVar("NOOPT", 0)  # 1: apply no kernel optimisations (no heuristics, no BEAM)
+JIT = ContextVar("JIT", 1)  # 0: TinyJit runs the function eagerly every call; 1: capture once and replay
+WINO = ContextVar("WINO", 0)  # 1: use Winograd for 3x3 convolutions
+CAPTURING = ContextVar("CAPTURING", 1)  # 0: JIT capture pauses (set internally while a JIT runs nested code)
+TRACEMETA = ContextVar("TRACEMETA", 1)  # 1: attach Tensor-call Metadata to UOps; 2: also record the caller's line
+NO_MEMORY_PLANNER = ContextVar("NO_MEMORY_PLANNER", 0)  # 1: give every scheduled buffer its own allocation
+RING = ContextVar("RING", 1)  # multi-device allreduce: 0 naive, 1 ring when large enough, 2 always ring
+SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 1)  # 1: split very large reductions into two kernels
+CACHELEVEL = ContextVar("CACHELEVEL", 2)  # 0: disable the persistent compile cache (diskcache)
+CCACHE = ContextVar("CCACHE", 1)  # 0: recompile kernels even when the compiled binary is cached
+ALLOW_DEVICE_USAGE = ContextVar("ALLOW_DEVICE_USAGE", 1)  # 0: opening a real device raises (tests that must not run)
+MAX_BUFFER_SIZE = ContextVar("MAX_BUFFER_SIZE", 0)  # >0: refuse to fuse kernels whose buffers exceed this many elements
+SPEC = ContextVar("SPEC", 0)  # 1: validate UOp graphs against the IR spec after each stage (slow, for tests)
+IGNORE_OOB = ContextVar("IGNORE_OOB", 1)  # 0: prove every index in bounds (needs z3) and fail otherwise
+USE_TC = ContextVar("USE_TC", 1)  # 0: never use tensor cores; 2: emulate them
+TC_OPT = ContextVar("TC_OPT", 0)  # tensor-core opt level: 0 exact shapes only, 1 allow padding, 2 allow more axes
+AMX = ContextVar("AMX", 0)  # 1: use Apple AMX matrix instructions on the CPU backend
+TRANSCENDENTAL = ContextVar("TRANSCENDENTAL", 1)  # 1: native exp2/log2/sin if the device has them; 2: always emulate
+FUSE_ARANGE = ContextVar("FUSE_ARANGE", 0)  # 1: fuse arange-built index tensors into their consumers
+FUSE_CONV_BW = ContextVar("FUSE_CONV_BW", 0)  # 1: fuse the convolution backward pass into fewer kernels
+LRU = ContextVar("LRU", 1)  # 0: free buffers immediately instead of keeping them in the allocator's LRU cache
+ALLREDUCE_CAST = ContextVar("ALLREDUCE_CAST", 1)  # 1: allreduce half-precision inputs in a wider dtype
+VIZ = ContextVar("VIZ", 0)  # 1: record rewrites and profile events and serve them in the VIZ web app; -1: save only
+PROFILE = ContextVar("PROFILE", abs(VIZ.value))  # 1: record timing events (cpu_events, Buffer.profile_events)
+PROFILEPATH = ContextVar("PROFILEPATH", temp("fusegrad_profile.json"))  # where PROFILE writes its trace
+TRACK_MATCH_STATS = ContextVar("TRACK_MATCH_STATS", 2 if VIZ.value else 0)  # 1: count rule matches; 2: record them
+REWRITE_STACK_LIMIT = ContextVar("REWRITE_STACK_LIMIT", 250000)  # graph_rewrite stack size that signals a rule loop
+DEV = ContextVar("DEV", "")  # default device name ("" means pick the first available)
+CPU_CC = ContextVar("CPU_CC", "")  # C compiler for the CPU backend ("" means clang, then cc)
+CACHEDB = ContextVar("CACHEDB", _default_cache_db())  # sqlite file of the persistent compile cache
+
+# *** small helpers ***
+
+
+def prod(xs: Iterable[T]) -> T | int:
+    """Product of xs; int 1 when empty."""
+    return functools.reduce(operator.mul, xs, 1)
+
+
+def dedup(xs: Iterable[T]) -> list[T]:
+    """Drop repeats, keeping first-seen order."""
+    return list(dict.fromkeys(xs))
+
+
+# Any: shape arguments mix ints and symbolic UOps, passed as `f(2, 3)` or `f((2, 3))`
+def argfix(*x: Any) -> tuple[Any, ...]:
+    if x and x[0].__class__ in (tuple, list):
+        if len(x) != 1:
+            raise ValueError(f"argfix: a sequence must be the only argument: got {x}")
+        return tuple(x[0])
+    return x
+
+
+@overload
+def argsort(x: list[Any]) -> list[int]: ...
+@overload
+def argsort(x: tuple[Any, ...]) -> tuple[int, ...]: ...
+def argsort(x: list[Any] | tuple[Any, ...]) -> list[int] | tuple[int, ...]:
+    """Indices that sort x, as the same sequence type (`argsort((3, 1, 2)) == (1, 2, 0)`)."""
+    order = sorted(range(len(x)), key=x.__getitem__)
+    return tuple(order) if isinstance(x, tuple) else order
+
+
+def all_same(items: Sequence[object]) -> bool:
+    return all(x == items[0] for x in items)
+
+
+def all_int(t: Sequence[object]) -> TypeGuard[tuple[int, ...]]:
+    return all(isinstance(s, int) for s in t)
+
+
+_COLORS = ["black", "red", "green", "yellow", "blue", "magenta", "cyan", "white"]
+
+
+def colored(st: str, color: str | None, background: bool = False) -> str:
+    """Wrap st in an ANSI color: lowercase name = normal, UPPERCASE = bright; None returns st unchanged."""
+    if color is None:
+        return st
+    if color.lower() not in _COLORS:
+        raise ValueError(f"colored: unknown color {color!r}: expected one of {_COLORS} (UPPERCASE for bright)")
+    code = 30 + 10 * background + 60 * (color.upper() == color) + _COLORS.index(color.lower())
+    return f"\u001b[{code}m{st}\u001b[0m"
+
+
+def colorize_float(x: float) -> str:
+    """A speed ratio, green when clearly faster (<0.75x), red when clearly slower (>1.15x)."""
+    if x < 0.75:
+        return colored(f"{x:7.2f}x", "green")
+    return colored(f"{x:7.2f}x", "red" if x > 1.15 else "yellow")
+
+
+_ANSI_RE = re.compile("\x1b\\[(K|.*?m)")
+
+
+def ansistrip(s: str) -> str:
+    return _ANSI_RE.sub("", s)
+
+
+def ansilen(s: str) -> int:
+    """Printed width of s, ignoring ANSI escapes."""
+    return len(ansistrip(s))
+
+
+def make_tuple(x: int | Sequence[int], cnt: int) -> tuple[int, ...]:
+    return (x,) * cnt if isinstance(x, int) else tuple(x)
+
+
+def flatten(nested: Iterable[Iterable[T]]) -> list[T]:
+    return [item for sub in nested for item in sub]
+
+
+# Any: nested Python lists / numpy arrays of scalars of any type, as given to Tensor(...)
+def fully_flatten(nested: Any) -> list[Any]:
+    if hasattr(nested, "__len__") and hasattr(nested, "__getitem__") and not isinstance(nested, str | bytes):
+        if getattr(nested, "shape", None) == ():
+            return [nested[()]]  # 0-d numpy array
+        return [leaf for sub in nested for leaf in fully_flatten(sub)]
+    return [nested]
+
+
+def strip_parens(fst: str) -> str:
+    """'(a+b)' -> 'a+b', but '(a)+(b)' is left alone: the outer parens must match each other."""
+    inner = fst[1:-1]
+    if fst[:1] == "(" and fst[-1:] == ")" and inner.find("(") <= inner.find(")"):
+        return inner
+    return fst
+
+
+def ceildiv(num: int, amt: int) -> int:
+    return -(num // -amt)
+
+
+def round_up(num: int, amt: int) -> int:
+    return (num + amt - 1) // amt * amt
+
+
+def lo32(x: int) -> int:
+    return x & 0xFFFFFFFF
+
+
+def hi32(x: int) -> int:
+    return x >> 32
+
+
+def data64(data: int) -> tuple[int, int]:
+    """(high 32 bits, low 32 bits)."""
+    return (data >> 32, data & 0xFFFFFFFF)
+
+
+def data64_le(data: int) -> tuple[int, int]:
+    """(low 32 bits, high 32 bits)."""
+    return (data & 0xFFFFFFFF, data >> 32)
+
+
+def getbits(value: int, start: int, end: int) -> int:
+    """Bits start..end of value, both inclusive."""
+    return (value >> start) & ((1 << (end - start + 1)) - 1)
+
+
+def i2u(bits: int, value: int) -> int:
+    """Reinterpret a signed `bits`-wide int as unsigned."""
+    return value if value >= 0 else (1 << bits) + value
+
+
+def cdiv(x: int, y: int) -> int:
+    """C integer division: truncates toward zero (Python's // floors). 0 when y == 0, as in the IR's folding."""
+    if y == 0:
+        return 0
+    quotient = abs(x) // abs(y)
+    return -quotient if (x < 0) != (y < 0) else quotient
+
+
+def cmod(x: int, y: int) -> int:
+    """C remainder: takes the sign of the dividend, so x == cdiv(x, y) * y + cmod(x, y)."""
+    return x - cdiv(x, y) * y
+
+
+def polyN(x: T, p: list[float]) -> T:  # noqa: N802  # compat name
+    """Horner's rule: p[0]*x**(n-1) + ... + p[-1]; works on floats and on UOps."""
+    acc: Any = 0.0  # Any: the accumulator takes x's type (float or UOp) after the first step
+    for c in p:
+        acc = acc * x + c
+    return cast(T, acc)
+
+
+def merge_dicts(ds: Iterable[dict[T, U]]) -> dict[T, U]:
+    ret: dict[T, U] = {}
+    for d in ds:
+        for k, v in d.items():
+            assert k not in ret or ret[k] == v, f"merge_dicts: key {k!r} has two values: {ret[k]!r} and {v!r}"
+            ret[k] = v
+    return ret
+
+
+def partition(itr: Iterable[T], fxn: Callable[[T], bool]) -> tuple[list[T], list[T]]:
+    """(items where fxn is true, items where it is false), each in input order."""
+    yes: list[T] = []
+    no: list[T] = []
+    for x in itr:
+        (yes if fxn(x) else no).append(x)
+    return yes, no
+
+
+def unwrap(x: T | None) -> T:
+    assert x is not None, "unwrap: got None, expected a value"
+    return x
+
+
+def get_single_element(x: Sequence[T]) -> T:
+    assert len(x) == 1, f"get_single_element: got {len(x)} elements, expected 1: {x}"
+    return x[0]
+
+
+# Any: walks arbitrary objects, e.g. get_child(model, "layers.0.weight")
+def get_child(obj: Any, key: str) -> Any:
+    """Follow a dotted path: numbers index sequences, names index dicts or read attributes."""
+    for k in key.split("."):
+        if k.isnumeric():
+            obj = obj[int(k)]
+        elif isinstance(obj, dict):
+            obj = obj[k]
+        else:
+            obj = getattr(obj, k)
+    return obj
+
+
+def word_wrap(x: str, wrap: int = 80) -> str:
+    """Break lines longer than `wrap` printed characters (ANSI codes don't count)."""
+    if len(lines := x.splitlines()) > 1:
+        return "\n".join(word_wrap(line, wrap) for line in lines)
+    chunks: list[str] = []
+    while ansilen(x) > wrap:
+        i = 0
+        while i < len(x) and ansilen(x[:i]) < wrap:
+            i += 1
+        chunks.append(x[:i])
+        x = x[i:]
+    return "\n".join([*chunks, x])
+
+
+def pluralize(st: str, cnt: int) -> str:
+    return f"{cnt} {st}" + ("" if cnt == 1 else "s")
+
+
+_IDENTIFIER_CHARS = frozenset(string.ascii_letters + string.digits + "_")
+
+
+def to_function_name(s: str) -> str:
+    """A C identifier for a kernel name: ANSI stripped, every other non [A-Za-z0-9_] char as its hex code."""
+    return "".join(c if c in _IDENTIFIER_CHARS else f"{ord(c):02X}" for c in ansistrip(s))
+
+
+def time_to_str(t: float, w: int = 8) -> str:
+    """Seconds as a fixed-width string in s, ms or us."""
+    if t > 10:
+        return f"{t:{w}.2f}s "
+    if t > 10e-3:
+        return f"{t * 1e3:{w}.2f}ms"
+    return f"{t * 1e6:{w}.2f}us"
+
+
+def size_to_str(nbytes: float) -> str:
+    """Bytes in decimal units: '512 B', '1.50 KB', '2.00 GB'."""
+    if nbytes < 1e3:
+        return f"{nbytes:.0f} B"
+    units = [(1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "KB")]
+    scale, unit = next((s, u) for s, u in units if nbytes >= s)
+    return f"{nbytes / scale:.2f} {unit}"
+
+
+def suppress_finalizing(func: Callable[P, T]) -> Callable[P, T | None]:
+    """For __del__ and finalizers: errors while the interpreter shuts down (modules half torn down) are ignored."""
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T | None:
+        try:
+            return func(*args, **kwargs)
+        except Exception:
+            if not sys.is_finalizing():
+                raise
+            return None
+
+    return wrapper
+
+
+def is_numpy_ndarray(x: object) -> bool:
+    """Without importing numpy (it may not be installed)."""
+    return str(type(x)) == "<class 'numpy.ndarray'>"
+
+
+class Timing(contextlib.ContextDecorator):
+    """`with Timing("step "):` prints the block's wall time in ms."""
+
+    def __init__(self, prefix: str = "", on_exit: Callable[[int], str] | None = None, enabled: bool = True) -> None:
+        self.prefix, self.on_exit, self.enabled = prefix, on_exit, enabled
+
+    def __enter__(self) -> None:
+        self.st = time.perf_counter_ns()
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.et = time.perf_counter_ns() - self.st
+        if self.enabled:
+            print(f"{self.prefix}{self.et * 1e-6:6.2f} ms" + (self.on_exit(self.et) if self.on_exit else ""))
+
+
+# *** ctypes memory ***
+
+
+def mv_address(mv: memoryview) -> int:
+    """Address of a writable memoryview's first byte."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(mv))
+
+
+def to_mv(ptr: int, sz: int) -> memoryview:
+    """A byte memoryview over sz bytes at raw address ptr (no copy; the caller keeps the memory alive)."""
+    return memoryview(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_uint8 * sz)).contents).cast("B")
+
+
+def flat_mv(mv: memoryview) -> memoryview:
+    return mv if len(mv) == 0 else mv.cast("B", shape=(mv.nbytes,))
+
+
+def init_c_var(ctypes_var: T, creat_cb: Callable[[T], object]) -> T:
+    """Let a C call fill ctypes_var, then return it: `init_c_var(c_int(), lambda x: lib.get(byref(x)))`."""
+    creat_cb(ctypes_var)
+    return ctypes_var
+
+
+# *** tracing and profiling ***
+
+
+@dataclass(frozen=True)
+class Metadata:
+    """Which Tensor call (and user line) produced a UOp; shown by VIZ and DEBUG."""
+
+    name: str
+    caller: str
+    backward: bool = False
+
+    def __str__(self) -> str:
+        return self.name + (" bw" if self.backward else "")
+
+    def __repr__(self) -> str:
+        return str(self) + (f" - {self.caller}" if self.caller else "")
+
+
+_METADATA: contextvars.ContextVar[Metadata | None] = contextvars.ContextVar("_METADATA", default=None)
+
+
+@dataclass(frozen=True)
+class TracingKey:
+    display_name: str  # the name VIZ shows for this trace
+    keys: tuple[Any, ...] = ()  # Any: related objects (UOps, kernel names) used to find this trace
+    ret: Any = None  # Any: the traced function's result, kept for VIZ
+    fmt: str | None = None  # optional format string for display_name
+
+
+class GlobalCounters:
+    """Process-wide tallies, updated as kernels run and buffers are allocated."""
+
+    global_ops: ClassVar[int] = 0
+    global_mem: ClassVar[int] = 0
+    time_sum_s: ClassVar[float] = 0.0
+    kernel_count: ClassVar[int] = 0
+    mem_used: ClassVar[int] = 0  # bytes allocated now, so reset() leaves it alone
+    mem_used_per_device: ClassVar[defaultdict[str, int]] = defaultdict(int)
+
+    @staticmethod
+    def reset() -> None:
+        GlobalCounters.global_ops, GlobalCounters.global_mem = 0, 0
+        GlobalCounters.time_sum_s, GlobalCounters.kernel_count = 0.0, 0
+
+
+def perf_counter_us() -> decimal.Decimal:
+    """Monotonic time in microseconds, exact (Decimal), the unit of every profile event."""
+    return decimal.Decimal(time.perf_counter_ns()) / 1000
+
+
+class ProfileEvent:
+    """Base of every profile event; device.py adds device and graph events."""
+
+
+@dataclass(frozen=True)
+class ProfileRangeEvent(ProfileEvent):
+    device: str
+    name: str | TracingKey
+    st: decimal.Decimal
+    en: decimal.Decimal | None = None
+    is_copy: bool = False
+
+
+@dataclass(frozen=True)
+class ProfilePointEvent(ProfileEvent):
+    device: str
+    name: str
+    key: Any  # Any: identifies the object the point refers to (a buffer id, None for markers)
+    arg: dict[str, Any] = field(default_factory=dict, hash=False)  # Any: JSON-able payload for VIZ
+    ts: decimal.Decimal = field(default_factory=perf_counter_us)
+
+
+cpu_events: list[ProfileEvent] = []  # mutated in place, never rebound: VIZ and tests read and .clear() it
+
+
+@dataclass
+class ProfileTimer:
+    """What cpu_profile yields: st is set on entry, en on exit."""
+
+    device: str
+    name: str | TracingKey
+    st: decimal.Decimal
+    en: decimal.Decimal | None = None
+    is_copy: bool = False
+
+
+@contextlib.contextmanager
+def cpu_profile(
+    name: str | TracingKey, device: str = "TINY", is_copy: bool = False, display: bool = True
+) -> Iterator[ProfileTimer]:
+    """Time the block; when PROFILE is on (checked at exit) append a ProfileRangeEvent, even if the block raised."""
+    timer = ProfileTimer(device, name, perf_counter_us(), is_copy=is_copy)
+    try:
+        yield timer
+    finally:
+        timer.en = perf_counter_us()
+        if PROFILE and display:
+            cpu_events.append(ProfileRangeEvent(device, name, timer.st, timer.en, is_copy))
+
+
+def profile_marker(name: str, color: str = "gray") -> None:
+    """A named point on the VIZ timeline."""
+    cpu_events.append(ProfilePointEvent("TINY", "marker", None, {"name": name, "color": color}))
+
+
+# *** persistent compile cache (storage in diskcache.py) ***
+
+
+def diskcache_get(table: str, key: CacheKey) -> CacheValue | None:
+    """The cached value, or None when missing or when CACHELEVEL is 0."""
+    if CACHELEVEL.value == 0:
+        return None
+    return cache_get(CACHEDB.value, table, key)
+
+
+def diskcache_put(table: str, key: CacheKey, val: V) -> V:
+    """Store val (bytes, or a JSON value: str/int/float/bool/None/list/str-keyed dict) and return it."""
+    if CACHELEVEL.value != 0:
+        cache_put(CACHEDB.value, table, key, val)
+    return val
+
+
+def diskcache_clear() -> None:
+    cache_clear(CACHEDB.value)
+
+
+def diskcache(func: Callable[P, V]) -> Callable[P, V]:
+    """Memoise func on disk, keyed by its name and arguments (which must be valid cache keys, else TypeError)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> V:
+        table, key = f"cache_{func.__qualname__}", cast(CacheKey, (args, kwargs))
+        if (ret := diskcache_get(table, key)) is not None:
+            return cast(V, ret)
+        return diskcache_put(table, key, func(*args, **kwargs))
+
+    return wrapper

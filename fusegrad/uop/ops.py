@@ -1,0 +1,471 @@
+"""The UOp: one immutable, hash-consed node type for tensors, kernels, programs and index expressions.
+
+`UOp(op, dtype, src, arg, tag)` returns the existing node when an equal one is alive, so identity is equality.
+This module also re-exports the pattern and rewrite machinery, the public path of the whole IR.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import itertools
+import math
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from fusegrad.dtype import ConstType, DType, PtrDType, dtypes
+from fusegrad.helpers import Metadata
+from fusegrad.uop import AxisType, GroupOp, Ops
+from fusegrad.uop.alu import exec_alu
+from fusegrad.uop.bounds import compute_bounds
+from fusegrad.uop.mathtraits import MathTrait
+from fusegrad.uop.render import render_expr, render_tree
+from fusegrad.uop.rewrite import (
+    RewriteLoopError,
+    RewriteTrace,
+    TrackedGraphRewrite,
+    TrackedMatch,
+    TrackedPatternMatcher,
+    _name_cnt,
+    active_rewrites,
+    graph_rewrite,
+    graph_rewrite_map,
+    match_stats,
+    profile_matches,
+    track_rewrites,
+    track_uop,
+    tracked_ctxs,
+    tracked_keys,
+    uop_fields,
+)
+from fusegrad.uop.upat import PatternMatcher, UPat
+
+if TYPE_CHECKING:
+    from fusegrad.device import Buffer
+
+from fusegrad.helpers import TRACK_MATCH_STATS
+
+__all__ = [
+    "TRACK_MATCH_STATS",
+    "AxisType",
+    "GroupOp",
+    "Ops",
+    "PatternMatcher",
+    "RewriteLoopError",
+    "RewriteTrace",
+    "TrackedGraphRewrite",
+    "TrackedMatch",
+    "TrackedPatternMatcher",
+    "UOp",
+    "UPat",
+    "_name_cnt",
+    "active_rewrites",
+    "exec_alu",
+    "graph_rewrite",
+    "graph_rewrite_map",
+    "match_stats",
+    "profile_matches",
+    "resolve",
+    "sint",
+    "smax",
+    "smin",
+    "ssimplify",
+    "sym_infer",
+    "track_rewrites",
+    "track_uop",
+    "tracked_ctxs",
+    "tracked_keys",
+    "uop_fields",
+]
+
+_NEG_ZERO = ("-0.0",)  # cache key stand-in for -0.0, which == 0.0 but must stay a distinct constant
+
+
+class UOpMetaClass(type):
+    """Hash-consing: constructing a UOp equal to a live one returns that one."""
+
+    ucache: ClassVar[dict[tuple[Any, ...], weakref.ReferenceType[UOp]]] = {}
+
+    def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None) -> UOp:
+        if type(arg) is float:
+            if arg != arg:
+                arg = math.nan  # one NaN object, so NaN constants hash-cons too
+            elif arg == 0.0 and math.copysign(1.0, arg) < 0:
+                key: tuple[Any, ...] = (op, dtype, src, _NEG_ZERO, tag)
+                return UOpMetaClass._lookup(cls, key, op, dtype, src, arg, tag)
+        return UOpMetaClass._lookup(cls, (op, dtype, src, arg, tag), op, dtype, src, arg, tag)
+
+    def _lookup(cls, key: tuple[Any, ...], op: Ops, dtype: DType, src: tuple[UOp, ...], arg: Any, tag: Any) -> UOp:
+        if (ref := UOpMetaClass.ucache.get(key)) is not None and (ret := ref()) is not None:
+            return ret
+        created: UOp = super().__call__(op, dtype, src, arg, tag)
+        created._cache_key = key
+        UOpMetaClass.ucache[key] = weakref.ref(created)
+        return created
+
+
+# Buffers are owned by their BUFFER UOps through a weak map, so nothing in a UOp graph (or a trace of it) keeps one alive
+buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+# Tensor-level metadata (the op that created a node), looked up by VIZ labels and kernel names
+all_metadata: weakref.WeakKeyDictionary[UOp, tuple[Metadata, ...]] = weakref.WeakKeyDictionary()
+_unique_ids = itertools.count()
+
+
+class UOp(MathTrait, metaclass=UOpMetaClass):
+    """One node: `op`, result `dtype`, sources `src`, static `arg` and a free-form `tag`. Immutable; build new ones.
+
+    Example: `(UOp.variable("a", 0, 10) + 1).render() == "(a+1)"`.
+    """
+
+    __slots__ = ("op", "dtype", "src", "arg", "tag", "_cache_key", "__weakref__", "__dict__")
+
+    def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None):
+        self.op, self.dtype, self.src, self.arg, self.tag = op, dtype, src, arg, tag
+        self._cache_key: tuple[Any, ...] = ()
+
+    def __del__(self) -> None:
+        # drop the cache entry, unless a newer equal node already replaced it
+        try:
+            cache = UOpMetaClass.ucache
+            if (ref := cache.get(self._cache_key)) is not None and ref() in (None, self):
+                del cache[self._cache_key]
+        except (AttributeError, KeyError, TypeError):  # interpreter shutdown or a half-built node
+            pass
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return UOp, (self.op, self.dtype, self.src, self.arg, self.tag)
+
+    def replace(self, **kwargs: Any) -> UOp:
+        """This node with some of op/dtype/src/arg/tag changed (the same node when nothing changes)."""
+        new = (kwargs.pop("op", self.op), kwargs.pop("dtype", self.dtype), kwargs.pop("src", self.src),
+               kwargs.pop("arg", self.arg), kwargs.pop("tag", self.tag))  # fmt: skip
+        if kwargs:
+            raise TypeError(f"replace: unknown fields {sorted(kwargs)}, expected op, dtype, src, arg or tag")
+        if new[0] is self.op and new[1] == self.dtype and new[2] == self.src and new[3] is self.arg and new[4] is self.tag:
+            return self
+        return UOp(*new)
+
+    def rtag(self, tag: Any = True) -> UOp:
+        return self.replace(tag=tag)
+
+    # *** graph walks (explicit stacks: graphs 100,000+ nodes deep are normal) ***
+
+    def toposort(self, gate: Callable[[UOp], bool] | None = None) -> dict[UOp, None]:
+        """Every node reachable from here, sources before users. `gate(node)` False prunes that node and below."""
+        ret: dict[UOp, None] = {}
+        stack: list[tuple[UOp, bool]] = [(self, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in ret:
+                continue
+            if expanded:
+                ret[node] = None
+            elif gate is None or gate(node):
+                stack.append((node, True))
+                stack.extend((s, False) for s in reversed(node.src) if s not in ret)
+        return ret
+
+    @property
+    def backward_slice(self) -> dict[UOp, None]:
+        """Every node this one depends on, excluding itself."""
+        ret = self.toposort()
+        del ret[self]
+        return ret
+
+    @property
+    def backward_slice_with_self(self) -> dict[UOp, None]:
+        return self.toposort()
+
+    def _cached(self, attr: str, fn: Callable[[UOp], Any]) -> Any:
+        """A per-node property computed bottom-up over the nodes that lack it, without recursion."""
+        d = self.__dict__
+        if attr in d:
+            return d[attr]
+        if not all(attr in s.__dict__ for s in self.src):
+            for node in self.toposort(gate=lambda u: attr not in u.__dict__):
+                node.__dict__[attr] = fn(node)
+        else:
+            d[attr] = fn(self)
+        return d[attr]
+
+    @property
+    def key(self) -> bytes:
+        """A content hash, stable across processes (unlike id or hash)."""
+        return self._cached("_key", _content_key)  # type: ignore[no-any-return]
+
+    @property
+    def depth(self) -> int:
+        """Length of the longest source chain below this node."""
+        return self._cached("_depth", lambda u: 1 + max((s.__dict__["_depth"] for s in u.src), default=-1))  # type: ignore[no-any-return]
+
+    def substitute(self, dvars: dict[UOp, UOp], name: str | None = None) -> UOp:
+        """Replace nodes by others everywhere below this one (keys are matched by identity)."""
+        return graph_rewrite(self, _pm_substitute, dvars, bottom_up=True, name=name)
+
+    # *** value bounds ***
+
+    @property
+    def _min_max(self) -> tuple[ConstType, ConstType]:
+        return self._cached("_bounds", compute_bounds)  # type: ignore[no-any-return]
+
+    @property
+    def vmin(self) -> ConstType:
+        """The smallest value this node can take."""
+        return self._min_max[0]
+
+    @property
+    def vmax(self) -> ConstType:
+        """The largest value this node can take."""
+        return self._min_max[1]
+
+    # *** constructors ***
+
+    @staticmethod
+    def const(dtype: DType, b: ConstType | tuple[ConstType, ...] | UOp) -> UOp:
+        """A constant of `dtype` (a VCONST for a tuple; a scalar broadcast for a vector dtype)."""
+        if isinstance(b, UOp):
+            return b.unbind()[0] if b.op is Ops.BIND else b
+        if isinstance(b, tuple):
+            if dtype.count != len(b):
+                raise ValueError(f"const: {len(b)} values for vector dtype {dtype}, expected {dtype.count}")
+            return UOp(Ops.VCONST, dtype, arg=tuple(dtypes.as_const(x, dtype.scalar()) for x in b))
+        ret = UOp(Ops.CONST, dtype.scalar(), arg=dtypes.as_const(b, dtype.scalar()))
+        return ret.broadcast(dtype.count) if dtype.count > 1 else ret
+
+    def const_like(self, b: Any) -> UOp:
+        if isinstance(b, float) and dtypes.is_int(self.dtype) and not b.is_integer():
+            raise TypeError(f"const_like: float constant {b} cannot join an integer {self.dtype} expression")
+        return UOp.const(self.dtype, b)
+
+    @staticmethod
+    def variable(name: str, min_val: ConstType, max_val: ConstType, dtype: DType = dtypes.index) -> UOp:
+        """A named symbolic value in [min_val, max_val]."""
+        if not isinstance(name, str):
+            raise TypeError(f"variable: name must be a str, got {type(name).__name__}")
+        if min_val > max_val:
+            raise ValueError(f"variable: empty range for {name!r}: got min {min_val} > max {max_val}")
+        return UOp(Ops.DEFINE_VAR, dtype, arg=(name, min_val, max_val))
+
+    @property
+    def expr(self) -> str:
+        if self.op is not Ops.DEFINE_VAR:
+            raise ValueError(f"expr: only DEFINE_VAR has a name, got {self.op}")
+        return str(self.arg[0])
+
+    def bind(self, val: int) -> UOp:
+        if self.op is not Ops.DEFINE_VAR:
+            raise ValueError(f"bind: only a variable can be bound, got {self.op}")
+        if not self.arg[1] <= val <= self.arg[2]:
+            raise ValueError(f"bind: {val} is out of range for {self.arg[0]}: expected {self.arg[1]}..{self.arg[2]}")
+        return UOp(Ops.BIND, self.dtype, (self, self.const_like(val)))
+
+    def unbind(self) -> tuple[UOp, int]:
+        if self.op is not Ops.BIND or self.src[1].op is not Ops.CONST:
+            raise ValueError(f"unbind: expected a BIND of a variable to a constant, got {self.op}")
+        return self.src[0], int(self.src[1].arg)
+
+    @staticmethod
+    def range(end: sint, axis_id: int, axis_type: AxisType = AxisType.LOOP) -> UOp:
+        """A loop variable 0 <= r < end."""
+        return UOp(Ops.RANGE, dtypes.index, (sint_to_uop(end),), (axis_id, axis_type))
+
+    @staticmethod
+    def sink(*srcs: UOp, **kwargs: Any) -> UOp:
+        return UOp(Ops.SINK, dtypes.void, tuple(srcs), **kwargs)
+
+    @staticmethod
+    def unique(num: int | None = None) -> UOp:
+        return UOp(Ops.UNIQUE, arg=next(_unique_ids) if num is None else num)
+
+    @staticmethod
+    def new_buffer(device: str | tuple[str, ...], size: int, dtype: DType, num: int | None = None) -> UOp:
+        """A BUFFER node for `size` elements of `dtype` on `device`; `.buffer` gives its (lazily created) Buffer."""
+        return UOp(Ops.BUFFER, dtype, (UOp.unique(num), UOp(Ops.DEVICE, arg=device)), size)
+
+    @property
+    def buffer(self) -> Buffer:
+        """The device Buffer behind a BUFFER node, created on first use."""
+        if self.op is not Ops.BUFFER:
+            raise ValueError(f"buffer: only BUFFER nodes own a Buffer, got {self.op}")
+        if (ret := buffers.get(self)) is not None:
+            return ret
+        from fusegrad.device import Buffer  # device depends on this module
+
+        buffers[self] = ret = Buffer(self.src[1].arg, self.arg, self.dtype)
+        return ret
+
+    @property
+    def metadata(self) -> tuple[Metadata, ...] | None:
+        return all_metadata.get(self)
+
+    # *** ALU ***
+
+    def alu(self, op: Ops, *src: UOp) -> UOp:
+        operands = (self, *src)
+        if op in GroupOp.Binary and op not in (Ops.SHL, Ops.SHR) and len(operands) == 2:
+            a, b = operands[0].dtype, operands[1].dtype
+            if a is not b and a != b:
+                raise TypeError(f"{op.name.lower()}: operand dtypes differ: got {a} and {b}, expected equal dtypes")
+        out_dtype = operands[-1].dtype
+        if op in GroupOp.Comparison:
+            out_dtype = dtypes.bool.vec(out_dtype.count) if out_dtype.count > 1 else dtypes.bool
+        return UOp(op, out_dtype, operands)
+
+    def cast(self, dtype: DType) -> UOp:
+        return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))
+
+    def bitcast(self, dtype: DType) -> UOp:
+        return self if self.dtype == dtype else UOp(Ops.BITCAST, dtype, (self,))
+
+    def neg(self) -> UOp:
+        return self.logical_not() if self.dtype.scalar() == dtypes.bool else self * -1
+
+    def broadcast(self, count: int) -> UOp:
+        if self.dtype.count != 1:
+            raise ValueError(f"broadcast: expected a scalar, got {self.dtype}")
+        return self if count == 1 else UOp(Ops.VECTORIZE, self.dtype.vec(count), (self,) * count)
+
+    def gep(self, i: int | tuple[int, ...]) -> UOp:
+        idx = (i,) if isinstance(i, int) else i
+        if self.dtype.count == 1 and idx == (0,):
+            return self
+        dt = self.dtype.scalar().vec(len(idx)) if len(idx) > 1 else self.dtype.scalar()
+        return UOp(Ops.GEP, dt, (self,), idx)
+
+    def index(self, *idx: UOp, **kwargs: Any) -> UOp:
+        return UOp(Ops.INDEX, kwargs.pop("dtype", self.dtype), (self, *idx), **kwargs)
+
+    def load(self, *src: UOp, **kwargs: Any) -> UOp:
+        dt = kwargs.pop("dtype", self.dtype.base if isinstance(self.dtype, PtrDType) else self.dtype)
+        return UOp(Ops.LOAD, dt, (self, *src), **kwargs)
+
+    def store(self, *src: UOp, **kwargs: Any) -> UOp:
+        return UOp(Ops.STORE, dtypes.void, (self, *src), **kwargs)
+
+    def end(self, *ranges: UOp) -> UOp:
+        return UOp(Ops.END, dtypes.void, (self, *ranges))
+
+    def reduce(self, *src: UOp, arg: Ops) -> UOp:
+        return UOp(Ops.REDUCE, self.dtype, (self, *src), arg)
+
+    # *** evaluation of constant-valued nodes ***
+
+    def _const_value(self) -> ConstType:
+        lo, hi = self._min_max
+        if lo != hi:
+            raise ValueError(f"{self.op}: not a constant (value in {lo}..{hi}); use resolve() for a best guess")
+        return lo
+
+    def __int__(self) -> int:
+        return int(self._const_value())
+
+    def __float__(self) -> float:
+        return float(self._const_value())
+
+    def __index__(self) -> int:
+        return int(self._const_value())
+
+    # *** printing ***
+
+    def render(self, simplify: bool = True) -> str:
+        """An index expression as text, e.g. `(a+1)`; simplified with `sym` first unless told not to."""
+        node = self
+        if simplify:
+            from fusegrad.helpers import Context
+            from fusegrad.uop.symbolic import sym  # symbolic builds on this module
+
+            with Context(TRACK_MATCH_STATS=0):
+                node = graph_rewrite(self, sym, name="render simplify")
+        return render_expr(node)
+
+    def __repr__(self) -> str:
+        return render_tree(self)
+
+    def __str__(self) -> str:
+        return render_tree(self)
+
+
+# *** symbolic ints: plain ints or index-typed UOps ***
+
+sint = int | UOp
+
+
+def sint_to_uop(x: sint, dtype: DType = dtypes.index) -> UOp:
+    return UOp.const(dtype, x) if isinstance(x, int) else x
+
+
+def resolve(x: UOp | bool | int, default: bool = True) -> bool:
+    """The truth of `x` when its bounds decide it, else `default`."""
+    if not isinstance(x, UOp):
+        return bool(x)
+    if x.dtype.scalar() != dtypes.bool:
+        raise TypeError(f"resolve: expected a bool expression, got {x.dtype}")
+    lo, hi = x._min_max
+    return bool(lo) if lo == hi else default
+
+
+def _flat_sints(lst: tuple[Any, ...]) -> tuple[sint, ...]:
+    return tuple(lst[0]) if len(lst) == 1 and isinstance(lst[0], (tuple, list)) else lst
+
+
+def smax(*lst: Any) -> sint:
+    """max over ints and symbolic ints."""
+    items = _flat_sints(lst)
+    if all(isinstance(x, int) for x in items):
+        return max(items)  # type: ignore[type-var]  # all ints here
+    return functools.reduce(lambda a, b: sint_to_uop(a).maximum(b), items)
+
+
+def smin(*lst: Any) -> sint:
+    """min over ints and symbolic ints."""
+    items = _flat_sints(lst)
+    if all(isinstance(x, int) for x in items):
+        return min(items)  # type: ignore[type-var]  # all ints here
+    return functools.reduce(lambda a, b: sint_to_uop(a).minimum(b), items)
+
+
+def ssimplify(x: sint) -> sint:
+    """Simplify a symbolic int; a node that folds to a constant becomes a Python int."""
+    if isinstance(x, int):
+        return x
+    from fusegrad.uop.symbolic import sym
+
+    ret = graph_rewrite(x, sym, name="ssimplify")
+    return int(ret.arg) if ret.op is Ops.CONST else ret
+
+
+def sym_infer(x: sint, var_vals: dict[str, int]) -> int:
+    """The value of a symbolic int once every variable has a value."""
+    if isinstance(x, int):
+        return x
+    values: dict[UOp, Any] = {}
+    for node in x.toposort():
+        if node.op is Ops.DEFINE_VAR:
+            if node.arg[0] not in var_vals:
+                raise KeyError(f"sym_infer: no value for variable {node.arg[0]!r}, have {sorted(var_vals)}")
+            values[node] = var_vals[node.arg[0]]
+        elif node.op is Ops.CONST:
+            values[node] = node.arg
+        elif node.op is Ops.BIND:
+            values[node] = values[node.src[1]]
+        elif node.op is Ops.CAST:
+            values[node] = values[node.src[0]]
+        else:
+            values[node] = exec_alu(node.op, node.dtype, tuple(values[s] for s in node.src))
+    return int(values[x])
+
+
+def _content_key(u: UOp) -> bytes:
+    h = hashlib.sha256(f"{u.op.name}|{u.dtype!r}|{u.arg!r}|{u.tag!r}|".encode())
+    for s in u.src:
+        h.update(s.__dict__["_key"])
+    return h.digest()
+
+
+def _substitute_node(ctx: dict[UOp, UOp], x: UOp) -> UOp | None:
+    return ctx.get(x)
+
+
+_pm_substitute = PatternMatcher([(UPat(GroupOp.All, name="x"), _substitute_node)])
+
