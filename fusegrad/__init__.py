@@ -1,0 +1,14 @@
+"""fusegrad: a lazy Tensor whose computation is a UOp graph, rewritten by rule tables into fused kernels.
+
+`from fusegrad import Tensor, Device, dtypes` is all most programs need; see README.md for the pipeline.
+"""
+
+from fusegrad.device import Device
+from fusegrad.dtype import dtypes
+from fusegrad.helpers import Context, GlobalCounters, getenv
+from fusegrad.tensor import Tensor
+from fusegrad.uop.ops import UOp
+
+Variable = UOp.variable
+
+__all__ = ["Context", "Device", "GlobalCounters", "Tensor", "UOp", "Variable", "dtypes", "getenv"]

@@ -216,7 +216,7 @@ class dtypes:  # compat name: a namespace used as dtypes.float32
             return dtypes.bool
         if isinstance(x, list | tuple):
             return builtins.max((dtypes.from_py(item) for item in x), default=dtypes.default_float)
-        raise TypeError(f"from_py: can't infer a dtype: got {type(x).__name__}, expected float, int, bool or a list")
+        raise TypeError(f"from_py: can't infer a dtype: got {type(x).__name__}, expected float, int, bool, list, tuple")
 
     @staticmethod
     def as_const(val: _ConstValue, dtype: DType) -> _ConstValue:
@@ -378,10 +378,10 @@ def sum_acc_dtype(dt: DType) -> DType:
 
 def can_safe_cast(dt0: DType, dt1: DType) -> bool:
     """Whether a cast from dt0 to dt1 keeps every value (numpy's can_cast with casting="safe")."""
-    if dt0 == dt1 or dt0 == dtypes.bool:
-        return True
     if dt0.count != dt1.count:
         return False
+    if dt0 == dt1 or dt0.scalar() == dtypes.bool:
+        return True
     dt0, dt1 = dt0.scalar(), dt1.scalar()
     if dtypes.is_int(dt0) and dtypes.is_int(dt1):
         return dtypes.min(dt1) <= dtypes.min(dt0) and dtypes.max(dt0) <= dtypes.max(dt1)
@@ -408,9 +408,13 @@ def truncate_fp16(x: ConstType) -> float:
     return _round_with_struct("e", x)
 
 
+def _truncate_fp32(x: ConstType) -> float:
+    return _round_with_struct("f", x)
+
+
 def float_to_bf16(x: float) -> float:
     """Round to bfloat16 (the top 16 bits of a float32), to nearest even."""
-    x = _round_with_struct("f", x)
+    x = _truncate_fp32(x)
     if not math.isfinite(x):
         return x
     bits = struct.unpack("I", struct.pack("f", x))[0]
@@ -421,15 +425,18 @@ def float_to_bf16(x: float) -> float:
 _FP8_MAX: Final[dict[DType, float]] = {dtypes.fp8e4m3: 448.0, dtypes.fp8e5m2: 57344.0}
 
 
-def _round_fp8(x: float, dtype: DType) -> float:
+def _round_fp8(x: ConstType, dtype: DType) -> float:
     """Round to nearest even in an fp8 format, saturating past the largest finite value (CUDA's satfinite)."""
+    x = float(x)
     if math.isnan(x) or x == 0:
         return x
-    exponent_bits, mantissa_bits = dtypes.finfo(dtype)
-    min_exponent = 2 - (1 << (exponent_bits - 1))  # exponent of the smallest normal; below it the spacing is fixed
-    spacing = math.ldexp(1.0, max(math.frexp(x)[1] - 1, min_exponent) - mantissa_bits) if math.isfinite(x) else 1.0
-    rounded = round(x / spacing) * spacing if math.isfinite(x) else x  # round() is half-to-even
-    return math.copysign(min(abs(rounded), _FP8_MAX[dtype]), x)
+    magnitude = abs(x)
+    if math.isfinite(x):
+        exponent_bits, mantissa_bits = dtypes.finfo(dtype)
+        min_exponent = 2 - (1 << (exponent_bits - 1))  # exponent of the smallest normal; below it, spacing is fixed
+        spacing = math.ldexp(1.0, max(math.frexp(x)[1] - 1, min_exponent) - mantissa_bits)
+        magnitude = round(magnitude / spacing) * spacing  # round() is half-to-even
+    return math.copysign(min(magnitude, _FP8_MAX[dtype]), x)
 
 
 def fp8_to_float(x: int, dtype: DType) -> float:
@@ -454,7 +461,7 @@ def _fp8_codes(dtype: DType) -> dict[float, int]:
 
 def float_to_fp8(x: float, dtype: DType) -> int:
     """The bit pattern of the fp8 value nearest to `x` (saturating; NaN -> 0x7F)."""
-    value = _round_fp8(float(x), dtype)
+    value = _round_fp8(x, dtype)
     if math.isnan(value):
         return 0x7F
     return (0x80 if math.copysign(1.0, value) < 0 else 0) | _fp8_codes(dtype)[abs(value)]
@@ -471,14 +478,10 @@ def _wrap_int(dtype: DType) -> Callable[[ConstType], ConstType]:
     return wrap
 
 
-def _fp8_truncator(dtype: DType) -> Callable[[ConstType], ConstType]:
-    return lambda x: _round_fp8(float(x), dtype)
-
-
 truncate: Final[dict[DType, Callable[[ConstType], ConstType]]] = {
     dtypes.bool: bool, dtypes.index: int, dtypes.float16: truncate_fp16, dtypes.bfloat16: float_to_bf16,
-    dtypes.float32: functools.partial(_round_with_struct, "f"), dtypes.float64: float, **{dt: _wrap_int(dt) for dt in dtypes.ints},
-    **{dt: _fp8_truncator(dt) for dt in dtypes.fp8s}}  # fmt: skip
+    dtypes.float32: _truncate_fp32, dtypes.float64: float, **{dt: _wrap_int(dt) for dt in dtypes.ints},
+    **{dt: functools.partial(_round_fp8, dtype=dt) for dt in dtypes.fp8s}}  # fmt: skip
 
 
 def storage_fmt_for_dtype(dt: DType) -> str | None:

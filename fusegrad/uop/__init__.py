@@ -59,6 +59,7 @@ class Ops(Enum):
     CONTIGUOUS_BACKWARD = auto()
     DETACH = auto()
     FUSE = auto()
+    IOTA = auto()  # tensor level: 0, 1, ..., n-1 (arange without a reduction)
     # reductions
     REDUCE_AXIS = auto()
     REDUCE = auto()

@@ -15,12 +15,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fusegrad.dtype import ConstType, DType, PtrDType, dtypes
-from fusegrad.helpers import Metadata
+from fusegrad.helpers import Metadata, prod
 from fusegrad.uop import AxisType, GroupOp, Ops
 from fusegrad.uop.alu import exec_alu
 from fusegrad.uop.bounds import compute_bounds
 from fusegrad.uop.mathtraits import MathTrait
 from fusegrad.uop.render import render_expr, render_tree
+from fusegrad.uop.shape import compute_device, compute_shape, movement_shape
 from fusegrad.uop.rewrite import (
     RewriteLoopError,
     RewriteTrace,
@@ -286,6 +287,8 @@ class UOp(MathTrait, metaclass=UOpMetaClass):
     @property
     def buffer(self) -> Buffer:
         """The device Buffer behind a BUFFER node, created on first use."""
+        if self.op in GroupOp.Movement and self.base.op is Ops.BUFFER:
+            return self.base.buffer  # a view reads its base's memory
         if self.op is not Ops.BUFFER:
             raise ValueError(f"buffer: only BUFFER nodes own a Buffer, got {self.op}")
         if (ret := buffers.get(self)) is not None:
@@ -348,6 +351,92 @@ class UOp(MathTrait, metaclass=UOpMetaClass):
 
     def reduce(self, *src: UOp, arg: Ops) -> UOp:
         return UOp(Ops.REDUCE, self.dtype, (self, *src), arg)
+
+    # *** tensor level: shape, device and the ops Tensor builds ***
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The tensor shape (raises for kernel-level nodes, which have none)."""
+        if (ret := self._cached("_shape", compute_shape)) is None:
+            raise ValueError(f"shape: {self.op} has no tensor shape")
+        return ret  # type: ignore[no-any-return]
+
+    @property
+    def _shape(self) -> tuple[int, ...] | None:
+        return self._cached("_shape", compute_shape)  # type: ignore[no-any-return]
+
+    @property
+    def device(self) -> str | tuple[str, ...]:
+        if (ret := self._cached("_device", compute_device)) is None:
+            raise ValueError(f"device: {self.op} is on no device")
+        return ret  # type: ignore[no-any-return]
+
+    @property
+    def size(self) -> int:
+        return prod(self.shape)
+
+    @property
+    def base(self) -> UOp:
+        """Below any movement ops: the node whose memory a view reads."""
+        node = self
+        while node.op in GroupOp.Movement:
+            node = node.src[0]
+        return node
+
+    @staticmethod
+    def const_tensor(dtype: DType, b: ConstType, device: str | tuple[str, ...], shape: tuple[int, ...] = ()) -> UOp:
+        """A constant tensor: a scalar CONST on `device`, reshaped and expanded to `shape`."""
+        ret = UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),), dtypes.as_const(b, dtype))
+        return ret.reshape((1,) * len(shape)).expand(shape) if shape else ret
+
+    @staticmethod
+    def iota(n: int, device: str | tuple[str, ...]) -> UOp:
+        """The int32 tensor 0, 1, ..., n-1 on `device` (a kernel computes it from its loop index)."""
+        return UOp(Ops.IOTA, dtypes.int32, (UOp(Ops.DEVICE, arg=device),), n)
+
+    def _mop(self, op: Ops, arg: Any) -> UOp:
+        if self.shape == movement_shape(op, self.shape, arg) and op is not Ops.FLIP and op is not Ops.PERMUTE:
+            return self
+        if op is Ops.PERMUTE and tuple(arg) == tuple(range(len(arg))):
+            return self
+        if op is Ops.FLIP and not any(arg):
+            return self
+        return UOp(op, self.dtype, (self,), tuple(arg))
+
+    def reshape(self, shape: tuple[int, ...]) -> UOp:
+        return self._mop(Ops.RESHAPE, shape)
+
+    def permute(self, order: tuple[int, ...]) -> UOp:
+        return self._mop(Ops.PERMUTE, order)
+
+    def expand(self, shape: tuple[int, ...]) -> UOp:
+        return self._mop(Ops.EXPAND, shape)
+
+    def pad(self, padding: tuple[tuple[int, int], ...]) -> UOp:
+        return self._mop(Ops.PAD, padding)
+
+    def shrink(self, bounds: tuple[tuple[int, int], ...]) -> UOp:
+        return self._mop(Ops.SHRINK, bounds)
+
+    def flip(self, flags: tuple[bool, ...]) -> UOp:
+        return self._mop(Ops.FLIP, flags)
+
+    def r(self, op: Ops, axes: tuple[int, ...]) -> UOp:
+        """Reduce `axes` with `op` (ADD, MUL, MAX), keeping them as size-1 axes."""
+        axes = tuple(sorted({a for a in axes if self.shape[a] != 1}))  # reducing a size-1 axis changes nothing
+        return UOp(Ops.REDUCE_AXIS, self.dtype, (self,), (op, axes)) if axes else self
+
+    def contiguous(self) -> UOp:
+        return UOp(Ops.CONTIGUOUS, self.dtype, (self,))
+
+    def copy_to_device(self, device: str | tuple[str, ...]) -> UOp:
+        return UOp(Ops.COPY, self.dtype, (self, UOp(Ops.DEVICE, arg=device)))
+
+    def assign(self, x: UOp) -> UOp:
+        return UOp(Ops.ASSIGN, self.dtype, (self, x))
+
+    def detach(self) -> UOp:
+        return UOp(Ops.DETACH, self.dtype, (self,))
 
     # *** evaluation of constant-valued nodes ***
 

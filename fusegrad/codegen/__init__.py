@@ -1,0 +1,88 @@
+"""Stage 6 of the pipeline: one kernel AST (docs/KERNEL_IR.md §1) -> a linear program (§2) -> a `ProgramSpec` (§3).
+
+`full_rewrite` is the pass list, top to bottom; `to_program` adds the name, the rendered source and the estimates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from fusegrad.codegen.gates import pm_simplify_gates
+from fusegrad.codegen.linearize import AccumulatorContext, linearize, pm_reduce_to_accumulator, range_key
+from fusegrad.helpers import to_function_name
+from fusegrad.renderer import ProgramSpec, Renderer
+from fusegrad.uop import Ops
+from fusegrad.uop.ops import UOp, graph_rewrite
+from fusegrad.uop.symbolic import sym
+
+__all__ = ["KernelInfo", "ProgramSpec", "full_rewrite", "get_kernel_name", "kernel_names", "to_program"]
+
+
+@dataclass(frozen=True, slots=True)
+class KernelInfo:
+    """The SINK's arg: the kernel's name and the optimisation state later passes record ("test" = not named yet)."""
+
+    name: str = "test"
+    axis_types: tuple[Any, ...] = ()
+    dont_use_locals: bool = False
+    applied_opts: tuple[Any, ...] = ()
+    opts_to_apply: tuple[Any, ...] | None = None
+
+    @property
+    def function_name(self) -> str:
+        return to_function_name(self.name)
+
+
+# base name -> content keys of the kernels given it, in order; the i-th distinct kernel gets suffix n<i>.
+# Mutated in place, never rebound: tests .clear() it for stable names.
+kernel_names: dict[str, list[bytes]] = {}
+
+
+def get_kernel_name(ast: UOp) -> str:
+    """`E_` (no REDUCE) or `r_` and the loop sizes in loop order, e.g. `r_16_32`; `n1`, `n2`... on repeats.
+
+    A repeat is a different kernel with the same base name: the same AST always gets the same name in a process.
+    """
+    nodes = ast.toposort()
+    ranges = sorted((u for u in nodes if u.op is Ops.RANGE), key=range_key)
+    prefix = "r" if any(u.op is Ops.REDUCE for u in nodes) else "E"
+    base = "_".join([prefix, *(_size_text(r.src[0]) for r in ranges)]) if ranges else f"{prefix}_"
+    seen = kernel_names.setdefault(base, [])
+    if ast.key not in seen:
+        seen.append(ast.key)
+    n = seen.index(ast.key)
+    return f"{base}n{n}" if n else base
+
+
+def _size_text(end: UOp) -> str:
+    return str(end.arg) if end.op is Ops.CONST else end.render()
+
+
+def name_kernel(sink: UOp, ast: UOp) -> UOp:
+    """The SINK with a KernelInfo naming it: the one it has, or get_kernel_name(ast)."""
+    info = sink.arg if isinstance(sink.arg, KernelInfo) else KernelInfo()
+    if info.name == "test":
+        info = dataclasses.replace(info, name=get_kernel_name(ast))
+    return sink.replace(arg=info)
+
+
+def full_rewrite(ast: UOp, renderer: Renderer) -> list[UOp]:
+    """The kernel `ast` as a linear program for `renderer`, ending with its (named) SINK."""
+    if ast.op is not Ops.SINK:
+        raise ValueError(f"full_rewrite: a kernel AST is a SINK of STOREs, got {ast.op}")
+    sink = graph_rewrite(ast, sym, name="simplify indexing")
+    sink = graph_rewrite(sink, pm_simplify_gates, name="simplify gates")
+    sink = graph_rewrite(sink, pm_reduce_to_accumulator, ctx=AccumulatorContext(), name="reduce to accumulators")
+    if renderer.extra_matcher is not None:
+        sink = graph_rewrite(sink, renderer.extra_matcher, name="renderer decompositions")
+    sink = name_kernel(sink, ast)
+    return linearize(sink)
+
+
+def to_program(ast: UOp, renderer: Renderer) -> ProgramSpec:
+    """Compile-ready: the kernel's name, linear program, source and estimates."""
+    uops = full_rewrite(ast, renderer)
+    name = uops[-1].arg.name
+    return ProgramSpec.from_uops(name, renderer.render(uops), renderer.device, ast, uops)

@@ -1,0 +1,248 @@
+"""Codegen's last two steps: reductions become accumulators (`pm_reduce_to_accumulator`), then `linearize` orders the
+kernel graph into the linear program of docs/KERNEL_IR.md §2, every node inside exactly the loops it depends on.
+
+Loop placement works on *scopes*: the set of RANGEs a node depends on. A node sits in the loops of its scope, so loop
+invariant work is hoisted by construction; `AFTER(x, *deps)` orders its value after `deps` without entering the loops
+of the STOREs among them, which is how a reduce's result leaves its loops.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+from fusegrad.dtype import AddrSpace, ConstType, dtypes
+from fusegrad.uop import AxisType, Ops
+from fusegrad.uop.ops import PatternMatcher, UOp, UPat
+
+Scopes = dict[UOp, frozenset[UOp]]
+_EMPTY: frozenset[UOp] = frozenset()
+
+# axis types whose loops close inside the output loops (they carry an accumulator)
+REDUCE_AXES = frozenset({AxisType.REDUCE, AxisType.GROUP_REDUCE, AxisType.UNROLL})
+
+
+def range_key(rng: UOp) -> tuple[int, int]:
+    """The preferred nesting: output loops outside reduce loops, each in axis_id order."""
+    axis_id, axis_type = rng.arg
+    return (1 if axis_type in REDUCE_AXES else 0, axis_id)
+
+
+def _union(sets: list[frozenset[UOp]]) -> frozenset[UOp]:
+    nonempty = [s for s in sets if s]
+    if not nonempty:
+        return _EMPTY
+    if all(s is nonempty[0] for s in nonempty):
+        return nonempty[0]  # the common case: every source sits in the same loops
+    return frozenset().union(*nonempty)
+
+
+def loop_scopes(root: UOp, scopes: Scopes | None = None, enclosing: Scopes | None = None) -> Scopes:
+    """The RANGEs every node below `root` depends on. `scopes` is filled in place (nodes already in it are kept);
+    `enclosing` adds loops a RANGE must sit inside although its end does not use them."""
+    ret: Scopes = {} if scopes is None else scopes
+    extra = enclosing or {}
+    for u in root.toposort(gate=lambda x: x not in ret):
+        if u.op is Ops.RANGE:
+            ret[u] = _union([ret[u.src[0]], frozenset({u}), extra.get(u, _EMPTY)])
+        elif u.op is Ops.AFTER:  # STORE deps only order the value: their loops are closed before it
+            ret[u] = _union([ret[u.src[0]], *(ret[d] for d in u.src[1:] if d.op is not Ops.STORE)])
+        else:
+            ret[u] = _union([ret[s] for s in u.src])
+    return ret
+
+
+# *** reductions -> accumulators ***
+
+
+@dataclass
+class AccumulatorContext:
+    """State of one `pm_reduce_to_accumulator` pass: the next register id and the scopes seen so far."""
+
+    next_reg: int = 0
+    scopes: Scopes = field(default_factory=dict)
+
+
+def reduce_identity(op: Ops, value: UOp) -> ConstType:
+    """The start value of an accumulator: 0 for ADD, 1 for MUL, the dtype's minimum for MAX."""
+    match op:
+        case Ops.ADD:
+            return 0
+        case Ops.MUL:
+            return 1
+        case Ops.MAX:
+            return dtypes.min(value.dtype)
+    raise ValueError(f"reduce: no accumulator for {op}: expected Ops.ADD, Ops.MUL or Ops.MAX")
+
+
+def reduce_to_accumulator(ctx: AccumulatorContext, red: UOp) -> UOp:
+    """REDUCE(value, *ranges) -> an accumulator register set before the loops, updated in them, read after them."""
+    value, reduced = red.src[0], red.src[1:]
+    if not reduced:
+        return value
+    # the loops the result lives in: those of the value, less the ones this reduce closes
+    outer = sorted(loop_scopes(value, ctx.scopes)[value] - set(reduced), key=range_key)
+    acc = UOp(Ops.DEFINE_REG, red.dtype.ptr(1, AddrSpace.REG), arg=ctx.next_reg)
+    ctx.next_reg += 1
+    zero = UOp.const(dtypes.index, 0)
+    fresh = UOp(Ops.AFTER, acc.dtype, (acc, *outer)) if outer else acc  # reset once per iteration of the outer loops
+    init = fresh.index(zero).store(UOp.const(red.dtype, reduce_identity(red.arg, value)))
+    running = UOp(Ops.AFTER, acc.dtype, (acc, init, *outer, *reduced)).index(zero)  # inside every loop of the reduce
+    update = running.store(running.load().alu(red.arg, value))
+    return UOp(Ops.AFTER, acc.dtype, (acc, update, *outer)).index(zero).load()
+
+
+# lowers every REDUCE; sources are rewritten first, so an inner reduce is lowered before the one around it
+pm_reduce_to_accumulator = PatternMatcher([
+    (UPat(Ops.REDUCE, name="red"), reduce_to_accumulator),  # REDUCE(x, *r) -> acc load after the r loops
+])  # fmt: skip
+
+
+# *** loop nesting ***
+
+
+def _rank_ranges(scopes: Scopes, order: dict[UOp, int]) -> dict[UOp, int]:
+    """Each RANGE's position in the loop order: range_key, except where a loop must enclose another."""
+    ranges = [u for u in scopes if u.op is Ops.RANGE]
+    outer_of: dict[UOp, set[UOp]] = {r: set(scopes[r] - {r}) for r in ranges}
+    for u in scopes:
+        if u.op is not Ops.AFTER:
+            continue
+        for dep in u.src[1:]:
+            if dep.op is Ops.STORE:  # loops closed before `u` nest inside the loops `u` is in
+                for closed in scopes[dep] - scopes[u]:
+                    outer_of[closed].update(scopes[u])
+    users: dict[UOp, list[UOp]] = {r: [] for r in ranges}
+    for r, outs in outer_of.items():
+        for o in outs:
+            users[o].append(r)
+    waiting = {r: len(outs) for r, outs in outer_of.items()}
+    ready = [(range_key(r), order[r], r) for r in ranges if waiting[r] == 0]
+    heapq.heapify(ready)
+    rank: dict[UOp, int] = {}
+    while ready:
+        *_, r = heapq.heappop(ready)
+        rank[r] = len(rank)
+        for u in users[r]:
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, (range_key(u), order[u], u))
+    if len(rank) != len(ranges):
+        stuck = sorted(str(r.arg[0]) for r in ranges if r not in rank)
+        raise ValueError(f"linearize: loops must enclose each other: got a cycle among axes {', '.join(stuck)}")
+    return rank
+
+
+def nest_loops(sink: UOp, order: dict[UOp, int]) -> tuple[Scopes, dict[UOp, int]]:
+    """Scopes and loop order such that every node's loops form one chain of a loop tree.
+
+    A RANGE used by two nodes with different outer loops would have to open twice; instead it moves inside the
+    union of those outer loops (which un-hoists the nodes that used it outside). Repeats until nothing moves.
+    """
+    enclosing: Scopes = {}
+    while True:
+        scopes = loop_scopes(sink, enclosing=enclosing)
+        rank = _rank_ranges(scopes, order)
+        grown = {r: set(s) for r, s in enclosing.items()}
+        for scope in set(scopes.values()):
+            for r in scope:
+                grown.setdefault(r, set()).update(x for x in scope if rank[x] < rank[r])
+        frozen = {r: frozenset(s) for r, s in grown.items() if s}
+        if frozen == enclosing:
+            return scopes, rank
+        enclosing = frozen
+
+
+def _place_registers(scopes: Scopes, nodes: list[UOp]) -> None:
+    """A DEFINE_REG sits in the loops all its users share: one private accumulator per iteration of those loops."""
+    shared: dict[UOp, frozenset[UOp]] = {}
+    for u in nodes:
+        for s in u.src:
+            if s.op is Ops.DEFINE_REG:
+                shared[s] = shared[s] & scopes[u] if s in shared else scopes[u]
+    scopes.update(shared)
+
+
+# *** ordering ***
+
+
+def _priority(u: UOp, order: dict[UOp, int]) -> tuple[int, int, str, int]:
+    """Among ready nodes: globals by slot, then variables by name, then the graph's own order."""
+    if u.op is Ops.DEFINE_GLOBAL:
+        return (0, int(u.arg), "", 0)
+    if u.op is Ops.DEFINE_VAR:
+        return (1, 0, str(u.arg[0]), 0)
+    return (2, 0, "", order[u.src[0]] if u.op is Ops.END else order[u])
+
+
+@dataclass
+class _LoopTree:
+    """Each loop level's items: its own nodes and its child loops (as their END node), with the order between them."""
+
+    paths: dict[UOp, tuple[UOp, ...]]
+    items: dict[UOp | None, list[UOp]] = field(default_factory=dict)
+    deps: dict[UOp, set[UOp]] = field(default_factory=dict)
+
+    def item(self, u: UOp, depth: int) -> UOp:
+        """What stands for `u` among the items of its level-`depth` ancestor: itself or the child loop around it."""
+        path = self.paths[u]
+        return u if len(path) == depth else UOp(Ops.END, dtypes.void, (path[depth],))
+
+    def add(self, u: UOp) -> None:
+        path = self.paths[u]
+        if u.op is Ops.RANGE:  # the loop is an item of its parent level; the RANGE itself opens its own level
+            self.items.setdefault(path[-2] if len(path) > 1 else None, []).append(self.item(u, len(path) - 1))
+        else:
+            self.items.setdefault(path[-1] if path else None, []).append(u)
+        for s in u.src:
+            ps = self.paths[s]
+            depth = 0
+            while depth < min(len(path), len(ps)) and path[depth] is ps[depth]:
+                depth += 1
+            before, after = self.item(s, depth), self.item(u, depth)
+            if before is not after and not (s.op is Ops.RANGE and len(ps) == depth):
+                self.deps.setdefault(after, set()).add(before)
+
+
+def _emit_level(tree: _LoopTree, level: UOp | None, order: dict[UOp, int], out: list[UOp]) -> None:
+    """Append the items of `level` in dependency order, each child loop as RANGE, its level, END."""
+    if level is not None:
+        out.append(level)
+    items = tree.items.get(level, [])
+    waiting = {it: 0 for it in items}
+    users: dict[UOp, list[UOp]] = {}
+    for it in items:
+        for dep in tree.deps.get(it, ()):
+            if dep in waiting:
+                waiting[it] += 1
+                users.setdefault(dep, []).append(it)
+    ready = [(_priority(it, order), id(it), it) for it in items if waiting[it] == 0]
+    heapq.heapify(ready)
+    done = 0
+    while ready:
+        *_, it = heapq.heappop(ready)
+        done += 1
+        if it.op is Ops.END:
+            _emit_level(tree, it.src[0], order, out)
+        out.append(it)
+        for user in users.get(it, ()):
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                heapq.heappush(ready, (_priority(user, order), id(user), user))
+    if done != len(items):
+        stuck = sorted({it.op.name for it in items if waiting[it]})
+        raise ValueError(f"linearize: nodes depend on a loop they are inside: stuck at {', '.join(stuck)}")
+
+
+def linearize(sink: UOp) -> list[UOp]:
+    """The kernel `sink` (REDUCEs already lowered) as a linear program ending with the SINK (KERNEL_IR.md §2)."""
+    order = {u: i for i, u in enumerate(sink.toposort())}
+    nodes = [u for u in order if u is not sink]
+    scopes, rank = nest_loops(sink, order)
+    _place_registers(scopes, nodes)
+    tree = _LoopTree({u: tuple(sorted(scopes[u], key=rank.__getitem__)) for u in nodes})
+    for u in nodes:
+        tree.add(u)
+    out: list[UOp] = []
+    _emit_level(tree, None, order, out)
+    return [*out, sink]

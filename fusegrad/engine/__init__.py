@@ -1,0 +1,1 @@
+"""Stage 9 of the pipeline: running kernels. realize.py lowers scheduled ExecItems to runners and runs them."""

@@ -1,0 +1,296 @@
+"""Stage 9: run a schedule. `ExecItem.lower()` picks a runner for a kernel AST (a compiled program, a copy or a view);
+`ExecItem.run()` executes it, records profile events and updates GlobalCounters; `run_schedule` runs a list of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from fusegrad.device import Buffer, Compiled, Compiler, Device, Program
+from fusegrad.helpers import (
+    BEAM,
+    CAPTURING,
+    DEBUG,
+    NOOPT,
+    PROFILE,
+    TRACEMETA,
+    GlobalCounters,
+    Metadata,
+    ProfilePointEvent,
+    TracingKey,
+    ansilen,
+    colored,
+    cpu_events,
+    cpu_profile,
+    time_to_str,
+)
+from fusegrad.uop.ops import Ops, UOp, sint, sym_infer, track_rewrites
+
+if TYPE_CHECKING:
+    from fusegrad.renderer import Estimates, ProgramSpec, Renderer
+
+
+def _program_trace_key(ast: UOp, renderer: Renderer, ret: ProgramSpec) -> TracingKey:
+    return TracingKey(ret.name, (ret.function_name, ast), ret)
+
+
+@track_rewrites(name=_program_trace_key)
+def get_program(ast: UOp, renderer: Renderer) -> ProgramSpec:
+    """Kernel AST -> ProgramSpec (codegen, then render); VIZ shows it as one group named after the kernel."""
+    from fusegrad.codegen import to_program  # codegen imports the engine's neighbours: import on use
+
+    return to_program(ast, renderer)
+
+
+# *** runners: what an ExecItem runs ***
+
+
+class Runner:
+    """A runnable step: its name, device, and op/memory estimates for GlobalCounters and DEBUG=2 lines."""
+
+    def __init__(self, display_name: str, device: str, estimates: Estimates) -> None:
+        self.first_run, self.display_name, self.device, self.estimates = True, display_name, device, estimates
+
+    @property
+    def dev(self) -> Compiled:
+        return Device[self.device]
+
+    @property
+    def inputs(self) -> list[int]:
+        """Buffer slots read (for profile events); copies and views read slot 1."""
+        return [1]
+
+    @property
+    def outputs(self) -> list[int]:
+        return [0]
+
+    def exec(self, rawbufs: list[Buffer], var_vals: dict[str, int] | None = None) -> float | None:
+        return self(rawbufs, {} if var_vals is None else var_vals)
+
+    def __call__(self, rawbufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
+        raise NotImplementedError(f"{type(self).__name__}: __call__ is not implemented")
+
+
+def _launch_dims(sizes: Sequence[sint] | None, var_vals: dict[str, int]) -> tuple[int, ...] | None:
+    return None if sizes is None else tuple(sym_infer(s, var_vals) for s in sizes)
+
+
+class CompiledRunner(Runner):
+    """A kernel compiled (through the device's compile cache) and loaded: `runner(bufs, var_vals, wait)`."""
+
+    def __init__(self, p: ProgramSpec, precompiled: bytes | None = None, prg: Program | None = None) -> None:
+        if DEBUG >= 4:
+            print(p.src)
+        self.p = p
+        if precompiled is not None:
+            self.lib = precompiled
+        else:
+            with cpu_profile(TracingKey(f"compile {p.name}", (p.function_name,)), "TINY"):
+                self.lib = Device[p.device].compiler.compile_cached(p.src)
+        if DEBUG >= 7:
+            Device[p.device].compiler.disassemble(self.lib)
+        self._prg = Device[p.device].runtime(p.function_name, self.lib) if prg is None else prg
+        super().__init__(p.name, p.device, p.estimates)
+
+    def __reduce__(self) -> tuple[type[CompiledRunner], tuple[ProgramSpec, bytes]]:
+        return CompiledRunner, (self.p, self.lib)
+
+    @property
+    def inputs(self) -> list[int]:
+        return list(self.p.ins)
+
+    @property
+    def outputs(self) -> list[int]:
+        return list(self.p.outs)
+
+    def __call__(self, rawbufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
+        if missing := [v.expr for v in self.p.vars if v.expr not in var_vals]:
+            raise ValueError(f"{self.p.name}: no value for variables {missing}: got values for {sorted(var_vals)}")
+        vals = tuple(var_vals[v.expr] for v in self.p.vars)
+        global_size, local_size = _launch_dims(self.p.global_size, var_vals), _launch_dims(self.p.local_size, var_vals)
+        bufs = [b._buf for b in rawbufs]
+        return self._prg(*bufs, global_size=global_size, local_size=local_size, vals=vals, wait=wait)
+
+
+class ViewOp(Runner):
+    """A BUFFER_VIEW kernel: the output already is a view of the input's memory, so running only checks that."""
+
+    def __init__(self, buf: Buffer) -> None:
+        from fusegrad.renderer import Estimates
+
+        super().__init__(colored(f"view {buf.nbytes:8d} @ {buf.offset:<10d}", "yellow"), buf.device, Estimates())
+
+    def __call__(self, rawbufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
+        if rawbufs[0]._base is None or rawbufs[0]._base is not rawbufs[1].base:
+            raise RuntimeError(f"view: output {rawbufs[0]!r} is not a view of input {rawbufs[1]!r}")
+        return None
+
+
+class BufferCopy(Runner):
+    """A COPY kernel: bufs[1] -> bufs[0] through host memory."""
+
+    def __init__(self, total_sz: int, dest_device: str, src_device: str) -> None:
+        from fusegrad.renderer import Estimates
+
+        size = f"{total_sz / 1e6:7.2f}M" if total_sz >= 1e6 else f"{total_sz:8d}"
+        name = f"copy {size}, {dest_device[:7]:>7s} <- {src_device[:7]:7s}"
+        super().__init__(colored(name, "yellow"), dest_device, Estimates(lds=total_sz, mem=total_sz))
+
+    def copy(self, dest: Buffer, src: Buffer) -> None:
+        dest.copyin(src.as_memoryview(allow_zero_copy=True))
+
+    def __call__(self, rawbufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
+        dest, src = rawbufs[0], rawbufs[1]
+        if dest.size != src.size or dest.dtype != src.dtype:
+            raise ValueError(f"copy: buffer mismatch: {dest.size} x {dest.dtype} <- {src.size} x {src.dtype}")
+        start = time.perf_counter()
+        with cpu_profile(f"{src.device} -> {dest.device}", dest.device, is_copy=True):
+            self.copy(dest, src)
+        if not wait:
+            return None
+        Device[dest.device].synchronize()
+        return time.perf_counter() - start
+
+
+# kernels compiled so far, by (device, compiler type, ast key, (BEAM, NOOPT), is-base-device entry)
+method_cache: dict[tuple[str, type[Compiler], bytes, tuple[int, int], bool], CompiledRunner] = {}
+
+
+def get_runner(device: str, ast: UOp) -> CompiledRunner:
+    """The CompiledRunner for a kernel AST on device, compiling it once; `CPU:1` reuses the binary of `CPU`."""
+    context = (BEAM.value, NOOPT.value)
+    compiler = type(Device[device].compiler)
+    key = (device, compiler, ast.key, context, False)
+    if (cached := method_cache.get(key)) is not None:
+        return cached
+    base_key = (device.split(":")[0], compiler, ast.key, context, True)
+    if (base := method_cache.get(base_key)) is not None:
+        runner = CompiledRunner(dataclasses.replace(base.p, device=device), base.lib)
+    else:
+        program = get_program(ast, Device[device].renderer)
+        runner = method_cache[base_key] = CompiledRunner(dataclasses.replace(program, device=device))
+    method_cache[key] = runner
+    return runner
+
+
+def lower_ast(ast: UOp, bufs: list[Buffer]) -> Runner:
+    """SINK -> compiled kernel, COPY -> BufferCopy, BUFFER_VIEW -> ViewOp."""
+    match ast.op:
+        case Ops.SINK:
+            return get_runner(bufs[0].device, ast)
+        case Ops.COPY:
+            return BufferCopy(bufs[0].nbytes, bufs[0].device, bufs[1].device)
+        case Ops.BUFFER_VIEW:
+            return ViewOp(bufs[0])
+    raise ValueError(f"lower: can't run a {ast.op} kernel: expected SINK, COPY or BUFFER_VIEW")
+
+
+# *** ExecItem ***
+
+
+@dataclass
+class ExecItem:
+    """One scheduled step: a kernel AST and its buffers (slot order, outputs first); `lower()` then `run()`."""
+
+    ast: UOp
+    bufs: list[Buffer | None] = field(default_factory=list)
+    metadata: tuple[Metadata, ...] | None = None
+    fixedvars: dict[str, int] = field(default_factory=dict)
+    prg: Runner | None = None
+
+    def _buffers(self) -> list[Buffer]:
+        if missing := [i for i, b in enumerate(self.bufs) if b is None]:
+            raise ValueError(f"ExecItem: buffer slots {missing} are None: every buffer must exist before running")
+        return [b for b in self.bufs if b is not None]
+
+    def lower(self) -> ExecItem:
+        """Pick the runner (compiling the kernel on first use); a no-op once lowered."""
+        if self.prg is None:
+            try:
+                self.prg = lower_ast(self.ast, self._buffers())
+            except Exception:
+                if DEBUG >= 2:
+                    print(f"error lowering {self.ast.op}; tensor operations: {self.metadata}")
+                raise
+        return self
+
+    def run(
+        self,
+        var_vals: dict[str, int] | None = None,
+        wait: bool = False,
+        jit: bool = False,
+        do_update_stats: bool = True,
+    ) -> float | None:
+        """Run (allocating buffers as needed); returns seconds when timed (wait, or DEBUG>=2), else None."""
+        prg = self.lower().prg
+        assert prg is not None, "ExecItem.run: lower() left no runner"
+        var_vals = self.fixedvars if var_vals is None else var_vals | self.fixedvars
+        bufs = self._buffers() if jit else [b.ensure_allocated() for b in self._buffers()]
+        if PROFILE:
+            payload = {"metadata": self.metadata, "var_vals": var_vals, "bufs": [b.trace_num for b in bufs],
+                       "inputs": prg.inputs, "outputs": prg.outputs}  # fmt: skip
+            cpu_events.append(ProfilePointEvent(prg.device, "exec", prg.display_name, payload))
+        elapsed = prg(bufs, var_vals, wait=wait or DEBUG >= 2)
+        if do_update_stats:
+            self._update_stats(prg, bufs, var_vals, elapsed, jit)
+        return elapsed
+
+    def _update_stats(
+        self, prg: Runner, bufs: list[Buffer], var_vals: dict[str, int], et: float | None, jit: bool
+    ) -> None:
+        GlobalCounters.kernel_count += 1
+        GlobalCounters.global_ops += (ops := sym_infer(prg.estimates.ops, var_vals))
+        GlobalCounters.global_mem += (mem := sym_infer(prg.estimates.mem, var_vals))
+        if et is not None:
+            GlobalCounters.time_sum_s += et
+        if DEBUG >= 2:
+            lds = sym_infer(prg.estimates.lds, var_vals)
+            header = colored(f"*** {prg.device[:7]:7s} {GlobalCounters.kernel_count:4d}", _header_color(prg, jit))
+            name = prg.display_name + " " * (46 - ansilen(prg.display_name))
+            metadata = [repr(m) if TRACEMETA >= 2 else str(m) for m in self.metadata] if self.metadata else ""
+            line = f"{header} {name} arg {len(bufs):2d} mem {GlobalCounters.mem_used / 1e9:6.2f} GB"
+            print(f"{line}{_timing(et, ops, mem, lds)} {metadata}")
+        prg.first_run = False
+
+
+def _header_color(prg: Runner, jit: bool) -> str | None:
+    if jit:
+        return "magenta"
+    return "green" if prg.first_run else None
+
+
+def _timing(et: float | None, ops: int, mem: int, lds: int) -> str:
+    """' tm <time>/<total> (<GFLOPS> <GB/s>)' for a DEBUG=2 line."""
+    if et is None:
+        return ""
+    seconds = et or 1e-20
+    speed = f"{ops / seconds * 1e-9:7.0f} GFLOPS {mem / seconds * 1e-9:4.0f}|{lds / seconds * 1e-9:<6.0f} GB/s"
+    shown = colored(time_to_str(et, w=9), "yellow" if et > 0.01 else None)
+    return f" tm {shown}/{GlobalCounters.time_sum_s * 1e3:9.2f}ms ({speed})"
+
+
+# *** schedules ***
+
+
+class Capturer(Protocol):
+    """What TinyJit puts in `capturing`: it is shown every ExecItem run while it captures."""
+
+    def add(self, ei: ExecItem) -> None: ...
+
+
+capturing: list[Capturer] = []  # mutated in place, never rebound: TinyJit appends itself while capturing
+
+
+def run_schedule(
+    schedule: list[ExecItem], var_vals: dict[str, int] | None = None, do_update_stats: bool = True
+) -> None:
+    """Lower and run every item in order, popping each off `schedule` (so its buffers can be freed as it goes)."""
+    while schedule:
+        ei = schedule.pop(0).lower()
+        if capturing and CAPTURING:
+            capturing[0].add(ei)
+        ei.run(var_vals, do_update_stats=do_update_stats)

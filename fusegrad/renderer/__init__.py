@@ -1,0 +1,146 @@
+"""Stage 7 of the pipeline: a linear program (list of UOps) -> source text. `Renderer` is the base every dialect extends;
+`ProgramSpec` is what the runtime compiles and runs (docs/KERNEL_IR.md §3), with its cost `Estimates`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from fusegrad.dtype import AddrSpace, PtrDType, dtypes
+from fusegrad.helpers import to_function_name
+from fusegrad.uop import GroupOp, Ops
+from fusegrad.uop.ops import PatternMatcher, UOp, sint, ssimplify, sym_infer
+
+
+class Renderer:
+    """What a device's code generator can do, and `render`, which turns a linear program into its source.
+
+    Subclasses override the class attributes; codegen reads them (e.g. `extra_matcher`, a rule table applied to the
+    kernel before linearizing, for ops this dialect has no spelling for).
+    """
+
+    device: ClassVar[str] = ""
+    suffix: ClassVar[str] = ""  # file suffix of the rendered source, for caches and DEBUG dumps
+    has_local: ClassVar[bool] = False
+    has_shared: ClassVar[bool] = False
+    supports_float4: ClassVar[bool] = False
+    global_max: ClassVar[tuple[int, ...] | None] = None
+    local_max: ClassVar[tuple[int, ...] | None] = None
+    shared_max: ClassVar[int] = 0
+    extra_matcher: ClassVar[PatternMatcher | None] = None
+    code_for_op: ClassVar[dict[Ops, Callable[..., str]]] = {}
+
+    def render(self, uops: list[UOp]) -> str:
+        """The source of the kernel `uops` (a linear program ending with its SINK)."""
+        raise NotImplementedError(f"{type(self).__name__}: render is not implemented")
+
+
+def _mul(x: sint, y: sint) -> sint:
+    if isinstance(x, int) and isinstance(y, int):
+        return x * y
+    return UOp.const(dtypes.index, x) * y if isinstance(x, int) else x * y
+
+
+def _add(x: sint, y: sint) -> sint:
+    if isinstance(x, int) and isinstance(y, int):
+        return x + y
+    return UOp.const(dtypes.index, x) + y if isinstance(x, int) else x + y
+
+
+def _trip_count(rng: UOp) -> sint:
+    end = rng.src[0]
+    return int(end.arg) if end.op is Ops.CONST else end
+
+
+@dataclass(frozen=True, slots=True)
+class Estimates:
+    """Cost of one kernel run: `ops` ALU ops (index arithmetic excluded), `lds` bytes moved by every global load and
+    store, `mem` bytes of global memory touched (each buffer once). Symbolic sizes give symbolic estimates."""
+
+    ops: sint = 0
+    lds: sint = 0
+    mem: sint = 0
+
+    def __add__(self, other: Estimates) -> Estimates:
+        return Estimates(_add(self.ops, other.ops), _add(self.lds, other.lds), _add(self.mem, other.mem))
+
+    def simplify(self) -> Estimates:
+        return Estimates(ssimplify(self.ops), ssimplify(self.lds), ssimplify(self.mem))
+
+    @staticmethod
+    def from_uops(uops: Sequence[UOp]) -> Estimates:
+        """Walk the program once, multiplying each op by the trip counts of the loops around it."""
+        ops: sint = 0
+        lds: sint = 0
+        touched: dict[UOp, sint] = {}  # DEFINE_GLOBAL -> bytes accessed
+        trips: list[sint] = [1]
+        for u in uops:
+            if u.op is Ops.RANGE:
+                trips.append(_mul(trips[-1], _trip_count(u)))
+            elif u.op is Ops.END:
+                trips.pop()
+            elif u.op in GroupOp.ALU and u.dtype.scalar() != dtypes.index:
+                ops = _add(ops, trips[-1])
+            elif (buf := _global_accessed(u)) is not None:
+                nbytes = _mul(trips[-1], buf.dtype.base.itemsize)
+                lds = _add(lds, nbytes)
+                touched[buf] = _add(touched.get(buf, 0), nbytes)
+        mem: sint = 0
+        for buf, nbytes in touched.items():
+            size = buf.dtype.size if isinstance(buf.dtype, PtrDType) else -1
+            whole = size * buf.dtype.base.itemsize
+            mem = _add(mem, nbytes if size < 0 or (isinstance(nbytes, int) and nbytes < whole) else whole)
+        return Estimates(ops, lds, mem).simplify()
+
+
+def _global_accessed(u: UOp) -> UOp | None:
+    """The DEFINE_GLOBAL a LOAD or STORE reads or writes, if it is one."""
+    if u.op not in (Ops.LOAD, Ops.STORE) or u.src[0].op is not Ops.INDEX:
+        return None
+    buf = u.src[0].src[0]
+    is_global = isinstance(buf.dtype, PtrDType) and buf.dtype.addrspace is AddrSpace.GLOBAL
+    return buf if buf.op is Ops.DEFINE_GLOBAL and is_global else None
+
+
+@dataclass(frozen=True)
+class ProgramSpec:
+    """A rendered kernel: `src` for `device`, the program it came from, and what the runtime needs to launch it.
+
+    `globals` are buffer slots in argument order, `outs`/`ins` the slots written/read, `vars` the DEFINE_VARs passed
+    after the buffers. `global_size`/`local_size` are launch dimensions (None on devices without them, like CPU).
+    """
+
+    name: str
+    src: str
+    device: str
+    ast: UOp
+    uops: list[UOp]
+    global_size: list[int] | None = None
+    local_size: list[int] | None = None
+    vars: list[UOp] = field(default_factory=list)
+    globals: list[int] = field(default_factory=list)
+    outs: list[int] = field(default_factory=list)
+    ins: list[int] = field(default_factory=list)
+    estimates: Estimates = field(default_factory=Estimates)
+
+    @property
+    def function_name(self) -> str:
+        return to_function_name(self.name)
+
+    @staticmethod
+    def from_uops(name: str, src: str, device: str, ast: UOp, uops: list[UOp]) -> ProgramSpec:
+        """A ProgramSpec whose buffers, variables and estimates are read off the linear program."""
+        outs = sorted({int(b.arg) for u in uops if u.op is Ops.STORE and (b := _global_accessed(u)) is not None})
+        ins = sorted({int(b.arg) for u in uops if u.op is Ops.LOAD and (b := _global_accessed(u)) is not None})
+        return ProgramSpec(name, src, device, ast, uops,
+                           vars=[u for u in uops if u.op is Ops.DEFINE_VAR],
+                           globals=[int(u.arg) for u in uops if u.op is Ops.DEFINE_GLOBAL],
+                           outs=outs, ins=ins, estimates=Estimates.from_uops(uops))  # fmt: skip
+
+    def launch_dims(self, var_vals: dict[str, int]) -> tuple[list[int], list[int]]:
+        """(global, local) sizes with every variable filled in; [1, 1, 1] where the device has none."""
+        global_size = [sym_infer(s, var_vals) for s in self.global_size] if self.global_size is not None else [1, 1, 1]
+        local_size = [sym_infer(s, var_vals) for s in self.local_size] if self.local_size is not None else [1, 1, 1]
+        return global_size, local_size

@@ -1,0 +1,370 @@
+"""C-family source from a linear program: `CStyleLanguage` maps each op to its text through the rule table
+`string_rewrite`; dialects (`ClangRenderer` here, CUDA and OpenCL later) override class attributes and rules.
+
+Entry point: `renderer.render(uops)`; the calling convention is docs/KERNEL_IR.md §4.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import ClassVar, cast
+
+from fusegrad.codegen.linearize import REDUCE_AXES
+from fusegrad.dtype import AddrSpace, ConstType, DType, PtrDType, dtypes
+from fusegrad.helpers import strip_parens, to_function_name
+from fusegrad.renderer import Renderer
+from fusegrad.uop import GroupOp, Ops
+from fusegrad.uop.ops import PatternMatcher, UOp, UPat
+
+# *** per-kernel render state ***
+
+# names of the values an op defines, by prefix; anything else is an "alu"
+_PREFIXES = {Ops.LOAD: "val", Ops.CAST: "cast", Ops.BITCAST: "cast", Ops.WHERE: "alu"}
+# ops that always render as an expression at their use: constants, addresses and aliases
+_ALWAYS_INLINE = frozenset({Ops.CONST, Ops.INDEX, Ops.AFTER})
+_STATEMENTS = frozenset({Ops.STORE, Ops.DEFINE_REG, Ops.RANGE, Ops.END})
+
+
+def _is_register(buf: UOp) -> bool:
+    return isinstance(buf.dtype, PtrDType) and buf.dtype.addrspace is AddrSpace.REG
+
+
+@dataclass
+class RenderContext:
+    """What the rules read: the dialect (`lang`), the text of every rendered node (`ctx[u]`), and its loop depth."""
+
+    lang: CStyleLanguage
+    uops: list[UOp]
+    r: dict[UOp, str] = field(default_factory=dict)
+    users: dict[UOp, list[UOp]] = field(default_factory=dict)
+    depth: dict[UOp, int] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        level = 0
+        for u in self.uops:
+            if u.op is Ops.END:
+                level -= 1
+            self.depth[u] = level
+            if u.op is Ops.RANGE:
+                level += 1
+            for s in u.src:
+                self.users.setdefault(s, []).append(u)
+
+    def __getitem__(self, u: UOp) -> str:
+        return self.r[u]
+
+    def fresh_name(self, prefix: str) -> str:
+        n = self.counts[prefix] = self.counts.get(prefix, -1) + 1
+        return f"{prefix}{n}"
+
+    def name_of(self, u: UOp) -> str:
+        """The C identifier a defining node introduces."""
+        match u.op:
+            case Ops.DEFINE_GLOBAL:
+                return f"data{u.arg}"
+            case Ops.DEFINE_VAR:
+                return str(u.arg[0])
+            case Ops.DEFINE_REG:
+                return f"acc{u.arg}"
+            case Ops.RANGE:
+                base = f"ridx{u.arg[0]}"  # two loops over the same axis id get a suffix
+                return base if base not in self.r.values() else self.fresh_name(base + "_")
+        return self.fresh_name(_PREFIXES.get(u.op, "alu"))
+
+    def is_inline(self, u: UOp) -> bool:
+        """Whether `u` is written into its user's text rather than a variable of its own.
+
+        Register loads inline (the accumulator is read where it is used); other values inline only when used once
+        in the same loop, so hoisted work stays hoisted. Global loads always get a variable.
+        """
+        if u.op in _ALWAYS_INLINE:
+            return True
+        if u.op is Ops.LOAD:
+            return _is_register(_base_buffer(u.src[0].src[0]))
+        users = self.users.get(u, [])
+        return len(users) == 1 and self.depth[users[0]] == self.depth[u]
+
+
+def _base_buffer(buf: UOp) -> UOp:
+    while buf.op is Ops.AFTER:
+        buf = buf.src[0]
+    return buf
+
+
+# *** rules: op -> C text ***
+
+
+def render_index(ctx: RenderContext, x: UOp) -> str:
+    """`buf[idx]`, an lvalue; a one-element register is just its name."""
+    buf = _base_buffer(x.src[0])
+    if _is_register(buf) and cast(PtrDType, buf.dtype).size == 1:
+        return ctx[x.src[0]]
+    return f"{ctx[x.src[0]]}[{strip_parens(ctx[x.src[1]])}]"
+
+
+def render_load(ctx: RenderContext, x: UOp, idx: UOp) -> str:
+    """A gated load reads 0 where its INDEX's valid is false (C's ?: never touches the other branch)."""
+    if len(idx.src) > 2:
+        return f"({ctx[idx.src[2]]}?{ctx[idx]}:{ctx.lang.render_const(0, x.dtype)})"
+    return ctx[idx]
+
+
+def render_store(ctx: RenderContext, idx: UOp, value: UOp) -> str:
+    store = f"{ctx[idx]} = {ctx[value]};"
+    return f"if ({strip_parens(ctx[idx.src[2]])}) {store}" if len(idx.src) > 2 else store
+
+
+def render_range(ctx: RenderContext, x: UOp) -> str:
+    name, index_type = ctx[x], ctx.lang.render_dtype(dtypes.index)
+    return f"for ({index_type} {name} = 0; {name} < {strip_parens(ctx[x.src[0]])}; {name}++) {{"
+
+
+def render_alu(ctx: RenderContext, x: UOp) -> str | None:
+    if (fn := ctx.lang.code_for_op.get(x.op)) is None:
+        return None
+    return fn(*[ctx[s] for s in x.src], x.dtype)
+
+
+def render_add_negative(ctx: RenderContext, x: UOp, c: UOp) -> str | None:
+    """x + (-c) as x - c (exact in IEEE and in wrapping ints), skipped where -c would overflow."""
+    if c.dtype == dtypes.bool or not c.arg < 0 or (dtypes.is_int(c.dtype) and c.arg == dtypes.min(c.dtype)):
+        return None
+    return f"({ctx[x]}-{ctx.lang.render_const(-c.arg, c.dtype)})"
+
+
+_rules: list[tuple[UPat, Callable[..., str | None]]] = [
+    (UPat(Ops.DEFINE_REG, name="x"), lambda ctx, x: ctx.lang.render_register(ctx[x], x.dtype)),
+    (UPat(Ops.RANGE, name="x"), render_range),
+    (UPat(Ops.END), lambda: "}"),
+    (UPat(Ops.CONST, name="x"), lambda ctx, x: ctx.lang.render_const(x.arg, x.dtype)),
+    (UPat(Ops.AFTER, name="x"), lambda ctx, x: ctx[x.src[0]]),  # the value once its deps ran: same storage
+    (UPat(Ops.INDEX, name="x"), render_index),
+    (UPat(Ops.LOAD, src=(UPat(Ops.INDEX, name="idx"),), name="x"), render_load),
+    (UPat(Ops.STORE, src=(UPat(Ops.INDEX, name="idx"), UPat.var("value"))), render_store),
+    (UPat(Ops.CAST, name="x"), lambda ctx, x: f"(({ctx.lang.render_dtype(x.dtype)})({ctx[x.src[0]]}))"),
+    (UPat(Ops.BITCAST, name="x"), lambda ctx, x: ctx.lang.render_bitcast(ctx[x.src[0]], x.src[0].dtype, x.dtype)),
+    (UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c", vec=False))), render_add_negative),  # x+(-c) -> x-c
+    (UPat(Ops.MUL, src=(UPat.var("x"), UPat.const(None, -1))), lambda ctx, x: f"(-{ctx[x]})"),  # x*-1 -> -x
+    (UPat(Ops.CMPNE, src=(UPat.var("x", dtypes.bool), UPat.const(dtypes.bool, True))), lambda ctx, x: f"(!{ctx[x]})"),
+    (UPat(GroupOp.ALU, name="x"), render_alu),
+]
+# the rules return C text, not UOps: PatternMatcher is typed for rewrites, but `rewrite` hands back whatever they return
+base_rewrite = PatternMatcher(_rules)  # type: ignore[arg-type]
+
+
+# *** the dialect ***
+
+
+def _is_bool(dtype: DType) -> bool:
+    return dtype.scalar() == dtypes.bool
+
+
+def _max(x: str, y: str, dtype: DType) -> str:
+    return f"(({x}>{y})?{x}:{y})"  # x>y?x:y: a NaN in x gives y (numpy's maximum would give NaN)
+
+
+class CStyleLanguage(Renderer):
+    """The C family. Each dialect sets the spellings below; `render` lays out one function from a linear program."""
+
+    preamble: ClassVar[str] = ""  # text before the kernel (includes, helpers)
+    kernel_prefix: ClassVar[str] = ""  # before the return type, e.g. CUDA's `extern "C" __global__ `
+    buffer_prefix: ClassVar[str] = ""  # before a buffer argument's element type, e.g. OpenCL's `__global `
+    buffer_suffix: ClassVar[str] = ""  # after a buffer argument's `*`, e.g. C99's ` restrict`
+    const_prefix: ClassVar[str] = "const "  # on buffers the kernel only reads
+    arg_int_prefix: ClassVar[str] = "long long"  # type of a DEFINE_VAR argument
+    infinity: ClassVar[str] = "INFINITY"
+    nan: ClassVar[str] = "NAN"
+    type_map: ClassVar[dict[DType, str]] = {dtypes.bool: "bool", dtypes.index: "long long"}
+    unsupported_dtypes: ClassVar[frozenset[DType]] = frozenset()
+    parallel_pragma: ClassVar[str | None] = None  # put before a big outermost output loop (CPU threads)
+    parallel_threshold: ClassVar[int] = 1 << 16  # ops x trips of that loop at which threads start to pay
+    code_for_op: ClassVar[dict[Ops, Callable[..., str]]] = {
+        Ops.SQRT: lambda x, dtype: f"sqrt({x})",
+        Ops.EXP2: lambda x, dtype: f"exp2({x})",
+        Ops.LOG2: lambda x, dtype: f"log2({x})",
+        Ops.SIN: lambda x, dtype: f"sin({x})",
+        Ops.TRUNC: lambda x, dtype: f"trunc({x})",
+        Ops.RECIPROCAL: lambda x, dtype: f"(1/{x})",
+        Ops.NEG: lambda x, dtype: f"(!{x})" if _is_bool(dtype) else f"(-{x})",
+        Ops.ADD: lambda x, y, dtype: f"({x}|{y})" if _is_bool(dtype) else f"({x}+{y})",
+        Ops.SUB: lambda x, y, dtype: f"({x}-{y})",
+        Ops.MUL: lambda x, y, dtype: f"({x}&{y})" if _is_bool(dtype) else f"({x}*{y})",
+        Ops.FDIV: lambda x, y, dtype: f"({x}/{y})",
+        Ops.IDIV: lambda x, y, dtype: f"({x}/{y})",  # C division truncates toward zero, as the IR's IDIV
+        Ops.MOD: lambda x, y, dtype: f"({x}%{y})",  # and the remainder takes the dividend's sign
+        Ops.MAX: _max,
+        Ops.CMPLT: lambda x, y, dtype: f"({x}<{y})",
+        Ops.CMPNE: lambda x, y, dtype: f"({x}!={y})",
+        Ops.CMPEQ: lambda x, y, dtype: f"({x}=={y})",
+        Ops.AND: lambda x, y, dtype: f"({x}&{y})",
+        Ops.OR: lambda x, y, dtype: f"({x}|{y})",
+        Ops.XOR: lambda x, y, dtype: f"({x}^{y})",
+        Ops.SHL: lambda x, y, dtype: f"({x}<<{y})",
+        Ops.SHR: lambda x, y, dtype: f"({x}>>{y})",
+        Ops.POW: lambda x, y, dtype: f"pow({x},{y})",
+        Ops.WHERE: lambda c, x, y, dtype: f"({c}?{x}:{y})",
+        Ops.MULACC: lambda x, y, z, dtype: f"(({x}*{y})+{z})",
+    }
+    string_rewrite: ClassVar[PatternMatcher] = base_rewrite
+
+    # *** spellings ***
+
+    def render_dtype(self, dt: DType) -> str:
+        if dt.count > 1:
+            raise NotImplementedError(f"{type(self).__name__}: vector dtype {dt} is not supported yet")
+        if dt.scalar() in self.unsupported_dtypes:
+            raise NotImplementedError(f"{type(self).__name__}: dtype {dt} is not supported yet")
+        return self.type_map.get(dt, dt.name)
+
+    def render_const(self, x: ConstType, dt: DType) -> str:
+        """A C literal of `x` that reads back exactly as `dt`; negative values are parenthesized."""
+        if dtypes.is_float(dt):
+            return self.render_float(float(x), dt)
+        if _is_bool(dt):
+            return "1" if x else "0"
+        return self.render_int(int(x), dt)
+
+    def render_float(self, x: float, dt: DType) -> str:
+        if math.isnan(x):
+            return self.nan
+        if math.isinf(x):
+            return self.infinity if x > 0 else f"(-{self.infinity})"
+        if dt == dtypes.float64:
+            text = repr(abs(x))
+        else:
+            text = _shortest_float32(abs(x)) + "f"
+            if dt != dtypes.float32:
+                text = f"(({self.render_dtype(dt)}){text})"
+        return f"(-{text})" if math.copysign(1.0, x) < 0 else text
+
+    def render_int(self, x: int, dt: DType) -> str:
+        suffix = {dtypes.int64: "ll", dtypes.uint64: "ull", dtypes.uint32: "u"}.get(dt.scalar(), "")
+        if dt == dtypes.index and not -(2**31) <= x < 2**31:
+            suffix = "ll"
+        if x < 0 and x == dtypes.min(dt) and dt.itemsize >= 4:  # -2147483648 would parse as -(a long)
+            return f"({x + 1}{suffix}-1)"
+        return f"({x}{suffix})" if x < 0 else f"{x}{suffix}"
+
+    def render_register(self, name: str, ptr: PtrDType) -> str:
+        count = f"[{ptr.size}]" if ptr.size != 1 else ""
+        return f"{self.render_dtype(ptr.base)} {name}{count};"
+
+    def render_bitcast(self, x: str, src: DType, dt: DType) -> str:
+        """The bits of `x` read as `dt`, through a union (the one type pun C99 defines)."""
+        if src.itemsize != dt.itemsize:
+            raise ValueError(f"bitcast: sizes differ: got {src} ({src.itemsize} bytes) to {dt} ({dt.itemsize} bytes)")
+        return f"((union {{ {self.render_dtype(src)} a; {self.render_dtype(dt)} b; }}){{ .a = {x} }}).b"
+
+    def render_buffer(self, buf: UOp, name: str, written: bool) -> str:
+        qualifier = "" if written else self.const_prefix
+        return f"{self.buffer_prefix}{qualifier}{self.render_dtype(buf.dtype.base)}*{self.buffer_suffix} {name}"
+
+    def render_kernel(self, function_name: str, args: list[str], body: list[str]) -> str:
+        lines = [f"{self.kernel_prefix}void {function_name}({', '.join(args)}) {{", *body, "}"]
+        return self.preamble + "\n".join(lines) + "\n"
+
+    # *** layout ***
+
+    def render(self, uops: list[UOp]) -> str:
+        ctx = RenderContext(self, uops)
+        parallel = _parallel_loops(uops, self.parallel_threshold) if self.parallel_pragma is not None else set()
+        body: list[str] = []
+        for u in uops:
+            if u.op is Ops.SINK:
+                continue
+            if u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.RANGE, Ops.DEFINE_REG):
+                ctx.r[u] = ctx.name_of(u)
+                if u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR):
+                    continue
+            text = cast("str | None", self.string_rewrite.rewrite(u, ctx=ctx))
+            if text is None:
+                raise NotImplementedError(f"{type(self).__name__}: no C spelling for {u.op} of {u.dtype}")
+            indent = "  " * (ctx.depth[u] + 1)
+            if u in parallel:
+                body.append(f"{indent}{self.parallel_pragma}")
+            if u.op in _STATEMENTS:
+                body.append(indent + text)
+            elif ctx.is_inline(u):
+                ctx.r[u] = text
+            else:
+                ctx.r[u] = ctx.name_of(u)
+                body.append(f"{indent}{self.render_dtype(u.dtype)} {ctx[u]} = {text};")
+        return self.render_kernel(to_function_name(kernel_name(uops)), self.render_args(uops, ctx), body)
+
+    def render_args(self, uops: list[UOp], ctx: RenderContext) -> list[str]:
+        """Buffers in slot order (const where only read), then the variables (KERNEL_IR.md §4)."""
+        written = {_base_buffer(u.src[0].src[0]) for u in uops if u.op is Ops.STORE}
+        globs = sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: int(u.arg))
+        args = [self.render_buffer(u, ctx[u], u in written) for u in globs]
+        return args + [f"{self.arg_int_prefix} {ctx[u]}" for u in uops if u.op is Ops.DEFINE_VAR]
+
+
+def kernel_name(uops: list[UOp]) -> str:
+    """The name in the closing SINK's KernelInfo ("test" when there is none)."""
+    if uops and uops[-1].op is Ops.SINK and isinstance(name := getattr(uops[-1].arg, "name", None), str):
+        return name
+    return "test"
+
+
+def _shortest_float32(x: float) -> str:
+    """The shortest decimal that reads back as the float32 nearest to `x` (always with a '.' or an exponent)."""
+    bits = struct.pack("f", x)
+    for digits in range(1, 10):
+        text = f"{x:.{digits}g}"
+        if struct.pack("f", float(text)) == bits:
+            break
+    return text if "." in text or "e" in text else text + ".0"
+
+
+def _parallel_loops(uops: list[UOp], threshold: int) -> set[UOp]:
+    """Outermost output loops worth spreading over threads: ops x trip counts inside reach `threshold`.
+
+    Only output loops qualify: each iteration writes its own elements and keeps its accumulators in variables
+    declared inside it, so iterations share nothing they write.
+    """
+    work: dict[UOp, int] = {}
+    outer: UOp | None = None
+    trips = [1]
+    for u in uops:
+        if u.op is Ops.RANGE:
+            if len(trips) == 1:
+                outer = u
+            trips.append(trips[-1] * max(int(u.src[0].vmax), 1))
+        elif u.op is Ops.END:
+            trips.pop()
+        elif outer is not None and len(trips) > 1 and (u.op in GroupOp.ALU or u.op in (Ops.LOAD, Ops.STORE)):
+            work[outer] = work.get(outer, 0) + trips[-1]
+    return {r for r, w in work.items() if w >= threshold and r.arg[1] not in REDUCE_AXES}
+
+
+class ClangRenderer(CStyleLanguage):
+    """C99 for the CPU device, compiled by the system C compiler with -fopenmp (GCC or Clang)."""
+
+    device = "CPU"
+    suffix = "c"
+    preamble = "#include <math.h>\n"
+    buffer_suffix = " restrict"
+    infinity = "__builtin_inff()"
+    nan = '__builtin_nanf("")'
+    type_map = {dtypes.bool: "_Bool", dtypes.int64: "long long", dtypes.uint64: "unsigned long long",
+                dtypes.float16: "_Float16", dtypes.index: "long long"}  # fmt: skip
+    unsupported_dtypes = frozenset({dtypes.bfloat16, *dtypes.fp8s})  # TODO(#bf16): storage + conversion helpers
+    parallel_pragma = "#pragma omp parallel for"
+    code_for_op = {
+        **CStyleLanguage.code_for_op,
+        # builtins: no libm prototypes or errno needed; float and half compute in float, double in double
+        Ops.SQRT: lambda x, dtype: f"__builtin_sqrt{_math_suffix(dtype)}({x})",
+        Ops.EXP2: lambda x, dtype: f"__builtin_exp2{_math_suffix(dtype)}({x})",
+        Ops.LOG2: lambda x, dtype: f"__builtin_log2{_math_suffix(dtype)}({x})",
+        Ops.SIN: lambda x, dtype: f"__builtin_sin{_math_suffix(dtype)}({x})",
+        Ops.TRUNC: lambda x, dtype: f"__builtin_trunc{_math_suffix(dtype)}({x})",
+        Ops.POW: lambda x, y, dtype: f"__builtin_pow{_math_suffix(dtype)}({x},{y})",
+    }
+
+
+def _math_suffix(dtype: DType) -> str:
+    return "" if dtype.scalar() == dtypes.float64 else "f"

@@ -1,0 +1,75 @@
+"""The CPU device: C kernels from the ClangRenderer, compiled by the system C compiler and called through ctypes.
+
+Memory is host memory (MallocAllocator); `CPUProgram(dev, name, lib)` loads one kernel from shared-object bytes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import tempfile
+import time
+from typing import TYPE_CHECKING
+
+from fusegrad.device import Compiled, MallocAllocator
+from fusegrad.helpers import cpu_profile, mv_address
+from fusegrad.runtime.support.compiler_cpu import ClangCompiler
+
+if TYPE_CHECKING:
+    from fusegrad.renderer import Renderer
+
+CPUCompiler = ClangCompiler  # the name newer reference code uses
+
+
+class CPUProgram:
+    """One kernel of a shared object, called as `prg(*buffers, vals=(...), wait=True) -> seconds`."""
+
+    def __init__(self, dev: Compiled, name: str, lib: bytes) -> None:
+        self.dev, self.name, self.device = dev, name, dev.device
+        # dlopen needs a file: write a uniquely named one, load it, and unlink it (the mapping stays valid)
+        fd, path = tempfile.mkstemp(prefix=f"fusegrad_{name[:64]}_", suffix=".so")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(lib)
+            self.lib = ctypes.CDLL(path)
+        finally:
+            os.unlink(path)
+        try:
+            self.fxn = getattr(self.lib, name)
+        except AttributeError:
+            raise ValueError(f"CPUProgram: no function {name!r} in the compiled library") from None
+        self.fxn.restype = None
+
+    def __call__(
+        self,
+        *bufs: memoryview | int,
+        global_size: tuple[int, ...] | None = None,
+        local_size: tuple[int, ...] | None = None,
+        vals: tuple[int, ...] = (),
+        wait: bool = False,
+    ) -> float | None:
+        """Run on buffers (host memoryviews or raw addresses, in slot order) and variable values (as int64)."""
+        args: list[ctypes.c_void_p | ctypes.c_int64] = [
+            ctypes.c_void_p(b if isinstance(b, int) else _address(b)) for b in bufs
+        ]
+        args += [ctypes.c_int64(v) for v in vals]
+        with cpu_profile(self.name, self.device):
+            start = time.perf_counter()
+            self.fxn(*args)
+            elapsed = time.perf_counter() - start
+        return elapsed if wait else None
+
+
+def _address(mv: memoryview) -> int:
+    return mv_address(mv) if mv.nbytes else 0
+
+
+def _clang_renderer() -> Renderer:
+    from fusegrad.renderer.cstyle import ClangRenderer  # imported on first render: codegen loads after the runtime
+
+    return ClangRenderer()
+
+
+class CPUDevice(Compiled):
+    def __init__(self, device: str) -> None:
+        super().__init__(device, MallocAllocator(self), _clang_renderer, ClangCompiler(), CPUProgram)

@@ -1,0 +1,1 @@
+"""Support code for the runtimes: compiler wrappers (compiler_cpu.py) and ctypes glue to system libraries."""

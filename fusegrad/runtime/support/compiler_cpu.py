@@ -1,0 +1,79 @@
+"""The CPU backend's compiler: C source -> shared-object bytes, by the system C compiler (CPU_CC, else cc, gcc, clang).
+
+Used by runtime/ops_cpu.py; binaries are cached on disk by Compiler.compile_cached, keyed by source, compiler and flags.
+"""
+
+from __future__ import annotations
+
+import functools
+import pathlib
+import shutil
+import subprocess
+import tempfile
+
+from fusegrad.device import CompileError, Compiler
+from fusegrad.diskcache import CacheKey
+from fusegrad.helpers import CPU_CC
+
+DEFAULT_COMPILERS = ("cc", "gcc", "clang")  # tried in order when CPU_CC is unset
+# -ffp-contract=off: no fused multiply-add, so float results match the PYTHON device's one rounding per op
+CFLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off", "-x", "c", "-")
+_PROBE_SRC = "void fusegrad_probe(float* restrict out) { out[0] = 1.0f; }\n"
+
+
+def find_c_compiler() -> str:
+    """Path of the C compiler to use. Raises RuntimeError naming what was looked for and how to get one."""
+    wanted = [CPU_CC.value] if CPU_CC.value else list(DEFAULT_COMPILERS)
+    for name in wanted:
+        if (path := shutil.which(name)) is not None:
+            return path
+    looked_for = f"CPU_CC={CPU_CC.value}" if CPU_CC.value else ", ".join(wanted) + " on PATH"
+    raise RuntimeError(
+        f"CPU: no C compiler found: looked for {looked_for}; install one (e.g. `apt-get install gcc` or "
+        "`apt-get install clang`) or set CPU_CC to a compiler's path"
+    )
+
+
+def _numbered(src: str) -> str:
+    return "\n".join(f"{i:4d} | {line}" for i, line in enumerate(src.splitlines(), start=1))
+
+
+class ClangCompiler(Compiler):
+    """Runs the system C compiler (gcc or clang, via `cc` by default) with CFLAGS into a shared object."""
+
+    def __init__(self, cachekey: str | None = "compile_clang") -> None:
+        super().__init__(cachekey)
+
+    def cache_key(self, src: str) -> CacheKey:
+        wanted = CPU_CC.value or DEFAULT_COMPILERS[0]
+        return (src, shutil.which(wanted) or wanted, list(CFLAGS))
+
+    def compile(self, src: str) -> bytes:
+        """C source -> .so bytes. Raises CompileError holding the compiler's stderr and the numbered source."""
+        compiler = find_c_compiler()
+        with tempfile.TemporaryDirectory(prefix="fusegrad_cc_") as tmp:
+            out = pathlib.Path(tmp) / "kernel.so"
+            proc = subprocess.run(
+                [compiler, *CFLAGS, "-o", str(out)], input=src.encode(), capture_output=True, check=False
+            )
+            if proc.returncode != 0:
+                stderr = proc.stderr.decode(errors="replace")
+                failed = f"compile: {compiler} failed (exit code {proc.returncode}):\n{stderr}"
+                raise CompileError(f"{failed}\nkernel source:\n{_numbered(src)}", src=src, stderr=stderr)
+            return out.read_bytes()
+
+    def check_usable(self) -> None:
+        """Compile a one-line kernel once per compiler: catches a missing compiler and a broken toolchain alike."""
+        _probe(self, find_c_compiler())
+
+    def disassemble(self, lib: bytes) -> None:
+        with tempfile.NamedTemporaryFile(suffix=".so") as f:
+            f.write(lib)
+            f.flush()
+            proc = subprocess.run(["objdump", "-d", f.name], capture_output=True, text=True, check=False)
+            print(proc.stdout or proc.stderr)
+
+
+@functools.cache
+def _probe(compiler: ClangCompiler, path: str) -> None:
+    compiler.compile(_PROBE_SRC)  # path is part of the cache key: a different CPU_CC is probed again

@@ -1,0 +1,84 @@
+"""Movement ops as index arithmetic: where a view reads its source, and whether that read is in bounds.
+
+Every axis of a kernel's output is a RANGE; reading a node through a movement op turns the consumer's index tuple
+into the source's (`source_index`). Padding adds a validity condition that travels with the index.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+
+from fusegrad.dtype import dtypes
+from fusegrad.uop import Ops
+from fusegrad.uop.ops import UOp
+
+Index = tuple[UOp, ...]
+
+
+def idx_const(x: int) -> UOp:
+    return UOp.const(dtypes.index, x)
+
+
+def strides_for(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides of a contiguous tensor of `shape`."""
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= s
+    return tuple(reversed(strides))
+
+
+def linearize_index(idx: Index, shape: tuple[int, ...]) -> UOp:
+    """The flat position of `idx` in a contiguous tensor of `shape` (size-1 axes contribute nothing)."""
+    terms = [i * st for i, s, st in zip(idx, shape, strides_for(shape), strict=True) if s != 1]
+    return functools.reduce(operator.add, terms) if terms else idx_const(0)
+
+
+def _and(a: UOp | None, b: UOp) -> UOp:
+    return b if a is None else a & b
+
+
+def source_index(node: UOp, idx: Index, valid: UOp | None) -> tuple[Index, UOp | None]:
+    """The index (and validity) at which movement op `node`, read at `idx`, reads its source."""
+    in_shape, arg = node.src[0].shape, node.arg
+    match node.op:
+        case Ops.RESHAPE:
+            flat = linearize_index(idx, node.shape)
+            out = []
+            for i, (s, st) in enumerate(zip(in_shape, strides_for(in_shape), strict=True)):
+                if s == 1:
+                    out.append(idx_const(0))
+                else:
+                    q = flat // st if st != 1 else flat
+                    out.append(q % s if i != 0 else q)  # the first axis needs no mod: flat < total size
+            return tuple(out), valid
+        case Ops.PERMUTE:
+            out_list: list[UOp] = [idx_const(0)] * len(arg)
+            for out_axis, in_axis in enumerate(arg):
+                out_list[in_axis] = idx[out_axis]
+            return tuple(out_list), valid
+        case Ops.EXPAND:
+            return tuple(idx_const(0) if s == 1 and n != 1 else i for i, s, n in zip(idx, in_shape, arg, strict=True)), valid
+        case Ops.PAD:
+            new_idx: list[UOp] = []
+            for i, s, (before, _) in zip(idx, in_shape, arg, strict=True):
+                if before == 0 and _ == 0:
+                    new_idx.append(i)
+                    continue
+                new_idx.append(i - before)
+                if before > 0:
+                    valid = _and(valid, idx_const(before - 1) < i)
+                valid = _and(valid, i < before + s)
+            return tuple(new_idx), valid
+        case Ops.SHRINK:
+            return tuple(i + start if start else i for i, (start, _) in zip(idx, arg, strict=True)), valid
+        case Ops.FLIP:
+            return tuple((s - 1) - i if flip else i for i, s, flip in zip(idx, in_shape, arg, strict=True)), valid
+    raise ValueError(f"source_index: {node.op} is not a movement op")
+
+
+def pad_valid(node: UOp, idx: Index) -> UOp | None:
+    """The condition under which a PAD node, read at `idx`, reads real data rather than padding."""
+    _, valid = source_index(node, idx, None)
+    return valid

@@ -1,0 +1,160 @@
+"""The scheduler's entry point: `kernelize(sink)` turns a tensor graph into KERNEL nodes writing buffers.
+
+Every realized node R becomes `ASSIGN(BUFFER, KERNEL)`: the KERNEL's AST stores R into BUFFER; its sources are the
+buffers it writes and reads, so a toposort of the result is a valid run order. The returned map says what each
+realized tensor node became (a view of its buffer), for Tensor to repoint live tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fusegrad.helpers import pluralize, prod
+from fusegrad.uop import GroupOp, Ops
+from fusegrad.uop.ops import UOp, all_metadata
+from fusegrad.uop.rewrite import graph_rewrite_map, track_rewrites
+from fusegrad.uop.upat import PatternMatcher, UPat
+from fusegrad.schedule.rangeify import (
+    Kernel,
+    build_kernel,
+    copy_kernel,
+    initial_realizes,
+    is_kernelized,
+    is_stored,
+    simplify_kernel,
+)
+
+
+@dataclass
+class KernelizeResult:
+    """What `kernelize` made: the old-node -> new-node map and how many kernels it built."""
+
+    becomes: dict[UOp, UOp]
+    kernels: list[UOp]
+
+    @property
+    def kernel_count(self) -> int:
+        return len(self.kernels)
+
+
+def _is_flat_view_of_stored(x: UOp) -> bool:
+    node = x
+    while node.op is Ops.RESHAPE:
+        node = node.src[0]
+    return is_stored(node)
+
+
+def _contiguous_copy_source(c: UOp) -> UOp | None:
+    """COPY moves raw memory, so its source must be a whole contiguous buffer."""
+    src = c.src[0]
+    if _is_flat_view_of_stored(src) or src.op is Ops.CONTIGUOUS:
+        return None
+    return c.replace(src=(src.contiguous(), *c.src[1:]))
+
+
+def _contiguous_assign_value(a: UOp) -> UOp | None:
+    """An ASSIGN whose value is only a view of memory needs a kernel that computes it: make it contiguous."""
+    if is_kernelized(a) or a.src[1].op is Ops.CONTIGUOUS:
+        return None
+    value = a.src[1]
+    if value.op in GroupOp.Movement and (is_stored(value.base) or value.base.op is Ops.CONST):
+        return a.replace(src=(a.src[0], value.contiguous()))
+    if _reads_target_elsewhere(a):
+        return a.replace(src=(a.src[0], value.contiguous()))
+    return None
+
+
+def _reads_target_elsewhere(a: UOp) -> bool:
+    """Does the value read the assigned buffer through a different view? Then writing in place would race."""
+    target_base = a.src[0].base
+    for u in a.src[1].toposort():
+        if u.op in GroupOp.Movement and u.base is target_base and u is not a.src[0]:
+            return True
+    return False
+
+
+pm_prepare_realize = PatternMatcher(
+    [
+        (UPat(Ops.COPY, name="c"), _contiguous_copy_source),  # COPY(view) -> COPY(CONTIGUOUS(view))
+        (UPat(Ops.ASSIGN, name="a"), _contiguous_assign_value),  # ASSIGN(t, racy value) -> ASSIGN(t, CONTIGUOUS(value))
+        (UPat((Ops.DETACH, Ops.CONTIGUOUS_BACKWARD), name="x"), lambda x: x.src[0]),  # gradient markers vanish
+    ]
+)
+
+
+def find_realizes(sink: UOp) -> dict[UOp, None]:
+    """Grow the initial realize set until no kernel would recompute a reduce or read a node at two places."""
+    realized = initial_realizes(sink)
+    while True:
+        reads: dict[UOp, set[Any]] = {}
+        flagged: dict[UOp, None] = {}
+        for root in list(realized):
+            if root.op is not Ops.COPY:
+                build_kernel(root, realized, {}, reads, flagged, None)
+        new = [u for u in flagged if u not in realized]
+        # realizing a reduce changes who reads what, so settle reduces before splitting elementwise nodes
+        new_reduces = [u for u in new if u.op is Ops.REDUCE_AXIS]
+        if not new:
+            return realized
+        realized.update(dict.fromkeys(new_reduces or new))
+
+
+def _kernel_name(result: Any) -> str:
+    return f"Schedule {pluralize('Kernel', result.kernel_count)}"
+
+
+@track_rewrites(name=lambda *args, ret, **kwargs: _kernel_name(ret))
+def kernelize(sink: UOp) -> KernelizeResult:
+    """Build the kernels for every node `sink` needs realized; see the module docstring."""
+    prepare_map = graph_rewrite_map(sink, pm_prepare_realize, name="prepare for realize")
+    prepared = prepare_map[sink]
+    realized = find_realizes(prepared)
+    order = [u for u in prepared.toposort() if u in realized]
+    buffer_of: dict[UOp, UOp] = {}
+    kernels: list[UOp] = []
+    for root in order:
+        stored = _kernel_for(root, realized, buffer_of)
+        buffer_of[root] = stored
+        kernels.append(stored)
+    becomes = _becomes_map(sink, prepare_map, buffer_of)
+    return KernelizeResult(becomes, kernels)
+
+
+def _kernel_for(root: UOp, realized: dict[UOp, None], buffer_of: dict[UOp, UOp]) -> UOp:
+    metadata = all_metadata.get(root, ())
+    if root.op is Ops.COPY:
+        src = root.src[0]
+        node = src
+        while node.op is Ops.RESHAPE:
+            node = node.src[0]
+        stored = buffer_of.get(node, node)
+        out = UOp.new_buffer(root.device, prod(root.shape), root.dtype)
+        kernel = UOp(Ops.KERNEL, src=(out, stored), arg=Kernel(copy_kernel(root), metadata))
+        return UOp(Ops.ASSIGN, out.dtype, (out, kernel))
+    built = build_kernel(root, realized, buffer_of, {}, {}, None)
+    deps: tuple[UOp, ...] = ()
+    if root.op is Ops.ASSIGN and is_kernelized(root.src[0].base) and root.src[0].base not in built.inputs:
+        deps = (root.src[0].base,)  # an earlier write to the same buffer must run first
+    kernel = UOp(Ops.KERNEL, src=(built.output, *built.inputs, *deps), arg=Kernel(simplify_kernel(built.ast), metadata))
+    return UOp(Ops.ASSIGN, built.output.dtype, (built.output, kernel))
+
+
+def _result_view(root: UOp, stored: UOp) -> UOp:
+    """What a realized node reads as once its kernel has run: a view of the kernel's buffer."""
+    if root.op is Ops.ASSIGN:
+        target = root.src[0]
+        return target.substitute({target.base: stored}) if target.base is not stored else target
+    return stored.reshape(root.shape) if root.shape != stored.shape else stored
+
+
+def _becomes_map(sink: UOp, prepare_map: dict[UOp, UOp], buffer_of: dict[UOp, UOp]) -> dict[UOp, UOp]:
+    """Original tensor node -> a view of its kernelized buffer, for every realized node and every output."""
+    becomes: dict[UOp, UOp] = {}
+    for old, new in prepare_map.items():
+        if new in buffer_of:
+            becomes[old] = _result_view(new, buffer_of[new])
+    for out in sink.src:
+        if out not in becomes and (replaced := out.substitute(becomes)) is not out:
+            becomes[out] = replaced
+    return becomes

@@ -1,0 +1,239 @@
+"""Tensor graph -> kernels, by ranges (SCHEDULER.md): decide which nodes get a buffer, then build each kernel's AST.
+
+Every realized node gets a loop variable (RANGE) per output axis; walking down from it, each node is computed at the
+index its consumer reads it (movement ops only change the index). A node gets its own kernel when it must be
+computed once (CONTIGUOUS, COPY, ASSIGN, outputs), when a reduce would be recomputed, or when one kernel reads it at
+two different indices. Entry point: `kernelize_graph(sink)`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from fusegrad.dtype import DType, dtypes
+from fusegrad.helpers import prod
+from fusegrad.uop import AxisType, GroupOp, Ops
+from fusegrad.uop.ops import UOp
+from fusegrad.uop.symbolic import sym
+from fusegrad.uop.rewrite import graph_rewrite
+from fusegrad.schedule.indexing import Index, idx_const, linearize_index, source_index
+
+_IDENTITY: dict[Ops, Any] = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: None}
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """The arg of a KERNEL node: the kernel's AST and the tensor metadata of what it computes."""
+
+    ast: UOp
+    metadata: tuple[Any, ...] = ()
+
+    def __repr__(self) -> str:
+        return f"<Kernel {len(self.ast.src)} store(s)>"
+
+
+def is_kernelized(u: UOp) -> bool:
+    """An ASSIGN(BUFFER, KERNEL): a buffer whose kernel is already built."""
+    return u.op is Ops.ASSIGN and len(u.src) == 2 and u.src[1].op is Ops.KERNEL
+
+
+def is_stored(u: UOp) -> bool:
+    """Memory that kernels load from without computing: buffers and kernelized buffers."""
+    return u.op is Ops.BUFFER or is_kernelized(u)
+
+
+def _is_view_of_stored(u: UOp) -> bool:
+    return u.op in GroupOp.Movement and (is_stored(u.base) or u.base.op is Ops.CONST)
+
+
+def initial_realizes(sink: UOp) -> dict[UOp, None]:
+    """Nodes that need their own kernel whatever fusion decides: outputs, CONTIGUOUS, COPY and ASSIGN."""
+    ret: dict[UOp, None] = {}
+    for s in sink.src:
+        base = s.base
+        if not is_stored(base) and base.op not in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND):
+            ret[base] = None
+    for u in sink.toposort():
+        if u.op in (Ops.CONTIGUOUS, Ops.COPY) or (u.op is Ops.ASSIGN and not is_kernelized(u)):
+            ret[u] = None
+    return ret
+
+
+@dataclass
+class KernelBuilder:
+    """Builds one kernel's value expression from a realized root, noting reads that force more realizations."""
+
+    root: UOp
+    realized: dict[UOp, None]
+    buffer_of: dict[UOp, UOp]  # realized node -> the stored node (ASSIGN(BUFFER, KERNEL)) kernels load it from
+    reads: dict[UOp, set[tuple[Any, ...]]]
+    flagged: dict[UOp, None]
+    out_buf: UOp | None = None  # the BUFFER this kernel writes: reading it again uses slot 0, not a second pointer
+    loads: dict[UOp, int] = field(default_factory=dict)  # stored node -> global slot (1, 2, ...)
+    ranges: itertools.count[int] = field(default_factory=itertools.count)
+    memo: dict[tuple[Any, ...], UOp] = field(default_factory=dict)
+
+    def new_range(self, size: int, axis_type: AxisType) -> UOp:
+        return idx_const(0) if size == 1 else UOp.range(idx_const(size), next(self.ranges), axis_type)
+
+    def stored_node(self, u: UOp) -> UOp | None:
+        """What `u` is loaded from, if it is not computed inline in this kernel."""
+        if is_stored(u):
+            return u
+        if u in self.realized and u is not self.root:
+            return self.buffer_of.get(u, u)
+        return None
+
+    def load(self, stored: UOp, node: UOp, idx: Index, valid: UOp | None) -> UOp:
+        buf = stored.src[0] if is_kernelized(stored) else stored
+        slot = 0 if buf is self.out_buf else self.loads.setdefault(stored, len(self.loads) + 1)
+        size = buf.arg if buf.op is Ops.BUFFER else prod(node.shape)
+        glob = UOp(Ops.DEFINE_GLOBAL, node.dtype.ptr(size), arg=slot)
+        shape = (size,) if buf.op is Ops.BUFFER and node.op is Ops.BUFFER or is_kernelized(node) else node.shape
+        flat = linearize_index(idx, shape)
+        index = glob.index(flat, valid) if valid is not None else glob.index(flat)
+        return index.load(dtype=node.dtype)
+
+    def children(self, node: UOp, idx: Index, valid: UOp | None, ctx: frozenset[UOp]) -> list[tuple[Any, ...]]:
+        """(source, index, valid, active ranges) for each source `node` reads while computed at `idx`."""
+        if node.op in GroupOp.Movement:
+            src_idx, src_valid = source_index(node, idx, valid)
+            return [(node.src[0], src_idx, src_valid, ctx)]
+        if node.op is Ops.REDUCE_AXIS:
+            axes = node.arg[1]
+            new = tuple(self.new_range(s, AxisType.REDUCE) if i in axes else r
+                        for i, (r, s) in enumerate(zip(idx, node.src[0].shape, strict=True)))  # fmt: skip
+            return [(node.src[0], new, valid, ctx | {r for r in new if r.op is Ops.RANGE})]
+        if node.op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD):
+            return [(node.src[0], idx, valid, ctx)]
+        if node.op is Ops.ASSIGN:
+            return [(node.src[1], idx, valid, ctx)]
+        return [(s, idx, valid, ctx) for s in node.src]
+
+    def note_read(self, node: UOp, idx: Index, valid: UOp | None, ctx: frozenset[UOp]) -> None:
+        if node is self.root or node.op in GroupOp.Movement or node.op in (Ops.CONST, Ops.IOTA, Ops.DEFINE_VAR, Ops.BIND):
+            return
+        key = (idx, valid)
+        seen = self.reads.setdefault(node, set())
+        if node.op is Ops.REDUCE_AXIS:
+            used = {u for i in idx for u in i.toposort() if u.op is Ops.RANGE}
+            if ctx - used:  # some loop around this read does not change the reduce: it would be recomputed
+                self.flagged[node] = None
+            seen.add((self.root, *key))
+            if len(seen) > 1:
+                self.flagged[node] = None
+        else:
+            seen.add((self.root, *key))
+            if len({k[1:] for k in seen if k[0] is self.root}) > 1:  # one kernel reads it at two places
+                self.flagged[node] = None
+
+    def combine(self, node: UOp, srcs: list[UOp], idx: Index) -> UOp:
+        if node.op in GroupOp.Movement:
+            return srcs[0]
+        if node.op is Ops.PAD:
+            return srcs[0]
+        match node.op:
+            case Ops.CONST:
+                return UOp.const(node.dtype, node.arg)
+            case Ops.REDUCE_AXIS:
+                src_idx = self.memo_children[(node, idx)][0][1]
+                rngs = tuple(r for r in src_idx if r.op is Ops.RANGE and r.arg[1] is AxisType.REDUCE and r not in idx)
+                return UOp(Ops.REDUCE, node.dtype, (srcs[0], *rngs), node.arg[0]) if rngs else srcs[0]
+            case Ops.CONTIGUOUS | Ops.DETACH | Ops.CONTIGUOUS_BACKWARD | Ops.ASSIGN:
+                return srcs[0]
+            case Ops.CAST | Ops.BITCAST:
+                return UOp(node.op, node.dtype, (srcs[0],))
+        if node.op in GroupOp.ALU:
+            return UOp(node.op, node.dtype, tuple(srcs))
+        raise NotImplementedError(f"schedule: cannot compute {node.op} inside a kernel")
+
+    def emit(self, node: UOp, idx: Index, valid: UOp | None, ctx: frozenset[UOp]) -> UOp:
+        """The scalar value of `node` at `idx` (explicit stack: graphs are arbitrarily deep)."""
+        self.memo_children: dict[tuple[UOp, Index], list[tuple[Any, ...]]] = {}
+        stack: list[tuple[UOp, Index, UOp | None, frozenset[UOp], bool]] = [(node, idx, valid, ctx, False)]
+        while stack:
+            n, i, v, c, expanded = stack.pop()
+            key = (n, i, v)
+            if not expanded:
+                self.note_read(n, i, v, c)
+            if key in self.memo:
+                continue
+            if (stored := self.stored_node(n)) is not None:
+                self.memo[key] = self.load(stored, n, i, v)
+                continue
+            if n.op is Ops.CONST:
+                self.memo[key] = UOp.const(n.dtype, n.arg)
+                continue
+            if n.op is Ops.IOTA:
+                self.memo[key] = i[0].cast(n.dtype)
+                continue
+            kids = self.memo_children.get((n, i))
+            if kids is None:
+                kids = self.memo_children[(n, i)] = self.children(n, i, v, c)
+            if not expanded:
+                stack.append((n, i, v, c, True))
+                stack.extend((k[0], k[1], k[2], k[3], False) for k in reversed(kids) if (k[0], k[1], k[2]) not in self.memo)
+                continue
+            value = self.combine(n, [self.memo[(k[0], k[1], k[2])] for k in kids], i)
+            if n.op is Ops.PAD and kids[0][2] is not None and kids[0][2] is not v:
+                value = kids[0][2].where(value, value.const_like(0))
+            self.memo[key] = value
+        return self.memo[(node, idx, valid)]
+
+
+def _store_index(target: UOp, idx: Index) -> tuple[UOp, UOp]:
+    """Where an ASSIGN to view `target` writes element `idx`: (its BUFFER, the flat index)."""
+    node, valid = target, None
+    while node.op in GroupOp.Movement:
+        idx, valid = source_index(node, idx, valid)
+        node = node.src[0]
+    if valid is not None:
+        raise ValueError("assign: cannot assign into a padded view")
+    buf = node.src[0] if is_kernelized(node) else node
+    if buf.op is not Ops.BUFFER:
+        raise ValueError(f"assign: the target must be a view of a realized buffer, got {node.op}")
+    return node, linearize_index(idx, (buf.arg,))
+
+
+@dataclass
+class BuiltKernel:
+    root: UOp
+    ast: UOp
+    output: UOp  # the BUFFER written
+    inputs: list[UOp]  # stored nodes read, in slot order (slot 1 onwards)
+
+
+def build_kernel(root: UOp, realized: dict[UOp, None], buffer_of: dict[UOp, UOp], reads: dict[UOp, set[Any]],
+                 flagged: dict[UOp, None], device_buffer: UOp | None) -> BuiltKernel:  # fmt: skip
+    """The kernel computing realized node `root` into `device_buffer` (a fresh BUFFER when None)."""
+    kb = KernelBuilder(root, realized, buffer_of, reads, flagged)
+    out_idx = tuple(kb.new_range(s, AxisType.LOOP) for s in root.shape)
+    ctx = frozenset(r for r in out_idx if r.op is Ops.RANGE)
+    if root.op is Ops.ASSIGN:
+        target_node, flat = _store_index(root.src[0], out_idx)
+        out_buf = kb.out_buf = target_node.src[0] if is_kernelized(target_node) else target_node
+        value = kb.emit(root.src[1], out_idx, None, ctx)
+    else:
+        size = prod(root.shape)
+        out_buf = device_buffer if device_buffer is not None else UOp.new_buffer(root.device, size, root.dtype)
+        flat = linearize_index(out_idx, root.shape)
+        value = kb.emit(root, out_idx, None, ctx)
+    glob = UOp(Ops.DEFINE_GLOBAL, out_buf.dtype.ptr(out_buf.arg), arg=0)
+    ast = UOp.sink(glob.index(flat).store(value))
+    inputs = sorted(kb.loads, key=lambda u: kb.loads[u])
+    return BuiltKernel(root, ast, out_buf, inputs)
+
+
+def simplify_kernel(ast: UOp) -> UOp:
+    return graph_rewrite(ast, sym, name="simplify kernel indices")
+
+
+def copy_kernel(root: UOp) -> UOp:
+    """The AST of a COPY: a single COPY node naming the destination device."""
+    return UOp(Ops.COPY, root.dtype, (UOp(Ops.DEVICE, arg=root.device),), prod(root.shape) * root.dtype.itemsize)
+
+
+def _dtype_of_buffer(u: UOp) -> DType:
+    return u.dtype if u.dtype != dtypes.void else dtypes.uint8

@@ -1,0 +1,951 @@
+"""The lazy `Tensor`: a UOp graph with numpy-style broadcasting and type promotion; nothing runs until it is needed.
+
+`realize()`, `numpy()`, `item()` and `tolist()` schedule the graph into kernels and run them; afterwards every live
+tensor that referenced a realized node points at its buffer, so work is never done twice.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import sys
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, TypeVar
+
+from fusegrad.dtype import ConstType, DType, DTypeLike, _from_np_dtype, _to_np_dtype, dtypes, least_upper_dtype, least_upper_float, sum_acc_dtype, to_dtype
+from fusegrad.helpers import DEBUG, TRACEMETA, Metadata, _METADATA, all_int, argfix, colored, prod
+from fusegrad.uop import Ops
+from fusegrad.uop.ops import UOp, all_metadata
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# every live Tensor, so realized results can be swapped into all of them (weak: never keeps a Tensor alive)
+_all_tensors: dict[weakref.ReferenceType[Tensor], None] = {}
+
+
+def _canonical_device(device: str | tuple[str, ...] | None) -> str | tuple[str, ...]:
+    from fusegrad.device import Device, canonicalize_device
+
+    return canonicalize_device(device) if device is not None else Device.DEFAULT
+
+
+def _traced(fn: F) -> F:
+    """Records which Tensor method (and which user line) created a node, for kernel names and VIZ labels."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not TRACEMETA.value or _METADATA.get() is not None:
+            return fn(*args, **kwargs)
+        frame = sys._getframe(1)
+        token = _METADATA.set(Metadata(fn.__name__, f"{frame.f_code.co_filename}:{frame.f_lineno}"))
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _METADATA.reset(token)
+
+    return wrapper  # type: ignore[return-value]  # same signature as fn
+
+
+def _broadcast_shape(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """numpy broadcasting; the error names the op and both shapes."""
+    ndim = max(len(s) for s in shapes)
+    padded = [(1,) * (ndim - len(s)) + s for s in shapes]
+    out = []
+    for axis, sizes in enumerate(zip(*padded, strict=True)):
+        non_one = {s for s in sizes if s != 1}
+        if len(non_one) > 1:
+            desc = " and ".join(str(s) for s in shapes)
+            raise ValueError(f"{op}: cannot broadcast shapes {desc}: dim {axis} is {' vs '.join(map(str, sizes))}")
+        out.append(non_one.pop() if non_one else 1)
+    return tuple(out)
+
+
+class Tensor:
+    """A lazily evaluated n-d array on a device. Example: `(Tensor([1, 2]) * 2).tolist() == [2, 4]`.
+
+    Raises ValueError for shape mismatches (naming the op and both shapes), TypeError for unsupported dtypes.
+    """
+
+    __slots__ = ("uop", "requires_grad", "grad", "_ctx", "__weakref__")
+    training: ClassVar[bool] = False
+
+    def __init__(self, data: Any, device: str | tuple[str, ...] | None = None, dtype: DTypeLike | None = None,
+                 requires_grad: bool | None = None) -> None:  # fmt: skip
+        dt = to_dtype(dtype) if dtype is not None else None
+        if isinstance(data, UOp):
+            uop = data
+        else:
+            uop = _uop_from_data(data, _canonical_device(device), dt)
+        if dt is not None and uop.dtype != dt:
+            uop = uop.cast(dt)
+        self.uop: UOp = uop
+        self.requires_grad = requires_grad
+        self.grad: Tensor | None = None
+        _all_tensors[weakref.ref(self, _forget)] = None
+        if (meta := _METADATA.get()) is not None and uop not in all_metadata:
+            all_metadata[uop] = (meta,)
+
+    # *** properties ***
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.uop.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.uop.dtype
+
+    @property
+    def device(self) -> str | tuple[str, ...]:
+        return self.uop.device
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def numel(self) -> int:
+        return prod(self.shape)
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    def nbytes(self) -> int:
+        return self.numel() * self.element_size()
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __repr__(self) -> str:
+        realized = self.uop.base.op is Ops.BUFFER
+        return f"<Tensor {self.shape} on {self.device} with grad {self.grad!r}, {self.dtype}{' (realized)' if realized else ''}>"
+
+    # *** creation ***
+
+    @staticmethod
+    def empty(*shape: Any, device: str | None = None, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
+        """An uninitialised tensor: memory is allocated on first use and never written."""
+        shp = _shape_arg(shape)
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        buf = UOp.new_buffer(_canonical_device(device), prod(shp), dt)
+        return Tensor(buf.reshape(shp), **kwargs)
+
+    @staticmethod
+    def full(shape: Any, fill_value: ConstType, device: str | None = None, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
+        shp = _shape_arg((shape,) if isinstance(shape, int) else tuple(shape))
+        dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
+        return Tensor(UOp.const_tensor(dt, fill_value, _canonical_device(device), shp), **kwargs)
+
+    @staticmethod
+    def zeros(*shape: Any, **kwargs: Any) -> Tensor:
+        kwargs.setdefault("dtype", dtypes.default_float)
+        return Tensor.full(_shape_arg(shape), 0, **kwargs)
+
+    @staticmethod
+    def ones(*shape: Any, **kwargs: Any) -> Tensor:
+        kwargs.setdefault("dtype", dtypes.default_float)
+        return Tensor.full(_shape_arg(shape), 1, **kwargs)
+
+    @staticmethod
+    def arange(start: int | float, stop: int | float | None = None, step: int | float = 1, **kwargs: Any) -> Tensor:
+        """Evenly spaced values in [start, stop); computed on the device (a cumulative sum of ones)."""
+        if stop is None:
+            start, stop = 0, start
+        if step == 0:
+            raise ValueError("arange: step must not be 0")
+        dt = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else dtypes.from_py([start, stop, step])  # type: ignore[list-item]
+        n = max(0, math.ceil((stop - start) / step))
+        positions = Tensor(UOp.iota(n, _canonical_device(kwargs.pop("device", None))), **kwargs)
+        return (positions.cast(dt) * step + start).cast(dt) if (step != 1 or start != 0) else positions.cast(dt)
+
+    def full_like(self, fill_value: ConstType, **kwargs: Any) -> Tensor:
+        kwargs.setdefault("dtype", self.dtype)
+        kwargs.setdefault("device", self.device)
+        return Tensor.full(self.shape, fill_value, **kwargs)
+
+    def zeros_like(self, **kwargs: Any) -> Tensor:
+        return self.full_like(0, **kwargs)
+
+    def ones_like(self, **kwargs: Any) -> Tensor:
+        return self.full_like(1, **kwargs)
+
+    def empty_like(self, **kwargs: Any) -> Tensor:
+        kwargs.setdefault("dtype", self.dtype)
+        kwargs.setdefault("device", self.device)
+        return Tensor.empty(self.shape, **kwargs)
+
+    # *** running ***
+
+    @staticmethod
+    def _sink(tensors: Sequence[Tensor]) -> UOp:
+        return UOp.sink(*[t.uop for t in tensors])
+
+    def kernelize(self, *lst: Tensor) -> Tensor:
+        """Build kernels for this tensor (and `lst`) without running them; `Tensor.kernelize(a, b)` works too."""
+        _kernelize([self, *lst])
+        return self
+
+    def schedule(self, *lst: Tensor) -> list[Any]:
+        """The ExecItems that would compute this tensor (and `lst`), in run order. Nothing runs."""
+        from fusegrad.engine.schedule import create_schedule
+
+        _kernelize([self, *lst])
+        return create_schedule(Tensor._sink([self, *lst]))
+
+    def realize(self, *lst: Tensor, do_update_stats: bool = True) -> Tensor:
+        """Compute this tensor (and `lst`) now; `Tensor.realize(a, b)` computes both in one schedule."""
+        from fusegrad.engine.realize import run_schedule
+        from fusegrad.engine.schedule import create_schedule
+
+        tensors = [self, *lst]
+        _kernelize(tensors)
+        sink = Tensor._sink(tensors)
+        schedule = create_schedule(sink)
+        run_schedule(schedule, do_update_stats=do_update_stats)
+        _apply_map({u: u.src[0] for u in sink.toposort() if u.op is Ops.ASSIGN and u.src[1].op is Ops.KERNEL})
+        return self
+
+    def contiguous(self) -> Tensor:
+        return Tensor(self.uop.contiguous())
+
+    def _buffer(self) -> Any:
+        """The realized, contiguous Buffer holding this tensor's values."""
+        t = self if self.uop.op is Ops.BUFFER or (self.uop.op is Ops.RESHAPE and self.uop.src[0].op is Ops.BUFFER) else self.contiguous()
+        t.realize()
+        return t.uop.buffer
+
+    def numpy(self) -> Any:
+        """The values as a numpy array (a copy)."""
+        import numpy as np
+
+        if (np_dt := _to_np_dtype(self.dtype)) is None:
+            raise TypeError(f"numpy: no numpy dtype for {self.dtype}; cast first")
+        if self.numel() == 0:
+            return np.zeros(self.shape, dtype=np_dt)
+        return np.frombuffer(bytes(self._buffer().as_memoryview()), dtype=np_dt).reshape(self.shape).copy()
+
+    def tolist(self) -> Any:
+        return self.numpy().tolist()
+
+    def item(self) -> ConstType:
+        if self.numel() != 1:
+            raise ValueError(f"item: only a tensor with one element has an item, got shape {self.shape}")
+        return self.numpy().reshape(()).item()  # type: ignore[no-any-return]
+
+    def data(self) -> memoryview:
+        return self._buffer().as_memoryview()  # type: ignore[no-any-return]
+
+    def assign(self, x: Tensor | ConstType) -> Tensor:
+        """Write `x` into this tensor's memory (in place); returns self."""
+        xt = x if isinstance(x, Tensor) else self.full_like(x)
+        if xt.shape != self.shape:
+            raise ValueError(f"assign: shape {xt.shape} does not match the target's {self.shape}")
+        if xt.device != self.device:
+            raise ValueError(f"assign: value on {xt.device} but target on {self.device}; use .to() first")
+        if xt.dtype != self.dtype:
+            raise TypeError(f"assign: value dtype {xt.dtype} does not match the target's {self.dtype}")
+        if self.uop.base.op is not Ops.BUFFER and not _is_kernelized_view(self.uop):
+            self.uop = xt.uop
+            return self
+        self.uop = self.uop.assign(xt.uop)
+        return self
+
+    def to(self, device: str | tuple[str, ...] | None) -> Tensor:
+        dev = _canonical_device(device)
+        return self if dev == self.device else Tensor(self.uop.copy_to_device(dev))
+
+    def detach(self) -> Tensor:
+        return Tensor(self.uop.detach())
+
+    # *** elementwise ***
+
+    def _to_tensor_like(self, y: Any) -> Tensor:
+        if isinstance(y, Tensor):
+            return y
+        if isinstance(y, UOp):
+            return Tensor(y)
+        if not isinstance(y, (bool, int, float)):
+            raise TypeError(f"expected a Tensor or a Python number, got {type(y).__name__}")
+        if dtypes.is_float(self.dtype) or (dtypes.is_int(self.dtype) and isinstance(y, int) and not isinstance(y, bool)):
+            dt = self.dtype
+        elif self.dtype == dtypes.bool and isinstance(y, bool):
+            dt = dtypes.bool
+        else:
+            dt = dtypes.from_py(y)
+        return Tensor(UOp.const_tensor(dt, y, self.device))
+
+    def _broadcasted(self, y: Any, op: str, reverse: bool = False, match_dtype: bool = True) -> tuple[Tensor, Tensor]:
+        x, other = self, self._to_tensor_like(y)
+        if reverse:
+            x, other = other, x
+        if x.device != other.device:
+            raise ValueError(f"{op}: tensors on different devices {x.device} and {other.device}; use .to() first")
+        if match_dtype and x.dtype != other.dtype:
+            dt = least_upper_dtype(x.dtype, other.dtype)
+            x, other = x.cast(dt), other.cast(dt)
+        shape = _broadcast_shape(op, x.shape, other.shape)
+        return x._broadcast_to(shape), other._broadcast_to(shape)
+
+    def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
+        if self.shape == shape:
+            return self
+        padded = (1,) * (len(shape) - self.ndim) + self.shape
+        return self.reshape(padded).expand(shape)
+
+    def _binop(self, op: Ops, y: Any, name: str, reverse: bool = False) -> Tensor:
+        x, other = self._broadcasted(y, name, reverse)
+        return Tensor(x.uop.alu(op, other.uop))
+
+    @_traced
+    def add(self, y: Any, reverse: bool = False) -> Tensor:
+        return self._binop(Ops.ADD, y, "add", reverse)
+
+    @_traced
+    def mul(self, y: Any, reverse: bool = False) -> Tensor:
+        return self._binop(Ops.MUL, y, "mul", reverse)
+
+    @_traced
+    def sub(self, y: Any, reverse: bool = False) -> Tensor:
+        x, other = self._broadcasted(y, "sub", reverse)
+        return Tensor(x.uop + other.uop.alu(Ops.MUL, other.uop.const_like(-1)))
+
+    @_traced
+    def neg(self) -> Tensor:
+        return self.logical_not() if self.dtype == dtypes.bool else self * -1
+
+    @_traced
+    def div(self, y: Any, reverse: bool = False) -> Tensor:
+        """True division: integers are promoted to float first."""
+        x, other = self._broadcasted(y, "div", reverse)
+        if not dtypes.is_float(x.dtype):
+            x, other = x.cast(least_upper_float(x.dtype)), other.cast(least_upper_float(x.dtype))
+        return Tensor(x.uop * other.uop.reciprocal())
+
+    @_traced
+    def idiv(self, y: Any, reverse: bool = False) -> Tensor:
+        """Integer division rounding toward zero (C semantics)."""
+        x, other = self._broadcasted(y, "idiv", reverse)
+        if not dtypes.is_int(x.dtype):
+            raise TypeError(f"idiv: expected integer tensors, got {x.dtype}")
+        return Tensor(x.uop.alu(Ops.IDIV, other.uop))
+
+    @_traced
+    def mod(self, y: Any, reverse: bool = False) -> Tensor:
+        x, other = self._broadcasted(y, "mod", reverse)
+        if not dtypes.is_int(x.dtype):
+            raise TypeError(f"mod: expected integer tensors, got {x.dtype}")
+        return Tensor(x.uop.alu(Ops.MOD, other.uop))
+
+    @_traced
+    def maximum(self, y: Any) -> Tensor:
+        return self._binop(Ops.MAX, y, "maximum")
+
+    @_traced
+    def minimum(self, y: Any) -> Tensor:
+        x, other = self._broadcasted(y, "minimum")
+        return (x < other).where(x, other)
+
+    def _cmp(self, op: Ops, y: Any, name: str, reverse: bool = False) -> Tensor:
+        x, other = self._broadcasted(y, name, reverse)
+        return Tensor(x.uop.alu(op, other.uop))
+
+    @_traced
+    def lt(self, y: Any) -> Tensor:
+        return self._cmp(Ops.CMPLT, y, "lt")
+
+    @_traced
+    def gt(self, y: Any) -> Tensor:
+        return self._cmp(Ops.CMPLT, y, "gt", reverse=True)
+
+    @_traced
+    def eq(self, y: Any) -> Tensor:
+        return self._cmp(Ops.CMPEQ, y, "eq")
+
+    @_traced
+    def ne(self, y: Any) -> Tensor:
+        return self._cmp(Ops.CMPNE, y, "ne")
+
+    def ge(self, y: Any) -> Tensor:
+        return self.lt(y).logical_not()
+
+    def le(self, y: Any) -> Tensor:
+        return self.gt(y).logical_not()
+
+    @_traced
+    def logical_not(self) -> Tensor:
+        return self.cast(dtypes.bool)._cmp(Ops.CMPNE, True, "logical_not")
+
+    def _bitwise(self, op: Ops, y: Any, name: str, reverse: bool = False) -> Tensor:
+        x, other = self._broadcasted(y, name, reverse)
+        if not (dtypes.is_int(x.dtype) or x.dtype == dtypes.bool):
+            raise TypeError(f"{name}: bitwise ops need integer or bool tensors, got {x.dtype}")
+        return Tensor(x.uop.alu(op, other.uop))
+
+    @_traced
+    def bitwise_and(self, y: Any, reverse: bool = False) -> Tensor:
+        return self._bitwise(Ops.AND, y, "bitwise_and", reverse)
+
+    @_traced
+    def bitwise_or(self, y: Any, reverse: bool = False) -> Tensor:
+        return self._bitwise(Ops.OR, y, "bitwise_or", reverse)
+
+    @_traced
+    def bitwise_xor(self, y: Any, reverse: bool = False) -> Tensor:
+        return self._bitwise(Ops.XOR, y, "bitwise_xor", reverse)
+
+    @_traced
+    def where(self, x: Any, y: Any) -> Tensor:
+        """Elementwise `x if self else y`, broadcasting all three."""
+        xt = x if isinstance(x, Tensor) else None
+        yt = y if isinstance(y, Tensor) else None
+        ref = xt if xt is not None else yt if yt is not None else self
+        xt = xt if xt is not None else ref._to_tensor_like(x) if ref is not self else Tensor(UOp.const_tensor(dtypes.from_py(x), x, self.device))
+        yt = yt if yt is not None else xt._to_tensor_like(y)
+        xt, yt = xt._broadcasted(yt, "where")
+        cond = self.cast(dtypes.bool)
+        shape = _broadcast_shape("where", cond.shape, xt.shape)
+        cond, xt, yt = cond._broadcast_to(shape), xt._broadcast_to(shape), yt._broadcast_to(shape)
+        return Tensor(cond.uop.alu(Ops.WHERE, xt.uop, yt.uop))
+
+    def _unary(self, op: Ops) -> Tensor:
+        x = self if dtypes.is_float(self.dtype) else self.cast(least_upper_float(self.dtype))
+        return Tensor(x.uop.alu(op))
+
+    @_traced
+    def exp2(self) -> Tensor:
+        return self._unary(Ops.EXP2)
+
+    @_traced
+    def log2(self) -> Tensor:
+        return self._unary(Ops.LOG2)
+
+    @_traced
+    def exp(self) -> Tensor:
+        return (self._as_float() * (1 / math.log(2))).exp2()
+
+    @_traced
+    def log(self) -> Tensor:
+        return self.log2() * math.log(2)
+
+    @_traced
+    def sqrt(self) -> Tensor:
+        return self._unary(Ops.SQRT)
+
+    @_traced
+    def sin(self) -> Tensor:
+        return self._unary(Ops.SIN)
+
+    @_traced
+    def reciprocal(self) -> Tensor:
+        return self._unary(Ops.RECIPROCAL)
+
+    @_traced
+    def trunc(self) -> Tensor:
+        return self._unary(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
+
+    @_traced
+    def relu(self) -> Tensor:
+        return (self > 0).where(self, 0)
+
+    @_traced
+    def abs(self) -> Tensor:
+        return (self < 0).where(-self, self) if self.dtype != dtypes.bool else self
+
+    @_traced
+    def sigmoid(self) -> Tensor:
+        return (1 + (-self._as_float()).exp()).reciprocal()
+
+    @_traced
+    def tanh(self) -> Tensor:
+        return 2.0 * (2.0 * self._as_float()).sigmoid() - 1.0
+
+    @_traced
+    def square(self) -> Tensor:
+        return self * self
+
+    def _as_float(self) -> Tensor:
+        return self if dtypes.is_float(self.dtype) else self.cast(least_upper_float(self.dtype))
+
+    @_traced
+    def cast(self, dtype: DTypeLike) -> Tensor:
+        dt = to_dtype(dtype)
+        return self if dt == self.dtype else Tensor(self.uop.cast(dt))
+
+    @_traced
+    def bitcast(self, dtype: DTypeLike) -> Tensor:
+        dt = to_dtype(dtype)
+        if dt.itemsize != self.dtype.itemsize:
+            raise TypeError(f"bitcast: {self.dtype} and {dt} differ in size ({self.dtype.itemsize} vs {dt.itemsize} bytes)")
+        return self if dt == self.dtype else Tensor(self.uop.bitcast(dt))
+
+    def float(self) -> Tensor:
+        return self.cast(dtypes.float32)
+
+    def half(self) -> Tensor:
+        return self.cast(dtypes.float16)
+
+    def int(self) -> Tensor:
+        return self.cast(dtypes.int32)
+
+    def bool(self) -> Tensor:
+        return self.cast(dtypes.bool)
+
+    # *** reductions ***
+
+    def _resolve_axes(self, axis: int | Sequence[int] | None, op: str) -> tuple[int, ...]:
+        if axis is None:
+            return tuple(range(self.ndim))
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        out = []
+        for a in axes:
+            if not -max(self.ndim, 1) <= a < max(self.ndim, 1):
+                raise IndexError(f"{op}: axis {a} out of range for {self.ndim}-d tensor ({-self.ndim}..{self.ndim - 1})")
+            out.append(a % self.ndim if self.ndim else 0)
+        return tuple(dict.fromkeys(out))
+
+    def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool, name: str) -> Tensor:
+        axes = self._resolve_axes(axis, name)
+        if self.ndim == 0:
+            return self
+        ret = Tensor(self.uop.r(op, axes))
+        return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+
+    @_traced
+    def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, dtype: DTypeLike | None = None) -> Tensor:
+        """Sum over `axis` (all axes when None). Integers and bools accumulate in at least int32."""
+        acc = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
+        ret = self.cast(acc)._reduce(Ops.ADD, axis, keepdim, "sum")
+        return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
+
+    @_traced
+    def prod(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        return self._reduce(Ops.MUL, axis, keepdim, "prod")
+
+    @_traced
+    def max(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        return self._reduce(Ops.MAX, axis, keepdim, "max")
+
+    @_traced
+    def min(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        if dtypes.is_unsigned(self.dtype):
+            all_ones = dtypes.max(self.dtype)  # x ^ all_ones reverses the order of unsigned values
+            return (self ^ all_ones).max(axis, keepdim) ^ all_ones
+        if self.dtype == dtypes.bool:
+            return self.logical_not().max(axis, keepdim).logical_not()
+        return -((-self).max(axis, keepdim))
+
+    @_traced
+    def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        out_dt = self.dtype if dtypes.is_float(self.dtype) else dtypes.float32
+        axes = self._resolve_axes(axis, "mean")
+        count = prod(self.shape[a] for a in axes) if self.ndim else 1
+        total = self.cast(sum_acc_dtype(self.dtype) if dtypes.is_float(self.dtype) else dtypes.float32).sum(axis, keepdim)
+        return (total / count if count else total * math.nan).cast(out_dt)
+
+    @_traced
+    def softmax(self, axis: int = -1) -> Tensor:
+        x = self._as_float()
+        e = (x - x.max(axis, keepdim=True)).exp()
+        return e / e.sum(axis, keepdim=True)
+
+    @_traced
+    def log_softmax(self, axis: int = -1) -> Tensor:
+        x = self._as_float()
+        m = x - x.max(axis, keepdim=True)
+        return m - m.exp().sum(axis, keepdim=True).log()
+
+    @_traced
+    def dot(self, w: Tensor) -> Tensor:
+        """Matrix product as broadcast-multiply-sum (one fused kernel). (n,k)@(k,m) -> (n,m); batches broadcast."""
+        if self.ndim == 0 or w.ndim == 0:
+            raise ValueError(f"matmul: both operands need at least 1 dimension, got {self.shape} and {w.shape}")
+        k_self, k_w = self.shape[-1], w.shape[-min(w.ndim, 2)]
+        if k_self != k_w:
+            raise ValueError(f"matmul: inner dimensions differ: {self.shape} @ {w.shape} ({k_self} vs {k_w})")
+        x = self.reshape(*self.shape[:-1], *([1] * min(self.ndim - 1, w.ndim - 1, 1)), self.shape[-1])
+        wt = w.reshape(*w.shape[:-2], *([1] * min(self.ndim - 1, w.ndim - 1, 1)), *w.shape[-min(w.ndim, 2):]).transpose(-1, -min(w.ndim, 2))
+        return (x * wt).sum(-1, dtype=least_upper_dtype(x.dtype, w.dtype) if not dtypes.is_float(x.dtype) else None)
+
+    def matmul(self, w: Tensor) -> Tensor:
+        return self.dot(w)
+
+    # *** movement ***
+
+    @_traced
+    def reshape(self, *shape: Any) -> Tensor:
+        """A view with a new shape; one axis may be -1 (inferred). Raises ValueError when sizes differ."""
+        shp = list(_shape_arg(shape, allow_neg=True))
+        if shp.count(-1) > 1:
+            raise ValueError(f"reshape: only one axis can be -1, got {tuple(shp)}")
+        if -1 in shp:
+            known = prod(s for s in shp if s != -1)
+            if known == 0 or self.numel() % known:
+                raise ValueError(f"reshape: cannot reshape {self.shape} ({self.numel()} elements) to {tuple(shp)}")
+            shp[shp.index(-1)] = self.numel() // known
+        if any(s < 0 for s in shp):
+            raise ValueError(f"reshape: negative size in {tuple(shp)}")
+        if prod(shp) != self.numel():
+            raise ValueError(f"reshape: cannot reshape {self.shape} ({self.numel()} elements) to {tuple(shp)} ({prod(shp)} elements)")
+        return Tensor(self.uop.reshape(tuple(shp)))
+
+    def view(self, *shape: Any) -> Tensor:
+        return self.reshape(*shape)
+
+    @_traced
+    def permute(self, *order: Any) -> Tensor:
+        axes = [self._axis(a, "permute") for a in argfix(*order)]
+        if sorted(axes) != list(range(self.ndim)):
+            raise ValueError(f"permute: {tuple(argfix(*order))} is not a permutation of {self.ndim} axes")
+        return Tensor(self.uop.permute(tuple(axes)))
+
+    @_traced
+    def expand(self, *shape: Any) -> Tensor:
+        shp = _shape_arg(shape, allow_neg=True)
+        if len(shp) < self.ndim:
+            raise ValueError(f"expand: cannot expand {self.shape} to fewer dims {shp}")
+        padded = (1,) * (len(shp) - self.ndim) + self.shape
+        new = tuple(p if s == -1 else s for s, p in zip(shp, padded, strict=True))
+        for p, s in zip(padded, new, strict=True):
+            if p != s and p != 1:
+                raise ValueError(f"expand: cannot expand {self.shape} to {shp}: only size-1 axes can grow")
+        return Tensor(self.uop.reshape(padded).expand(new))
+
+    @_traced
+    def pad(self, padding: Sequence[tuple[int, int] | None], value: ConstType = 0.0) -> Tensor:
+        """Pad each axis by (before, after) with `value` (constant mode; negative pads shrink)."""
+        if len(padding) != self.ndim:
+            raise ValueError(f"pad: expected {self.ndim} (before, after) pairs for shape {self.shape}, got {len(padding)}")
+        pads = [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
+        shrink = tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(pads, self.shape, strict=True))
+        x = self.shrink(shrink) if any(b < 0 or a < 0 for b, a in pads) else self
+        pos = tuple((max(0, b), max(0, a)) for b, a in pads)
+        if not any(b or a for b, a in pos):
+            return x
+        padded = Tensor(x.uop.pad(pos))
+        if value == 0:
+            return padded
+        mask = Tensor(Tensor.full(x.shape, True, dtype=dtypes.bool, device=x.device).uop.pad(pos))
+        return mask.where(padded, value)
+
+    @_traced
+    def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
+        if len(arg) != self.ndim:
+            raise ValueError(f"shrink: expected {self.ndim} (start, end) pairs for shape {self.shape}, got {len(arg)}")
+        bounds = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape, strict=True))
+        for (b, e), s in zip(bounds, self.shape, strict=True):
+            if not 0 <= b <= e <= s:
+                raise ValueError(f"shrink: bounds {bounds} do not fit shape {self.shape}")
+        return Tensor(self.uop.shrink(bounds))
+
+    @_traced
+    def flip(self, axis: int | Sequence[int]) -> Tensor:
+        axes = {self._axis(a, "flip") for a in ((axis,) if isinstance(axis, int) else axis)}
+        return Tensor(self.uop.flip(tuple(i in axes for i in range(self.ndim))))
+
+    def _axis(self, a: int, op: str) -> int:
+        if not -max(self.ndim, 1) <= a < max(self.ndim, 1):
+            raise IndexError(f"{op}: axis {a} out of range for {self.ndim}-d tensor ({-self.ndim}..{self.ndim - 1})")
+        return a % max(self.ndim, 1)
+
+    def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
+        order = list(range(self.ndim))
+        a, b = self._axis(dim0, "transpose"), self._axis(dim1, "transpose")
+        order[a], order[b] = order[b], order[a]
+        return self.permute(order)
+
+    @property
+    def T(self) -> Tensor:
+        return self.transpose()
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        if self.ndim == 0:
+            return self.reshape(1)
+        s, e = self._axis(start_dim, "flatten"), self._axis(end_dim, "flatten")
+        return self.reshape(*self.shape[:s], prod(self.shape[s : e + 1]), *self.shape[e + 1 :])
+
+    def unsqueeze(self, dim: int) -> Tensor:
+        d = dim if dim >= 0 else dim + self.ndim + 1
+        if not 0 <= d <= self.ndim:
+            raise IndexError(f"unsqueeze: dim {dim} out of range for {self.ndim}-d tensor ({-self.ndim - 1}..{self.ndim})")
+        return self.reshape(*self.shape[:d], 1, *self.shape[d:])
+
+    def squeeze(self, dim: int | None = None) -> Tensor:
+        if dim is None:
+            return self.reshape(*[s for s in self.shape if s != 1])
+        d = self._axis(dim, "squeeze")
+        return self if self.shape[d] != 1 else self.reshape(*self.shape[:d], *self.shape[d + 1 :])
+
+    @_traced
+    def __getitem__(self, indices: Any) -> Tensor:
+        """Basic indexing: ints, slices (any step), None and Ellipsis."""
+        idx = list(indices) if isinstance(indices, tuple) else [indices]
+        if sum(1 for i in idx if i is Ellipsis) > 1:
+            raise IndexError("getitem: an index can only have a single ellipsis")
+        n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
+        if n_real > self.ndim:
+            raise IndexError(f"getitem: too many indices for {self.ndim}-d tensor: got {n_real}")
+        if Ellipsis in idx:
+            e = idx.index(Ellipsis)
+            idx = idx[:e] + [slice(None)] * (self.ndim - n_real) + idx[e + 1 :]
+        idx += [slice(None)] * (self.ndim - sum(1 for i in idx if i is not None))
+        x, out_shape, axis = self, [], 0
+        bounds, flips, steps, squeeze = [], [], [], []
+        for i in idx:
+            if i is None:
+                out_shape.append(None)
+                continue
+            size = self.shape[axis]
+            if isinstance(i, bool) or not isinstance(i, (int, slice)):
+                raise TypeError(f"getitem: unsupported index type {type(i).__name__}; expected int, slice, None or Ellipsis")
+            if isinstance(i, int):
+                if not -size <= i < size:
+                    raise IndexError(f"getitem: index {i} is out of bounds for axis {axis} with size {size}")
+                j = i % size
+                bounds.append((j, j + 1))
+                flips.append(False)
+                steps.append(1)
+                squeeze.append(True)
+            else:
+                start, stop, step = i.indices(size)
+                if step > 0:
+                    n = max(0, math.ceil((stop - start) / step))
+                    bounds.append((start, start + max(0, (n - 1) * step + 1)) if n else (0, 0))
+                    flips.append(False)
+                else:
+                    n = max(0, math.ceil((start - stop) / -step))
+                    lo = start - (n - 1) * -step if n else 0
+                    bounds.append((lo, start + 1) if n else (0, 0))
+                    flips.append(True)
+                steps.append(abs(step))
+                squeeze.append(False)
+            out_shape.append(axis)
+            axis += 1
+        x = x.shrink(bounds)
+        if any(flips):
+            x = x.flip([a for a, f in enumerate(flips) if f])
+        x = x._stride(steps)
+        final = []
+        for entry in out_shape:
+            if entry is None:
+                final.append(1)
+            elif not squeeze[entry]:
+                final.append(x.shape[entry])
+        return x.reshape(*final)
+
+    def _stride(self, steps: list[int]) -> Tensor:
+        """Every steps[a]-th element along each axis a (pad to a multiple, split the axis, keep index 0)."""
+        if all(s == 1 for s in steps):
+            return self
+        x = self
+        for a, st in enumerate(steps):
+            if st == 1:
+                continue
+            n = x.shape[a]
+            m = math.ceil(n / st)
+            x = x.pad([(0, m * st - n) if i == a else None for i in range(x.ndim)])
+            x = x.reshape(*x.shape[:a], m, st, *x.shape[a + 1 :]).shrink([(0, 1) if i == a + 1 else None for i in range(x.ndim + 1)])
+            x = x.reshape(*x.shape[:a + 1], *x.shape[a + 2 :])
+        return x
+
+    # *** Python operators ***
+
+    def __neg__(self) -> Tensor:
+        return self.neg()
+
+    def __add__(self, y: Any) -> Tensor:
+        return self.add(y)
+
+    def __radd__(self, y: Any) -> Tensor:
+        return self.add(y, True)
+
+    def __sub__(self, y: Any) -> Tensor:
+        return self.sub(y)
+
+    def __rsub__(self, y: Any) -> Tensor:
+        return self.sub(y, True)
+
+    def __mul__(self, y: Any) -> Tensor:
+        return self.mul(y)
+
+    def __rmul__(self, y: Any) -> Tensor:
+        return self.mul(y, True)
+
+    def __truediv__(self, y: Any) -> Tensor:
+        return self.div(y)
+
+    def __rtruediv__(self, y: Any) -> Tensor:
+        return self.div(y, True)
+
+    def __floordiv__(self, y: Any) -> Tensor:
+        return self.idiv(y)
+
+    def __rfloordiv__(self, y: Any) -> Tensor:
+        return self.idiv(y, True)
+
+    def __mod__(self, y: Any) -> Tensor:
+        return self.mod(y)
+
+    def __rmod__(self, y: Any) -> Tensor:
+        return self.mod(y, True)
+
+    def __matmul__(self, y: Tensor) -> Tensor:
+        return self.dot(y)
+
+    def __and__(self, y: Any) -> Tensor:
+        return self.bitwise_and(y)
+
+    def __rand__(self, y: Any) -> Tensor:
+        return self.bitwise_and(y, True)
+
+    def __or__(self, y: Any) -> Tensor:
+        return self.bitwise_or(y)
+
+    def __ror__(self, y: Any) -> Tensor:
+        return self.bitwise_or(y, True)
+
+    def __xor__(self, y: Any) -> Tensor:
+        return self.bitwise_xor(y)
+
+    def __rxor__(self, y: Any) -> Tensor:
+        return self.bitwise_xor(y, True)
+
+    def __lt__(self, y: Any) -> Tensor:
+        return self.lt(y)
+
+    def __gt__(self, y: Any) -> Tensor:
+        return self.gt(y)
+
+    def __le__(self, y: Any) -> Tensor:
+        return self.le(y)
+
+    def __ge__(self, y: Any) -> Tensor:
+        return self.ge(y)
+
+    def __eq__(self, y: Any) -> Tensor:  # type: ignore[override]  # elementwise, like numpy
+        return self.eq(y)
+
+    def __ne__(self, y: Any) -> Tensor:  # type: ignore[override]  # elementwise, like numpy
+        return self.ne(y)
+
+    def __iadd__(self, y: Any) -> Tensor:
+        return self.add(y)
+
+    def __isub__(self, y: Any) -> Tensor:
+        return self.sub(y)
+
+    def __imul__(self, y: Any) -> Tensor:
+        return self.mul(y)
+
+    def __itruediv__(self, y: Any) -> Tensor:
+        return self.div(y)
+
+    def __bool__(self) -> bool:
+        if self.numel() != 1:
+            raise ValueError(f"the truth value of a tensor with {self.numel()} elements is ambiguous")
+        return bool(self.item())
+
+
+# *** module helpers ***
+
+
+def _forget(ref: weakref.ReferenceType[Tensor]) -> None:
+    _all_tensors.pop(ref, None)
+
+
+def _shape_arg(shape: tuple[Any, ...], allow_neg: bool = False) -> tuple[int, ...]:
+    shp = tuple(argfix(*shape)) if shape else ()
+    if not all(isinstance(s, int) and not isinstance(s, bool) for s in shp):
+        raise TypeError(f"shape must be ints, got {shp}")
+    if not allow_neg and any(s < 0 for s in shp):
+        raise ValueError(f"shape must be non-negative, got {shp}")
+    return shp
+
+
+def _is_kernelized_view(u: UOp) -> bool:
+    base = u.base
+    return base.op is Ops.ASSIGN and base.src[1].op is Ops.KERNEL
+
+
+def _uop_from_data(data: Any, device: str | tuple[str, ...], dtype: DType | None) -> UOp:
+    """Constants become CONST nodes; lists, tuples, numpy arrays and bytes become a buffer filled on the device."""
+    import numpy as np
+
+    if isinstance(data, (bool, int, float)):
+        dt = dtype if dtype is not None else dtypes.from_py(data)
+        return UOp.const_tensor(dt, data, device)
+    if isinstance(data, bytes):
+        arr = np.frombuffer(data, dtype=np.uint8)
+        dt = dtype if dtype is not None else dtypes.uint8
+    elif isinstance(data, (list, tuple)):
+        dt = dtype if dtype is not None else _infer_list_dtype(data)
+        np_dt = _to_np_dtype(dt)
+        if np_dt is None:
+            raise TypeError(f"Tensor: cannot build a {dt} tensor from a list")
+        arr = np.array(data, dtype=np_dt)
+    elif isinstance(data, np.ndarray):
+        dt = _from_np_dtype(data.dtype)
+        arr = data
+    else:
+        raise TypeError(f"Tensor: cannot build a tensor from {type(data).__name__}; expected a number, list, tuple, numpy array, bytes or UOp")
+    arr = np.ascontiguousarray(arr)
+    buf = UOp.new_buffer(device, arr.size, dt)
+    if arr.size:
+        buf.buffer.allocate().copyin(memoryview(arr.reshape(-1).view(np.uint8)))
+    return buf.reshape(arr.shape)
+
+
+def _infer_list_dtype(data: Any) -> DType:
+    flat: list[Any] = []
+    stack = [data]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (list, tuple)):
+            stack.extend(x)
+        else:
+            flat.append(x)
+    if not flat:
+        return dtypes.default_float
+    if all(isinstance(x, bool) for x in flat):
+        return dtypes.bool
+    if all(isinstance(x, (bool, int)) for x in flat):
+        return dtypes.default_int
+    return dtypes.default_float
+
+
+def _kernelize(tensors: list[Tensor]) -> None:
+    from fusegrad.schedule.kernelize import kernelize
+
+    sink = Tensor._sink(tensors)
+    if all(_is_done(u) for u in sink.src):
+        return
+    result = kernelize(sink)
+    if DEBUG.value >= 1:
+        print(colored(f"scheduled {result.kernel_count} kernels", "cyan"))
+    _apply_map(result.becomes)
+
+
+def _is_done(u: UOp) -> bool:
+    base = u.base
+    return base.op in (Ops.BUFFER, Ops.CONST) or (base.op is Ops.ASSIGN and base.src[1].op is Ops.KERNEL)
+
+
+def _apply_map(becomes: dict[UOp, UOp]) -> None:
+    """Point every live tensor whose graph contains a key of `becomes` at the replacement."""
+    if not becomes:
+        return
+    live = [t for ref in list(_all_tensors) if (t := ref()) is not None]
+    direct = [t for t in live if t.uop in becomes]
+    for t in direct:
+        t.uop = becomes[t.uop]
+    others = [t for t in live if t.uop not in becomes.values() and not _is_done(t.uop)]
+    if not others:
+        return
+    sink = UOp.sink(*[t.uop for t in others])
+    new_sink = sink.substitute(becomes, name="apply becomes map")
+    for t, new in zip(others, new_sink.src, strict=True):
+        t.uop = new

@@ -1,0 +1,103 @@
+"""Shapes and devices of tensor-level UOps, and the checks that keep movement ops valid.
+
+`compute_shape(u)` and `compute_device(u)` are evaluated bottom-up by `UOp._cached` (sources first), so they only look
+at their sources' cached values. Kernel-level nodes (RANGE, INDEX, …) have no shape: None.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fusegrad.helpers import prod
+from fusegrad.uop import GroupOp, Ops
+
+if TYPE_CHECKING:
+    from fusegrad.uop.ops import UOp
+
+Shape = tuple[int, ...]
+
+
+def _src_shape(u: UOp, i: int = 0) -> Shape | None:
+    return u.src[i].__dict__["_shape"]  # type: ignore[no-any-return]  # set by UOp._cached before users ask
+
+
+def _elementwise_shape(u: UOp) -> Shape | None:
+    shapes = [s.__dict__["_shape"] for s in u.src]
+    shapes = [s for s in shapes if s is not None]
+    if not shapes:
+        return None
+    if any(s != shapes[0] for s in shapes[1:]):
+        raise ValueError(f"{u.op.name.lower()}: sources have different shapes {shapes}; broadcast them first")
+    return shapes[0]  # type: ignore[no-any-return]
+
+
+def movement_shape(op: Ops, in_shape: Shape, arg: Any) -> Shape:
+    """The output shape of a movement op, checking its argument against the input shape."""
+    match op:
+        case Ops.RESHAPE:
+            if prod(arg) != prod(in_shape):
+                raise ValueError(f"reshape: cannot reshape {in_shape} ({prod(in_shape)} elements) to {arg} ({prod(arg)} elements)")
+            return tuple(arg)
+        case Ops.PERMUTE:
+            if sorted(arg) != list(range(len(in_shape))):
+                raise ValueError(f"permute: order {arg} is not a permutation of the {len(in_shape)} axes of {in_shape}")
+            return tuple(in_shape[i] for i in arg)
+        case Ops.EXPAND:
+            if len(arg) != len(in_shape) or any(s != n and s != 1 for s, n in zip(in_shape, arg, strict=True)):
+                raise ValueError(f"expand: cannot expand {in_shape} to {arg}: only size-1 axes can grow")
+            return tuple(arg)
+        case Ops.PAD:
+            if len(arg) != len(in_shape) or any(b < 0 or a < 0 for b, a in arg):
+                raise ValueError(f"pad: padding {arg} does not fit {in_shape}: expected one non-negative (before, after) per axis")
+            return tuple(s + b + a for s, (b, a) in zip(in_shape, arg, strict=True))
+        case Ops.SHRINK:
+            if len(arg) != len(in_shape) or any(not 0 <= b <= e <= s for s, (b, e) in zip(in_shape, arg, strict=True)):
+                raise ValueError(f"shrink: bounds {arg} do not fit {in_shape}: expected 0 <= start <= end <= size per axis")
+            return tuple(e - b for b, e in arg)
+        case Ops.FLIP:
+            if len(arg) != len(in_shape):
+                raise ValueError(f"flip: expected one flag per axis of {in_shape}, got {arg}")
+            return in_shape
+    raise ValueError(f"movement_shape: {op} is not a movement op")
+
+
+def compute_shape(u: UOp) -> Shape | None:
+    """The tensor shape of `u`, or None for nodes without one."""
+    match u.op:
+        case Ops.BUFFER | Ops.IOTA:
+            return (u.arg,)
+        case Ops.CONST:
+            return () if u.src else None  # a tensor constant has a DEVICE source; a kernel constant has none
+        case Ops.DEFINE_VAR | Ops.BIND:
+            return ()
+        case Ops.REDUCE_AXIS:
+            shape = _src_shape(u)
+            assert shape is not None, "REDUCE_AXIS needs a shaped source"
+            return tuple(1 if i in u.arg[1] else s for i, s in enumerate(shape))
+        case Ops.ASSIGN | Ops.COPY | Ops.CONTIGUOUS | Ops.CONTIGUOUS_BACKWARD | Ops.DETACH | Ops.CAST | Ops.BITCAST:
+            return _src_shape(u)
+        case Ops.KERNEL | Ops.SINK | Ops.DEVICE | Ops.UNIQUE:
+            return None
+    if u.op in GroupOp.Movement:
+        shape = _src_shape(u)
+        assert shape is not None, f"{u.op} needs a shaped source"
+        return movement_shape(u.op, shape, u.arg)
+    if u.op in GroupOp.ALU:
+        return _elementwise_shape(u)
+    return None
+
+
+def compute_device(u: UOp) -> str | tuple[str, ...] | None:
+    """The device `u` lives on: from its DEVICE source, or inherited from its first source that has one."""
+    if u.op is Ops.DEVICE:
+        return u.arg  # type: ignore[no-any-return]
+    if u.op is Ops.COPY:
+        return u.src[1].arg  # type: ignore[no-any-return]
+    if u.op is Ops.BUFFER:
+        return u.src[1].arg  # type: ignore[no-any-return]
+    if u.op is Ops.IOTA:
+        return u.src[0].arg  # type: ignore[no-any-return]
+    for s in u.src:
+        if (d := s.__dict__["_device"]) is not None:
+            return d  # type: ignore[no-any-return]
+    return None

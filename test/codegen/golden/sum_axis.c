@@ -1,0 +1,13 @@
+#include <math.h>
+void r_4_8(float* restrict data0, const float* restrict data1) {
+  for (long long ridx0 = 0; ridx0 < 4; ridx0++) {
+    float acc0;
+    acc0 = 0.0f;
+    long long alu0 = (ridx0*8);
+    for (long long ridx1 = 0; ridx1 < 8; ridx1++) {
+      float val0 = data1[ridx1+alu0];
+      acc0 = (acc0+val0);
+    }
+    data0[ridx0] = acc0;
+  }
+}

@@ -1,0 +1,234 @@
+"""Soundness of the symbolic rule tables: random int/bool expression trees keep their value under every rewrite.
+
+Hypothesis builds trees (depth <= 5) over 2-3 variables whose ranges include negatives, rewrites them with
+`symbolic_simple`, `symbolic` and `sym`, and evaluates original and result on assignments inside the bounds with the
+interpreter below. The interpreter is written here from C's rules (truncating division, two's complement wrap-around)
+and shares no code with the rules or with fusegrad/uop/alu.py. It also checks vmin <= value <= vmax for every node.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from fusegrad.dtype import DType, dtypes
+from fusegrad.uop import Ops
+from fusegrad.uop.ops import UOp, graph_rewrite
+from fusegrad.uop.symbolic import sym, symbolic, symbolic_simple
+
+INDEX_LIMIT = 2**62  # index math runs as int64 on devices: trees whose values leave this are skipped
+
+
+class DivByZero(Exception):
+    """A division or modulo by zero: undefined in C."""
+
+
+class OutOfRange(Exception):
+    """An index value too large for int64."""
+
+
+# *** the reference interpreter ***
+
+
+def c_div(a: int, b: int) -> int:
+    """C's a / b on ints: the quotient truncated toward zero."""
+    if b == 0:
+        raise DivByZero
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q
+
+
+def c_rem(a: int, b: int) -> int:
+    """C's a % b: the sign follows a, and a == (a/b)*b + a%b."""
+    return a - b * c_div(a, b)
+
+
+def wrap(value: int, dt: DType) -> int:
+    """Two's complement wrap-around to dt's width; index values only get a range check."""
+    if dt == dtypes.index:
+        if abs(value) >= INDEX_LIMIT:
+            raise OutOfRange
+        return value
+    bits = dt.bitsize
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if value >= 1 << (bits - 1) else value
+
+
+ARITH: dict[Ops, Callable[[int, int], int]] = {
+    Ops.ADD: lambda a, b: a + b,
+    Ops.MUL: lambda a, b: a * b,
+    Ops.IDIV: c_div,
+    Ops.MOD: c_rem,
+    Ops.MAX: max,
+    Ops.AND: lambda a, b: a & b,
+    Ops.OR: lambda a, b: a | b,
+    Ops.XOR: lambda a, b: a ^ b,
+}
+COMPARE: dict[Ops, Callable[[int, int], bool]] = {
+    Ops.CMPLT: lambda a, b: a < b,
+    Ops.CMPNE: lambda a, b: a != b,
+    Ops.CMPEQ: lambda a, b: a == b,
+}
+
+
+def evaluate(root: UOp, env: dict[str, int], check_bounds: bool = False) -> dict[UOp, Any]:
+    """The value of every node below root for the variable values in `env` (bools as Python bools)."""
+    vals: dict[UOp, Any] = {}
+    for u in root.toposort():
+        src = [vals[s] for s in u.src]
+        if u.op is Ops.CONST:
+            val: Any = u.arg
+        elif u.op is Ops.DEFINE_VAR:
+            val = env[u.arg[0]]
+        elif u.op in COMPARE:
+            val = COMPARE[u.op](src[0], src[1])
+        elif u.op is Ops.WHERE:
+            val = src[1] if src[0] else src[2]
+        elif u.op in ARITH and u.dtype == dtypes.bool:
+            val = bool(ARITH[u.op](int(src[0]), int(src[1])))
+        elif u.op in ARITH:
+            val = wrap(ARITH[u.op](src[0], src[1]), u.dtype)
+        else:
+            raise NotImplementedError(f"evaluate: no meaning for {u.op}")
+        vals[u] = val
+        if check_bounds:
+            assert u.vmin <= val <= u.vmax, f"{u.op} = {val} is outside its bounds [{u.vmin}, {u.vmax}]"
+    return vals
+
+
+# *** random trees ***
+
+VAR_NAMES = ("a", "b", "c")
+DIVISORS = (1, 2, 3, 4, 5, 6, 8, -1, -2, -3, -4)
+
+
+@st.composite
+def variables(draw: st.DrawFn, dt: DType) -> list[UOp]:
+    count = draw(st.integers(2, 3))
+    out = []
+    for name in VAR_NAMES[:count]:
+        lo = draw(st.integers(-10, 6))
+        out.append(UOp.variable(name, lo, lo + draw(st.integers(0, 12)), dt))
+    return out
+
+
+def int_tree(vs: list[UOp], dt: DType) -> st.SearchStrategy[UOp]:
+    """Int expressions over `vs`: leaves are variables and small constants."""
+    leaf = st.one_of(st.sampled_from(vs), st.integers(-9, 9).map(lambda v: UOp.const(dt, v)))
+
+    def extend(sub: st.SearchStrategy[UOp]) -> st.SearchStrategy[UOp]:
+        cond = bool_tree(sub)
+        return st.one_of(
+            st.tuples(sub, sub).map(lambda t: t[0] + t[1]),
+            st.tuples(sub, sub).map(lambda t: t[0] - t[1]),
+            st.tuples(sub, sub).map(lambda t: t[0] * t[1]),
+            st.tuples(sub, st.integers(-9, 9)).map(lambda t: t[0] * t[1]),
+            st.tuples(sub, st.sampled_from(DIVISORS)).map(lambda t: t[0] // t[1]),
+            st.tuples(sub, st.sampled_from(DIVISORS)).map(lambda t: t[0] % t[1]),
+            st.tuples(sub, sub).map(lambda t: t[0] // t[1]),
+            st.tuples(sub, sub).map(lambda t: t[0] % t[1]),
+            st.tuples(sub, sub).map(lambda t: t[0].maximum(t[1])),
+            st.tuples(cond, sub, sub).map(lambda t: t[0].where(t[1], t[2])),
+            sub.map(lambda x: -x),
+        )
+
+    return st.recursive(leaf, extend, max_leaves=12)
+
+
+def bool_tree(ints: st.SearchStrategy[UOp]) -> st.SearchStrategy[UOp]:
+    """Bool expressions: comparisons of int expressions joined by & | ^ != == and not."""
+    cmp = st.one_of(
+        st.tuples(ints, ints).map(lambda t: t[0] < t[1]),
+        st.tuples(ints, ints).map(lambda t: t[0].ne(t[1])),
+        st.tuples(ints, ints).map(lambda t: t[0].eq(t[1])),
+        st.tuples(ints, st.integers(-12, 12)).map(lambda t: t[0] < t[1]),
+    )
+
+    def extend(sub: st.SearchStrategy[UOp]) -> st.SearchStrategy[UOp]:
+        return st.one_of(
+            st.tuples(sub, sub).map(lambda t: t[0] & t[1]),
+            st.tuples(sub, sub).map(lambda t: t[0] | t[1]),
+            st.tuples(sub, sub).map(lambda t: t[0] ^ t[1]),
+            st.tuples(sub, sub).map(lambda t: t[0].ne(t[1])),
+            st.tuples(sub, sub).map(lambda t: t[0].eq(t[1])),
+            sub.map(lambda x: x.logical_not()),
+            st.tuples(sub, st.booleans()).map(lambda t: t[0] & t[1]),
+            st.tuples(sub, st.booleans()).map(lambda t: t[0] | t[1]),
+        )
+
+    return st.recursive(cmp, extend, max_leaves=3)
+
+
+@st.composite
+def expressions(draw: st.DrawFn, dt: DType) -> tuple[UOp, list[UOp]]:
+    vs = draw(variables(dt))
+    ints = int_tree(vs, dt)
+    root = draw(st.one_of(ints, bool_tree(ints)) if draw(st.booleans()) else ints)
+    assume(max(u.depth for u in (root,)) <= 5)
+    return root, vs
+
+
+def assignments(vs: list[UOp], seed: int) -> list[dict[str, int]]:
+    """Every assignment when there are few; else the corners and middles plus random points."""
+    ranges = [range(v.arg[1], v.arg[2] + 1) for v in vs]
+    combos = list(itertools.product(*ranges))
+    if len(combos) > 80:
+        rng = random.Random(seed)
+        picks = [sorted({r[0], r[-1], r[len(r) // 2]} | ({0} if 0 in r else set())) for r in ranges]
+        combos = list(itertools.product(*picks)) + rng.sample(combos, 40)
+    return [{v.arg[0]: x for v, x in zip(vs, combo, strict=True)} for combo in combos]
+
+
+def original_values(root: UOp, envs: list[dict[str, int]]) -> list[Any]:
+    """The root's value for each assignment; skips the tree when any divisor can be zero or a value overflows."""
+    out = []
+    for env in envs:
+        try:
+            out.append(evaluate(root, env)[root])
+        except (DivByZero, OutOfRange):
+            assume(False)
+    return out
+
+
+def check_rewrite(root: UOp, vs: list[UOp], seed: int, pm_name: str) -> None:
+    pm = {"symbolic_simple": symbolic_simple, "symbolic": symbolic, "sym": sym}[pm_name]
+    envs = assignments(vs, seed)
+    expected = original_values(root, envs)
+    new = graph_rewrite(root, pm, name=f"test {pm_name}")
+    for env, want in zip(envs, expected, strict=True):
+        got = evaluate(new, env)[new]
+        assert got == want, f"{pm_name}: {root.render(False)} -> {new.render(False)} at {env}: {got} != {want}"
+
+
+PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+
+@pytest.mark.parametrize("pm_name", ["symbolic_simple", "symbolic", "sym"])
+@PROPERTY
+@given(tree=expressions(dtypes.index), seed=st.integers(0, 2**16))
+def test_rewrite_keeps_value_index(pm_name: str, tree: tuple[UOp, list[UOp]], seed: int) -> None:
+    check_rewrite(*tree, seed, pm_name)
+
+
+@PROPERTY
+@given(tree=expressions(dtypes.int32), seed=st.integers(0, 2**16))
+def test_rewrite_keeps_value_int32(tree: tuple[UOp, list[UOp]], seed: int) -> None:
+    check_rewrite(*tree, seed, "sym")
+
+
+@PROPERTY
+@given(tree=expressions(dtypes.index), seed=st.integers(0, 2**16))
+def test_bounds_hold_before_and_after_rewrite(tree: tuple[UOp, list[UOp]], seed: int) -> None:
+    root, vs = tree
+    envs = assignments(vs, seed)
+    original_values(root, envs)
+    new = graph_rewrite(root, sym)
+    for env in envs:
+        evaluate(root, env, check_bounds=True)
+        evaluate(new, env, check_bounds=True)
