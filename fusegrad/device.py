@@ -441,7 +441,8 @@ class Buffer:
 
     def copyin(self, mv: memoryview) -> Buffer:
         """Copy host bytes (exactly nbytes of them) into the buffer."""
-        self.allocator._copyin(self._buf, self._check_transfer("copyin", mv))
+        mv = self._check_transfer("copyin", mv)  # before touching _buf, which would allocate
+        self.allocator._copyin(self._buf, mv)
         return self
 
     def copyout(self, mv: memoryview) -> memoryview:

@@ -79,14 +79,17 @@ class RenderContext:
         """Whether `u` is written into its user's text rather than a variable of its own.
 
         Register loads inline (the accumulator is read where it is used); other values inline only when used once
-        in the same loop, so hoisted work stays hoisted. Global loads always get a variable.
+        in the same loop, so hoisted work stays hoisted, and not as a branch of ?:. Global loads get a variable.
         """
         if u.op in _ALWAYS_INLINE:
             return True
         if u.op is Ops.LOAD:
             return _is_register(_base_buffer(u.src[0].src[0]))
         users = self.users.get(u, [])
-        return len(users) == 1 and self.depth[users[0]] == self.depth[u]
+        if len(users) != 1 or self.depth[users[0]] != self.depth[u]:
+            return False
+        # a branch of ?: is computed only when taken: C compilers won't speculate float math into a vector select
+        return not (users[0].op is Ops.MAX or (users[0].op is Ops.WHERE and users[0].src[0] is not u))
 
 
 def _base_buffer(buf: UOp) -> UOp:

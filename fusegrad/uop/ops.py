@@ -201,8 +201,17 @@ class UOp(MathTrait, metaclass=UOpMetaClass):
         return self._cached("_depth", lambda u: 1 + max((s.__dict__["_depth"] for s in u.src), default=-1))  # type: ignore[no-any-return]
 
     def substitute(self, dvars: dict[UOp, UOp], name: str | None = None) -> UOp:
-        """Replace nodes by others everywhere below this one (keys are matched by identity)."""
-        return graph_rewrite(self, _pm_substitute, dvars, bottom_up=True, name=name)
+        """Replace nodes by others everywhere below this one, once: replacements are not searched again."""
+        if not dvars:
+            return self
+        new: dict[UOp, UOp] = {}
+        for node in self.toposort(gate=lambda u: u not in dvars):
+            if node in dvars:
+                new[node] = dvars[node]
+                continue
+            srcs = tuple(new.get(s, s) for s in node.src)
+            new[node] = node if srcs == node.src else node.replace(src=srcs)
+        return new.get(self, dvars.get(self, self))
 
     # *** value bounds ***
 
@@ -556,5 +565,6 @@ def _substitute_node(ctx: dict[UOp, UOp], x: UOp) -> UOp | None:
     return ctx.get(x)
 
 
-_pm_substitute = PatternMatcher([(UPat(GroupOp.All, name="x"), _substitute_node)])
+# substitution to a fixed point (replacements are searched again): how VIZ replays a step's matches
+pm_substitute_fixed_point = PatternMatcher([(UPat(GroupOp.All, name="x"), _substitute_node)])
 

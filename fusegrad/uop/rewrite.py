@@ -285,8 +285,9 @@ def _group_name(fn: Callable[..., Any], name: Any, args: tuple[Any, ...], kwargs
         got = name(*args, ret=ret, **kwargs)
         if isinstance(got, TracingKey):
             return got  # a TracingKey names its group exactly: no call counter
-        return TracingKey(f"{got} n{count}", (fn.__name__,), ret)
-    return TracingKey(f"{fn.__name__} n{count}", (fn.__name__,), ret)
+        return TracingKey(f"{got} n{count}", (fn.__name__,))
+    # the result is not kept: a trace must never keep graphs (and the buffers they own) alive
+    return TracingKey(f"{fn.__name__} n{count}", (fn.__name__,))
 
 
 def track_rewrites(name: bool | Callable[..., str | TracingKey] = True) -> Callable[[F], F]:

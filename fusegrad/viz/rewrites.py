@@ -14,7 +14,7 @@ from typing import Any
 from fusegrad.dtype import dtypes
 from fusegrad.helpers import TRACEMETA, Context
 from fusegrad.uop import Ops
-from fusegrad.uop.ops import UOp
+from fusegrad.uop.ops import UOp, all_metadata, graph_rewrite, pm_substitute_fixed_point
 from fusegrad.uop.rewrite import RewriteLoopError, RewriteTrace, TrackedGraphRewrite, uop_fields
 
 # constants and device names are drawn inside their user's label, not as nodes of their own
@@ -109,23 +109,29 @@ def rebuild_uop(num: int, fields: dict[int, tuple[Any, ...]], cache: dict[int, U
             stack.extend(missing)
             continue
         stack.pop()
-        cache[n] = UOp(op, dtype, tuple(cache[s] for s in srcs), arg, tag)
+        cache[n] = node = UOp(op, dtype, tuple(cache[s] for s in srcs), arg, tag)
+        if len(fields[n]) > 5 and fields[n][5] is not None and node not in all_metadata:
+            all_metadata[node] = fields[n][5]  # the original node died: its rebuilt twin carries its metadata
     return cache[num]
 
 
 def _replay_step(graph: UOp, replaces: dict[UOp, UOp]) -> UOp:
     try:
-        return graph.substitute(replaces)
+        return graph_rewrite(graph, pm_substitute_fixed_point, replaces, bottom_up=True)
     except RewriteLoopError as e:
         return UOp(Ops.NOOP, arg=e.summary)
     except RuntimeError as e:
         return UOp(Ops.NOOP, arg=str(e))
 
 
+# nodes rebuilt for replays stay alive while the viewer runs, so node ids stay stable between requests
+_rebuilt: dict[int, UOp] = {}
+
+
 def get_full_rewrite(step: TrackedGraphRewrite, fields: dict[int, tuple[Any, ...]] | None = None) -> Generator[dict[str, Any], None, None]:
     """The step's input graph, then the graph after each recorded match (a failed replay shows as a NOOP node)."""
     fields = fields if fields is not None else uop_fields
-    cache: dict[int, UOp] = {}
+    cache = _rebuilt
     with Context(TRACK_MATCH_STATS=0):
         graph = rebuild_uop(step.sink, fields, cache)
         yield {"graph": uop_to_json(graph), "uop": str(graph), "changed_nodes": None, "diff": None, "upat": None}

@@ -124,11 +124,14 @@ class TestGroups:
 
     def test_tracked_call_starts_a_new_group_that_later_rewrites_join(self) -> None:
         c = UOp.const(dtypes.int, 1)
-        graph_rewrite(c + 1, sym)
+        first, last = c + 1, c + 2  # kept alive: a replayed graph is drawn with the ids of the live nodes
+        graph_rewrite(first, sym)
         run_passes(c, [sym])
-        graph_rewrite(c + 2, sym)
+        graph_rewrite(last, sym)
         assert [(g["name"], len(g["steps"])) for g in groups()] == [("default graph_rewrite", 1), ("run_passes n1", 2)]
-        assert list(replay(1, 1)[0]["graph"]) == [id(c + 2)]
+        assert list(replay(0, 0)[0]["graph"]) == [id(first)]
+        assert list(replay(1, 0)[0]["graph"]) == [id(c)]
+        assert list(replay(1, 1)[0]["graph"]) == [id(last)]
 
     def test_default_name_is_the_function_name(self) -> None:
         @track_rewrites()
@@ -225,7 +228,25 @@ class TestNesting:
         pipeline(UOp.variable("a", 1, 10) + UOp.variable("b", 1, 10))
         steps = groups()[0]["steps"]
         assert [(s["name"], s["depth"]) for s in steps] == [("start", 0), ("two_passes", 0), ("pass 0", 1), ("pass 1", 1)]
-        assert steps[1]["loc"] == (two_passes.__code__.co_filename, inspect.getsourcelines(two_passes)[1] + 1)
+
+    @pytest.mark.xfail(
+        reason="bug: rewrite.py profile_matches records the decorated function's first line as the step's loc; "
+        "graph_rewrite steps (and the reference) record the caller's file and line: use sys._getframe(1)",
+        strict=True,
+    )
+    def test_profile_matches_step_loc_is_the_caller(self) -> None:
+        @profile_matches
+        def nothing(u: UOp) -> None:
+            graph_rewrite(u, PatternMatcher([]), name="inner")
+
+        @track_rewrites()
+        def pipeline(u: UOp) -> None:
+            nothing(u)  # the step's loc
+
+        pipeline(UOp.variable("a", 1, 10))
+        lines, first = inspect.getsourcelines(pipeline)
+        call_line = first + next(i for i, text in enumerate(lines) if "# the step's loc" in text)
+        assert groups()[0]["steps"][0]["loc"] == (__file__, call_line)
 
     def test_profile_matches_rejects_a_non_uop_first_argument(self) -> None:
         @profile_matches
@@ -287,8 +308,9 @@ class TestData:
 
     def test_replayed_nodes_are_the_live_nodes(self) -> None:
         c = UOp.const(dtypes.int, 1)
-        graph_rewrite(c + 1, sym)
-        assert list(replay(0, 0)[0]["graph"]) == [id(c + 1)]
+        node = c + 1
+        graph_rewrite(node, sym)
+        assert list(replay(0, 0)[0]["graph"]) == [id(node)]
 
     def test_get_rewrites_fields(self) -> None:
         run_passes(UOp.variable("a", 0, 10) + 0, [sym], ["simplify"])
@@ -336,13 +358,12 @@ class TestData:
 
 # *** TRACK_MATCH_STATS=2 report at exit ***
 
-STATS_SCRIPT = """
-from fusegrad.uop import Ops
+STATS_SCRIPT = """from fusegrad.uop import Ops
 from fusegrad.uop.ops import PatternMatcher, UOp, UPat, graph_rewrite
 
 pm = PatternMatcher([(UPat.var("x") + 0, lambda x: x)])  # strip_add_zero
 a = UOp.variable("a", 0, 10)
-assert graph_rewrite((a + 0) + 0, pm) is a
+assert graph_rewrite(UOp.sink(a + 0, a * 2 + 0), pm) is UOp.sink(a, a * 2)
 """
 
 

@@ -1,0 +1,143 @@
+"""Tests for fusegrad/runtime/ops_cpu.py and runtime/support/compiler_cpu.py: compiling hand-written C with the system
+compiler, running it on buffers, compile errors, a missing compiler, and the on-disk compile cache."""
+
+from __future__ import annotations
+
+import ctypes
+import pathlib
+import subprocess
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fusegrad import diskcache
+from fusegrad.device import Buffer, CompileError, Device
+from fusegrad.dtype import dtypes
+from fusegrad.helpers import Context, ProfileRangeEvent, cpu_events
+from fusegrad.runtime.ops_cpu import CPUProgram
+from fusegrad.runtime.support.compiler_cpu import ClangCompiler
+
+ADD_SRC = """void add(float* restrict out, const float* restrict a, const float* restrict b) {
+  for (int i = 0; i < 4; i++) out[i] = a[i] + b[i];
+}
+"""
+
+
+def float_buffer(values: list[float]) -> Buffer:
+    return Buffer("CPU", len(values), dtypes.float32, initial_value=np.array(values, dtype=np.float32).tobytes())
+
+
+def test_compile_and_run_add() -> None:
+    lib = Device["CPU"].compiler.compile(ADD_SRC)
+    assert lib[:4] == b"\x7fELF"
+    prg = Device["CPU"].runtime("add", lib)
+    out, a, b = Buffer("CPU", 4, dtypes.float32).allocate(), float_buffer([1, 2, 3, 4]), float_buffer([10, 20, 30, 0.5])
+    assert prg(out._buf, a._buf, b._buf) is None
+    np.testing.assert_equal(out.numpy(), [11, 22, 33, 4.5])
+    elapsed = prg(out._buf, a._buf, b._buf, wait=True)
+    assert isinstance(elapsed, float) and elapsed >= 0
+
+
+def test_variables_are_passed_as_int64() -> None:
+    src = "void fill(long long* restrict out, long long n, long long v) { for (long long i = 0; i < n; i++) out[i] = v; }"
+    prg = Device["CPU"].runtime("fill", Device["CPU"].compiler.compile(src))
+    out = Buffer("CPU", 4, dtypes.int64).allocate()
+    prg(out._buf, vals=(3, 2**40))
+    assert out.numpy().tolist() == [2**40] * 3 + [0]
+
+
+def test_raw_addresses_work_too() -> None:
+    prg = Device["CPU"].runtime("add", Device["CPU"].compiler.compile(ADD_SRC))
+    out, a = (ctypes.c_float * 4)(), (ctypes.c_float * 4)(1, 2, 3, 4)
+    prg(ctypes.addressof(out), ctypes.addressof(a), ctypes.addressof(a))
+    assert list(out) == [2, 4, 6, 8]
+
+
+def test_missing_function_is_reported() -> None:
+    with pytest.raises(ValueError, match="no function 'sub' in the compiled library"):
+        CPUProgram(Device["CPU"], "sub", Device["CPU"].compiler.compile(ADD_SRC))
+
+
+def test_profile_records_a_range_event() -> None:
+    prg = Device["CPU"].runtime("add", Device["CPU"].compiler.compile(ADD_SRC))
+    out = Buffer("CPU", 4, dtypes.float32).allocate()
+    cpu_events.clear()
+    with Context(PROFILE=1):
+        prg(out._buf, out._buf, out._buf)
+    with Context(PROFILE=0):
+        prg(out._buf, out._buf, out._buf)
+    assert [(e.device, e.name) for e in cpu_events if isinstance(e, ProfileRangeEvent)] == [("CPU", "add")]
+    cpu_events.clear()
+
+
+def test_compile_error_shows_source_and_compiler_output() -> None:
+    src = "void broken(float* out) { out[0] = undefined_name; }\n"
+    with pytest.raises(CompileError, match=r"(?s)failed \(exit code \d+\).*undefined_name.*kernel source:.*1 \| void broken") as info:
+        Device["CPU"].compiler.compile(src)
+    assert info.value.src == src and "undefined_name" in info.value.stderr
+    assert isinstance(info.value, RuntimeError)
+
+
+def test_missing_compiler_says_what_was_looked_for() -> None:
+    with Context(CPU_CC="/nonexistent/cc"):
+        with pytest.raises(RuntimeError, match=r"no C compiler found: looked for CPU_CC=/nonexistent/cc.*apt-get install gcc"):
+            ClangCompiler().compile(ADD_SRC)
+        with pytest.raises(RuntimeError, match="no C compiler found"):
+            Device["CPU"].check_usable()
+
+
+@pytest.fixture
+def count_compiles(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """Every compiler subprocess run, by argv."""
+    calls: list[list[str]] = []
+    real_run: Callable[..., Any] = subprocess.run
+
+    def counting_run(args: list[str], *rest: Any, **kwargs: Any) -> Any:
+        calls.append(list(args))
+        return real_run(args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", counting_run)
+    return calls
+
+
+def unique_add_src() -> str:
+    return f"// {uuid.uuid4()}\n{ADD_SRC}"  # a key no earlier run cached
+
+
+def test_compile_cache_hits_on_the_second_compile(tmp_path: pathlib.Path, count_compiles: list[list[str]]) -> None:
+    src, compiler = unique_add_src(), ClangCompiler()
+    with Context(CACHEDB=str(tmp_path / "cache.db"), CACHELEVEL=2, CCACHE=1):
+        first = compiler.compile_cached(src)
+        second = compiler.compile_cached(src)
+    assert first == second and len(count_compiles) == 1
+    assert "-ffp-contract=off" in count_compiles[0] and "-fopenmp" in count_compiles[0]
+    with Context(CACHEDB=str(tmp_path / "cache.db"), CACHELEVEL=2, CCACHE=0):
+        compiler.compile_cached(src)
+    assert len(count_compiles) == 2
+
+
+def test_cache_key_holds_compiler_and_flags() -> None:
+    key = ClangCompiler().cache_key("x")
+    assert isinstance(key, tuple) and key[0] == "x" and "-O2" in key[2]  # type: ignore[operator]  # a list of flags
+    with Context(CPU_CC="/nonexistent/cc"):
+        assert ClangCompiler().cache_key("x") != key
+
+
+def test_compile_cache_survives_a_truncated_db(tmp_path: pathlib.Path, count_compiles: list[list[str]]) -> None:
+    db, src, compiler = tmp_path / "cache.db", unique_add_src(), ClangCompiler()
+    with Context(CACHEDB=str(db), CACHELEVEL=2, CCACHE=1):
+        for i in range(5):  # some pages for the truncation to cut
+            compiler.compile_cached(f"{src}// {i}\n")
+        diskcache.close_all()  # checkpoints the WAL into the file
+        db.write_bytes(db.read_bytes()[: db.stat().st_size // 2])
+        lib = compiler.compile_cached(src)  # the corrupt file is moved aside: a miss, so a recompile
+        assert compiler.compile_cached(src) == lib
+    assert len(count_compiles) == 6 and list(tmp_path.glob("cache.db.corrupt-*"))
+    prg = Device["CPU"].runtime("add", lib)
+    out, a = Buffer("CPU", 4, dtypes.float32).allocate(), float_buffer([1, 2, 3, 4])
+    prg(out._buf, a._buf, a._buf)
+    np.testing.assert_equal(out.numpy(), [2, 4, 6, 8])
+    diskcache.close_all()
