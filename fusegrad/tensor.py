@@ -15,7 +15,7 @@ from typing import Any, ClassVar, TypeVar
 
 from fusegrad.dtype import ConstType, DType, DTypeLike, _from_np_dtype, _to_np_dtype, dtypes, least_upper_dtype, least_upper_float, sum_acc_dtype, to_dtype
 from fusegrad.helpers import DEBUG, TRACEMETA, Metadata, _METADATA, all_int, argfix, colored, prod
-from fusegrad.uop import Ops
+from fusegrad.uop import GroupOp, Ops
 from fusegrad.uop.ops import UOp, all_metadata
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -934,15 +934,22 @@ def _is_done(u: UOp) -> bool:
     return base.op in (Ops.BUFFER, Ops.CONST) or (base.op is Ops.ASSIGN and base.src[1].op is Ops.KERNEL)
 
 
+def _is_plain_buffer(u: UOp) -> bool:
+    """A realized buffer (or a view of one, or a constant): nothing below it can be replaced."""
+    return u.base.op in (Ops.BUFFER, Ops.CONST, Ops.IOTA) and all(n.op in (Ops.BUFFER, Ops.CONST, Ops.UNIQUE, Ops.DEVICE, Ops.IOTA) or n.op in GroupOp.Movement for n in u.toposort())
+
+
 def _apply_map(becomes: dict[UOp, UOp]) -> None:
     """Point every live tensor whose graph contains a key of `becomes` at the replacement."""
     if not becomes:
         return
     live = [t for ref in list(_all_tensors) if (t := ref()) is not None]
-    direct = [t for t in live if t.uop in becomes]
-    for t in direct:
-        t.uop = becomes[t.uop]
-    others = [t for t in live if t.uop not in becomes.values() and not _is_done(t.uop)]
+    done: set[int] = set()
+    for t in live:
+        if t.uop in becomes:
+            t.uop = becomes[t.uop]
+            done.add(id(t))
+    others = [t for t in live if id(t) not in done and not _is_plain_buffer(t.uop)]
     if not others:
         return
     sink = UOp.sink(*[t.uop for t in others])

@@ -79,7 +79,7 @@ def test_default_comes_from_dev_and_cant_be_set() -> None:
     with Context(DEV=""):
         assert Device.DEFAULT in ("CPU", "PYTHON")
     with pytest.raises(AttributeError, match=r"DEV=NULL.*Context\(DEV='NULL'\)"):
-        Device.DEFAULT = "NULL"  # type: ignore[misc]  # the setter exists only to raise
+        Device.DEFAULT = "NULL"  # the setter exists only to raise
 
 
 def test_default_falls_back_to_python_without_a_c_compiler() -> None:
@@ -97,7 +97,8 @@ def test_enumerate_devices_reports_pass_and_fail() -> None:
     assert all("PASS" in line for line in lines), lines
     with Context(CPU_CC="/nonexistent/cc"):
         cpu_line = next(line for line in enumerate_devices_str() if " CPU " in line)
-    assert "FAIL" in cpu_line and "no C compiler found" in cpu_line
+    assert "FAIL" in cpu_line
+    assert "no C compiler found" in cpu_line
 
 
 def test_python_dash_m_lists_devices() -> None:
@@ -127,15 +128,19 @@ def test_default_compiler_passes_source_through() -> None:
 def test_buffer_is_lazy_and_counts_memory() -> None:
     used, on_cpu = GlobalCounters.mem_used, GlobalCounters.mem_used_per_device["CPU"]
     buf = Buffer("cpu", 4, dtypes.float32)
-    assert buf.device == "CPU" and buf.nbytes == 16 and not buf.is_allocated()
+    assert buf.device == "CPU"
+    assert buf.nbytes == 16
+    assert not buf.is_allocated()
     assert GlobalCounters.mem_used == used
-    assert buf.ensure_allocated() is buf and buf.is_allocated()
+    assert buf.ensure_allocated() is buf
+    assert buf.is_allocated()
     assert GlobalCounters.mem_used == used + 16
     assert GlobalCounters.mem_used_per_device["CPU"] == on_cpu + 16
     with pytest.raises(RuntimeError, match="already allocated"):
         buf.allocate()
     buf.deallocate()
-    assert not buf.is_allocated() and GlobalCounters.mem_used == used
+    assert not buf.is_allocated()
+    assert GlobalCounters.mem_used == used
     with pytest.raises(RuntimeError, match="not allocated"):
         buf.deallocate()
 
@@ -180,7 +185,7 @@ def test_uop_buffers_are_collected() -> None:
 
 def test_copyin_copyout_numpy() -> None:
     buf = Buffer("CPU", 4, dtypes.float32).allocate()
-    buf.copyin(memoryview(np.array([1, 2, 3, 4], dtype=np.float32)))
+    buf.copyin(np.array([1, 2, 3, 4], dtype=np.float32).data)
     np.testing.assert_equal(buf.numpy(), [1, 2, 3, 4])
     out = bytearray(16)
     assert buf.copyout(memoryview(out)).tobytes() == np.array([1, 2, 3, 4], dtype=np.float32).tobytes()
@@ -199,15 +204,16 @@ def test_as_memoryview_copies_unless_zero_copy() -> None:
 
 
 def test_numpy_needs_a_numpy_dtype() -> None:
-    with pytest.raises(TypeError, match="no numpy dtype for dtypes.bfloat16"):
+    with pytest.raises(TypeError, match=r"no numpy dtype for dtypes\.bfloat16"):
         Buffer("CPU", 2, dtypes.bfloat16).allocate().numpy()
 
 
 def test_opaque_numpy_memory_is_adopted() -> None:
     array = np.arange(4, dtype=np.int32)
     buf = Buffer("CPU", 4, dtypes.int32, opaque=array)
-    assert buf.options.nolru and buf.numpy().tolist() == [0, 1, 2, 3]
-    buf.copyin(memoryview(np.full(4, 9, dtype=np.int32)))
+    assert buf.options.nolru
+    assert buf.numpy().tolist() == [0, 1, 2, 3]
+    buf.copyin(np.full(4, 9, dtype=np.int32).data)
     assert array.tolist() == [9, 9, 9, 9]  # the same memory
 
 
@@ -225,26 +231,32 @@ def test_copy_from_across_devices() -> None:
 def test_views_share_the_base_memory() -> None:
     base = int_buffer("CPU", [0, 1, 2, 3, 4, 5])
     view = base.view(2, dtypes.int32, 8)
-    assert view.base is base and view.offset == 8 and not view.is_allocated()
+    assert view.base is base
+    assert view.offset == 8
+    assert not view.is_allocated()
     view.ensure_allocated()
-    assert view.numpy().tolist() == [2, 3] and base.allocated_views == 1
-    view.copyin(memoryview(np.array([20, 30], dtype=np.int32)))
+    assert view.numpy().tolist() == [2, 3]
+    assert base.allocated_views == 1
+    view.copyin(np.array([20, 30], dtype=np.int32).data)
     assert base.numpy().tolist() == [0, 1, 20, 30, 4, 5]
     inner = view.view(1, dtypes.int32, 4)  # a view of a view is a view of the base
-    assert inner.base is base and inner.offset == 12
+    assert inner.base is base
+    assert inner.offset == 12
     assert inner.ensure_allocated().numpy().tolist() == [30]
 
 
 def test_view_follows_its_base_reallocation() -> None:
     base = Buffer("CPU", 4, dtypes.int32)
     view = base.view(2, dtypes.int32, 4).ensure_allocated()  # allocating a view allocates its base
-    assert base.is_allocated() and view.is_allocated()
+    assert base.is_allocated()
+    assert view.is_allocated()
     base.deallocate()
     assert not view.is_allocated()
     base.allocate()
     assert not view.is_allocated()  # carved from the old memory: must be carved again
     view.ensure_allocated()
-    assert view.is_allocated() and base.allocated_views == 1
+    assert view.is_allocated()
+    assert base.allocated_views == 1
 
 
 def test_view_bounds_are_checked() -> None:
@@ -263,15 +275,21 @@ def test_view_bounds_are_checked() -> None:
 def test_pickle_keeps_contents() -> None:
     buf = int_buffer("CPU", [3, 1, 4])
     copy = pickle.loads(pickle.dumps(buf))
-    assert copy is not buf and copy.device == "CPU" and copy.numpy().tolist() == [3, 1, 4]
+    assert copy is not buf
+    assert copy.device == "CPU"
+    assert copy.numpy().tolist() == [3, 1, 4]
     empty = pickle.loads(pickle.dumps(Buffer("PYTHON", 2, dtypes.float32)))
-    assert not empty.is_allocated() and empty.size == 2 and empty.dtype == dtypes.float32
+    assert not empty.is_allocated()
+    assert empty.size == 2
+    assert empty.dtype == dtypes.float32
 
 
 def test_pickle_view() -> None:
     view = int_buffer("CPU", [3, 1, 4]).view(1, dtypes.int32, 8).ensure_allocated()
     copy = pickle.loads(pickle.dumps(view))
-    assert copy.offset == 8 and copy.is_allocated() and copy.numpy().tolist() == [4]
+    assert copy.offset == 8
+    assert copy.is_allocated()
+    assert copy.numpy().tolist() == [4]
 
 
 # *** Buffer: profile events and limits ***
@@ -285,7 +303,8 @@ def test_profile_events_on_alloc_and_free() -> None:
         del buf
     events = [e for e in Buffer.profile_events if isinstance(e, ProfilePointEvent)]
     assert [(e.device, e.name, e.key) for e in events] == [("NULL", "alloc", key), ("NULL", "free", key)]
-    assert events[0].arg == {"dtype": dtypes.char, "sz": 10} and events[0].ts <= events[1].ts
+    assert events[0].arg == {"dtype": dtypes.char, "sz": 10}
+    assert events[0].ts <= events[1].ts
     with Context(PROFILE=0):
         Buffer("NULL", 10, dtypes.char).allocate()
     assert len(Buffer.profile_events) == 2
@@ -294,7 +313,9 @@ def test_profile_events_on_alloc_and_free() -> None:
 def test_max_buffer_size() -> None:
     with Context(MAX_BUFFER_SIZE=10):
         Buffer("CPU", 10, dtypes.int8).allocate()
-        with pytest.raises(RuntimeError, match=r"11 elements \(44 bytes\) of dtypes.int on CPU exceeds MAX_BUFFER_SIZE=10"):
+        with pytest.raises(
+            RuntimeError, match=r"11 elements \(44 bytes\) of dtypes.int on CPU exceeds MAX_BUFFER_SIZE=10"
+        ):
             Buffer("CPU", 11, dtypes.int32).allocate()
         Buffer("NULL", 11, dtypes.int32).allocate()  # NULL stores nothing: no limit
 
@@ -342,7 +363,8 @@ def test_memory_error_frees_the_cache_and_retries(allocator: MallocAllocator, mo
 
     monkeypatch.setattr(allocator, "_alloc", fail_once)
     assert len(allocator.alloc(100)) == 100
-    assert calls == [100, 100] and sum(len(v) for v in allocator.cache.values()) == 0
+    assert calls == [100, 100]
+    assert sum(len(v) for v in allocator.cache.values()) == 0
 
 
 def test_memory_error_twice_names_size_device_and_cache(
@@ -369,7 +391,12 @@ def test_allocator_base_needs_a_runtime() -> None:
 
 def test_profile_device_event_forms() -> None:
     new = ProfileDeviceEvent(device="NV", comp_tdiff=Decimal(-1000), copy_tdiff=Decimal(-100))
-    assert (new.comp_tdiff, new.copy_tdiff, new.tdiff, new.props) == (Decimal(-1000), Decimal(-100), Decimal(-1000), None)
+    assert (new.comp_tdiff, new.copy_tdiff, new.tdiff, new.props) == (
+        Decimal(-1000),
+        Decimal(-100),
+        Decimal(-1000),
+        None,
+    )
     old = ProfileDeviceEvent("NV", Decimal(5), {"arch": "sm_90"})  # type: ignore[arg-type]  # the (device, tdiff, props) form
     assert (old.comp_tdiff, old.copy_tdiff, old.props) == (Decimal(5), Decimal(5), {"arch": "sm_90"})
     assert ProfileDeviceEvent("CPU").tdiff == 0
@@ -378,4 +405,5 @@ def test_profile_device_event_forms() -> None:
 def test_profile_graph_event() -> None:
     entry = ProfileGraphEntry(device="NV:1", name="NV -> NV:1", st_id=2, en_id=3, is_copy=True)
     event = ProfileGraphEvent(ents=[entry], deps=[[]], sigs=[Decimal(1), Decimal(2)])
-    assert event.ents[0].is_copy and not ProfileGraphEntry("NV", "E_2", 0, 1).is_copy
+    assert event.ents[0].is_copy
+    assert not ProfileGraphEntry("NV", "E_2", 0, 1).is_copy

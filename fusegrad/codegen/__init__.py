@@ -74,7 +74,7 @@ def full_rewrite(ast: UOp, renderer: Renderer) -> list[UOp]:
         raise ValueError(f"full_rewrite: a kernel AST is a SINK of STOREs, got {ast.op}")
     sink = graph_rewrite(ast, sym, name="simplify indexing")
     sink = graph_rewrite(sink, pm_simplify_gates, name="simplify gates")
-    sink = graph_rewrite(sink, pm_reduce_to_accumulator, ctx=AccumulatorContext(), name="reduce to accumulators")
+    sink = graph_rewrite(sink, pm_reduce_to_accumulator, ctx=AccumulatorContext.of(sink), name="reduce to accumulators")
     if renderer.extra_matcher is not None:
         sink = graph_rewrite(sink, renderer.extra_matcher, name="renderer decompositions")
     sink = name_kernel(sink, ast)

@@ -47,6 +47,8 @@ def loop_scopes(root: UOp, scopes: Scopes | None = None, enclosing: Scopes | Non
             ret[u] = _union([ret[u.src[0]], frozenset({u}), extra.get(u, _EMPTY)])
         elif u.op is Ops.AFTER:  # STORE deps only order the value: their loops are closed before it
             ret[u] = _union([ret[u.src[0]], *(ret[d] for d in u.src[1:] if d.op is not Ops.STORE)])
+        elif u.op is Ops.REDUCE:  # the reduce closes its ranges
+            ret[u] = _union([ret[s] for s in u.src]) - frozenset(u.src[1:])
         else:
             ret[u] = _union([ret[s] for s in u.src])
     return ret
@@ -57,10 +59,17 @@ def loop_scopes(root: UOp, scopes: Scopes | None = None, enclosing: Scopes | Non
 
 @dataclass
 class AccumulatorContext:
-    """State of one `pm_reduce_to_accumulator` pass: the next register id and the scopes seen so far."""
+    """State of one `pm_reduce_to_accumulator` pass: the loop nest of the kernel before lowering (a reduce's result
+    lives in the loops its value does, less its own, and a range may sit inside loops its end doesn't use), the next
+    register id and the scopes seen so far."""
 
+    enclosing: Scopes
     next_reg: int = 0
     scopes: Scopes = field(default_factory=dict)
+
+    @staticmethod
+    def of(sink: UOp) -> AccumulatorContext:
+        return AccumulatorContext(nest_loops(sink).enclosing)
 
 
 def reduce_identity(op: Ops, value: UOp) -> ConstType:
@@ -81,7 +90,7 @@ def reduce_to_accumulator(ctx: AccumulatorContext, red: UOp) -> UOp:
     if not reduced:
         return value
     # the loops the result lives in: those of the value, less the ones this reduce closes
-    outer = sorted(loop_scopes(value, ctx.scopes)[value] - set(reduced), key=range_key)
+    outer = sorted(loop_scopes(red, ctx.scopes, ctx.enclosing)[red], key=range_key)
     acc = UOp(Ops.DEFINE_REG, red.dtype.ptr(1, AddrSpace.REG), arg=ctx.next_reg)
     ctx.next_reg += 1
     zero = UOp.const(dtypes.index, 0)
@@ -101,17 +110,22 @@ pm_reduce_to_accumulator = PatternMatcher([
 # *** loop nesting ***
 
 
+def _closed_ranges(u: UOp, scopes: Scopes) -> frozenset[UOp]:
+    """The loops that end before `u`: those of a REDUCE, or those of an AFTER's STORE deps it is not inside."""
+    if u.op is Ops.REDUCE:
+        return frozenset(u.src[1:])
+    if u.op is Ops.AFTER:
+        return _union([scopes[d] for d in u.src[1:] if d.op is Ops.STORE]) - scopes[u]
+    return _EMPTY
+
+
 def _rank_ranges(scopes: Scopes, order: dict[UOp, int]) -> dict[UOp, int]:
     """Each RANGE's position in the loop order: range_key, except where a loop must enclose another."""
     ranges = [u for u in scopes if u.op is Ops.RANGE]
     outer_of: dict[UOp, set[UOp]] = {r: set(scopes[r] - {r}) for r in ranges}
     for u in scopes:
-        if u.op is not Ops.AFTER:
-            continue
-        for dep in u.src[1:]:
-            if dep.op is Ops.STORE:  # loops closed before `u` nest inside the loops `u` is in
-                for closed in scopes[dep] - scopes[u]:
-                    outer_of[closed].update(scopes[u])
+        for closed in _closed_ranges(u, scopes):  # loops closed before `u` nest inside the loops `u` is in
+            outer_of[closed].update(scopes[u])
     users: dict[UOp, list[UOp]] = {r: [] for r in ranges}
     for r, outs in outer_of.items():
         for o in outs:
@@ -133,23 +147,34 @@ def _rank_ranges(scopes: Scopes, order: dict[UOp, int]) -> dict[UOp, int]:
     return rank
 
 
-def nest_loops(sink: UOp, order: dict[UOp, int]) -> tuple[Scopes, dict[UOp, int]]:
-    """Scopes and loop order such that every node's loops form one chain of a loop tree.
+@dataclass(frozen=True)
+class LoopNest:
+    """Where loops go: `enclosing` loops each RANGE must sit inside beyond its end's, every node's `scopes` (its
+    ranges, the enclosing ones included) and each RANGE's `rank` in the loop order."""
+
+    enclosing: Scopes
+    scopes: Scopes
+    rank: dict[UOp, int]
+
+
+def nest_loops(sink: UOp) -> LoopNest:
+    """The loop nest in which every node's loops form one chain of a loop tree.
 
     A RANGE used by two nodes with different outer loops would have to open twice; instead it moves inside the
     union of those outer loops (which un-hoists the nodes that used it outside). Repeats until nothing moves.
     """
+    order = {u: i for i, u in enumerate(sink.toposort())}
     enclosing: Scopes = {}
     while True:
         scopes = loop_scopes(sink, enclosing=enclosing)
         rank = _rank_ranges(scopes, order)
         grown = {r: set(s) for r, s in enclosing.items()}
-        for scope in set(scopes.values()):
+        for scope in {scopes[u] for u in scopes if u.op is not Ops.SINK}:
             for r in scope:
                 grown.setdefault(r, set()).update(x for x in scope if rank[x] < rank[r])
         frozen = {r: frozenset(s) for r, s in grown.items() if s}
         if frozen == enclosing:
-            return scopes, rank
+            return LoopNest(enclosing, scopes, rank)
         enclosing = frozen
 
 
@@ -238,9 +263,9 @@ def linearize(sink: UOp) -> list[UOp]:
     """The kernel `sink` (REDUCEs already lowered) as a linear program ending with the SINK (KERNEL_IR.md §2)."""
     order = {u: i for i, u in enumerate(sink.toposort())}
     nodes = [u for u in order if u is not sink]
-    scopes, rank = nest_loops(sink, order)
-    _place_registers(scopes, nodes)
-    tree = _LoopTree({u: tuple(sorted(scopes[u], key=rank.__getitem__)) for u in nodes})
+    nest = nest_loops(sink)
+    _place_registers(nest.scopes, nodes)
+    tree = _LoopTree({u: tuple(sorted(nest.scopes[u], key=nest.rank.__getitem__)) for u in nodes})
     for u in nodes:
         tree.add(u)
     out: list[UOp] = []

@@ -183,8 +183,7 @@ class CStyleLanguage(Renderer):
     nan: ClassVar[str] = "NAN"
     type_map: ClassVar[dict[DType, str]] = {dtypes.bool: "bool", dtypes.index: "long long"}
     unsupported_dtypes: ClassVar[frozenset[DType]] = frozenset()
-    parallel_pragma: ClassVar[str | None] = None  # put before a big outermost output loop (CPU threads)
-    parallel_threshold: ClassVar[int] = 1 << 16  # ops x trips of that loop at which threads start to pay
+    parallel_threshold: ClassVar[int] = 1 << 16  # ops x trips of an outer loop at which threads start to pay
     code_for_op: ClassVar[dict[Ops, Callable[..., str]]] = {
         Ops.SQRT: lambda x, dtype: f"sqrt({x})",
         Ops.EXP2: lambda x, dtype: f"exp2({x})",
@@ -266,6 +265,10 @@ class CStyleLanguage(Renderer):
         qualifier = "" if written else self.const_prefix
         return f"{self.buffer_prefix}{qualifier}{self.render_dtype(buf.dtype.base)}*{self.buffer_suffix} {name}"
 
+    def loop_pragmas(self, uops: list[UOp]) -> dict[UOp, str]:
+        """Pragmas to put before some loops (RANGE -> text); none in plain C."""
+        return {}
+
     def render_kernel(self, function_name: str, args: list[str], body: list[str]) -> str:
         lines = [f"{self.kernel_prefix}void {function_name}({', '.join(args)}) {{", *body, "}"]
         return self.preamble + "\n".join(lines) + "\n"
@@ -274,7 +277,7 @@ class CStyleLanguage(Renderer):
 
     def render(self, uops: list[UOp]) -> str:
         ctx = RenderContext(self, uops)
-        parallel = _parallel_loops(uops, self.parallel_threshold) if self.parallel_pragma is not None else set()
+        pragmas = self.loop_pragmas(uops)
         body: list[str] = []
         for u in uops:
             if u.op is Ops.SINK:
@@ -287,8 +290,8 @@ class CStyleLanguage(Renderer):
             if text is None:
                 raise NotImplementedError(f"{type(self).__name__}: no C spelling for {u.op} of {u.dtype}")
             indent = "  " * (ctx.depth[u] + 1)
-            if u in parallel:
-                body.append(f"{indent}{self.parallel_pragma}")
+            if u in pragmas:
+                body.append(f"{indent}{pragmas[u]}")
             if u.op in _STATEMENTS:
                 body.append(indent + text)
             elif ctx.is_inline(u):
@@ -323,25 +326,41 @@ def _shortest_float32(x: float) -> str:
     return text if "." in text or "e" in text else text + ".0"
 
 
-def _parallel_loops(uops: list[UOp], threshold: int) -> set[UOp]:
-    """Outermost output loops worth spreading over threads: ops x trip counts inside reach `threshold`.
+@dataclass
+class _LoopShapes:
+    """What decides a loop's pragmas: work inside each outermost loop (ops x trip counts), the loops holding no other
+    loop, and the loops that carry a value between iterations (an accumulator declared outside them)."""
 
-    Only output loops qualify: each iteration writes its own elements and keeps its accumulators in variables
-    declared inside it, so iterations share nothing they write.
-    """
-    work: dict[UOp, int] = {}
-    outer: UOp | None = None
-    trips = [1]
-    for u in uops:
-        if u.op is Ops.RANGE:
-            if len(trips) == 1:
-                outer = u
-            trips.append(trips[-1] * max(int(u.src[0].vmax), 1))
-        elif u.op is Ops.END:
-            trips.pop()
-        elif outer is not None and len(trips) > 1 and (u.op in GroupOp.ALU or u.op in (Ops.LOAD, Ops.STORE)):
-            work[outer] = work.get(outer, 0) + trips[-1]
-    return {r for r, w in work.items() if w >= threshold and r.arg[1] not in REDUCE_AXES}
+    work: dict[UOp, int] = field(default_factory=dict)
+    innermost: set[UOp] = field(default_factory=set)
+    carrying: set[UOp] = field(default_factory=set)
+
+    @staticmethod
+    def of(uops: list[UOp]) -> _LoopShapes:
+        ret = _LoopShapes()
+        open_loops: list[UOp] = []
+        declared_in: dict[UOp, int] = {}  # DEFINE_REG -> how many loops were open where it was declared
+        trips = [1]
+        for u in uops:
+            if u.op is Ops.RANGE:
+                ret.innermost.add(u)
+                ret.innermost.difference_update(open_loops[-1:])
+                open_loops.append(u)
+                trips.append(trips[-1] * max(int(u.src[0].vmax), 1))
+            elif u.op is Ops.END:
+                open_loops.pop()
+                trips.pop()
+            elif u.op is Ops.DEFINE_REG:
+                declared_in[u] = len(open_loops)
+            if u.op is Ops.STORE and (reg := _base_buffer(u.src[0].src[0])) in declared_in:
+                ret.carrying.update(open_loops[declared_in[reg] :])
+            if open_loops and (u.op in GroupOp.ALU or u.op in (Ops.LOAD, Ops.STORE)):
+                ret.work[open_loops[0]] = ret.work.get(open_loops[0], 0) + trips[-1]
+        return ret
+
+
+def _math_suffix(dtype: DType) -> str:
+    return "" if dtype.scalar() == dtypes.float64 else "f"
 
 
 class ClangRenderer(CStyleLanguage):
@@ -356,7 +375,6 @@ class ClangRenderer(CStyleLanguage):
     type_map = {dtypes.bool: "_Bool", dtypes.int64: "long long", dtypes.uint64: "unsigned long long",
                 dtypes.float16: "_Float16", dtypes.index: "long long"}  # fmt: skip
     unsupported_dtypes = frozenset({dtypes.bfloat16, *dtypes.fp8s})  # TODO(#bf16): storage + conversion helpers
-    parallel_pragma = "#pragma omp parallel for"
     code_for_op = {
         **CStyleLanguage.code_for_op,
         # builtins: no libm prototypes or errno needed; float and half compute in float, double in double
@@ -368,6 +386,18 @@ class ClangRenderer(CStyleLanguage):
         Ops.POW: lambda x, y, dtype: f"__builtin_pow{_math_suffix(dtype)}({x},{y})",
     }
 
-
-def _math_suffix(dtype: DType) -> str:
-    return "" if dtype.scalar() == dtypes.float64 else "f"
+    def loop_pragmas(self, uops: list[UOp]) -> dict[UOp, str]:
+        """OpenMP on output loops, whose iterations write disjoint elements and declare their own accumulators:
+        `parallel for` on an outermost one with enough work to pay for threads, `simd` on an innermost one
+        (so -O2's cheapest vectorizer cost model still vectorizes it). Reduce loops carry their accumulator: neither.
+        """
+        shapes = _LoopShapes.of(uops)
+        ret: dict[UOp, str] = {}
+        for rng in (u for u in uops if u.op is Ops.RANGE and u.arg[1] not in REDUCE_AXES):
+            if rng in shapes.carrying:
+                continue
+            clauses = (["parallel for"] if shapes.work.get(rng, 0) >= self.parallel_threshold else []) + (
+                ["simd"] if rng in shapes.innermost else [])
+            if clauses:
+                ret[rng] = "#pragma omp " + " ".join(clauses)
+        return ret

@@ -128,7 +128,10 @@ class Instr:
 
 def deserialize_program(lib: bytes) -> list[Instr]:
     """Raises ValueError for anything that isn't a serialised linear program of this format."""
-    doc = json.loads(lib)
+    try:
+        doc = json.loads(lib)
+    except ValueError as err:  # bad UTF-8 or bad JSON, e.g. a pickle
+        raise ValueError(f"deserialize: not a {FORMAT} program: {err}") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("uops"), list):
         raise ValueError(f"deserialize: not a {FORMAT} program")
     instrs = []

@@ -204,11 +204,8 @@ class UOp(MathTrait, metaclass=UOpMetaClass):
         """Replace nodes by others everywhere below this one, once: replacements are not searched again."""
         if not dvars:
             return self
-        new: dict[UOp, UOp] = {}
+        new: dict[UOp, UOp] = dict(dvars)
         for node in self.toposort(gate=lambda u: u not in dvars):
-            if node in dvars:
-                new[node] = dvars[node]
-                continue
             srcs = tuple(new.get(s, s) for s in node.src)
             new[node] = node if srcs == node.src else node.replace(src=srcs)
         return new.get(self, dvars.get(self, self))

@@ -164,3 +164,242 @@ def test_canonical_runs(name: str, tmp_path: pathlib.Path) -> None:
     variables = [64] * len(prg.vars)
     compile_program(prg, tmp_path)(out, *inputs, *variables)
     np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_golden_files_have_no_strays() -> None:
+    assert {p.stem for p in GOLDEN.glob("*.c")} == set(CANONICAL), "a golden file without a canonical kernel"
+
+
+# *** constants and types ***
+
+CLANG = ClangRenderer()
+
+
+@pytest.mark.parametrize(
+    ("value", "dt", "text"),
+    [(1.0, dtypes.float32, "1.0f"), (0.1, dtypes.float32, "0.1f"), (-2.5, dtypes.float32, "(-2.5f)"),
+     (1e-30, dtypes.float32, "1e-30f"), (3.4028234663852886e38, dtypes.float32, "3.4028235e+38f"),
+     (-0.0, dtypes.float32, "(-0.0f)"), (math.inf, dtypes.float32, "__builtin_inff()"),
+     (-math.inf, dtypes.float32, "(-__builtin_inff())"), (math.nan, dtypes.float32, '__builtin_nanf("")'),
+     (0.1, dtypes.float64, "0.1"), (1e300, dtypes.float64, "1e+300"), (2.0, dtypes.float64, "2.0"),
+     (0.5, dtypes.float16, "((_Float16)0.5f)"), (True, dtypes.bool, "1"), (False, dtypes.bool, "0"),
+     (7, dtypes.int32, "7"), (-7, dtypes.int32, "(-7)"), (-(2**31), dtypes.int32, "(-2147483647-1)"),
+     (7, dtypes.uint32, "7u"), (7, dtypes.int64, "7ll"), (-(2**63), dtypes.int64, "(-9223372036854775807ll-1)"),
+     (2**64 - 1, dtypes.uint64, "18446744073709551615ull"), (5, dtypes.index, "5"), (2**40, dtypes.index, "1099511627776ll"),
+     (-3, dtypes.int8, "(-3)")],
+)  # fmt: skip
+def test_render_const(value: float, dt: DType, text: str) -> None:
+    assert CLANG.render_const(value, dt) == text
+
+
+def test_float32_constants_read_back_exactly() -> None:
+    for x in [float(v) for v in rand.standard_normal(200).astype(np.float32)] + [1 / 3, 2**-149, 16777217.0]:
+        text = CLANG.render_const(x, dtypes.float32).strip("()").removesuffix("f")
+        assert np.float32(float(text)) == np.float32(x), f"{x!r} rendered as {text}"
+
+
+def test_type_names() -> None:
+    assert [CLANG.render_dtype(dt) for dt in (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int64, dtypes.uint64,
+            dtypes.float16, dtypes.index, dtypes.float64)] == ["_Bool", "signed char", "unsigned char", "long long",
+            "unsigned long long", "_Float16", "long long", "double"]  # fmt: skip
+    with pytest.raises(NotImplementedError, match="bfloat16"):
+        CLANG.render_dtype(dtypes.bfloat16)
+    with pytest.raises(NotImplementedError, match="vector"):
+        CLANG.render_dtype(dtypes.float32.vec(4))
+
+
+def test_bitcast_needs_equal_sizes() -> None:
+    with pytest.raises(ValueError, match="bitcast: sizes differ"):
+        CLANG.render_bitcast("x", dtypes.float32, dtypes.int64)
+
+
+def test_unsupported_op_names_the_op() -> None:
+    r0 = rng(4, 0)
+    x = glob(1, 4, dtypes.uint32).index(r0).load()
+    ast = UOp.sink(glob(0, 4, dtypes.uint32).index(r0).store(UOp(Ops.THREEFRY, dtypes.uint32, (x, x))))
+    with pytest.raises(NotImplementedError, match="THREEFRY"):
+        to_program(ast, CLANG)
+
+
+# *** signature and loops ***
+
+
+def test_signature_follows_the_calling_convention() -> None:
+    n = UOp.variable("n", 1, 8)
+    r0 = rng(n, 0)
+    inplace = glob(1, 8).index(r0)
+    ast = UOp.sink(glob(0, 8).index(r0).store(inplace.load()), inplace.store(glob(2, 8).index(r0).load() + 1.0))
+    prg = to_program(ast, CLANG)
+    assert "void E_n(float* restrict data0, float* restrict data1, const float* restrict data2, long long n) {" in prg.src
+    assert prg.outs == [0, 1] and prg.ins == [1, 2]
+
+
+def test_kernel_info_name_becomes_the_function_name() -> None:
+    r0 = rng(4, 0)
+    ast = UOp.sink(glob(0, 4).index(r0).store(UOp.const(dtypes.float32, 0.0)), arg=KernelInfo(name="zero-fill"))
+    assert "void zero2Dfill(" in to_program(ast, CLANG).src
+
+
+def test_parallel_pragma_only_on_big_outer_output_loops() -> None:
+    big, small = rng(1 << 20, 0), rng(16, 1)
+    ast = UOp.sink(glob(0, 1 << 20).index(big).store(glob(1, 1 << 20).index(big).load() * 2.0))
+    assert "  #pragma omp parallel for simd\n  for (long long ridx0" in to_program(ast, CLANG).src
+    ast = UOp.sink(glob(0, 16).index(small).store(glob(1, 16).index(small).load() * 2.0))
+    assert "parallel" not in to_program(ast, CLANG).src
+    r0, r1 = rng(1 << 12, 0), rng(1 << 12, 1, AxisType.REDUCE)  # big, but only the output loop gets threads
+    total = glob(1, 1 << 24).index(r0 * (1 << 12) + r1).load().reduce(r1, arg=Ops.ADD)
+    src = to_program(UOp.sink(glob(0, 1 << 12).index(r0).store(total)), CLANG).src
+    assert src.count("#pragma omp") == 1 and "  #pragma omp parallel for\n  for (long long ridx0" in src
+
+
+def test_full_reduce_gets_no_pragma() -> None:
+    r0 = rng(1 << 20, 0, AxisType.REDUCE)
+    total = glob(1, 1 << 20).index(r0).load().reduce(r0, arg=Ops.ADD)
+    assert "#pragma" not in to_program(UOp.sink(glob(0, 1).index(UOp.const(dtypes.index, 0)).store(total)), CLANG).src
+
+
+def test_hoisted_values_get_variables_outside_the_loop() -> None:
+    r0, r1 = rng(4, 0), rng(8, 1)
+    scaled = glob(1, 4).index(r0).load() * 3.0
+    src = to_program(UOp.sink(glob(0, 32).index(r0 * 8 + r1).store(scaled + glob(2, 32).index(r0 * 8 + r1).load())), CLANG).src
+    assert src.index("float alu") < src.index("for (long long ridx1")
+
+
+# *** compile and run: each op against the IR's own meaning (exec_alu), and the loop shapes ***
+
+N_ALU = 64
+UNARY_FLOAT = [Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.NEG, Ops.TRUNC]
+BINARY_FLOAT = [Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.POW]
+BINARY_INT = [Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR,
+              Ops.XOR, Ops.SHL, Ops.SHR]  # fmt: skip
+
+
+def operands(op: Ops, dt: DType, slot: int) -> np.ndarray:
+    """Inputs where C and the IR agree (no division by 0, no shift past the width, no signed overflow)."""
+    np_dt = _to_np_dtype(dt)
+    if dtypes.is_float(dt):
+        values = rand.uniform(0.1, 4.0, N_ALU) if op in (Ops.LOG2, Ops.SQRT, Ops.POW) else rand.uniform(-4, 4, N_ALU)
+        return values.astype(np_dt)
+    if op in (Ops.SHL, Ops.SHR) and slot == 2:
+        return rand.integers(0, 7, N_ALU).astype(np_dt)
+    low = 1 if op in (Ops.IDIV, Ops.MOD, Ops.SHL) and (slot == 2 or op is Ops.SHL) else -100
+    values = rand.integers(max(low, int(dtypes.min(dt)), -100), min(100, int(dtypes.max(dt))), N_ALU)
+    if op in (Ops.IDIV, Ops.MOD) and slot == 2 and not dtypes.is_unsigned(dt):
+        values = values * rand.choice([-1, 1], N_ALU)  # C truncation toward zero on negative divisors
+    return values.astype(np_dt)
+
+
+def run_alu(ops: list[Ops], dt: DType, tmp_path: pathlib.Path) -> None:
+    """One kernel with a store per op (outputs in slots 0.., then each op's inputs), checked lane by lane."""
+    from fusegrad.uop.alu import exec_alu
+
+    r0 = rng(N_ALU, 0)
+    stores, outs, inputs, expected = [], [], [], []
+    for i, op in enumerate(ops):
+        args = [operands(op, dt, k + 1) for k in range(1 if op in UNARY_FLOAT else 2)]
+        loads = [glob(len(ops) + len(inputs) + k, N_ALU, dt).index(r0).load() for k in range(len(args))]
+        inputs.extend(args)
+        out_dt = dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ) else dt
+        stores.append(glob(i, N_ALU, out_dt).index(r0).store(UOp(op, out_dt, tuple(loads))))
+        outs.append(np.zeros(N_ALU, _to_np_dtype(out_dt)))
+        values = [exec_alu(op, out_dt, tuple(x[j].item() for x in args)) for j in range(N_ALU)]
+        expected.append(np.array(values, _to_np_dtype(out_dt)))
+    compile_program(to_program(UOp.sink(*stores), CLANG), tmp_path)(*outs, *inputs)
+    for op, out, want in zip(ops, outs, expected, strict=True):
+        np.testing.assert_allclose(out, want, rtol=2e-6, atol=1e-6, err_msg=f"{op} on {dt}")
+
+
+@needs_cc
+@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.float64])
+def test_float_ops_run_like_exec_alu(dt: DType, tmp_path: pathlib.Path) -> None:
+    run_alu(UNARY_FLOAT + BINARY_FLOAT, dt, tmp_path)
+
+
+@needs_cc
+@pytest.mark.parametrize("dt", [dtypes.int32, dtypes.uint8, dtypes.int64, dtypes.int8, dtypes.uint32])
+def test_int_ops_run_like_exec_alu(dt: DType, tmp_path: pathlib.Path) -> None:
+    run_alu(BINARY_INT, dt, tmp_path)
+
+
+def run(ast: UOp, tmp_path: pathlib.Path, *args: np.ndarray | int) -> ProgramSpec:
+    prg = to_program(ast, CLANG)
+    compile_program(prg, tmp_path)(*args)
+    return prg
+
+
+@needs_cc
+def test_symbolic_size_writes_only_n(tmp_path: pathlib.Path) -> None:
+    ast, (a,), _ = kernel_symbolic()
+    out = np.full(64, -1.0, np.float32)
+    run(ast, tmp_path, out, a, 10)
+    np.testing.assert_allclose(out[:10], a[:10] * 3)
+    assert (out[10:] == -1).all()
+
+
+@needs_cc
+def test_shared_and_hoisted_and_nested_reduces_run(tmp_path: pathlib.Path) -> None:
+    r0, r1, r2 = rng(4, 0), rng(8, 1, AxisType.REDUCE), rng(5, 2, AxisType.REDUCE)
+    a, b, c = floats(32), floats(8), floats(40)
+    rows = glob(1, 32).index(r0 * 8 + r1).load().reduce(r1, arg=Ops.ADD)  # a.sum(1): in r0
+    whole = glob(2, 8).index(r1).load().reduce(r1, arg=Ops.ADD)  # b.sum(): shares r1, moves into r0
+    inner = glob(3, 40).index(r1 * 5 + r2).load().reduce(r2, arg=Ops.MAX)  # c.max(1) per r1
+    nested = (glob(2, 8).index(r1).load() * inner).reduce(r1, arg=Ops.ADD)  # (b * c.max(1)).sum()
+    out = np.zeros(4, np.float32)
+    run(UOp.sink(glob(0, 4).index(r0).store(rows * whole + nested)), tmp_path, out, a, b, c)
+    expected = a.reshape(4, 8).sum(1) * b.sum() + (b * c.reshape(8, 5).max(1)).sum()
+    np.testing.assert_allclose(out, expected, rtol=1e-5)
+
+
+@needs_cc
+def test_two_stores_and_a_hoisted_reduce_run(tmp_path: pathlib.Path) -> None:
+    r0, r1, r2 = rng(6, 0), rng(3, 1), rng(8, 2, AxisType.REDUCE)
+    a, b = floats(6), floats(8)
+    total = glob(3, 8).index(r2).load().reduce(r2, arg=Ops.MUL)
+    first = glob(0, 6).index(r0).store(glob(2, 6).index(r0).load() + total)
+    second = glob(1, 3).index(r1).store(r1.cast(dtypes.float32) * 2.0)
+    out0, out1 = np.zeros(6, np.float32), np.zeros(3, np.float32)
+    run(UOp.sink(first, second), tmp_path, out0, out1, a, b)
+    np.testing.assert_allclose(out0, a + b.prod(), rtol=1e-5)
+    np.testing.assert_allclose(out1, [0, 2, 4])
+
+
+@needs_cc
+def test_gated_store_and_special_constants_run(tmp_path: pathlib.Path) -> None:
+    r0 = rng(8, 0)
+    specials = (r0 < 2).where(UOp.const(dtypes.float32, math.inf), (r0 < 4).where(UOp.const(dtypes.float32, -0.0),
+                UOp.const(dtypes.float32, math.nan)))  # fmt: skip
+    ast = UOp.sink(glob(0, 8).index(r0, r0 < 6).store(specials))
+    out = np.full(8, 7.0, np.float32)
+    run(ast, tmp_path, out)
+    assert out[:2].tolist() == [math.inf] * 2 and np.signbit(out[2:4]).all() and out[2:4].tolist() == [0.0, 0.0]
+    assert np.isnan(out[4:6]).all() and out[6:].tolist() == [7.0, 7.0]
+
+
+@needs_cc
+def test_casts_bitcast_half_and_bool_run(tmp_path: pathlib.Path) -> None:
+    r0 = rng(16, 0)
+    x = glob(4, 16).index(r0).load()
+    half = x.cast(dtypes.float16) + UOp.const(dtypes.float16, 0.5)
+    ast = UOp.sink(glob(0, 16, dtypes.int32).index(r0).store(x.bitcast(dtypes.int32)),
+                   glob(1, 16, dtypes.float16).index(r0).store(half),
+                   glob(2, 16, dtypes.bool).index(r0).store(x.cast(dtypes.bool) & (x < 0.5)),
+                   glob(3, 16, dtypes.uint8).index(r0).store((x * 100.0).cast(dtypes.int32).cast(dtypes.uint8)))
+    a = floats(16)
+    a[0] = 0.0
+    outs = [np.zeros(16, np.int32), np.zeros(16, np.float16), np.zeros(16, np.bool_), np.zeros(16, np.uint8)]
+    run(ast, tmp_path, *outs, a)
+    np.testing.assert_array_equal(outs[0], a.view(np.int32))
+    np.testing.assert_allclose(outs[1], a.astype(np.float16) + np.float16(0.5), rtol=1e-3)
+    np.testing.assert_array_equal(outs[2], (a != 0) & (a < 0.5))
+    np.testing.assert_array_equal(outs[3], (a * 100).astype(np.int32).astype(np.uint8))
+
+
+@needs_cc
+def test_parallel_kernel_runs(tmp_path: pathlib.Path) -> None:
+    n = 1 << 18
+    r0, r1 = rng(n // 64, 0), rng(64, 1, AxisType.REDUCE)
+    rows = (glob(1, n).index(r0 * 64 + r1).load() * 2.0).reduce(r1, arg=Ops.ADD)
+    a, out = floats(n), np.zeros(n // 64, np.float32)
+    prg = run(UOp.sink(glob(0, n // 64).index(r0).store(rows)), tmp_path, out, a)
+    assert "omp parallel for" in prg.src
+    np.testing.assert_allclose(out, (a * 2).reshape(-1, 64).sum(1), rtol=1e-4, atol=1e-4)

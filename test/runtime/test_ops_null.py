@@ -18,7 +18,8 @@ def test_null_program_records_a_range_event_when_profiling() -> None:
         assert prg() == 1e-4
     events = [e for e in cpu_events if isinstance(e, ProfileRangeEvent)]
     assert [(e.device, e.name) for e in events] == [("NULL", "E_4")]
-    assert events[0].en is not None and events[0].st <= events[0].en
+    assert events[0].en is not None
+    assert events[0].st <= events[0].en
     cpu_events.clear()
 
 
@@ -36,7 +37,9 @@ def test_null_compiler_passes_source_through() -> None:
 
 def test_null_buffers_store_nothing() -> None:
     buf = Buffer("NULL", 4, dtypes.int32, initial_value=bytes(range(16)))
-    assert buf.is_allocated() and buf._buf is None
+    assert buf.is_allocated()
+    assert buf._buf is None
     assert buf.as_memoryview().tobytes() == bytes(16)
     view = buf.view(2, dtypes.int32, 4).ensure_allocated()
-    assert view.is_allocated() and view.numpy().tolist() == [0, 0]
+    assert view.is_allocated()
+    assert view.numpy().tolist() == [0, 0]

@@ -102,76 +102,81 @@ def evaluate(root: UOp, env: dict[str, int], check_bounds: bool = False) -> dict
     return vals
 
 
-# *** random trees ***
+# *** random trees: plain tuples, built into UOps per example (cheap to shrink and to print) ***
 
 VAR_NAMES = ("a", "b", "c")
 DIVISORS = (1, 2, 3, 4, 5, 6, 8, -1, -2, -3, -4)
+INT_OPS = ("add", "sub", "mul", "mulc", "divc", "modc", "div", "mod", "max", "where", "neg")
+BOOL_OPS = ("and", "or", "xor", "ne", "eq", "not", "andc", "orc")
+CMP_OPS = ("lt", "ne", "eq", "ltc")
 
 
 @st.composite
-def variables(draw: st.DrawFn, dt: DType) -> list[UOp]:
-    count = draw(st.integers(2, 3))
-    out = []
-    for name in VAR_NAMES[:count]:
-        lo = draw(st.integers(-10, 6))
-        out.append(UOp.variable(name, lo, lo + draw(st.integers(0, 12)), dt))
-    return out
+def int_tree(draw: st.DrawFn, depth: int) -> tuple[Any, ...]:
+    """An int expression of at most `depth` levels: ("op", children...) with ("var", i) and ("const", v) leaves."""
+    if depth <= 1 or draw(st.integers(0, 3)) == 0:
+        return ("var", draw(st.integers(0, 2))) if draw(st.booleans()) else ("const", draw(st.integers(-9, 9)))
+    op = draw(st.sampled_from(INT_OPS))
+    if op in ("mulc", "divc", "modc"):
+        c = draw(st.sampled_from(DIVISORS) if op != "mulc" else st.integers(-9, 9))
+        return (op, draw(int_tree(depth - 1)), c)
+    if op == "neg":
+        return (op, draw(int_tree(depth - 1)))
+    if op == "where":
+        return (op, draw(bool_tree(depth - 1)), draw(int_tree(depth - 1)), draw(int_tree(depth - 1)))
+    return (op, draw(int_tree(depth - 1)), draw(int_tree(depth - 1)))
 
 
-def int_tree(vs: list[UOp], dt: DType) -> st.SearchStrategy[UOp]:
-    """Int expressions over `vs`: leaves are variables and small constants."""
-    leaf = st.one_of(st.sampled_from(vs), st.integers(-9, 9).map(lambda v: UOp.const(dt, v)))
-
-    def extend(sub: st.SearchStrategy[UOp]) -> st.SearchStrategy[UOp]:
-        cond = bool_tree(sub)
-        return st.one_of(
-            st.tuples(sub, sub).map(lambda t: t[0] + t[1]),
-            st.tuples(sub, sub).map(lambda t: t[0] - t[1]),
-            st.tuples(sub, sub).map(lambda t: t[0] * t[1]),
-            st.tuples(sub, st.integers(-9, 9)).map(lambda t: t[0] * t[1]),
-            st.tuples(sub, st.sampled_from(DIVISORS)).map(lambda t: t[0] // t[1]),
-            st.tuples(sub, st.sampled_from(DIVISORS)).map(lambda t: t[0] % t[1]),
-            st.tuples(sub, sub).map(lambda t: t[0] // t[1]),
-            st.tuples(sub, sub).map(lambda t: t[0] % t[1]),
-            st.tuples(sub, sub).map(lambda t: t[0].maximum(t[1])),
-            st.tuples(cond, sub, sub).map(lambda t: t[0].where(t[1], t[2])),
-            sub.map(lambda x: -x),
-        )
-
-    return st.recursive(leaf, extend, max_leaves=12)
+@st.composite
+def bool_tree(draw: st.DrawFn, depth: int) -> tuple[Any, ...]:
+    """A bool expression: comparisons of int expressions joined by & | ^ != == and not."""
+    if depth <= 2 or draw(st.integers(0, 2)) == 0:
+        op = draw(st.sampled_from(CMP_OPS))
+        rhs = ("const", draw(st.integers(-12, 12))) if op == "ltc" else draw(int_tree(depth - 1))
+        return ("cmp_" + op.removesuffix("c"), draw(int_tree(depth - 1)), rhs)
+    op = draw(st.sampled_from(BOOL_OPS))
+    if op == "not":
+        return (op, draw(bool_tree(depth - 1)))
+    if op in ("andc", "orc"):
+        return (op, draw(bool_tree(depth - 1)), draw(st.booleans()))
+    return (op, draw(bool_tree(depth - 1)), draw(bool_tree(depth - 1)))
 
 
-def bool_tree(ints: st.SearchStrategy[UOp]) -> st.SearchStrategy[UOp]:
-    """Bool expressions: comparisons of int expressions joined by & | ^ != == and not."""
-    cmp = st.one_of(
-        st.tuples(ints, ints).map(lambda t: t[0] < t[1]),
-        st.tuples(ints, ints).map(lambda t: t[0].ne(t[1])),
-        st.tuples(ints, ints).map(lambda t: t[0].eq(t[1])),
-        st.tuples(ints, st.integers(-12, 12)).map(lambda t: t[0] < t[1]),
-    )
+BUILD: dict[str, Callable[..., UOp]] = {
+    "add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y, "div": lambda x, y: x // y,
+    "mod": lambda x, y: x % y, "max": lambda x, y: x.maximum(y), "neg": lambda x: -x, "where": lambda c, x, y: c.where(x, y),
+    "cmp_lt": lambda x, y: x < y, "cmp_ne": lambda x, y: x.ne(y), "cmp_eq": lambda x, y: x.eq(y),
+    "and": lambda x, y: x & y, "or": lambda x, y: x | y, "xor": lambda x, y: x ^ y, "ne": lambda x, y: x.ne(y),
+    "eq": lambda x, y: x.eq(y), "not": lambda x: x.logical_not(),
+}  # fmt: skip
 
-    def extend(sub: st.SearchStrategy[UOp]) -> st.SearchStrategy[UOp]:
-        return st.one_of(
-            st.tuples(sub, sub).map(lambda t: t[0] & t[1]),
-            st.tuples(sub, sub).map(lambda t: t[0] | t[1]),
-            st.tuples(sub, sub).map(lambda t: t[0] ^ t[1]),
-            st.tuples(sub, sub).map(lambda t: t[0].ne(t[1])),
-            st.tuples(sub, sub).map(lambda t: t[0].eq(t[1])),
-            sub.map(lambda x: x.logical_not()),
-            st.tuples(sub, st.booleans()).map(lambda t: t[0] & t[1]),
-            st.tuples(sub, st.booleans()).map(lambda t: t[0] | t[1]),
-        )
 
-    return st.recursive(cmp, extend, max_leaves=3)
+def build(tree: tuple[Any, ...], vs: list[UOp], dt: DType) -> UOp:
+    """The UOp graph of a tuple tree, with the UOp operators a frontend would use."""
+    op, *args = tree
+    if op == "var":
+        return vs[args[0] % len(vs)]
+    if op == "const":
+        return UOp.const(dt, args[0])
+    if op in ("mulc", "divc", "modc"):
+        x = build(args[0], vs, dt)
+        return {"mulc": x * args[1], "divc": x // args[1], "modc": x % args[1]}[op]
+    if op in ("andc", "orc"):
+        x = build(args[0], vs, dt)
+        return x & args[1] if op == "andc" else x | args[1]
+    return BUILD[op](*(build(a, vs, dt) for a in args))
 
 
 @st.composite
 def expressions(draw: st.DrawFn, dt: DType) -> tuple[UOp, list[UOp]]:
-    vs = draw(variables(dt))
-    ints = int_tree(vs, dt)
-    root = draw(st.one_of(ints, bool_tree(ints)) if draw(st.booleans()) else ints)
-    assume(max(u.depth for u in (root,)) <= 5)
-    return root, vs
+    """A random int or bool tree over 2-3 variables with ranges inside [-10, 18], as (root, variables)."""
+    ranges = []
+    for _ in range(draw(st.integers(2, 3))):
+        lo = draw(st.integers(-10, 6))
+        ranges.append((lo, lo + draw(st.integers(0, 12))))
+    tree = draw(st.one_of(int_tree(5), bool_tree(5)))
+    vs = [UOp.variable(name, lo, hi, dt) for name, (lo, hi) in zip(VAR_NAMES, ranges, strict=False)]
+    return build(tree, vs, dt), vs
 
 
 def assignments(vs: list[UOp], seed: int) -> list[dict[str, int]]:

@@ -1,0 +1,243 @@
+"""Tests for fusegrad/engine/realize.py: ExecItem lowering and running (hand-written ProgramSpecs and hand-built
+kernel ASTs), GlobalCounters, profile events, DEBUG=2 lines, copies, views, run_schedule, CPU vs PYTHON on one AST."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from fusegrad.device import Buffer, Device
+from fusegrad.dtype import DType, dtypes
+from fusegrad.engine import realize
+from fusegrad.engine.realize import BufferCopy, CompiledRunner, ExecItem, ViewOp, get_program, run_schedule
+from fusegrad.helpers import Context, GlobalCounters, ProfilePointEvent, ProfileRangeEvent, cpu_events
+from fusegrad.renderer import Estimates, ProgramSpec
+from fusegrad.uop import AxisType, Ops
+from fusegrad.uop.ops import UOp, tracked_ctxs, tracked_keys
+
+f32, i32 = dtypes.float32, dtypes.int32
+ADD_SRC = """void add4(float* restrict out, const float* restrict a, const float* restrict b) {
+  for (int i = 0; i < 4; i++) out[i] = a[i] + b[i];
+}
+"""
+FILL_SRC = "void fill(int* restrict out, long long n, long long v) { for (long long i = 0; i < n; i++) out[i] = v; }"
+
+
+@pytest.fixture(autouse=True)
+def clean_state() -> Iterator[None]:
+    cpu_events.clear()
+    GlobalCounters.reset()
+    yield
+    cpu_events.clear()
+
+
+def buffer(device: str, values: list[float] | list[int], dt: DType) -> Buffer:
+    array = np.array(values, dtype=np.float32 if dt == f32 else np.int32)
+    return Buffer(device, len(values), dt, initial_value=array.tobytes())
+
+
+def add_program() -> ProgramSpec:
+    return ProgramSpec("add4", ADD_SRC, "CPU", UOp.sink(), [], globals=[0, 1, 2], outs=[0], ins=[1, 2],
+                       estimates=Estimates(ops=4, lds=48, mem=48))  # fmt: skip
+
+
+def fill_program() -> ProgramSpec:
+    variables = [UOp.variable("n", 0, 4), UOp.variable("v", 0, 100)]
+    return ProgramSpec("fill", FILL_SRC, "CPU", UOp.sink(), [], vars=variables, globals=[0], outs=[0])
+
+
+# *** running hand-written programs ***
+
+
+def test_exec_item_runs_and_counts() -> None:
+    runner = CompiledRunner(add_program())
+    out = Buffer("CPU", 4, f32)  # allocated by run
+    item = ExecItem(UOp.sink(), [out, buffer("CPU", [1, 2, 3, 4], f32), buffer("CPU", [4, 3, 2, 1.5], f32)], prg=runner)
+    elapsed = item.run(wait=True)
+    assert out.numpy().tolist() == [5, 5, 5, 5.5]
+    assert isinstance(elapsed, float)
+    assert GlobalCounters.time_sum_s == elapsed
+    assert (GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem) == (1, 4, 48)
+    assert not runner.first_run
+    assert runner.display_name == "add4"
+    assert runner.device == "CPU"
+    assert item.run() is None
+    assert GlobalCounters.kernel_count == 2
+    item.run(do_update_stats=False)
+    assert GlobalCounters.kernel_count == 2
+
+
+def test_profile_records_an_exec_event() -> None:
+    bufs = [Buffer("CPU", 4, f32), buffer("CPU", [1, 2, 3, 4], f32), buffer("CPU", [1, 1, 1, 1], f32)]
+    with Context(PROFILE=1):
+        ExecItem(UOp.sink(), list(bufs), prg=CompiledRunner(add_program())).run()
+    point = next(e for e in cpu_events if isinstance(e, ProfilePointEvent))
+    assert (point.device, point.name, point.key) == ("CPU", "exec", "add4")
+    assert point.arg == {"metadata": None, "var_vals": {}, "bufs": [b.trace_num for b in bufs], "inputs": [1, 2],
+                         "outputs": [0]}  # fmt: skip
+    assert [(e.device, e.name) for e in cpu_events if isinstance(e, ProfileRangeEvent)][-1] == ("CPU", "add4")
+
+
+def test_debug_2_prints_one_line_per_kernel(capsys: pytest.CaptureFixture[str]) -> None:
+    bufs = [Buffer("CPU", 4, f32), buffer("CPU", [1, 2, 3, 4], f32), buffer("CPU", [1, 1, 1, 1], f32)]
+    with Context(DEBUG=2):
+        ExecItem(UOp.sink(), list(bufs), prg=CompiledRunner(add_program())).run()
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "*** CPU" in line
+    assert "add4" in line
+    assert "arg  3" in line
+    assert "GFLOPS" in line
+    assert "GB/s" in line
+
+
+def test_variables_and_fixedvars() -> None:
+    runner = CompiledRunner(fill_program())
+    out = buffer("CPU", [0, 0, 0, 0], i32)
+    ExecItem(UOp.sink(), [out], prg=runner, fixedvars={"v": 9}).run({"n": 2})
+    assert out.numpy().tolist() == [9, 9, 0, 0]
+    ExecItem(UOp.sink(), [out], prg=runner).run({"n": 3, "v": 5})
+    assert out.numpy().tolist() == [5, 5, 5, 0]
+    with pytest.raises(ValueError, match=r"fill: no value for variables \['v'\]: got values for \['n'\]"):
+        ExecItem(UOp.sink(), [out], prg=runner).run({"n": 1})
+
+
+def test_missing_buffers_and_unknown_asts_are_errors() -> None:
+    with pytest.raises(ValueError, match=r"buffer slots \[1\] are None"):
+        ExecItem(UOp.sink(), [Buffer("CPU", 1, f32), None]).run()
+    with pytest.raises(ValueError, match=r"can't run a Ops\.CONST kernel"):
+        ExecItem(UOp.const(f32, 1.0), [Buffer("CPU", 1, f32)]).lower()
+
+
+def test_compiled_runner_pickles() -> None:
+    import pickle
+
+    runner = pickle.loads(pickle.dumps(CompiledRunner(add_program())))
+    assert runner.lib
+    assert runner.p.name == "add4"
+
+
+# *** lowering kernel ASTs ***
+
+
+def glob(slot: int, dt: DType, size: int) -> UOp:
+    return UOp(Ops.DEFINE_GLOBAL, dt.ptr(size), arg=slot)
+
+
+def double_ast(n: int) -> UOp:
+    """out[i] = a[i] * 2 (KERNEL_IR.md §1)."""
+    rng = UOp.range(n, 0)
+    return UOp.sink(glob(0, f32, n).index(rng).store(glob(1, f32, n).index(rng).load() * 2.0))
+
+
+def test_lower_compiles_a_sink_once_per_device() -> None:
+    ast = double_ast(3)
+    out, a = Buffer("CPU", 3, f32), buffer("CPU", [1, 2, 3.5], f32)
+    item = ExecItem(ast, [out, a]).lower()
+    assert isinstance(item.prg, CompiledRunner)
+    assert item.prg.p.device == "CPU"
+    item.run()
+    assert out.numpy().tolist() == [2, 4, 7]
+    assert ExecItem(ast, [out, a]).lower().prg is item.prg  # the method cache
+    other = ExecItem(ast, [Buffer("CPU:1", 3, f32), buffer("CPU:1", [1, 1, 1], f32)]).lower().prg
+    assert isinstance(other, CompiledRunner)
+    assert other is not item.prg
+    assert other.p.device == "CPU:1"
+    assert other.lib == item.prg.lib
+
+
+def test_get_program_is_traced_under_the_kernel_name() -> None:
+    ast = double_ast(5)
+    start = len(tracked_keys)
+    with Context(TRACK_MATCH_STATS=2):
+        program = get_program(ast, Device["CPU"].renderer)
+    try:
+        assert program.name.startswith("E_5")
+        assert "void " + program.function_name in program.src
+        assert tracked_keys[start].display_name == program.name
+        assert tracked_keys[start].keys == (program.function_name, ast)
+    finally:
+        del tracked_keys[start:], tracked_ctxs[start:]
+
+
+def test_copy_and_view_runners() -> None:
+    src, dest = buffer("CPU", [1, 2, 3], i32), Buffer("PYTHON", 3, i32)
+    with Context(PROFILE=1):
+        copy = ExecItem(UOp(Ops.COPY), [dest, src])
+        copy.run()
+    assert isinstance(copy.prg, BufferCopy)
+    assert dest.numpy().tolist() == [1, 2, 3]
+    assert "copy" in copy.prg.display_name
+    assert "PYTHON <- CPU" in copy.prg.display_name
+    point = next(e for e in cpu_events if isinstance(e, ProfilePointEvent))
+    assert (point.arg["inputs"], point.arg["outputs"]) == ([1], [0])
+    assert any(isinstance(e, ProfileRangeEvent) and e.is_copy and e.name == "CPU -> PYTHON" for e in cpu_events)
+    with pytest.raises(ValueError, match="copy: buffer mismatch"):
+        ExecItem(UOp(Ops.COPY), [Buffer("CPU", 2, i32), src]).run()
+    base = buffer("CPU", [1, 2, 3], i32)
+    view = ExecItem(UOp(Ops.BUFFER_VIEW), [base.view(1, i32, 4), base])
+    assert view.run() is None
+    assert isinstance(view.prg, ViewOp)
+    with pytest.raises(RuntimeError, match="is not a view of input"):
+        ExecItem(UOp(Ops.BUFFER_VIEW), [Buffer("CPU", 1, i32), base]).run()
+
+
+def test_run_schedule_pops_items_and_feeds_capturing() -> None:
+    out, a = Buffer("CPU", 3, f32), buffer("CPU", [1, 2, 3], f32)
+    captured: list[ExecItem] = []
+
+    class Capture:
+        def add(self, ei: ExecItem) -> None:
+            captured.append(ei)
+
+    schedule = [ExecItem(double_ast(3), [out, a]), ExecItem(double_ast(3), [a, out])]
+    realize.capturing.append(Capture())
+    try:
+        run_schedule(schedule)
+    finally:
+        realize.capturing.clear()
+    assert schedule == []
+    assert len(captured) == 2
+    assert a.numpy().tolist() == [4, 8, 12]
+    assert GlobalCounters.kernel_count == 2
+
+
+# *** the same AST on CPU (C) and PYTHON (the interpreter) ***
+
+
+def sum_ast() -> UOp:
+    """out[i] = sum_j a[i*5 + j]: a REDUCE over j."""
+    row, col = UOp.range(3, 0), UOp.range(5, 1, AxisType.REDUCE)
+    total = glob(1, f32, 15).index(row * 5 + col).load().reduce(col, arg=Ops.ADD)
+    return UOp.sink(glob(0, f32, 3).index(row).store(total))
+
+
+def wrap_ast() -> UOp:
+    """out[i] = a[i] * 65536 + (i < 2 ? a[i+2] : 0) on int32: a gated load, wrapping multiplication."""
+    rng = UOp.range(4, 0)
+    a = glob(1, i32, 4)
+    gated = a.index(rng + 2, rng < 2).load()
+    return UOp.sink(glob(0, i32, 4).index(rng).store(a.index(rng).load() * 65536 + gated))
+
+
+def run_on(device: str, ast: UOp, out: tuple[int, DType], values: list[float] | list[int], dt: DType) -> list[float]:
+    result = Buffer(device, out[0], out[1])
+    ExecItem(ast, [result, buffer(device, values, dt)]).run()
+    return list(result.numpy().tolist())
+
+
+@pytest.mark.parametrize(
+    ("ast", "out", "values", "dt"),
+    [(double_ast(4), (4, f32), [0.1, -2.5, 1e30, 3.0], f32),
+     (sum_ast(), (3, f32), [0.1 * i for i in range(15)], f32),
+     (wrap_ast(), (4, i32), [40000, -40000, 7, 2**31 - 1], i32)],
+    ids=["elementwise", "reduce", "int32-wrap-and-gate"],
+)  # fmt: skip
+def test_cpu_and_python_agree(ast: UOp, out: tuple[int, DType], values: list[float], dt: DType) -> None:
+    cpu, python = run_on("CPU", ast, out, values, dt), run_on("PYTHON", ast, out, values, dt)
+    assert cpu == python
+    if dt == i32:
+        with np.errstate(over="ignore"):
+            a = np.array(values, np.int32)
+            assert cpu == (a * np.int32(65536) + np.concatenate([a[2:], np.zeros(2, np.int32)])).tolist()
