@@ -6,6 +6,7 @@ tensor that referenced a realized node points at its buffer, so work is never do
 
 from __future__ import annotations
 
+import builtins
 import functools
 import math
 import sys
@@ -13,8 +14,19 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, TypeVar
 
-from fusegrad.dtype import ConstType, DType, DTypeLike, _from_np_dtype, _to_np_dtype, dtypes, least_upper_dtype, least_upper_float, sum_acc_dtype, to_dtype
-from fusegrad.helpers import DEBUG, TRACEMETA, Metadata, _METADATA, all_int, argfix, colored, prod
+from fusegrad.dtype import (
+    ConstType,
+    DType,
+    DTypeLike,
+    _from_np_dtype,
+    _to_np_dtype,
+    dtypes,
+    least_upper_dtype,
+    least_upper_float,
+    sum_acc_dtype,
+    to_dtype,
+)
+from fusegrad.helpers import _METADATA, DEBUG, TRACEMETA, Metadata, argfix, colored, prod
 from fusegrad.uop import GroupOp, Ops
 from fusegrad.uop.ops import UOp, all_metadata
 
@@ -67,16 +79,13 @@ class Tensor:
     Raises ValueError for shape mismatches (naming the op and both shapes), TypeError for unsupported dtypes.
     """
 
-    __slots__ = ("uop", "requires_grad", "grad", "_ctx", "__weakref__")
+    __slots__ = ("__weakref__", "_ctx", "grad", "requires_grad", "uop")
     training: ClassVar[bool] = False
 
     def __init__(self, data: Any, device: str | tuple[str, ...] | None = None, dtype: DTypeLike | None = None,
                  requires_grad: bool | None = None) -> None:  # fmt: skip
         dt = to_dtype(dtype) if dtype is not None else None
-        if isinstance(data, UOp):
-            uop = data
-        else:
-            uop = _uop_from_data(data, _canonical_device(device), dt)
+        uop = data if isinstance(data, UOp) else _uop_from_data(data, _canonical_device(device), dt)
         if dt is not None and uop.dtype != dt:
             uop = uop.cast(dt)
         self.uop: UOp = uop
@@ -123,12 +132,15 @@ class Tensor:
 
     def __repr__(self) -> str:
         realized = self.uop.base.op is Ops.BUFFER
-        return f"<Tensor {self.shape} on {self.device} with grad {self.grad!r}, {self.dtype}{' (realized)' if realized else ''}>"
+        state = " (realized)" if realized else ""
+        return f"<Tensor {self.shape} on {self.device} with grad {self.grad!r}, {self.dtype}{state}>"
 
     # *** creation ***
 
     @staticmethod
-    def empty(*shape: Any, device: str | None = None, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
+    def empty(
+        *shape: Any, device: str | tuple[str, ...] | None = None, dtype: DTypeLike | None = None, **kwargs: Any
+    ) -> Tensor:
         """An uninitialised tensor: memory is allocated on first use and never written."""
         shp = _shape_arg(shape)
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
@@ -136,7 +148,13 @@ class Tensor:
         return Tensor(buf.reshape(shp), **kwargs)
 
     @staticmethod
-    def full(shape: Any, fill_value: ConstType, device: str | None = None, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
+    def full(
+        shape: Any,
+        fill_value: ConstType,
+        device: str | tuple[str, ...] | None = None,
+        dtype: DTypeLike | None = None,
+        **kwargs: Any,
+    ) -> Tensor:
         shp = _shape_arg((shape,) if isinstance(shape, int) else tuple(shape))
         dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
         return Tensor(UOp.const_tensor(dt, fill_value, _canonical_device(device), shp), **kwargs)
@@ -158,7 +176,7 @@ class Tensor:
             start, stop = 0, start
         if step == 0:
             raise ValueError("arange: step must not be 0")
-        dt = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else dtypes.from_py([start, stop, step])  # type: ignore[list-item]
+        dt = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else dtypes.from_py([start, stop, step])
         n = max(0, math.ceil((stop - start) / step))
         positions = Tensor(UOp.iota(n, _canonical_device(kwargs.pop("device", None))), **kwargs)
         return (positions.cast(dt) * step + start).cast(dt) if (step != 1 or start != 0) else positions.cast(dt)
@@ -215,7 +233,11 @@ class Tensor:
 
     def _buffer(self) -> Any:
         """The realized, contiguous Buffer holding this tensor's values."""
-        t = self if self.uop.op is Ops.BUFFER or (self.uop.op is Ops.RESHAPE and self.uop.src[0].op is Ops.BUFFER) else self.contiguous()
+        t = (
+            self
+            if self.uop.op is Ops.BUFFER or (self.uop.op is Ops.RESHAPE and self.uop.src[0].op is Ops.BUFFER)
+            else self.contiguous()
+        )
         t.realize()
         return t.uop.buffer
 
@@ -271,7 +293,9 @@ class Tensor:
             return Tensor(y)
         if not isinstance(y, (bool, int, float)):
             raise TypeError(f"expected a Tensor or a Python number, got {type(y).__name__}")
-        if dtypes.is_float(self.dtype) or (dtypes.is_int(self.dtype) and isinstance(y, int) and not isinstance(y, bool)):
+        if dtypes.is_float(self.dtype) or (
+            dtypes.is_int(self.dtype) and isinstance(y, int) and not isinstance(y, bool)
+        ):
             dt = self.dtype
         elif self.dtype == dtypes.bool and isinstance(y, bool):
             dt = dtypes.bool
@@ -404,7 +428,13 @@ class Tensor:
         xt = x if isinstance(x, Tensor) else None
         yt = y if isinstance(y, Tensor) else None
         ref = xt if xt is not None else yt if yt is not None else self
-        xt = xt if xt is not None else ref._to_tensor_like(x) if ref is not self else Tensor(UOp.const_tensor(dtypes.from_py(x), x, self.device))
+        xt = (
+            xt
+            if xt is not None
+            else ref._to_tensor_like(x)
+            if ref is not self
+            else Tensor(UOp.const_tensor(dtypes.from_py(x), x, self.device))
+        )
         yt = yt if yt is not None else xt._to_tensor_like(y)
         xt, yt = xt._broadcasted(yt, "where")
         cond = self.cast(dtypes.bool)
@@ -480,7 +510,9 @@ class Tensor:
     def bitcast(self, dtype: DTypeLike) -> Tensor:
         dt = to_dtype(dtype)
         if dt.itemsize != self.dtype.itemsize:
-            raise TypeError(f"bitcast: {self.dtype} and {dt} differ in size ({self.dtype.itemsize} vs {dt.itemsize} bytes)")
+            raise TypeError(
+                f"bitcast: {self.dtype} and {dt} differ in size ({self.dtype.itemsize} vs {dt.itemsize} bytes)"
+            )
         return self if dt == self.dtype else Tensor(self.uop.bitcast(dt))
 
     def float(self) -> Tensor:
@@ -497,18 +529,22 @@ class Tensor:
 
     # *** reductions ***
 
-    def _resolve_axes(self, axis: int | Sequence[int] | None, op: str) -> tuple[int, ...]:
+    def _resolve_axes(self, axis: builtins.int | Sequence[builtins.int] | None, op: str) -> tuple[builtins.int, ...]:
         if axis is None:
             return tuple(range(self.ndim))
         axes = (axis,) if isinstance(axis, int) else tuple(axis)
         out = []
         for a in axes:
             if not -max(self.ndim, 1) <= a < max(self.ndim, 1):
-                raise IndexError(f"{op}: axis {a} out of range for {self.ndim}-d tensor ({-self.ndim}..{self.ndim - 1})")
+                raise IndexError(
+                    f"{op}: axis {a} out of range for {self.ndim}-d tensor ({-self.ndim}..{self.ndim - 1})"
+                )
             out.append(a % self.ndim if self.ndim else 0)
         return tuple(dict.fromkeys(out))
 
-    def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool, name: str) -> Tensor:
+    def _reduce(
+        self, op: Ops, axis: builtins.int | Sequence[builtins.int] | None, keepdim: builtins.bool, name: str
+    ) -> Tensor:
         axes = self._resolve_axes(axis, name)
         if self.ndim == 0:
             return self
@@ -516,22 +552,27 @@ class Tensor:
         return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
     @_traced
-    def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, dtype: DTypeLike | None = None) -> Tensor:
+    def sum(
+        self,
+        axis: builtins.int | Sequence[builtins.int] | None = None,
+        keepdim: builtins.bool = False,
+        dtype: DTypeLike | None = None,
+    ) -> Tensor:
         """Sum over `axis` (all axes when None). Integers and bools accumulate in at least int32."""
         acc = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
         ret = self.cast(acc)._reduce(Ops.ADD, axis, keepdim, "sum")
         return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
 
     @_traced
-    def prod(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    def prod(self, axis: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Tensor:
         return self._reduce(Ops.MUL, axis, keepdim, "prod")
 
     @_traced
-    def max(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    def max(self, axis: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Tensor:
         return self._reduce(Ops.MAX, axis, keepdim, "max")
 
     @_traced
-    def min(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    def min(self, axis: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Tensor:
         if dtypes.is_unsigned(self.dtype):
             all_ones = dtypes.max(self.dtype)  # x ^ all_ones reverses the order of unsigned values
             return (self ^ all_ones).max(axis, keepdim) ^ all_ones
@@ -540,21 +581,23 @@ class Tensor:
         return -((-self).max(axis, keepdim))
 
     @_traced
-    def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    def mean(self, axis: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Tensor:
         out_dt = self.dtype if dtypes.is_float(self.dtype) else dtypes.float32
         axes = self._resolve_axes(axis, "mean")
         count = prod(self.shape[a] for a in axes) if self.ndim else 1
-        total = self.cast(sum_acc_dtype(self.dtype) if dtypes.is_float(self.dtype) else dtypes.float32).sum(axis, keepdim)
+        total = self.cast(sum_acc_dtype(self.dtype) if dtypes.is_float(self.dtype) else dtypes.float32).sum(
+            axis, keepdim
+        )
         return (total / count if count else total * math.nan).cast(out_dt)
 
     @_traced
-    def softmax(self, axis: int = -1) -> Tensor:
+    def softmax(self, axis: builtins.int = -1) -> Tensor:
         x = self._as_float()
         e = (x - x.max(axis, keepdim=True)).exp()
         return e / e.sum(axis, keepdim=True)
 
     @_traced
-    def log_softmax(self, axis: int = -1) -> Tensor:
+    def log_softmax(self, axis: builtins.int = -1) -> Tensor:
         x = self._as_float()
         m = x - x.max(axis, keepdim=True)
         return m - m.exp().sum(axis, keepdim=True).log()
@@ -568,7 +611,9 @@ class Tensor:
         if k_self != k_w:
             raise ValueError(f"matmul: inner dimensions differ: {self.shape} @ {w.shape} ({k_self} vs {k_w})")
         x = self.reshape(*self.shape[:-1], *([1] * min(self.ndim - 1, w.ndim - 1, 1)), self.shape[-1])
-        wt = w.reshape(*w.shape[:-2], *([1] * min(self.ndim - 1, w.ndim - 1, 1)), *w.shape[-min(w.ndim, 2):]).transpose(-1, -min(w.ndim, 2))
+        wt = w.reshape(
+            *w.shape[:-2], *([1] * min(self.ndim - 1, w.ndim - 1, 1)), *w.shape[-min(w.ndim, 2) :]
+        ).transpose(-1, -min(w.ndim, 2))
         return (x * wt).sum(-1, dtype=least_upper_dtype(x.dtype, w.dtype) if not dtypes.is_float(x.dtype) else None)
 
     def matmul(self, w: Tensor) -> Tensor:
@@ -590,7 +635,9 @@ class Tensor:
         if any(s < 0 for s in shp):
             raise ValueError(f"reshape: negative size in {tuple(shp)}")
         if prod(shp) != self.numel():
-            raise ValueError(f"reshape: cannot reshape {self.shape} ({self.numel()} elements) to {tuple(shp)} ({prod(shp)} elements)")
+            raise ValueError(
+                f"reshape: cannot reshape {self.shape} ({self.numel()} elements) to {tuple(shp)} ({prod(shp)} elements)"
+            )
         return Tensor(self.uop.reshape(tuple(shp)))
 
     def view(self, *shape: Any) -> Tensor:
@@ -616,10 +663,12 @@ class Tensor:
         return Tensor(self.uop.reshape(padded).expand(new))
 
     @_traced
-    def pad(self, padding: Sequence[tuple[int, int] | None], value: ConstType = 0.0) -> Tensor:
+    def pad(self, padding: Sequence[tuple[builtins.int, builtins.int] | None], value: ConstType = 0.0) -> Tensor:
         """Pad each axis by (before, after) with `value` (constant mode; negative pads shrink)."""
         if len(padding) != self.ndim:
-            raise ValueError(f"pad: expected {self.ndim} (before, after) pairs for shape {self.shape}, got {len(padding)}")
+            raise ValueError(
+                f"pad: expected {self.ndim} (before, after) pairs for shape {self.shape}, got {len(padding)}"
+            )
         pads = [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
         shrink = tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(pads, self.shape, strict=True))
         x = self.shrink(shrink) if any(b < 0 or a < 0 for b, a in pads) else self
@@ -633,7 +682,7 @@ class Tensor:
         return mask.where(padded, value)
 
     @_traced
-    def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
+    def shrink(self, arg: Sequence[tuple[builtins.int, builtins.int] | None]) -> Tensor:
         if len(arg) != self.ndim:
             raise ValueError(f"shrink: expected {self.ndim} (start, end) pairs for shape {self.shape}, got {len(arg)}")
         bounds = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape, strict=True))
@@ -643,16 +692,16 @@ class Tensor:
         return Tensor(self.uop.shrink(bounds))
 
     @_traced
-    def flip(self, axis: int | Sequence[int]) -> Tensor:
+    def flip(self, axis: builtins.int | Sequence[builtins.int]) -> Tensor:
         axes = {self._axis(a, "flip") for a in ((axis,) if isinstance(axis, int) else axis)}
         return Tensor(self.uop.flip(tuple(i in axes for i in range(self.ndim))))
 
-    def _axis(self, a: int, op: str) -> int:
+    def _axis(self, a: builtins.int, op: str) -> builtins.int:
         if not -max(self.ndim, 1) <= a < max(self.ndim, 1):
             raise IndexError(f"{op}: axis {a} out of range for {self.ndim}-d tensor ({-self.ndim}..{self.ndim - 1})")
         return a % max(self.ndim, 1)
 
-    def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
+    def transpose(self, dim0: builtins.int = 1, dim1: builtins.int = 0) -> Tensor:
         order = list(range(self.ndim))
         a, b = self._axis(dim0, "transpose"), self._axis(dim1, "transpose")
         order[a], order[b] = order[b], order[a]
@@ -662,27 +711,28 @@ class Tensor:
     def T(self) -> Tensor:
         return self.transpose()
 
-    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    def flatten(self, start_dim: builtins.int = 0, end_dim: builtins.int = -1) -> Tensor:
         if self.ndim == 0:
             return self.reshape(1)
         s, e = self._axis(start_dim, "flatten"), self._axis(end_dim, "flatten")
         return self.reshape(*self.shape[:s], prod(self.shape[s : e + 1]), *self.shape[e + 1 :])
 
-    def unsqueeze(self, dim: int) -> Tensor:
+    def unsqueeze(self, dim: builtins.int) -> Tensor:
         d = dim if dim >= 0 else dim + self.ndim + 1
         if not 0 <= d <= self.ndim:
-            raise IndexError(f"unsqueeze: dim {dim} out of range for {self.ndim}-d tensor ({-self.ndim - 1}..{self.ndim})")
+            raise IndexError(
+                f"unsqueeze: dim {dim} out of range for {self.ndim}-d tensor ({-self.ndim - 1}..{self.ndim})"
+            )
         return self.reshape(*self.shape[:d], 1, *self.shape[d:])
 
-    def squeeze(self, dim: int | None = None) -> Tensor:
+    def squeeze(self, dim: builtins.int | None = None) -> Tensor:
         if dim is None:
             return self.reshape(*[s for s in self.shape if s != 1])
         d = self._axis(dim, "squeeze")
         return self if self.shape[d] != 1 else self.reshape(*self.shape[:d], *self.shape[d + 1 :])
 
-    @_traced
-    def __getitem__(self, indices: Any) -> Tensor:
-        """Basic indexing: ints, slices (any step), None and Ellipsis."""
+    def _expand_index(self, indices: Any) -> list[Any]:
+        """The index as one entry per axis (plus None entries): Ellipsis and missing trailing axes become slices."""
         idx = list(indices) if isinstance(indices, tuple) else [indices]
         if sum(1 for i in idx if i is Ellipsis) > 1:
             raise IndexError("getitem: an index can only have a single ellipsis")
@@ -692,52 +742,34 @@ class Tensor:
         if Ellipsis in idx:
             e = idx.index(Ellipsis)
             idx = idx[:e] + [slice(None)] * (self.ndim - n_real) + idx[e + 1 :]
-        idx += [slice(None)] * (self.ndim - sum(1 for i in idx if i is not None))
-        x, out_shape, axis = self, [], 0
-        bounds, flips, steps, squeeze = [], [], [], []
-        for i in idx:
+        return idx + [slice(None)] * (self.ndim - sum(1 for i in idx if i is not None))
+
+    @_traced
+    def __getitem__(self, indices: Any) -> Tensor:
+        """Basic indexing: ints, slices (any step), None and Ellipsis. Out-of-range ints raise IndexError."""
+        bounds, flips, steps = [], [], []
+        kept: list[int | None] = []  # the result's axes: an input axis, or None for a new size-1 axis
+        axis = 0
+        for i in self._expand_index(indices):
             if i is None:
-                out_shape.append(None)
+                kept.append(None)
                 continue
-            size = self.shape[axis]
             if isinstance(i, bool) or not isinstance(i, (int, slice)):
-                raise TypeError(f"getitem: unsupported index type {type(i).__name__}; expected int, slice, None or Ellipsis")
-            if isinstance(i, int):
-                if not -size <= i < size:
-                    raise IndexError(f"getitem: index {i} is out of bounds for axis {axis} with size {size}")
-                j = i % size
-                bounds.append((j, j + 1))
-                flips.append(False)
-                steps.append(1)
-                squeeze.append(True)
-            else:
-                start, stop, step = i.indices(size)
-                if step > 0:
-                    n = max(0, math.ceil((stop - start) / step))
-                    bounds.append((start, start + max(0, (n - 1) * step + 1)) if n else (0, 0))
-                    flips.append(False)
-                else:
-                    n = max(0, math.ceil((start - stop) / -step))
-                    lo = start - (n - 1) * -step if n else 0
-                    bounds.append((lo, start + 1) if n else (0, 0))
-                    flips.append(True)
-                steps.append(abs(step))
-                squeeze.append(False)
-            out_shape.append(axis)
+                raise TypeError(f"getitem: unsupported index type {type(i).__name__}; expected int, slice, None or ...")
+            bound, flip, step = _axis_selection(i, self.shape[axis], axis)
+            bounds.append(bound)
+            flips.append(flip)
+            steps.append(step)
+            if isinstance(i, slice):
+                kept.append(axis)  # an int index drops its axis
             axis += 1
-        x = x.shrink(bounds)
+        x = self.shrink(bounds)
         if any(flips):
             x = x.flip([a for a, f in enumerate(flips) if f])
         x = x._stride(steps)
-        final = []
-        for entry in out_shape:
-            if entry is None:
-                final.append(1)
-            elif not squeeze[entry]:
-                final.append(x.shape[entry])
-        return x.reshape(*final)
+        return x.reshape(*[1 if a is None else x.shape[a] for a in kept])
 
-    def _stride(self, steps: list[int]) -> Tensor:
+    def _stride(self, steps: list[builtins.int]) -> Tensor:
         """Every steps[a]-th element along each axis a (pad to a multiple, split the axis, keep index 0)."""
         if all(s == 1 for s in steps):
             return self
@@ -748,8 +780,10 @@ class Tensor:
             n = x.shape[a]
             m = math.ceil(n / st)
             x = x.pad([(0, m * st - n) if i == a else None for i in range(x.ndim)])
-            x = x.reshape(*x.shape[:a], m, st, *x.shape[a + 1 :]).shrink([(0, 1) if i == a + 1 else None for i in range(x.ndim + 1)])
-            x = x.reshape(*x.shape[:a + 1], *x.shape[a + 2 :])
+            x = x.reshape(*x.shape[:a], m, st, *x.shape[a + 1 :]).shrink(
+                [(0, 1) if i == a + 1 else None for i in range(x.ndim + 1)]
+            )
+            x = x.reshape(*x.shape[: a + 1], *x.shape[a + 2 :])
         return x
 
     # *** Python operators ***
@@ -844,13 +878,27 @@ class Tensor:
     def __itruediv__(self, y: Any) -> Tensor:
         return self.div(y)
 
-    def __bool__(self) -> bool:
+    def __bool__(self) -> builtins.bool:
         if self.numel() != 1:
             raise ValueError(f"the truth value of a tensor with {self.numel()} elements is ambiguous")
         return bool(self.item())
 
 
 # *** module helpers ***
+
+
+def _axis_selection(i: int | slice, size: int, axis: int) -> tuple[tuple[int, int], bool, int]:
+    """(shrink bounds, flip?, step) selecting index or slice `i` of an axis of `size`."""
+    if isinstance(i, int):
+        if not -size <= i < size:
+            raise IndexError(f"getitem: index {i} is out of bounds for axis {axis} with size {size}")
+        return (i % size, i % size + 1), False, 1
+    start, stop, step = i.indices(size)
+    if step > 0:
+        n = max(0, math.ceil((stop - start) / step))
+        return ((start, start + (n - 1) * step + 1) if n else (0, 0)), False, step
+    n = max(0, math.ceil((start - stop) / -step))
+    return ((start - (n - 1) * -step, start + 1) if n else (0, 0)), True, -step
 
 
 def _forget(ref: weakref.ReferenceType[Tensor]) -> None:
@@ -891,11 +939,14 @@ def _uop_from_data(data: Any, device: str | tuple[str, ...], dtype: DType | None
         dt = _from_np_dtype(data.dtype)
         arr = data
     else:
-        raise TypeError(f"Tensor: cannot build a tensor from {type(data).__name__}; expected a number, list, tuple, numpy array, bytes or UOp")
+        raise TypeError(
+            f"Tensor: cannot build a tensor from {type(data).__name__}; "
+            "expected a number, list, tuple, numpy array, bytes or UOp"
+        )
     arr = np.ascontiguousarray(arr)
     buf = UOp.new_buffer(device, arr.size, dt)
     if arr.size:
-        buf.buffer.allocate().copyin(memoryview(arr.reshape(-1).view(np.uint8)))
+        buf.buffer.allocate().copyin(arr.reshape(-1).view(np.uint8).data)
     return buf.reshape(arr.shape)
 
 
@@ -936,7 +987,10 @@ def _is_done(u: UOp) -> bool:
 
 def _is_plain_buffer(u: UOp) -> bool:
     """A realized buffer (or a view of one, or a constant): nothing below it can be replaced."""
-    return u.base.op in (Ops.BUFFER, Ops.CONST, Ops.IOTA) and all(n.op in (Ops.BUFFER, Ops.CONST, Ops.UNIQUE, Ops.DEVICE, Ops.IOTA) or n.op in GroupOp.Movement for n in u.toposort())
+    return u.base.op in (Ops.BUFFER, Ops.CONST, Ops.IOTA) and all(
+        n.op in (Ops.BUFFER, Ops.CONST, Ops.UNIQUE, Ops.DEVICE, Ops.IOTA) or n.op in GroupOp.Movement
+        for n in u.toposort()
+    )
 
 
 def _apply_map(becomes: dict[UOp, UOp]) -> None:

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from fusegrad.schedule.rangeify import Kernel, is_kernelized
 from fusegrad.uop import Ops
 from fusegrad.uop.ops import UOp
-from fusegrad.schedule.rangeify import Kernel, is_kernelized
 
 if TYPE_CHECKING:
+    from fusegrad.device import Buffer
     from fusegrad.engine.realize import ExecItem
 
 
@@ -36,7 +37,7 @@ def create_schedule(sink: UOp) -> list[ExecItem]:
         kernel = u.src[1]
         info: Kernel = kernel.arg
         n_slots = _slot_count(info.ast, kernel)
-        bufs = [b.buffer for b in kernel_buffers(kernel)[:n_slots]]
+        bufs: list[Buffer | None] = [b.buffer for b in kernel_buffers(kernel)[:n_slots]]
         items.append(ExecItem(info.ast, bufs, metadata=info.metadata))
     return items
 

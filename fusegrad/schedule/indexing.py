@@ -39,7 +39,7 @@ def _and(a: UOp | None, b: UOp) -> UOp:
     return b if a is None else a & b
 
 
-def source_index(node: UOp, idx: Index, valid: UOp | None) -> tuple[Index, UOp | None]:
+def source_index(node: UOp, idx: Index, valid: UOp | None) -> tuple[Index, UOp | None]:  # noqa: C901  # one case per op: a dispatch table
     """The index (and validity) at which movement op `node`, read at `idx`, reads its source."""
     in_shape, arg = node.src[0].shape, node.arg
     match node.op:
@@ -59,17 +59,19 @@ def source_index(node: UOp, idx: Index, valid: UOp | None) -> tuple[Index, UOp |
                 out_list[in_axis] = idx[out_axis]
             return tuple(out_list), valid
         case Ops.EXPAND:
-            return tuple(idx_const(0) if s == 1 and n != 1 else i for i, s, n in zip(idx, in_shape, arg, strict=True)), valid
+            return tuple(
+                idx_const(0) if s == 1 and n != 1 else i for i, s, n in zip(idx, in_shape, arg, strict=True)
+            ), valid
         case Ops.PAD:
             new_idx: list[UOp] = []
-            for i, s, (before, _) in zip(idx, in_shape, arg, strict=True):
-                if before == 0 and _ == 0:
-                    new_idx.append(i)
+            for pos, size, (before, after) in zip(idx, in_shape, arg, strict=True):
+                if before == 0 and after == 0:
+                    new_idx.append(pos)
                     continue
-                new_idx.append(i - before)
+                new_idx.append(pos - before)
                 if before > 0:
-                    valid = _and(valid, idx_const(before - 1) < i)
-                valid = _and(valid, i < before + s)
+                    valid = _and(valid, idx_const(before - 1) < pos)
+                valid = _and(valid, pos < before + size)
             return tuple(new_idx), valid
         case Ops.SHRINK:
             return tuple(i + start if start else i for i, (start, _) in zip(idx, arg, strict=True)), valid

@@ -11,10 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from fusegrad.helpers import pluralize, prod
-from fusegrad.uop import GroupOp, Ops
-from fusegrad.uop.ops import UOp, all_metadata
-from fusegrad.uop.rewrite import graph_rewrite_map, track_rewrites
-from fusegrad.uop.upat import PatternMatcher, UPat
 from fusegrad.schedule.rangeify import (
     Kernel,
     build_kernel,
@@ -24,6 +20,10 @@ from fusegrad.schedule.rangeify import (
     is_stored,
     simplify_kernel,
 )
+from fusegrad.uop import GroupOp, Ops
+from fusegrad.uop.ops import UOp, all_metadata
+from fusegrad.uop.rewrite import graph_rewrite_map, track_rewrites
+from fusegrad.uop.upat import PatternMatcher, UPat
 
 
 @dataclass
@@ -68,10 +68,7 @@ def _contiguous_assign_value(a: UOp) -> UOp | None:
 def _reads_target_elsewhere(a: UOp) -> bool:
     """Does the value read the assigned buffer through a different view? Then writing in place would race."""
     target_base = a.src[0].base
-    for u in a.src[1].toposort():
-        if u.op in GroupOp.Movement and u.base is target_base and u is not a.src[0]:
-            return True
-    return False
+    return any(u.op in GroupOp.Movement and u.base is target_base and u is not a.src[0] for u in a.src[1].toposort())
 
 
 pm_prepare_realize = PatternMatcher(

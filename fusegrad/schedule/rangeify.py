@@ -14,11 +14,11 @@ from typing import Any
 
 from fusegrad.dtype import DType, dtypes
 from fusegrad.helpers import prod
+from fusegrad.schedule.indexing import Index, idx_const, linearize_index, source_index
 from fusegrad.uop import AxisType, GroupOp, Ops
 from fusegrad.uop.ops import UOp
-from fusegrad.uop.symbolic import sym
 from fusegrad.uop.rewrite import graph_rewrite
-from fusegrad.schedule.indexing import Index, idx_const, linearize_index, source_index
+from fusegrad.uop.symbolic import sym
 
 _IDENTITY: dict[Ops, Any] = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: None}
 
@@ -91,7 +91,7 @@ class KernelBuilder:
         slot = 0 if buf is self.out_buf else self.loads.setdefault(stored, len(self.loads) + 1)
         size = buf.arg if buf.op is Ops.BUFFER else prod(node.shape)
         glob = UOp(Ops.DEFINE_GLOBAL, node.dtype.ptr(size), arg=slot)
-        shape = (size,) if buf.op is Ops.BUFFER and node.op is Ops.BUFFER or is_kernelized(node) else node.shape
+        shape = (size,) if (buf.op is Ops.BUFFER and node.op is Ops.BUFFER) or is_kernelized(node) else node.shape
         flat = linearize_index(idx, shape)
         index = glob.index(flat, valid) if valid is not None else glob.index(flat)
         return index.load(dtype=node.dtype)
@@ -113,7 +113,11 @@ class KernelBuilder:
         return [(s, idx, valid, ctx) for s in node.src]
 
     def note_read(self, node: UOp, idx: Index, valid: UOp | None, ctx: frozenset[UOp]) -> None:
-        if node is self.root or node.op in GroupOp.Movement or node.op in (Ops.CONST, Ops.IOTA, Ops.DEFINE_VAR, Ops.BIND):
+        if (
+            node is self.root
+            or node.op in GroupOp.Movement
+            or node.op in (Ops.CONST, Ops.IOTA, Ops.DEFINE_VAR, Ops.BIND)
+        ):
             return
         key = (idx, valid)
         seen = self.reads.setdefault(node, set())
@@ -174,7 +178,9 @@ class KernelBuilder:
                 kids = self.memo_children[(n, i)] = self.children(n, i, v, c)
             if not expanded:
                 stack.append((n, i, v, c, True))
-                stack.extend((k[0], k[1], k[2], k[3], False) for k in reversed(kids) if (k[0], k[1], k[2]) not in self.memo)
+                stack.extend(
+                    (k[0], k[1], k[2], k[3], False) for k in reversed(kids) if (k[0], k[1], k[2]) not in self.memo
+                )
                 continue
             value = self.combine(n, [self.memo[(k[0], k[1], k[2])] for k in kids], i)
             if n.op is Ops.PAD and kids[0][2] is not None and kids[0][2] is not v:

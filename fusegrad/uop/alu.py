@@ -1,4 +1,4 @@
-"""What every ALU op means, on Python values, with C semantics: the definition constant folding and the PYTHON device use.
+"""What every ALU op means on Python values, with C semantics: what constant folding and the PYTHON device use.
 
 Integer division and modulo truncate toward zero, integers wrap at their width, floats follow IEEE-754 (division by
 zero gives inf/nan, never an exception) and float32/float16 results are rounded to their width.

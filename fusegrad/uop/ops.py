@@ -21,7 +21,6 @@ from fusegrad.uop.alu import exec_alu
 from fusegrad.uop.bounds import compute_bounds
 from fusegrad.uop.mathtraits import MathTrait
 from fusegrad.uop.render import render_expr, render_tree
-from fusegrad.uop.shape import compute_device, compute_shape, movement_shape
 from fusegrad.uop.rewrite import (
     RewriteLoopError,
     RewriteTrace,
@@ -40,6 +39,7 @@ from fusegrad.uop.rewrite import (
     tracked_keys,
     uop_fields,
 )
+from fusegrad.uop.shape import compute_device, compute_shape, movement_shape
 from fusegrad.uop.upat import PatternMatcher, UPat
 
 if TYPE_CHECKING:
@@ -88,7 +88,9 @@ class UOpMetaClass(type):
 
     ucache: ClassVar[dict[tuple[Any, ...], weakref.ReferenceType[UOp]]] = {}
 
-    def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None) -> UOp:
+    def __call__(
+        cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None
+    ) -> UOp:
         if type(arg) is float:
             if arg != arg:
                 arg = math.nan  # one NaN object, so NaN constants hash-cons too
@@ -106,7 +108,7 @@ class UOpMetaClass(type):
         return created
 
 
-# Buffers are owned by their BUFFER UOps through a weak map, so nothing in a UOp graph (or a trace of it) keeps one alive
+# BUFFER UOps own their Buffers through a weak map: nothing in a UOp graph (or a trace of it) keeps one alive
 buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
 # Tensor-level metadata (the op that created a node), looked up by VIZ labels and kernel names
 all_metadata: weakref.WeakKeyDictionary[UOp, tuple[Metadata, ...]] = weakref.WeakKeyDictionary()
@@ -119,9 +121,11 @@ class UOp(MathTrait, metaclass=UOpMetaClass):
     Example: `(UOp.variable("a", 0, 10) + 1).render() == "(a+1)"`.
     """
 
-    __slots__ = ("op", "dtype", "src", "arg", "tag", "_cache_key", "__weakref__", "__dict__")
+    __slots__ = ("__dict__", "__weakref__", "_cache_key", "arg", "dtype", "op", "src", "tag")
 
-    def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None):
+    def __init__(
+        self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None
+    ):
         self.op, self.dtype, self.src, self.arg, self.tag = op, dtype, src, arg, tag
         self._cache_key: tuple[Any, ...] = ()
 
@@ -143,7 +147,13 @@ class UOp(MathTrait, metaclass=UOpMetaClass):
                kwargs.pop("arg", self.arg), kwargs.pop("tag", self.tag))  # fmt: skip
         if kwargs:
             raise TypeError(f"replace: unknown fields {sorted(kwargs)}, expected op, dtype, src, arg or tag")
-        if new[0] is self.op and new[1] == self.dtype and new[2] == self.src and new[3] is self.arg and new[4] is self.tag:
+        if (
+            new[0] is self.op
+            and new[1] == self.dtype
+            and new[2] == self.src
+            and new[3] is self.arg
+            and new[4] is self.tag
+        ):
             return self
         return UOp(*new)
 
@@ -564,4 +574,3 @@ def _substitute_node(ctx: dict[UOp, UOp], x: UOp) -> UOp | None:
 
 # substitution to a fixed point (replacements are searched again): how VIZ replays a step's matches
 pm_substitute_fixed_point = PatternMatcher([(UPat(GroupOp.All, name="x"), _substitute_node)])
-

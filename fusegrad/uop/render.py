@@ -20,7 +20,7 @@ _CALL = {Ops.MAX: "max", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops
          Ops.RECIPROCAL: "1/", Ops.TRUNC: "trunc", Ops.POW: "pow"}  # fmt: skip
 
 
-def _render_node(u: UOp, s: list[str]) -> str:
+def _render_node(u: UOp, s: list[str]) -> str:  # noqa: C901  # one case per op: a dispatch table
     match u.op:
         case Ops.CONST:
             return str(u.arg) if u.dtype != dtypes.bool else str(bool(u.arg))

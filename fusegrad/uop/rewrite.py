@@ -131,8 +131,15 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
             active_rewrites.pop()
 
 
-def graph_rewrite_map(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False, name: str | None = None,
-                      bpm: PatternMatcher | None = None, input_map: dict[UOp, UOp] | None = None) -> dict[UOp, UOp]:  # fmt: skip
+def graph_rewrite_map(
+    sink: UOp,
+    pm: PatternMatcher,
+    ctx: Any = None,
+    bottom_up: bool = False,
+    name: str | None = None,
+    bpm: PatternMatcher | None = None,
+    input_map: dict[UOp, UOp] | None = None,
+) -> dict[UOp, UOp]:
     """Like graph_rewrite, but return what every node below `sink` became. `input_map` composes with an earlier map."""
     _check_args(sink, pm, "graph_rewrite_map")
     step = _begin_step(sink, name, sys._getframe(1), bottom_up) if TRACK_MATCH_STATS.value >= 2 else None
@@ -324,7 +331,9 @@ def profile_matches(fn: F) -> F:
         from fusegrad.uop.ops import UOp  # ops imports this module
 
         if not args or not isinstance(args[0], UOp):
-            raise AssertionError(f"invalid match tracing input: {fn.__name__} got {type(args[0]).__name__ if args else 'nothing'}")
+            raise AssertionError(
+                f"invalid match tracing input: {fn.__name__} got {type(args[0]).__name__ if args else 'nothing'}"
+            )
         code = fn.__code__
         step = TrackedGraphRewrite((code.co_filename, code.co_firstlineno), track_uop(args[0]), len(active_rewrites),
                                    False, fn.__name__, trace=_call_trace(sys._getframe(1)))  # fmt: skip
@@ -346,6 +355,7 @@ def print_match_stats() -> None:
     print(f"{'matches':>8} {'tries':>8} {'match ms':>10} {'total ms':>10}  rule")
     for pat, (matches, tries, match_s, total_s) in sorted(match_stats.items(), key=lambda kv: -kv[1][3])[:60]:
         loc = f"{pat.location[0].split('/')[-1]}:{pat.location[1]}"
-        line = f"{int(matches):8d} {int(tries):8d} {match_s * 1e3:10.2f} {total_s * 1e3:10.2f}  {loc:24s} {pat.printable()}"
+        counts = f"{int(matches):8d} {int(tries):8d} {match_s * 1e3:10.2f} {total_s * 1e3:10.2f}"
+        line = f"{counts}  {loc:24s} {pat.printable()}"
         print(colored(line, "green" if matches else None))
     print(f"{'':8} {sum(int(v[1]) for v in match_stats.values()):8d} {'':10} {total * 1e3:10.2f}  total")

@@ -31,12 +31,14 @@ def _elementwise_shape(u: UOp) -> Shape | None:
     return shapes[0]  # type: ignore[no-any-return]
 
 
-def movement_shape(op: Ops, in_shape: Shape, arg: Any) -> Shape:
+def movement_shape(op: Ops, in_shape: Shape, arg: Any) -> Shape:  # noqa: C901  # one case per op: a dispatch table
     """The output shape of a movement op, checking its argument against the input shape."""
     match op:
         case Ops.RESHAPE:
             if prod(arg) != prod(in_shape):
-                raise ValueError(f"reshape: cannot reshape {in_shape} ({prod(in_shape)} elements) to {arg} ({prod(arg)} elements)")
+                raise ValueError(
+                    f"reshape: cannot reshape {in_shape} ({prod(in_shape)} elements) to {arg} ({prod(arg)} elements)"
+                )
             return tuple(arg)
         case Ops.PERMUTE:
             if sorted(arg) != list(range(len(in_shape))):
@@ -48,11 +50,15 @@ def movement_shape(op: Ops, in_shape: Shape, arg: Any) -> Shape:
             return tuple(arg)
         case Ops.PAD:
             if len(arg) != len(in_shape) or any(b < 0 or a < 0 for b, a in arg):
-                raise ValueError(f"pad: padding {arg} does not fit {in_shape}: expected one non-negative (before, after) per axis")
+                raise ValueError(
+                    f"pad: padding {arg} does not fit {in_shape}: expected one non-negative (before, after) per axis"
+                )
             return tuple(s + b + a for s, (b, a) in zip(in_shape, arg, strict=True))
         case Ops.SHRINK:
             if len(arg) != len(in_shape) or any(not 0 <= b <= e <= s for s, (b, e) in zip(in_shape, arg, strict=True)):
-                raise ValueError(f"shrink: bounds {arg} do not fit {in_shape}: expected 0 <= start <= end <= size per axis")
+                raise ValueError(
+                    f"shrink: bounds {arg} do not fit {in_shape}: expected 0 <= start <= end <= size per axis"
+                )
             return tuple(e - b for b, e in arg)
         case Ops.FLIP:
             if len(arg) != len(in_shape):

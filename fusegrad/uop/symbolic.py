@@ -368,7 +368,7 @@ def _fold_linear(x: UOp, terms: Terms, const: int, c: int, op: Ops, split: bool 
         return _build([(f // c, v) for f, v in terms], const // c, x) if op is Ops.IDIV else x.const_like(0)
     if (ret := _fold_two_values(terms, const, c, op)) is not None:
         return ret
-    if True:
+    if x.vmin >= 0:
         ret = _fold_nonneg(terms, const, c, op, x, split)
     elif x.vmax <= 0:  # C division is odd: x // c == -((-x) // c), x % c == -((-x) % c)
         ret = _fold_nonneg([(-f, v) for f, v in terms], -const, c, op, x, split)

@@ -60,7 +60,7 @@ class UPat(MathTrait):
     Example: `UPat(Ops.ADD, src=[UPat.var("x"), UPat.cvar("c")])` matches `x+3` and `3+x`.
     """
 
-    __slots__ = ("op", "dtype", "arg", "name", "src", "allow_any_len", "location", "_src_kind", "early_reject")
+    __slots__ = ("_src_kind", "allow_any_len", "arg", "dtype", "early_reject", "location", "name", "op", "src")
 
     def __init__(
         self,
@@ -181,14 +181,14 @@ class UPat(MathTrait):
             return [store]
         n = len(uop.src)
         if self._src_kind == "repeat":
-            return _match_sources(zip(uop.src, itertools.repeat(self.src[0], n)), store)
+            return _match_sources(zip(uop.src, itertools.repeat(self.src[0], n), strict=True), store)
         if n != len(self.src) and not (self.allow_any_len and n >= len(self.src)):
             return []
         if self._src_kind == "tuple":
-            return _match_sources(zip(uop.src, self.src), store)
+            return _match_sources(zip(uop.src, self.src, strict=False), store)  # allow_any_len: a prefix
         ret: list[dict[str, UOp]] = []
         for perm in itertools.permutations(self.src):
-            ret.extend(_match_sources(zip(uop.src, perm), dict(store)))
+            ret.extend(_match_sources(zip(uop.src, perm, strict=True), dict(store)))
         return ret
 
     def printable(self) -> str:
@@ -196,7 +196,9 @@ class UPat(MathTrait):
         return linecache.getline(*self.location).strip() or "<no source>"
 
     def __repr__(self) -> str:
-        parts = [] if self.op is None else [f"({', '.join(map(repr, self.op))})" if len(self.op) > 1 else repr(self.op[0])]
+        parts = (
+            [] if self.op is None else [f"({', '.join(map(repr, self.op))})" if len(self.op) > 1 else repr(self.op[0])]
+        )
         if self.dtype is not None:
             parts.append(f"dtype={self.dtype if len(self.dtype) > 1 else self.dtype[0]}")
         if self.arg is not None:

@@ -20,12 +20,14 @@ from fusegrad.uop.rewrite import RewriteLoopError, RewriteTrace, TrackedGraphRew
 # constants and device names are drawn inside their user's label, not as nodes of their own
 _FOLDED = frozenset({Ops.CONST, Ops.VCONST, Ops.DEVICE, Ops.UNIQUE})
 
-_COLORS = {Ops.LOAD: "#ffc0c0", Ops.STORE: "#87CEEB", Ops.CONST: "#e0e0e0", Ops.VCONST: "#e0e0e0", Ops.REDUCE: "#FF5B5B",
-           Ops.DEFINE_GLOBAL: "#ffe0b0", Ops.DEFINE_LOCAL: "#ffe0d0", Ops.DEFINE_REG: "#f0ffe0", Ops.REDUCE_AXIS: "#FF6B6B",
-           Ops.RANGE: "#c8a0e0", Ops.END: "#f0e0f0", Ops.BUFFER: "#B0BDFF", Ops.COPY: "#a040a0", Ops.SINK: "#ffffff",
-           Ops.KERNEL: "#3e7f55", Ops.INDEX: "#e8ffa0", Ops.WMMA: "#efefc0", Ops.ASSIGN: "#909090",
-           Ops.CONTIGUOUS: "#FFC14D", Ops.BUFFERIZE: "#FF991C", Ops.DEFINE_VAR: "#ffe0b0", Ops.SPECIAL: "#c0c0ff",
-           Ops.NOOP: "#ff8080"}  # fmt: skip
+_COLORS = {
+    Ops.LOAD: "#ffc0c0", Ops.STORE: "#87CEEB", Ops.CONST: "#e0e0e0", Ops.VCONST: "#e0e0e0", Ops.REDUCE: "#FF5B5B",
+    Ops.DEFINE_GLOBAL: "#ffe0b0", Ops.DEFINE_LOCAL: "#ffe0d0", Ops.DEFINE_REG: "#f0ffe0", Ops.REDUCE_AXIS: "#FF6B6B",
+    Ops.RANGE: "#c8a0e0", Ops.END: "#f0e0f0", Ops.BUFFER: "#B0BDFF", Ops.COPY: "#a040a0", Ops.SINK: "#ffffff",
+    Ops.KERNEL: "#3e7f55", Ops.INDEX: "#e8ffa0", Ops.WMMA: "#efefc0", Ops.ASSIGN: "#909090",
+    Ops.CONTIGUOUS: "#FFC14D", Ops.BUFFERIZE: "#FF991C", Ops.DEFINE_VAR: "#ffe0b0", Ops.SPECIAL: "#c0c0ff",
+    Ops.NOOP: "#ff8080",
+}  # fmt: skip
 _MOVEMENT_COLOR, _ALU_COLOR, _DEFAULT_COLOR = "#8DE0A0", "#ffffc0", "#ffffff"
 
 
@@ -128,7 +130,9 @@ def _replay_step(graph: UOp, replaces: dict[UOp, UOp]) -> UOp:
 _rebuilt: dict[int, UOp] = {}
 
 
-def get_full_rewrite(step: TrackedGraphRewrite, fields: dict[int, tuple[Any, ...]] | None = None) -> Generator[dict[str, Any], None, None]:
+def get_full_rewrite(
+    step: TrackedGraphRewrite, fields: dict[int, tuple[Any, ...]] | None = None
+) -> Generator[dict[str, Any], None, None]:
     """The step's input graph, then the graph after each recorded match (a failed replay shows as a NOOP node)."""
     fields = fields if fields is not None else uop_fields
     cache = _rebuilt

@@ -53,7 +53,7 @@ def test_full_reduce_reused_elementwise_realizes_the_reduce() -> None:
 def test_contiguous_forces_a_kernel() -> None:
     a = Tensor.empty(8, 8)
     assert count(a.permute(1, 0).contiguous()) == 1
-    assert count(((a + 1).contiguous() * 2)) == 2
+    assert count((a + 1).contiguous() * 2) == 2
 
 
 def test_realized_tensor_schedules_nothing() -> None:
