@@ -3,7 +3,7 @@
 Both systems build the same expression through their own `UOp` API (outside the timed region) and rewrite it with
 `graph_rewrite(graph, sym)`; the figure is input nodes per second, best of `--reps` runs on freshly built graphs.
 
-    python bench/rewrite.py [--terms 4000] [--reps 3] [--profile] [--no-reference]
+    python bench/rewrite.py [--terms 7500] [--reps 3] [--profile] [--no-reference]
 """
 
 from __future__ import annotations
@@ -56,7 +56,9 @@ def term(x: Any, y: Any, z: Any, i: int) -> Any:
 def build_sums(variable: Callable[[str], Any], terms: int, suffix: str) -> list[Any]:
     """`terms` terms over NUM_VARS variables, added up in groups of GROUP_SIZE: one index expression per group."""
     pool = [variable(f"v{k}_{suffix}") for k in range(NUM_VARS)]
-    parts = [term(pool[i % NUM_VARS], pool[(7 * i + 1) % NUM_VARS], pool[(13 * i + 2) % NUM_VARS], i) for i in range(terms)]
+    parts = [
+        term(pool[i % NUM_VARS], pool[(7 * i + 1) % NUM_VARS], pool[(13 * i + 2) % NUM_VARS], i) for i in range(terms)
+    ]
     sums = []
     for start in range(0, terms, GROUP_SIZE):
         total = parts[start]
@@ -143,7 +145,7 @@ def profile(system: System, terms: int, top: int, sort: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--terms", type=int, default=4000, help="terms in the sum (4000 gives ~50k+ nodes)")
+    parser.add_argument("--terms", type=int, default=7500, help="index terms in the graph (7500 gives ~53k nodes)")
     parser.add_argument("--reps", type=int, default=3, help="timed runs per system; the best counts")
     parser.add_argument("--profile", action="store_true", help="also cProfile one fusegrad rewrite")
     parser.add_argument("--top", type=int, default=25, help="functions shown by --profile")

@@ -192,11 +192,12 @@ def _place_registers(scopes: Scopes, nodes: list[UOp]) -> None:
 
 
 def _priority(u: UOp, order: dict[UOp, int]) -> tuple[int, int, str, int]:
-    """Among ready nodes: globals by slot, then variables by name, then the graph's own order."""
+    """Among ready nodes: globals by slot, then variables by name, then the graph's own order (a loop by its RANGE's).
+    The last field is unique within a level, so ties never compare UOps."""
     if u.op is Ops.DEFINE_GLOBAL:
-        return (0, int(u.arg), "", 0)
+        return (0, int(u.arg), "", order[u])
     if u.op is Ops.DEFINE_VAR:
-        return (1, 0, str(u.arg[0]), 0)
+        return (1, 0, str(u.arg[0]), order[u])
     return (2, 0, "", order[u.src[0]] if u.op is Ops.END else order[u])
 
 
@@ -234,18 +235,18 @@ def _emit_level(tree: _LoopTree, level: UOp | None, order: dict[UOp, int], out: 
     if level is not None:
         out.append(level)
     items = tree.items.get(level, [])
-    waiting = {it: 0 for it in items}
+    waiting = dict.fromkeys(items, 0)
     users: dict[UOp, list[UOp]] = {}
     for it in items:
         for dep in tree.deps.get(it, ()):
             if dep in waiting:
                 waiting[it] += 1
                 users.setdefault(dep, []).append(it)
-    ready = [(_priority(it, order), id(it), it) for it in items if waiting[it] == 0]
+    ready = [(_priority(it, order), it) for it in items if waiting[it] == 0]
     heapq.heapify(ready)
     done = 0
     while ready:
-        *_, it = heapq.heappop(ready)
+        _, it = heapq.heappop(ready)
         done += 1
         if it.op is Ops.END:
             _emit_level(tree, it.src[0], order, out)
@@ -253,7 +254,7 @@ def _emit_level(tree: _LoopTree, level: UOp | None, order: dict[UOp, int], out: 
         for user in users.get(it, ()):
             waiting[user] -= 1
             if waiting[user] == 0:
-                heapq.heappush(ready, (_priority(user, order), id(user), user))
+                heapq.heappush(ready, (_priority(user, order), user))
     if done != len(items):
         stuck = sorted({it.op.name for it in items if waiting[it]})
         raise ValueError(f"linearize: nodes depend on a loop they are inside: stuck at {', '.join(stuck)}")

@@ -1,5 +1,5 @@
-"""Stage 7 of the pipeline: a linear program (list of UOps) -> source text. `Renderer` is the base every dialect extends;
-`ProgramSpec` is what the runtime compiles and runs (docs/KERNEL_IR.md §3), with its cost `Estimates`.
+"""Stage 7 of the pipeline: a linear program (list of UOps) -> source text. `Renderer` is the base every dialect
+extends; `ProgramSpec` is what the runtime compiles and runs (docs/KERNEL_IR.md §3), with its cost `Estimates`.
 """
 
 from __future__ import annotations

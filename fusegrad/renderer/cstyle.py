@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, cast
 
 from fusegrad.codegen.linearize import REDUCE_AXES
-from fusegrad.dtype import AddrSpace, ConstType, DType, PtrDType, dtypes
+from fusegrad.dtype import AddrSpace, ConstType, DType, PtrDType, dtypes, truncate
 from fusegrad.helpers import strip_parens, to_function_name
 from fusegrad.renderer import Renderer
 from fusegrad.uop import GroupOp, Ops
@@ -22,7 +22,7 @@ from fusegrad.uop.ops import PatternMatcher, UOp, UPat
 # *** per-kernel render state ***
 
 # names of the values an op defines, by prefix; anything else is an "alu"
-_PREFIXES = {Ops.LOAD: "val", Ops.CAST: "cast", Ops.BITCAST: "cast", Ops.WHERE: "alu"}
+_PREFIXES = {Ops.LOAD: "val", Ops.CAST: "cast", Ops.BITCAST: "cast"}
 # ops that always render as an expression at their use: constants, addresses and aliases
 _ALWAYS_INLINE = frozenset({Ops.CONST, Ops.INDEX, Ops.AFTER})
 _STATEMENTS = frozenset({Ops.STORE, Ops.DEFINE_REG, Ops.RANGE, Ops.END})
@@ -184,6 +184,7 @@ class CStyleLanguage(Renderer):
     type_map: ClassVar[dict[DType, str]] = {dtypes.bool: "bool", dtypes.index: "long long"}
     unsupported_dtypes: ClassVar[frozenset[DType]] = frozenset()
     parallel_threshold: ClassVar[int] = 1 << 16  # ops x trips of an outer loop at which threads start to pay
+    inline_limit: ClassVar[int] = 160  # longer expressions get a variable: long chains stay readable and parse fast
     code_for_op: ClassVar[dict[Ops, Callable[..., str]]] = {
         Ops.SQRT: lambda x, dtype: f"sqrt({x})",
         Ops.EXP2: lambda x, dtype: f"exp2({x})",
@@ -231,6 +232,7 @@ class CStyleLanguage(Renderer):
         return self.render_int(int(x), dt)
 
     def render_float(self, x: float, dt: DType) -> str:
+        x = float(truncate.get(dt.scalar(), float)(x))  # the value the dtype holds: 1e39 as float32 is inf
         if math.isnan(x):
             return self.nan
         if math.isinf(x):
@@ -294,7 +296,7 @@ class CStyleLanguage(Renderer):
                 body.append(f"{indent}{pragmas[u]}")
             if u.op in _STATEMENTS:
                 body.append(indent + text)
-            elif ctx.is_inline(u):
+            elif ctx.is_inline(u) and (u.op in _ALWAYS_INLINE or len(text) <= self.inline_limit):
                 ctx.r[u] = text
             else:
                 ctx.r[u] = ctx.name_of(u)
@@ -368,14 +370,22 @@ class ClangRenderer(CStyleLanguage):
 
     device = "CPU"
     suffix = "c"
-    preamble = "#include <math.h>\n"
+    # with glibc's libmvec (the compiler defines FUSEGRAD_MVEC), these declarations let gcc vectorize math calls
+    preamble = (
+        "#include <math.h>\n#ifdef FUSEGRAD_MVEC\n"
+        + "".join(f"{t} {f}({t}) __attribute__((simd(\"notinbranch\")));\n"
+                  for t, f in [("float", "exp2f"), ("float", "log2f"), ("float", "sinf"), ("double", "exp2"),
+                               ("double", "log2"), ("double", "sin")])  # fmt: skip
+        + "#endif\n"
+    )
     buffer_suffix = " restrict"
     infinity = "__builtin_inff()"
     nan = '__builtin_nanf("")'
-    type_map = {dtypes.bool: "_Bool", dtypes.int64: "long long", dtypes.uint64: "unsigned long long",
-                dtypes.float16: "_Float16", dtypes.index: "long long"}  # fmt: skip
+    type_map: ClassVar[dict[DType, str]] = {
+        dtypes.bool: "_Bool", dtypes.int64: "long long", dtypes.uint64: "unsigned long long",
+        dtypes.float16: "_Float16", dtypes.index: "long long"}  # fmt: skip
     unsupported_dtypes = frozenset({dtypes.bfloat16, *dtypes.fp8s})  # TODO(#bf16): storage + conversion helpers
-    code_for_op = {
+    code_for_op: ClassVar[dict[Ops, Callable[..., str]]] = {
         **CStyleLanguage.code_for_op,
         # builtins: no libm prototypes or errno needed; float and half compute in float, double in double
         Ops.SQRT: lambda x, dtype: f"__builtin_sqrt{_math_suffix(dtype)}({x})",
@@ -396,8 +406,8 @@ class ClangRenderer(CStyleLanguage):
         for rng in (u for u in uops if u.op is Ops.RANGE and u.arg[1] not in REDUCE_AXES):
             if rng in shapes.carrying:
                 continue
-            clauses = (["parallel for"] if shapes.work.get(rng, 0) >= self.parallel_threshold else []) + (
-                ["simd"] if rng in shapes.innermost else [])
+            threads = shapes.work.get(rng, 0) >= self.parallel_threshold
+            clauses = (["parallel for"] if threads else []) + (["simd"] if rng in shapes.innermost else [])
             if clauses:
                 ret[rng] = "#pragma omp " + " ".join(clauses)
         return ret

@@ -1,7 +1,7 @@
-"""The algebra of UOps as rule tables: constant folding, identities, like terms, and div/mod/compare folding by bounds.
+"""The algebra of UOps as rule tables: constant folding, identities, like terms, div/mod/compare folding by bounds.
 
-Stage 3 of the pipeline. `symbolic_simple` ⊂ `symbolic` ⊂ `sym` (each is the previous plus more tables); index math
-is simplified with `graph_rewrite(x, sym)`. Codegen also uses `split_uop`, `pm_simplify_valid` and `pm_drop_and_clauses`.
+Stage 3 of the pipeline. `symbolic_simple` ⊂ `symbolic` ⊂ `sym` (each is the previous plus more tables); index math is
+simplified with `graph_rewrite(x, sym)`. Codegen also uses `split_uop`, `pm_simplify_valid`, `pm_drop_and_clauses`.
 Every rule is exact under C semantics (division truncates toward zero) for every value inside the sources' bounds.
 """
 
@@ -12,16 +12,26 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from fusegrad.dtype import ConstType, DType, InvalidType, can_safe_cast, dtypes, truncate
+from fusegrad.dtype import ConstType, DType, Invalid, InvalidType, can_safe_cast, dtypes, truncate
 from fusegrad.uop import GroupOp, Ops
 from fusegrad.uop.alu import c_idiv, c_mod, exec_alu, python_alu
 from fusegrad.uop.ops import UOp
 from fusegrad.uop.rewrite import graph_rewrite
 from fusegrad.uop.upat import PatternMatcher, UPat
 
-INTS = (*dtypes.ints, dtypes.index)
+# index first: pattern dtype checks test membership in order, and index math is what runs through here most
+INTS = (dtypes.index, *dtypes.sints, *dtypes.uints)
 INTS_BOOL = (*INTS, dtypes.bool)
 _CONSTS = (Ops.CONST, Ops.VCONST)
+
+
+def _c(name: str) -> UPat:
+    """A scalar constant pattern: the single op lets PatternMatcher skip the rule when no CONST source is there."""
+    return UPat.cvar(name, vec=False)
+
+
+_TRUE, _FALSE = UPat.const(dtypes.bool, True), UPat.const(dtypes.bool, False)
+_INVALID = UPat.const(dtypes.index, Invalid).named("i")
 
 
 # *** helpers other passes use too ***
@@ -54,7 +64,7 @@ def _lanes(u: UOp) -> Any:
     """The value of a constant operand: a scalar, a tuple for VCONST, or None for a non-constant."""
     if u.op is Ops.VECTORIZE:
         return tuple(s.arg for s in u.src) if all(s.op is Ops.CONST for s in u.src) else None
-    return u.arg
+    return u.arg if u.op in _CONSTS else None
 
 
 def _values(arg: Any) -> tuple[Any, ...]:
@@ -63,8 +73,10 @@ def _values(arg: Any) -> tuple[Any, ...]:
 
 def fold_constants(x: UOp) -> UOp | None:
     """op(c0, c1, ...) -> c, computed as the kernel would (wrapping, truncating); never x//0, x%0 or a bad shift."""
+    if x.op not in python_alu:
+        return None
     args = tuple(_lanes(s) for s in x.src)
-    if x.op not in python_alu or any(a is None for a in args):
+    if any(a is None for a in args):
         return None
     if any(isinstance(v, InvalidType) for a in args for v in _values(a)):
         return None
@@ -91,14 +103,28 @@ def fold_cast_const(x: UOp, c: UOp) -> UOp | None:
     return None
 
 
+def fold_cast_chain(x: UOp, a: UOp, b: UOp) -> UOp | None:
+    """x.cast(a).cast(b) -> x.cast(b) when a holds every value of x (C casts convert values: the middle is a no-op)."""
+    return x.cast(b.dtype) if can_safe_cast(x.dtype, a.dtype) else None
+
+
+def drop_noop_cast(x: UOp) -> UOp | None:
+    """x.cast(x.dtype) -> x (a CAST or BITCAST built directly, bypassing UOp.cast)."""
+    return x.src[0] if x.dtype == x.src[0].dtype else None
+
+
+def fold_self_div(x: UOp) -> UOp | None:
+    """x // x -> 1 when x is never 0 (0 // 0 is undefined)."""
+    return x.const_like(1) if x.vmin > 0 or x.vmax < 0 else None
+
+
 # an ALU op on constants -> its value; the first table of every symbolic pass. VCONST and VECTORIZE-of-CONST operands
 # fold lane by lane. Division and modulo by zero and out-of-range shifts are left alone (undefined in C).
 pm_fold_constants = PatternMatcher([
-    (UPat(GroupOp.Binary, src=(UPat(Ops.CONST), UPat(Ops.CONST)), name="x"), fold_constants),  # c0 op c1 -> c
-    (UPat(GroupOp.Unary, src=(UPat(Ops.CONST),), name="x"), fold_constants),  # op(c0) -> c
-    (UPat(GroupOp.Ternary, src=(UPat(Ops.CONST),) * 3, name="x"), fold_constants),  # op(c0, c1, c2) -> c
-    (UPat(GroupOp.ALU, src=UPat((Ops.VCONST, Ops.VECTORIZE)), name="x"), fold_constants),  # lane-wise vector constants
-    (UPat(Ops.CAST, src=(UPat.cvar("c", vec=False),), name="x"), fold_cast_const),  # cast(c) -> c'
+    (UPat(GroupOp.ALU, name="x", custom_early_reject={Ops.CONST}), fold_constants),  # op(c0, c1, ...) -> c
+    (UPat(GroupOp.ALU, name="x", custom_early_reject={Ops.VCONST}), fold_constants),  # the same, lane by lane
+    (UPat(GroupOp.ALU, name="x", custom_early_reject={Ops.VECTORIZE}), fold_constants),  # lanes of vectorize(c, ..)
+    (UPat(Ops.CAST, src=(_c("c"),), name="x"), fold_cast_const),  # cast(c) -> c'
 ])  # fmt: skip
 
 # neutral elements and self-cancelling operands; sound for every dtype unless the comment says otherwise. First after
@@ -111,7 +137,7 @@ pm_identities = PatternMatcher([
     (UPat.var("x") // -1, lambda x: -x),  # x // -1 -> -x
     (UPat.var("x", INTS) % 1, lambda x: x.const_like(0)),  # x % 1 -> 0
     (UPat.var("x", INTS) % -1, lambda x: x.const_like(0)),  # x % -1 -> 0
-    (UPat.var("x") // UPat.var("x"), lambda x: x.const_like(1) if x.vmin > 0 or x.vmax < 0 else None),  # x // x -> 1 (x != 0)
+    (UPat.var("x") // UPat.var("x"), fold_self_div),  # x // x -> 1 when x is never 0
     (UPat.var("x", INTS) % UPat.var("x"), lambda x: x.const_like(0)),  # x % x -> 0
     ((UPat.var() % UPat.var("y")).named("m") % UPat.var("y"), lambda m, y: m),  # (x % y) % y -> x % y
     (UPat.var("x", INTS_BOOL) ^ 0, lambda x: x),  # x ^ 0 -> x, x ^ False -> x
@@ -125,24 +151,24 @@ pm_identities = PatternMatcher([
 
 # boolean algebra on bool-typed nodes; bool ADD/MUL/MAX become OR/AND/OR first so the int rules never see them
 pm_bool_algebra = PatternMatcher([
-    (UPat.var("x", dtypes.bool) & UPat.cvar("c", vec=False), lambda x, c: x if c.arg else c),  # x & True -> x, x & False -> False
-    (UPat.var("x", dtypes.bool) | UPat.cvar("c", vec=False), lambda x, c: c if c.arg else x),  # x | True -> True, x | False -> x
+    (UPat.var("x", dtypes.bool) & _c("c"), lambda x, c: x if c.arg else c),  # x & True -> x, x & False -> False
+    (UPat.var("x", dtypes.bool) | _c("c"), lambda x, c: c if c.arg else x),  # x | True -> True, x | False -> x
     (UPat.var("x", dtypes.bool).ne(False), lambda x: x),  # x != False -> x
     (UPat.var("x", dtypes.bool).eq(True), lambda x: x),  # x == True -> x
     (UPat.var("x", dtypes.bool).ne(True).ne(True), lambda x: x),  # !!x -> x
-    (UPat.var("x", dtypes.bool) * UPat.var("y", dtypes.bool), lambda x, y: x & y),  # x * y -> x & y (bools)
-    (UPat.var("x", dtypes.bool) + UPat.var("y", dtypes.bool), lambda x, y: x | y),  # x + y -> x | y (bools)
-    (UPat.var("x", dtypes.bool).maximum(UPat.var("y", dtypes.bool)), lambda x, y: x | y),  # max(x, y) -> x | y (bools)
+    (UPat(Ops.MUL, dtypes.bool, src=(UPat.var("x"), UPat.var("y"))), lambda x, y: x & y),  # x * y -> x & y (bools)
+    (UPat(Ops.ADD, dtypes.bool, src=(UPat.var("x"), UPat.var("y"))), lambda x, y: x | y),  # x + y -> x | y (bools)
+    (UPat(Ops.MAX, dtypes.bool, src=(UPat.var("x"), UPat.var("y"))), lambda x, y: x | y),  # max(x, y) -> x | y (bools)
 ])  # fmt: skip
 
 # WHERE with a known condition or equal branches, and CASTs that change nothing
 pm_where_cast = PatternMatcher([
-    (UPat.cvar("c", vec=False).where(UPat.var("x"), UPat.var("y")), lambda c, x, y: x if c.arg else y),  # where(True, x, y) -> x
+    (_c("c").where(UPat.var("x"), UPat.var("y")), lambda c, x, y: x if c.arg else y),  # where(True, x, y) -> x
     (UPat.var().where(UPat.var("x"), UPat.var("x")), lambda x: x),  # where(c, x, x) -> x
-    (UPat.var("c", dtypes.bool).where(UPat.const(dtypes.bool, True), UPat.const(dtypes.bool, False)), lambda c: c),  # where(c, True, False) -> c
-    (UPat.var("c", dtypes.bool).where(UPat.const(dtypes.bool, False), UPat.const(dtypes.bool, True)), lambda c: c.ne(True)),  # -> !c
-    (UPat((Ops.CAST, Ops.BITCAST), name="x"), lambda x: x.src[0] if x.dtype == x.src[0].dtype else None),  # cast(x, x.dtype) -> x
-    (UPat.var("x").cast(name="a").cast(name="b"), lambda x, a, b: x.cast(b.dtype) if can_safe_cast(x.dtype, a.dtype) else None),  # lossless a
+    (UPat.var("c", dtypes.bool).where(_TRUE, _FALSE), lambda c: c),  # where(c, True, False) -> c
+    (UPat.var("c", dtypes.bool).where(_FALSE, _TRUE), lambda c: c.ne(True)),  # where(c, False, True) -> !c
+    (UPat((Ops.CAST, Ops.BITCAST), name="x"), drop_noop_cast),  # x.cast(x.dtype) -> x
+    (UPat.var("x").cast(name="a").cast(name="b"), fold_cast_chain),  # x.cast(a).cast(b) -> x.cast(b) when x fits in a
 ])  # fmt: skip
 
 symbolic_simple = pm_fold_constants + pm_identities + pm_bool_algebra + pm_where_cast
@@ -175,33 +201,85 @@ def order_key(u: UOp) -> tuple[Any, ...]:
 
 def flip_commutative(x: UOp) -> UOp | None:
     """x op y -> y op x when y orders first: constants move right and equal terms sit side by side."""
-    if x.src[0].dtype.scalar() != dtypes.index or x.dtype.count != 1:
+    a, b = x.src
+    if a.dtype is not dtypes.index:
         return None  # index math only: flipping vector lanes one by one would stop them merging later
-    return x.replace(src=x.src[::-1]) if order_key(x.src[1]) < order_key(x.src[0]) else None
+    if a.op is not b.op:  # the common case: the op decides, no need for the full key
+        return x.replace(src=(b, a)) if b.op.value < a.op.value else None
+    return x.replace(src=(b, a)) if order_key(b) < order_key(a) else None
 
 
-def fold_constant_pair(outer: UOp, inner: UOp, x: UOp, c0: UOp, c1: UOp) -> UOp | None:
-    """(x op c0) op c1 -> x op (c0 op c1) for the same associative op."""
-    return x.alu(outer.op, c0.alu(outer.op, c1)) if inner.op is outer.op else None
+def _scaled(u: UOp) -> tuple[UOp, UOp | None]:
+    """A term as (base, constant factor or None for 1): x*3 -> (x, 3), x -> (x, None)."""
+    if u.op is Ops.MUL:
+        if u.src[1].op in _CONSTS:
+            return u.src[0], u.src[1]
+        if u.src[0].op in _CONSTS:
+            return u.src[1], u.src[0]
+    return u, None
+
+
+def _merge(base: UOp, f0: UOp | None, f1: UOp | None) -> UOp:
+    """base*f0 + base*f1 -> base*(f0+f1), a missing factor being 1."""
+    one = base.const_like(1)
+    return base * ((one if f0 is None else f0) + (one if f1 is None else f1))
+
+
+def combine_like_terms(x: UOp) -> UOp | None:
+    """x*c0 + x*c1 -> x*(c0+c1), also with the first term one level down: (y + x*c0) + x*c1 -> y + x*(c0+c1)."""
+    if x.dtype.scalar() is dtypes.bool:
+        return None
+    for left, right in (x.src, x.src[::-1]):
+        base, f1 = _scaled(right)
+        if base.op in _CONSTS:
+            continue  # constants fold, they don't combine
+        if (term := _scaled(left))[0] is base:
+            return _merge(base, term[1], f1)
+        if left.op is Ops.ADD:
+            for y, other in (left.src, left.src[::-1]):
+                if (term := _scaled(other))[0] is base:
+                    return y + _merge(base, term[1], f1)
+    return None
+
+
+def fold_constant_pair(x: UOp) -> UOp | None:
+    """(y op c0) op c1 -> y op (c0 op c1) for an associative op, the constants on either side."""
+    inner, c1 = x.src if x.src[1].op is Ops.CONST else x.src[::-1]
+    if c1.op is not Ops.CONST or inner.op is not x.op:
+        return None
+    y, c0 = inner.src if inner.src[1].op is Ops.CONST else inner.src[::-1]
+    return y.alu(x.op, c0.alu(x.op, c1)) if c0.op is Ops.CONST else None
+
+
+def move_constant_out(x: UOp) -> UOp | None:
+    """(y + c) + z -> (y + z) + c, and the same for *: constants bubble up to meet and fold."""
+    for inner, z in (x.src, x.src[::-1]):
+        if inner.op is x.op and z.op not in _CONSTS:
+            y, c = inner.src if inner.src[1].op is Ops.CONST else inner.src[::-1]
+            if c.op is Ops.CONST and y.op is not Ops.CONST:
+                return y.alu(x.op, z).alu(x.op, c)
+    return None
+
+
+def distribute_constant(x: UOp) -> UOp | None:
+    """(y + z) * c -> y*c + z*c in index math, so like terms meet across the product."""
+    s, c = x.src if x.src[1].op is Ops.CONST else x.src[::-1]
+    if c.op is not Ops.CONST or s.op is not Ops.ADD or x.dtype is not dtypes.index:
+        return None
+    return s.src[0] * c + s.src[1] * c
 
 
 # canonical order and like terms: sums and products keep their value exactly for ints (wrap-around arithmetic is a ring)
 # and up to rounding for floats. Used by `symbolic`; the flip relies on CONST sorting last, which the moves preserve.
+# The hot ADD/MUL rules are single callbacks on a bare pattern: one cheap match instead of many source permutations.
 pm_combine_terms = PatternMatcher([
+    (UPat(Ops.ADD, name="x", custom_early_reject={Ops.ADD}), move_constant_out),  # (y + c) + z -> (y + z) + c
+    (UPat(Ops.MUL, name="x", custom_early_reject={Ops.MUL}), move_constant_out),  # (y * c) * z -> (y * z) * c
+    (UPat(GroupOp.Associative, name="x", custom_early_reject={Ops.CONST}), fold_constant_pair),  # (y op c0) op c1
+    (UPat(Ops.MUL, name="x", custom_early_reject={Ops.ADD, Ops.CONST}), distribute_constant),  # (y + z)*c -> y*c + z*c
     (UPat(GroupOp.Commutative, name="x"), flip_commutative),  # y op x -> x op y (index math, by order_key)
-    (UPat.var("x") + UPat.var("x"), lambda x: x * 2),  # x + x -> x*2
-    (UPat.var("x") * UPat.cvar("c0") + UPat.var("x") * UPat.cvar("c1"), lambda x, c0, c1: x * (c0 + c1)),  # x*c0 + x*c1 -> x*(c0+c1)
-    (UPat.var("x") + UPat.var("x") * UPat.cvar("c"), lambda x, c: x * (c + 1)),  # x + x*c -> x*(c+1)
-    ((UPat.var("y") + UPat.var("x")) + UPat.var("x"), lambda y, x: y + x * 2),  # (y + x) + x -> y + x*2
-    ((UPat.var("y") + UPat.var("x") * UPat.cvar("c0")) + UPat.var("x") * UPat.cvar("c1"), lambda y, x, c0, c1: y + x * (c0 + c1)),
-    ((UPat.var("y") + UPat.var("x")) + UPat.var("x") * UPat.cvar("c"), lambda y, x, c: y + x * (c + 1)),  # (y + x) + x*c -> y + x*(c+1)
-    ((UPat.var("y") + UPat.var("x") * UPat.cvar("c")) + UPat.var("x"), lambda y, x, c: y + x * (c + 1)),  # (y + x*c) + x -> y + x*(c+1)
-    (UPat(GroupOp.Associative, src=[UPat(GroupOp.Associative, src=[UPat.var("x"), UPat.cvar("c0")], name="inner"),
-                                    UPat.cvar("c1")], name="outer"), fold_constant_pair),  # (x op c0) op c1 -> x op (c0 op c1)
-    ((UPat.var("x") + UPat.cvar("c")) + UPat.var("y"), lambda x, c, y: None if y.op in _CONSTS else (x + y) + c),  # (x + c) + y -> (x + y) + c
-    ((UPat.var("x") * UPat.cvar("c")) * UPat.var("y"), lambda x, c, y: None if y.op in _CONSTS else (x * y) * c),  # (x * c) * y -> (x * y) * c
-    ((UPat.var("x", dtypes.index) + UPat.var("y")) * UPat.cvar("c"), lambda x, y, c: x * c + y * c),  # (x + y)*c -> x*c + y*c (index)
-    (UPat.var("x") % UPat.cvar("c") + (UPat.var("x") // UPat.cvar("c")) * UPat.cvar("c"), lambda x, c: x),  # x%c + (x//c)*c -> x
+    (UPat(Ops.ADD, name="x"), combine_like_terms),  # x*c0 + x*c1 -> x*(c0+c1), (y + x*c0) + x*c1 -> y + x*(c0+c1)
+    (UPat.var("x") % _c("c") + (UPat.var("x") // _c("c")) * _c("c"), lambda x, c: x),  # x%c + (x//c)*c -> x
 ])  # fmt: skip
 
 
@@ -210,10 +288,10 @@ pm_combine_terms = PatternMatcher([
 
 def fold_by_bounds(x: UOp) -> UOp | None:
     """x -> c when vmin == vmax == c, for ints and bools (comparisons decided by bounds land here)."""
-    if dtypes.is_float(x.dtype) or x.dtype.scalar() == dtypes.void:
-        return None
+    if dtypes.is_float(x.dtype):
+        return None  # float bounds are never a point here, and NaN would break the rule
     lo, hi = x._min_max
-    return x.const_like(lo) if lo == hi else None
+    return x.const_like(lo) if lo == hi and x.dtype is not dtypes.void else None
 
 
 def fold_max(x: UOp, y: UOp) -> UOp | None:
@@ -341,7 +419,7 @@ def _fold_split_mod(terms: Terms, const: int, c: int, like: UOp, changed: bool) 
 
 
 def _fold_nonneg(terms: Terms, const: int, c: int, op: Ops, like: UOp, split: bool) -> UOp | None:
-    """x // c or x % c for x >= 0, where C's truncation is floor division. `split` allows a smaller div/mod to remain."""
+    """x // c or x % c for x >= 0, where C's truncation is floor division. `split`: a smaller div/mod may remain."""
     changed = False
     if op is Ops.MOD:
         terms, changed = _strip_mods(terms, c)
@@ -383,12 +461,17 @@ def _fold_linear(x: UOp, terms: Terms, const: int, c: int, op: Ops, split: bool 
 def fold_div_mod(r: UOp, x: UOp, c: UOp) -> UOp | None:
     """x // c and x % c for a constant c != 0 in index math."""
     d = int(c.arg)
-    if d == 0 or r.dtype != dtypes.index:
+    if d == 0 or r.dtype is not dtypes.index:
         return None
     if d < 0:  # C: x // -d == -(x // d), x % -d == x % d
         return (x // -d) * -1 if r.op is Ops.IDIV else x % -d
     terms, const = _linear(x)
     return _fold_linear(x, terms, const, d, r.op)
+
+
+def fold_nested_mod(x: UOp, c0: UOp, c1: UOp) -> UOp | None:
+    """(x % c0) % c1 -> x % c1 when c1 divides c0: x % c0 keeps x's sign and residue mod c1 (any int dtype)."""
+    return x % c1 if c1.arg != 0 and c0.arg % c1.arg == 0 else None
 
 
 def fold_nested_div(x: UOp, c0: UOp, c1: UOp) -> UOp | None:
@@ -400,10 +483,9 @@ def fold_nested_div(x: UOp, c0: UOp, c1: UOp) -> UOp | None:
 # div and mod algebra. The const-divisor folds are for index math only (no wrap-around); the nested ones hold for any
 # int dtype under C truncation, signs included. Used by `symbolic` after pm_fold_bounds.
 pm_div_mod = PatternMatcher([
-    (UPat((Ops.IDIV, Ops.MOD), src=(UPat.var("x"), UPat.cvar("c", vec=False)), name="r"), fold_div_mod),  # see _fold_linear
-    ((UPat.var("x", INTS) // UPat.cvar("c0", vec=False)) // UPat.cvar("c1", vec=False), fold_nested_div),  # (x//c0)//c1 -> x//(c0*c1)
-    ((UPat.var("x", INTS) % UPat.cvar("c0", vec=False)) % UPat.cvar("c1", vec=False),
-     lambda x, c0, c1: x % c1 if c1.arg != 0 and c0.arg % c1.arg == 0 else None),  # (x%c0)%c1 -> x%c1 when c1 | c0
+    (UPat((Ops.IDIV, Ops.MOD), src=(UPat.var("x"), _c("c")), name="r"), fold_div_mod),  # x // c, x % c (_fold_linear)
+    ((UPat.var("x", INTS) // _c("c0")) // _c("c1"), fold_nested_div),  # (x//c0)//c1 -> x//(c0*c1)
+    ((UPat.var("x", INTS) % _c("c0")) % _c("c1"), fold_nested_mod),  # (x%c0)%c1 -> x%c1 when c1 | c0
 ])  # fmt: skip
 
 
@@ -421,7 +503,7 @@ def fold_div_lt(x: UOp, c: UOp, d: UOp) -> UOp | None:
     """x // c < d -> x < d*c when d > 0, x < (d-1)*c + 1 when d <= 0 (truncation toward zero), c > 0."""
     if c.arg <= 0:
         return None
-    return x < (d.arg * c.arg if d.arg > 0 else (d.arg - 1) * c.arg + 1)
+    return x < int(d.arg * c.arg if d.arg > 0 else (d.arg - 1) * c.arg + 1)
 
 
 def fold_lt_common_factor(x: UOp, d: UOp) -> UOp | None:
@@ -440,6 +522,11 @@ def fold_lt_common_factor(x: UOp, d: UOp) -> UOp | None:
     return _build([(f // g, v) for f, v in big], 0, x) < int(d.arg) // g
 
 
+def fold_add_ne(r: UOp, x: UOp, c: UOp, d: UOp) -> UOp | None:
+    """x+c != d -> x != d-c (x+c == d likewise)."""
+    return x.alu(r.op, x.const_like(d.arg - c.arg))
+
+
 def fold_mul_ne(r: UOp, x: UOp, c: UOp, d: UOp) -> UOp | None:
     """x*c != d -> x != d/c when c | d, else True (x*c == d likewise, with False)."""
     if c.arg == 0:
@@ -449,24 +536,25 @@ def fold_mul_ne(r: UOp, x: UOp, c: UOp, d: UOp) -> UOp | None:
     return x.alu(r.op, x.const_like(d.arg // c.arg))
 
 
+_EQ_NE = (Ops.CMPNE, Ops.CMPEQ)
+
 # comparisons of index math against constants, moved onto the bare variable; exact since index never wraps.
 # Used by `symbolic`; the bounds table folds any comparison these leave decided.
 pm_compare = PatternMatcher([
-    ((UPat.var("x", dtypes.index) + UPat.cvar("c", vec=False)) < UPat.cvar("d", vec=False), lambda x, c, d: x < (d.arg - c.arg)),  # x+c < d -> x < d-c
-    ((UPat.var("x", dtypes.index) * UPat.cvar("c", vec=False)) < UPat.cvar("d", vec=False), fold_mul_lt),  # x*c < d -> x < ceil(d/c)
-    ((UPat.var("x", dtypes.index) // UPat.cvar("c", vec=False)) < UPat.cvar("d", vec=False), fold_div_lt),  # x//c < d -> x < d*c
-    (UPat(Ops.ADD, dtypes.index, name="x") < UPat.cvar("d", vec=False), fold_lt_common_factor),  # 4a + 8b < 12 -> a + 2b < 3
+    ((UPat.var("x", dtypes.index) + _c("c")) < _c("d"), lambda x, c, d: x < int(d.arg - c.arg)),  # x+c < d -> x < d-c
+    ((UPat.var("x", dtypes.index) * _c("c")) < _c("d"), fold_mul_lt),  # x*c < d -> x < ceil(d/c)
+    ((UPat.var("x", dtypes.index) // _c("c")) < _c("d"), fold_div_lt),  # x//c < d -> x < d*c
+    (UPat(Ops.ADD, dtypes.index, name="x") < _c("d"), fold_lt_common_factor),  # 4a + 8b < 12 -> a + 2b < 3
     (UPat.var("x", dtypes.index) * -1 < UPat.var("y") * -1, lambda x, y: y < x),  # -x < -y -> y < x
-    (UPat((Ops.CMPNE, Ops.CMPEQ), src=[UPat.var("x", dtypes.index) + UPat.cvar("c", vec=False), UPat.cvar("d", vec=False)], name="r"),
-     lambda r, x, c, d: x.alu(r.op, x.const_like(d.arg - c.arg))),  # x+c != d -> x != d-c
-    (UPat((Ops.CMPNE, Ops.CMPEQ), src=[UPat.var("x", dtypes.index) * UPat.cvar("c", vec=False), UPat.cvar("d", vec=False)], name="r"),
-     fold_mul_ne),  # x*c != d -> x != d/c
+    (UPat(_EQ_NE, src=[UPat.var("x", dtypes.index) + _c("c"), _c("d")], name="r"), fold_add_ne),  # x+c != d -> x != d-c
+    (UPat(_EQ_NE, src=[UPat.var("x", dtypes.index) * _c("c"), _c("d")], name="r"), fold_mul_ne),  # x*c != d -> x != d/c
 ])  # fmt: skip
 
 # the algebra every index expression gets. Order: cheap local folds (symbolic_simple), canonical order and like terms,
 # bounds, then div/mod and comparisons, which read the canonical forms the earlier tables produce.
-symbolic = symbolic_simple + pm_fold_bounds + pm_combine_terms + pm_div_mod + pm_compare + PatternMatcher([
-    (UPat.var("c", dtypes.bool).ne(True).where(UPat.var("x"), UPat.var("y")), lambda c, x, y: c.where(y, x)),  # where(!c, x, y) -> where(c, y, x)
+symbolic = symbolic_simple + pm_combine_terms + pm_fold_bounds + pm_div_mod + pm_compare + PatternMatcher([
+    (UPat.var("c", dtypes.bool).ne(True).where(UPat.var("x"), UPat.var("y")),
+     lambda c, x, y: c.where(y, x)),  # !c ? x : y -> c ? y : x
     (UPat.var("x", dtypes.bool) | (UPat.var("x") & UPat.var()), lambda x: x),  # x | (x & y) -> x
 ])  # fmt: skip
 
@@ -480,6 +568,30 @@ def gep_through_vectorize(g: UOp, v: UOp) -> UOp | None:
         return None
     picked = tuple(v.src[i] for i in g.arg)
     return picked[0] if len(picked) == 1 else UOp(Ops.VECTORIZE, g.dtype, picked)
+
+
+def gep_of_gep(g: UOp, inner: UOp) -> UOp:
+    """x.gep(i).gep(j) -> x.gep(i[j])."""
+    return inner.src[0].gep(tuple(inner.arg[i] for i in g.arg))
+
+
+def gep_of_vconst(g: UOp, c: UOp) -> UOp:
+    """vconst(c0, c1, ..).gep(i) -> ci (a tuple of lanes picks a smaller vconst)."""
+    lanes = tuple(c.arg[i] for i in g.arg)
+    return UOp.const(g.dtype, lanes if len(lanes) > 1 else lanes[0])
+
+
+def _same_gate(c: UOp, x: UOp, y: UOp) -> UOp:
+    return c.where(x, y)
+
+
+def _and_gates(a: UOp, b: UOp, x: UOp, y: UOp) -> UOp:
+    return (a & b).where(x, y)
+
+
+def gep_all_lanes(g: UOp, x: UOp) -> UOp | None:
+    """x.gep(0, 1, .., n-1) -> x for an x of n lanes."""
+    return x if g.arg == tuple(range(x.dtype.count)) else None
 
 
 def vectorize_of_geps(v: UOp) -> UOp | None:
@@ -499,15 +611,18 @@ def vectorize_constants(v: UOp) -> UOp | None:
 # WHERE chains over the same gate, complements, and trivial lane shuffles; what index validity and vectorized
 # index math need on top of `symbolic`. Used by `sym`, order-independent.
 pm_gates_lanes = PatternMatcher([
-    (UPat.var("c").where(UPat.var("x"), UPat.var("c").where(UPat.var(), UPat.var("y"))), lambda c, x, y: c.where(x, y)),  # c ? x : (c ? _ : y) -> c ? x : y
-    (UPat.var("c").where(UPat.var("c").where(UPat.var("x"), UPat.var()), UPat.var("y")), lambda c, x, y: c.where(x, y)),  # c ? (c ? x : _) : y -> c ? x : y
-    (UPat.var("a").where(UPat.var("b").where(UPat.var("x"), UPat.var("y")), UPat.var("y")), lambda a, b, x, y: (a & b).where(x, y)),  # a ? (b ? x : y) : y
+    (UPat.var("c").where(UPat.var("x"), UPat.var("c").where(UPat.var(), UPat.var("y"))),
+     _same_gate),  # c ? x : (c ? _ : y) -> c ? x : y
+    (UPat.var("c").where(UPat.var("c").where(UPat.var("x"), UPat.var()), UPat.var("y")),
+     _same_gate),  # c ? (c ? x : _) : y -> c ? x : y
+    (UPat.var("a").where(UPat.var("b").where(UPat.var("x"), UPat.var("y")), UPat.var("y")),
+     _and_gates),  # a ? (b ? x : y) : y -> (a & b) ? x : y
     (UPat.var("x", dtypes.bool) & UPat.var("x").ne(True), lambda x: x.const_like(False)),  # x & !x -> False
     (UPat.var("x", dtypes.bool) | UPat.var("x").ne(True), lambda x: x.const_like(True)),  # x | !x -> True
-    (UPat(Ops.GEP, src=(UPat(Ops.VECTORIZE, name="v"),), name="g"), gep_through_vectorize),  # vectorize(x0, ..).gep(i) -> xi
-    (UPat(Ops.GEP, src=(UPat(Ops.GEP, name="inner"),), name="g"), lambda g, inner: inner.src[0].gep(tuple(inner.arg[i] for i in g.arg))),  # gep(gep(x, i), j) -> gep(x, i[j])
-    (UPat(Ops.GEP, src=(UPat(Ops.VCONST, name="c"),), name="g"), lambda g, c: UOp.const(g.dtype, tuple(c.arg[i] for i in g.arg) if len(g.arg) > 1 else c.arg[g.arg[0]])),  # vconst.gep(i) -> ci
-    (UPat(Ops.GEP, src=(UPat.var("x"),), name="g"), lambda g, x: x if g.arg == tuple(range(x.dtype.count)) else None),  # x.gep(0, .., n-1) -> x
+    (UPat(Ops.GEP, src=(UPat(Ops.VECTORIZE, name="v"),), name="g"), gep_through_vectorize),  # vec(x0, ..).gep(i) -> xi
+    (UPat(Ops.GEP, src=(UPat(Ops.GEP, name="inner"),), name="g"), gep_of_gep),  # x.gep(i).gep(j) -> x.gep(i[j])
+    (UPat(Ops.GEP, src=(UPat(Ops.VCONST, name="c"),), name="g"), gep_of_vconst),  # vconst(c0, c1, ..).gep(i) -> ci
+    (UPat(Ops.GEP, src=(UPat.var("x"),), name="g"), gep_all_lanes),  # x.gep(0, 1, .., n-1) -> x
     (UPat(Ops.VECTORIZE, src=UPat(Ops.GEP), name="v"), vectorize_of_geps),  # vectorize(x.gep(0), .., x.gep(n-1)) -> x
     (UPat(Ops.VECTORIZE, src=UPat(Ops.CONST), name="v"), vectorize_constants),  # vectorize(c0, c1, ..) -> VCONST
 ])  # fmt: skip
@@ -535,7 +650,7 @@ def parse_valid(clause: UOp) -> tuple[UOp, bool, int] | None:
 def uop_given_valid(valid: UOp, uop: UOp) -> UOp | None:
     """`uop` simplified knowing `valid` holds; None when `valid` can never hold.
 
-    Each bounded expression is swapped for a fresh variable with the narrowed range, simplified with `sym`, and swapped back.
+    Each bounded expression becomes a fresh variable with the narrowed range, `sym` runs, and the expression comes back.
     """
     bounds: dict[UOp, tuple[ConstType, ConstType]] = {}
     for clause in split_uop(valid, Ops.AND):
@@ -563,9 +678,9 @@ def simplify_valid(valid: UOp) -> UOp | None:
     kept: list[UOp] = []
     for clause in clauses:
         new = uop_given_valid(functools.reduce(lambda a, b: a & b, kept), clause) if kept else clause
-        if new is None:
-            return valid.const_like(False)  # the clauses before it already contradict
-        if not (new.op is Ops.CONST and new.arg):
+        if new is None or (new.op is Ops.CONST and not new.arg):
+            return valid.const_like(False)  # the clauses contradict each other
+        if new.op is not Ops.CONST:
             kept.append(new)
     if kept == clauses:
         return None
@@ -579,19 +694,12 @@ def simplify_index_given_valid(cond: UOp, x: UOp, i: UOp) -> UOp | None:
     return None if new is x else cond.where(new, i)
 
 
-_invalid = UPat(Ops.CONST, arg=None, name="i")
-
-
-def _is_invalid(u: UOp) -> bool:
-    return u.op is Ops.CONST and isinstance(u.arg, InvalidType)
-
-
 # gates simplified by what they guarantee: each AND clause given the others, and a gated index given its gate.
 # Used by codegen after `sym` (not part of it: each match runs a nested rewrite).
 pm_simplify_valid = PatternMatcher([
     (UPat(Ops.AND, dtypes.bool, name="valid"), simplify_valid),  # a & b -> a & b' with b simplified given a
-    (UPat.var("cond", dtypes.bool).where(UPat.var("x", dtypes.index), _invalid),
-     lambda cond, x, i: simplify_index_given_valid(cond, x, i) if _is_invalid(i) else None),  # where(c, x, Invalid)
+    (UPat.var("cond", dtypes.bool).where(UPat.var("x", dtypes.index), _INVALID),
+     simplify_index_given_valid),  # c ? x : Invalid -> c ? x' : Invalid
 ])  # fmt: skip
 
 
@@ -601,18 +709,17 @@ def _ranges(u: UOp) -> set[UOp]:
 
 def drop_and_clauses(cond: UOp, x: UOp, i: UOp) -> UOp | None:
     """where(c0 & c1, x, Invalid) -> where(c0, x, Invalid) when c1 uses no RANGE that x uses."""
-    if not _is_invalid(i):
-        return None
     ranges = _ranges(x)
     clauses = list(split_uop(cond, Ops.AND))
     kept = [c for c in clauses if _ranges(c) & ranges]
     if len(kept) == len(clauses):
         return None
-    return functools.reduce(lambda a, b: a & b, kept, UOp.const(dtypes.bool, True)).where(x, i)
+    return (functools.reduce(lambda a, b: a & b, kept) if kept else UOp.const(dtypes.bool, True)).where(x, i)
 
 
 # gate clauses that don't touch the index's loops are dropped; the load they guard is decided elsewhere. Used by
 # codegen once gates are final.
 pm_drop_and_clauses = PatternMatcher([
-    (UPat.var("cond", dtypes.bool).where(UPat.var("x", dtypes.index), _invalid), drop_and_clauses),  # where(c0 & c1, x, Invalid)
+    (UPat.var("cond", dtypes.bool).where(UPat.var("x", dtypes.index), _INVALID),
+     drop_and_clauses),  # (c0 & c1) ? x : Invalid -> c0 ? x : Invalid
 ])  # fmt: skip

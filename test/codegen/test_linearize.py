@@ -35,7 +35,8 @@ def loops_around(uops: list[UOp]) -> dict[UOp, tuple[UOp, ...]]:
     stack: list[UOp] = []
     for u in uops:
         if u.op is Ops.END:
-            assert stack and stack[-1] is u.src[0], f"END of {u.src[0].arg} closes {stack[-1].arg if stack else None}"
+            assert stack, f"END of {u.src[0].arg} with no loop open"
+            assert stack[-1] is u.src[0], f"END of {u.src[0].arg} closes {stack[-1].arg}"
             stack.pop()
         ret[u] = tuple(stack)
         if u.op is Ops.RANGE:
@@ -86,7 +87,8 @@ def test_each_node_after_its_sources_and_once(name: str) -> None:
         missing = [s.op for s in u.src if s not in seen]
         assert not missing, f"{u.op} comes before its sources {missing}"
         seen.add(u)
-    assert uops[-1].op is Ops.SINK and isinstance(uops[-1].arg, KernelInfo)
+    assert uops[-1].op is Ops.SINK
+    assert isinstance(uops[-1].arg, KernelInfo)
 
 
 @pytest.mark.parametrize("name", ASTS)
@@ -127,13 +129,18 @@ def test_reduce_lowered_to_accumulator() -> None:
     r0, r1 = (u for u in uops if u.op is Ops.RANGE)
     assert not [u for u in uops if u.op is Ops.REDUCE]
     (acc,) = [u for u in uops if u.op is Ops.DEFINE_REG]
-    assert acc.dtype == dtypes.float32.ptr(1, AddrSpace.REG) and around[acc] == (r0,)
+    assert acc.dtype == dtypes.float32.ptr(1, AddrSpace.REG)
+    assert around[acc] == (r0,)
     init, update = [u for u in uops if u.op is Ops.STORE and u.src[0].src[0].op is not Ops.DEFINE_GLOBAL]
-    assert init.src[1].op is Ops.CONST and init.src[1].arg == 0 and around[init] == (r0,)
+    assert init.src[1].op is Ops.CONST
+    assert init.src[1].arg == 0
+    assert around[init] == (r0,)
     assert uops.index(init) < uops.index(r1)
-    assert around[update] == (r0, r1) and update.src[1].op is Ops.ADD
+    assert around[update] == (r0, r1)
+    assert update.src[1].op is Ops.ADD
     (out,) = [u for u in uops if u.op is Ops.STORE and u.src[0].src[0].op is Ops.DEFINE_GLOBAL]
-    assert out.src[1].op is Ops.LOAD and around[out] == (r0,)
+    assert out.src[1].op is Ops.LOAD
+    assert around[out] == (r0,)
     assert uops.index(out) > uops.index(UOp(Ops.END, dtypes.void, (r1,)))
 
 
@@ -281,7 +288,8 @@ def test_symbolic_estimates() -> None:
     prg = to_program(symbolic_ast(), ClangRenderer())
     assert [v.arg[0] for v in prg.vars] == ["m", "n"]
     n = prg.vars[1]
-    assert isinstance(prg.estimates.ops, UOp) and prg.estimates.ops.render() == n.render()
+    assert isinstance(prg.estimates.ops, UOp)
+    assert prg.estimates.ops.render() == n.render()
     assert prg.estimates.mem == 64 * 4 * 2 or isinstance(prg.estimates.mem, UOp)
 
 
@@ -294,7 +302,8 @@ def test_renderer_extra_matcher_runs_before_linearizing() -> None:
     r0 = loop(4, 0)
     ast = UOp.sink(glob(0, 4).index(r0).store(glob(1, 4).index(r0).load().maximum(0.0)))
     uops = full_rewrite(ast, NoMax())
-    assert not [u for u in uops if u.op is Ops.MAX] and [u for u in uops if u.op is Ops.WHERE]
+    assert not [u for u in uops if u.op is Ops.MAX]
+    assert [u for u in uops if u.op is Ops.WHERE]
 
 
 def test_full_rewrite_needs_a_sink() -> None:
@@ -309,4 +318,6 @@ def test_base_renderer_has_no_render() -> None:
 
 def test_register_dtype() -> None:
     (acc,) = [u for u in program(sum_ast()) if u.op is Ops.DEFINE_REG]
-    assert isinstance(acc.dtype, PtrDType) and acc.dtype.addrspace is AddrSpace.REG and acc.arg == 0
+    assert isinstance(acc.dtype, PtrDType)
+    assert acc.dtype.addrspace is AddrSpace.REG
+    assert acc.arg == 0

@@ -82,7 +82,8 @@ class TestFloat:
         assert exec_alu(Ops.ADD, dtypes.float16, (65504.0, 100.0)) == math.inf
 
     @pytest.mark.parametrize(
-        ("x", "y", "expected"), [(1.0, 0.0, math.inf), (-1.0, 0.0, -math.inf), (1.0, -0.0, -math.inf), (-1.0, -0.0, math.inf)]
+        ("x", "y", "expected"),
+        [(1.0, 0.0, math.inf), (-1.0, 0.0, -math.inf), (1.0, -0.0, -math.inf), (-1.0, -0.0, math.inf)],
     )
     def test_ieee_division_by_zero(self, x: float, y: float, expected: float) -> None:
         assert exec_alu(Ops.FDIV, dtypes.float, (x, y)) == expected

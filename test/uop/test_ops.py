@@ -215,7 +215,7 @@ class TestOperators:
         with pytest.raises(TypeError, match=r"dtypes\.float.*dtypes\.int"):
             f * i
         with pytest.raises(TypeError, match=r"cmplt"):
-            i < f
+            _ = i < f
 
 
 # *** graph edits and walks ***
@@ -444,7 +444,7 @@ def fixed_recursion_limit() -> Iterator[None]:
 @pytest.mark.usefixtures("fixed_recursion_limit")
 class TestDeepChain:
     def test_toposort(self, chain: tuple[UOp, UOp]) -> None:
-        a, x = chain
+        _, x = chain
         order = list(x.toposort())
         assert len(order) == DEEP + 2  # the additions, the variable and the shared constant 1
         assert order[-1] is x

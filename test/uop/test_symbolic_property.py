@@ -25,11 +25,11 @@ from fusegrad.uop.symbolic import sym, symbolic, symbolic_simple
 INDEX_LIMIT = 2**62  # index math runs as int64 on devices: trees whose values leave this are skipped
 
 
-class DivByZero(Exception):
+class DivByZeroError(Exception):
     """A division or modulo by zero: undefined in C."""
 
 
-class OutOfRange(Exception):
+class OutOfRangeError(Exception):
     """An index value too large for int64."""
 
 
@@ -39,7 +39,7 @@ class OutOfRange(Exception):
 def c_div(a: int, b: int) -> int:
     """C's a / b on ints: the quotient truncated toward zero."""
     if b == 0:
-        raise DivByZero
+        raise DivByZeroError
     q = abs(a) // abs(b)
     return q if (a < 0) == (b < 0) else -q
 
@@ -53,7 +53,7 @@ def wrap(value: int, dt: DType) -> int:
     """Two's complement wrap-around to dt's width; index values only get a range check."""
     if dt == dtypes.index:
         if abs(value) >= INDEX_LIMIT:
-            raise OutOfRange
+            raise OutOfRangeError
         return value
     bits = dt.bitsize
     value &= (1 << bits) - 1
@@ -144,7 +144,8 @@ def bool_tree(draw: st.DrawFn, depth: int) -> tuple[Any, ...]:
 
 BUILD: dict[str, Callable[..., UOp]] = {
     "add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y, "div": lambda x, y: x // y,
-    "mod": lambda x, y: x % y, "max": lambda x, y: x.maximum(y), "neg": lambda x: -x, "where": lambda c, x, y: c.where(x, y),
+    "mod": lambda x, y: x % y, "max": lambda x, y: x.maximum(y), "neg": lambda x: -x,
+    "where": lambda c, x, y: c.where(x, y),
     "cmp_lt": lambda x, y: x < y, "cmp_ne": lambda x, y: x.ne(y), "cmp_eq": lambda x, y: x.eq(y),
     "and": lambda x, y: x & y, "or": lambda x, y: x | y, "xor": lambda x, y: x ^ y, "ne": lambda x, y: x.ne(y),
     "eq": lambda x, y: x.eq(y), "not": lambda x: x.logical_not(),
@@ -196,44 +197,68 @@ def original_values(root: UOp, envs: list[dict[str, int]]) -> list[Any]:
     for env in envs:
         try:
             out.append(evaluate(root, env)[root])
-        except (DivByZero, OutOfRange):
+        except (DivByZeroError, OutOfRangeError):
             assume(False)
     return out
 
 
-def check_rewrite(root: UOp, vs: list[UOp], seed: int, pm_name: str) -> None:
+def check_rewrite(root: UOp, vs: list[UOp], seed: int, pm_name: str, check_bounds: bool = False) -> None:
+    """Rewrite with the named table; the result must equal the original on every assignment (and respect bounds)."""
     pm = {"symbolic_simple": symbolic_simple, "symbolic": symbolic, "sym": sym}[pm_name]
     envs = assignments(vs, seed)
     expected = original_values(root, envs)
     new = graph_rewrite(root, pm, name=f"test {pm_name}")
     for env, want in zip(envs, expected, strict=True):
-        got = evaluate(new, env)[new]
+        got = evaluate(new, env, check_bounds)[new]
         assert got == want, f"{pm_name}: {root.render(False)} -> {new.render(False)} at {env}: {got} != {want}"
+        if check_bounds:
+            evaluate(root, env, check_bounds)
 
 
-PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@st.composite
+def linear_forms(draw: st.DrawFn) -> tuple[UOp, list[UOp]]:
+    """Index math as codegen makes it: (sum(f*v) + k) // c, % c, < d, over terms that may be mods or divs themselves."""
+    ranges = []
+    for _ in range(draw(st.integers(1, 3))):
+        lo = draw(st.sampled_from((0, 0, 0, -3, -8, 1)))
+        ranges.append((lo, lo + draw(st.integers(0, 20))))
+    vs = [UOp.variable(name, lo, hi) for name, (lo, hi) in zip(VAR_NAMES, ranges, strict=False)]
+    x = UOp.const(dtypes.index, draw(st.one_of(st.integers(0, 12), st.integers(-12, 12))))
+    for v in vs:
+        term = v
+        if (wrap_op := draw(st.sampled_from(("", "", "mod", "div")))) != "":
+            m = draw(st.sampled_from((2, 3, 4, 6, 8, 16)))
+            term = v % m if wrap_op == "mod" else v // m
+        x = x + term * draw(st.sampled_from((1, 1, 2, 3, 4, 6, 8, 12, 16, -1, -2, -4)))
+    op = draw(st.sampled_from(("div", "mod", "lt", "divdiv", "modmod", "divlt")))
+    c, d = (
+        draw(st.sampled_from((2, 4, 8, 3, 6, 16, -4))),
+        draw(st.integers(-8, 8) if op == "divlt" else st.integers(-20, 40)),
+    )
+    root = {"div": lambda: x // c, "mod": lambda: x % c, "lt": lambda: x < d, "divdiv": lambda: (x // c) // 2,
+            "modmod": lambda: (x % c) % 2, "divlt": lambda: (x // c) < d}[op]()  # fmt: skip
+    return root, vs
+
+
+PROPERTY = settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
+)
 
 
 @pytest.mark.parametrize("pm_name", ["symbolic_simple", "symbolic", "sym"])
 @PROPERTY
 @given(tree=expressions(dtypes.index), seed=st.integers(0, 2**16))
 def test_rewrite_keeps_value_index(pm_name: str, tree: tuple[UOp, list[UOp]], seed: int) -> None:
-    check_rewrite(*tree, seed, pm_name)
+    check_rewrite(*tree, seed, pm_name, check_bounds=pm_name == "sym")
 
 
 @PROPERTY
 @given(tree=expressions(dtypes.int32), seed=st.integers(0, 2**16))
 def test_rewrite_keeps_value_int32(tree: tuple[UOp, list[UOp]], seed: int) -> None:
-    check_rewrite(*tree, seed, "sym")
+    check_rewrite(*tree, seed, "sym", check_bounds=True)
 
 
 @PROPERTY
-@given(tree=expressions(dtypes.index), seed=st.integers(0, 2**16))
-def test_bounds_hold_before_and_after_rewrite(tree: tuple[UOp, list[UOp]], seed: int) -> None:
-    root, vs = tree
-    envs = assignments(vs, seed)
-    original_values(root, envs)
-    new = graph_rewrite(root, sym)
-    for env in envs:
-        evaluate(root, env, check_bounds=True)
-        evaluate(new, env, check_bounds=True)
+@given(tree=linear_forms(), seed=st.integers(0, 2**16))
+def test_div_mod_compare_folding_keeps_value(tree: tuple[UOp, list[UOp]], seed: int) -> None:
+    check_rewrite(*tree, seed, "sym", check_bounds=True)

@@ -231,7 +231,9 @@ class TestPatternMatcher:
 
     def test_plus_composes_in_order(self, a: UOp) -> None:
         first = PatternMatcher([(UPat(Ops.ADD, name="x"), lambda x: x.src[0])])
-        second = PatternMatcher([(UPat(Ops.ADD, name="x"), lambda x: x.src[1]), (UPat(Ops.MUL, name="x"), lambda x: x.src[1])])
+        second = PatternMatcher(
+            [(UPat(Ops.ADD, name="x"), lambda x: x.src[1]), (UPat(Ops.MUL, name="x"), lambda x: x.src[1])]
+        )
         both = first + second
         assert isinstance(both, PatternMatcher)
         assert len(both) == 3
@@ -242,7 +244,10 @@ class TestPatternMatcher:
 
     def test_no_match_returns_none(self, a: UOp) -> None:
         assert PatternMatcher([]).rewrite(a) is None
-        assert PatternMatcher([(UPat(Ops.ADD, src=(UPat(Ops.CONST), UPat(Ops.CONST))), lambda: None)]).rewrite(a + 1) is None
+        assert (
+            PatternMatcher([(UPat(Ops.ADD, src=(UPat(Ops.CONST), UPat(Ops.CONST))), lambda: None)]).rewrite(a + 1)
+            is None
+        )
 
     def test_rule_exception_propagates(self, a: UOp) -> None:
         def boom(x: UOp) -> UOp:

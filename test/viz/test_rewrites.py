@@ -227,7 +227,12 @@ class TestNesting:
 
         pipeline(UOp.variable("a", 1, 10) + UOp.variable("b", 1, 10))
         steps = groups()[0]["steps"]
-        assert [(s["name"], s["depth"]) for s in steps] == [("start", 0), ("two_passes", 0), ("pass 0", 1), ("pass 1", 1)]
+        assert [(s["name"], s["depth"]) for s in steps] == [
+            ("start", 0),
+            ("two_passes", 0),
+            ("pass 0", 1),
+            ("pass 1", 1),
+        ]
 
     @pytest.mark.xfail(
         reason="bug: rewrite.py profile_matches records the decorated function's first line as the step's loc; "

@@ -17,7 +17,24 @@ from fusegrad.helpers import CPU_CC
 
 DEFAULT_COMPILERS = ("cc", "gcc", "clang")  # tried in order when CPU_CC is unset
 # -ffp-contract=off: no fused multiply-add, so float results match the PYTHON device's one rounding per op
-CFLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off", "-x", "c", "-")
+# -fno-trapping-math -fno-math-errno: lets gcc vectorize selects and math calls (we never read fp flags or errno)
+# -fwrapv: signed overflow wraps, the C semantics the IR defines (plain C leaves it undefined)
+CFLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off", "-fno-trapping-math",
+          "-fno-math-errno", "-fwrapv", "-x", "c", "-")  # fmt: skip
+
+
+@functools.cache
+def vector_math_flags() -> tuple[str, ...]:
+    """glibc's libmvec gives SIMD exp2/log2/sin: link it and tell the kernel preamble (FUSEGRAD_MVEC) to use it."""
+    import ctypes.util
+
+    return ("-DFUSEGRAD_MVEC", "-lmvec") if ctypes.util.find_library("mvec") is not None else ()
+
+
+def compiler_flags() -> tuple[str, ...]:
+    return (*CFLAGS, *vector_math_flags())
+
+
 _PROBE_SRC = "void fusegrad_probe(float* restrict out) { out[0] = 1.0f; }\n"
 
 
@@ -46,7 +63,7 @@ class ClangCompiler(Compiler):
 
     def cache_key(self, src: str) -> CacheKey:
         wanted = CPU_CC.value or DEFAULT_COMPILERS[0]
-        return (src, shutil.which(wanted) or wanted, list(CFLAGS))
+        return (src, shutil.which(wanted) or wanted, list(compiler_flags()))
 
     def compile(self, src: str) -> bytes:
         """C source -> .so bytes. Raises CompileError holding the compiler's stderr and the numbered source."""
@@ -54,7 +71,7 @@ class ClangCompiler(Compiler):
         with tempfile.TemporaryDirectory(prefix="fusegrad_cc_") as tmp:
             out = pathlib.Path(tmp) / "kernel.so"
             proc = subprocess.run(
-                [compiler, *CFLAGS, "-o", str(out)], input=src.encode(), capture_output=True, check=False
+                [compiler, *compiler_flags(), "-o", str(out)], input=src.encode(), capture_output=True, check=False
             )
             if proc.returncode != 0:
                 stderr = proc.stderr.decode(errors="replace")

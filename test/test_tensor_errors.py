@@ -1,0 +1,381 @@
+"""Tests for the errors of fusegrad/tensor.py (and the CPU compiler and allocator behind it): bad input raises a clear
+error, naming the op, the shapes, axes, devices or dtypes involved, before any kernel runs."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fusegrad import Context, Device, GlobalCounters, Tensor, dtypes
+from fusegrad.device import BufferSpec, CompileError
+
+
+@pytest.fixture(autouse=True)
+def no_kernel_runs() -> Iterator[None]:
+    """Every error in this file is raised before a kernel runs (tests that do run kernels reset the count)."""
+    before = GlobalCounters.kernel_count
+    yield
+    assert GlobalCounters.kernel_count == before, "a kernel ran before the error"
+
+
+def shapes_pattern(op: str, first: tuple[int, ...], second: tuple[int, ...]) -> str:
+    """`op: ... (2, 3) ... (4, 3)`: the op and both shapes, in either order."""
+    a, b = re.escape(str(first)), re.escape(str(second))
+    return rf"^{op}: .*({a}.*{b}|{b}.*{a})"
+
+
+# *** broadcasting ***
+
+BINARY = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / b,
+    "maximum": lambda a, b: a.maximum(b),
+    "minimum": lambda a, b: a.minimum(b),
+    "lt": lambda a, b: a < b,
+    "gt": lambda a, b: a > b,
+    "le": lambda a, b: a <= b,
+    "ge": lambda a, b: a >= b,
+    "eq": lambda a, b: a == b,
+    "ne": lambda a, b: a != b,
+}
+WRONG_OP_NAME = "bug: the error names another op (le reports gt, ge reports lt)"
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        pytest.param(op, marks=pytest.mark.xfail(reason=WRONG_OP_NAME, strict=True)) if op in ("le", "ge") else op
+        for op in BINARY
+    ],
+)
+def test_broadcast_mismatch_names_op_and_shapes(op: str) -> None:
+    a, b = Tensor.ones(2, 3), Tensor.ones(4, 3)
+    with pytest.raises(ValueError, match=shapes_pattern(op, (2, 3), (4, 3))):
+        BINARY[op](a, b)
+
+
+@pytest.mark.parametrize(
+    ("op", "fn"),
+    [
+        ("bitwise_and", lambda a, b: a.int() & b.int()),
+        ("bitwise_or", lambda a, b: a.bool() | b.bool()),
+        ("bitwise_xor", lambda a, b: a.int() ^ b.int()),
+        ("idiv", lambda a, b: a.int() // b.int()),
+        ("mod", lambda a, b: a.int() % b.int()),
+        ("where", lambda a, b: (a > 0).where(b, 1.0)),
+        ("where", lambda a, b: b.bool().where(a, 0.0)),
+    ],
+)
+def test_broadcast_mismatch_other_ops(op: str, fn: Callable[[Tensor, Tensor], Any]) -> None:
+    with pytest.raises(ValueError, match=shapes_pattern(op, (2, 3), (4, 3))):
+        fn(Tensor.ones(2, 3), Tensor.ones(4, 3))
+
+
+def test_broadcast_mismatch_with_more_dims() -> None:
+    with pytest.raises(ValueError, match=shapes_pattern("add", (5, 2, 3), (4,))):
+        Tensor.zeros(5, 2, 3) + Tensor.zeros(4)
+    with pytest.raises(ValueError, match=shapes_pattern("mul", (0,), (2,))):
+        Tensor.zeros(0) * Tensor.zeros(2)
+
+
+def test_matmul_inner_dimension_mismatch() -> None:
+    with pytest.raises(ValueError, match=r"^matmul: .*\(2, 3\).*\(4, 2\)"):
+        Tensor.ones(2, 3) @ Tensor.ones(4, 2)
+    with pytest.raises(ValueError, match=r"^matmul: .*\(\)"):
+        Tensor(1.0) @ Tensor.ones(2)
+
+
+def test_expand_mismatch() -> None:
+    with pytest.raises(ValueError, match=r"^expand: .*\(2, 3\).*\(4, 3\)"):
+        Tensor.ones(2, 3).expand(4, 3)
+
+
+# *** shapes ***
+
+
+@pytest.mark.parametrize(
+    ("src", "dst"), [((2, 3), (4, 2)), ((2, 3), (-1, 4)), ((6,), (7,)), ((0, 3), (1,)), ((), (2,))], ids=str
+)
+def test_reshape_to_incompatible_size(src: tuple[int, ...], dst: tuple[int, ...]) -> None:
+    with pytest.raises(ValueError, match=rf"^reshape: .*{re.escape(str(src))}.*{re.escape(str(dst))}"):
+        Tensor.ones(*src).reshape(*dst)
+
+
+def test_reshape_bad_sizes() -> None:
+    with pytest.raises(ValueError, match=r"^reshape: .*-1"):
+        Tensor.ones(6).reshape(-1, -1)
+    with pytest.raises(ValueError, match=r"^reshape: negative size"):
+        Tensor.ones(6).reshape(-2, -3)
+
+
+def test_negative_shape() -> None:
+    with pytest.raises(ValueError, match=r"non-negative.*\(-1, 2\)"):
+        Tensor.zeros(-1, 2)
+
+
+@pytest.mark.parametrize(
+    ("op", "fn"),
+    [
+        ("pad", lambda t: t.pad(((1, 1),))),
+        ("shrink", lambda t: t.shrink(((0, 3), (0, 3)))),
+        ("shrink", lambda t: t.shrink(((1, 0), None))),
+        ("permute", lambda t: t.permute(0, 0)),
+    ],
+)
+def test_movement_argument_errors(op: str, fn: Callable[[Tensor], Any]) -> None:
+    with pytest.raises(ValueError, match=rf"^{op}: .*"):
+        fn(Tensor.ones(2, 3))
+
+
+def test_shrink_names_shape() -> None:
+    with pytest.raises(ValueError, match=r"^shrink: .*\(2, 3\)"):
+        Tensor.ones(2, 3).shrink(((0, 3), (0, 3)))
+
+
+def test_item_of_many_elements() -> None:
+    with pytest.raises(ValueError, match=r"^item: .*\(2, 3\)"):
+        Tensor.ones(2, 3).item()
+    with pytest.raises(ValueError, match="ambiguous"):
+        bool(Tensor.ones(2))
+    with pytest.raises(TypeError, match="0-d"):
+        len(Tensor(1.0))
+
+
+def test_arange_step_zero() -> None:
+    with pytest.raises(ValueError, match=r"^arange: step"):
+        Tensor.arange(0, 5, 0)
+
+
+# *** axes ***
+
+AXIS_OPS: dict[str, Callable[[Tensor, int], Any]] = {
+    "sum": lambda t, a: t.sum(a),
+    "max": lambda t, a: t.max(a),
+    "min": lambda t, a: t.min(a),
+    "mean": lambda t, a: t.mean(a),
+    "softmax": lambda t, a: t.softmax(a),
+    "log_softmax": lambda t, a: t.log_softmax(a),
+    "flip": lambda t, a: t.flip(a),
+    "transpose": lambda t, a: t.transpose(0, a),
+    "squeeze": lambda t, a: t.squeeze(a),
+    "flatten": lambda t, a: t.flatten(a),
+    "permute": lambda t, a: t.permute(0, a),
+}
+MIN_NAMES_MAX = "bug: the axis error of min/softmax/log_softmax names max"
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        pytest.param(op, marks=pytest.mark.xfail(reason=MIN_NAMES_MAX, strict=True))
+        if op in ("min", "softmax", "log_softmax")
+        else op
+        for op in AXIS_OPS
+    ],
+)
+@pytest.mark.parametrize("axis", [2, -3, 7])
+def test_axis_out_of_range(op: str, axis: int) -> None:
+    with pytest.raises(IndexError, match=rf"^{op}: axis {axis} out of range for 2-d tensor \(-2\.\.1\)"):
+        AXIS_OPS[op](Tensor.ones(2, 3), axis)
+
+
+def test_axis_out_of_range_in_tuple() -> None:
+    with pytest.raises(IndexError, match=r"^sum: axis 3 out of range for 3-d tensor \(-3\.\.2\)"):
+        Tensor.ones(1, 2, 3).sum((0, 3))
+
+
+def test_unsqueeze_out_of_range() -> None:
+    with pytest.raises(IndexError, match=r"^unsqueeze: dim 4 out of range for 2-d tensor \(-3\.\.2\)"):
+        Tensor.ones(2, 3).unsqueeze(4)
+
+
+# *** indexing ***
+
+
+@pytest.mark.parametrize(
+    ("index", "pattern"),
+    [
+        (2, r"index 2 is out of bounds for axis 0 with size 2"),
+        (-3, r"index -3 is out of bounds for axis 0 with size 2"),
+        ((0, 3), r"index 3 is out of bounds for axis 1 with size 3"),
+        ((Ellipsis, -4), r"index -4 is out of bounds for axis 1 with size 3"),
+        ((None, 1, 5), r"index 5 is out of bounds for axis 1 with size 3"),
+        ((0, 0, 0), r"too many indices for 2-d tensor"),
+        ((Ellipsis, 0, Ellipsis), r"single ellipsis"),
+    ],
+    ids=str,
+)
+def test_index_out_of_bounds(index: Any, pattern: str) -> None:
+    with pytest.raises(IndexError, match=rf"^getitem: .*{pattern}"):
+        Tensor.ones(2, 3)[index]
+
+
+def test_index_of_wrong_type() -> None:
+    with pytest.raises(TypeError, match=r"^getitem: .*float"):
+        Tensor.ones(2, 3)[1.5]
+
+
+def test_index_into_empty_axis() -> None:
+    with pytest.raises(IndexError, match=r"index 0 is out of bounds for axis 0 with size 0"):
+        Tensor.ones(0, 3)[0]
+
+
+# *** devices ***
+
+CROSS_DEVICE: dict[str, Callable[[Tensor, Tensor], Any]] = {
+    "add": lambda a, b: a + b,
+    "mul": lambda a, b: a * b,
+    "sub": lambda a, b: a - b,
+    "div": lambda a, b: a / b,
+    "lt": lambda a, b: a < b,
+    "maximum": lambda a, b: a.maximum(b),
+    "matmul": lambda a, b: a @ b,
+    "where": lambda a, b: (a > 0).where(b, 0.0),
+    "assign": lambda a, b: a.assign(b),
+}
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        pytest.param(op, marks=pytest.mark.xfail(reason=reason, strict=True)) if reason else op
+        for op, reason in [
+            ("add", None),
+            ("mul", None),
+            ("sub", None),
+            ("div", None),
+            ("lt", None),
+            ("maximum", None),
+            ("matmul", "bug: the cross-device error of matmul names mul"),
+            ("where", "bug: where never compares the condition's device with the values'"),
+            ("assign", None),
+        ]
+    ],
+)
+def test_different_devices(op: str) -> None:
+    a, b = Tensor.ones(2, 2), Tensor.ones(2, 2, device="PYTHON")
+    with pytest.raises(ValueError, match=rf"^{op}: .*(CPU.*PYTHON|PYTHON.*CPU).*\.to\(\)"):
+        CROSS_DEVICE[op](a, b)
+
+
+@pytest.mark.xfail(reason="bug: where never compares the condition's device with the values'", strict=True)
+def test_where_condition_on_another_device() -> None:
+    with pytest.raises(ValueError, match=r"^where: .*(CPU.*PYTHON|PYTHON.*CPU).*\.to\(\)"):
+        Tensor([True], device="PYTHON").where(Tensor([1.0]), Tensor([2.0]))
+
+
+def test_unknown_device() -> None:
+    with pytest.raises(ValueError, match=r"unknown device 'FOO'.*CPU.*PYTHON"):
+        Tensor([1.0], device="FOO")
+
+
+# *** dtypes ***
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda: Tensor.ones(2) & Tensor.ones(2),
+        lambda: Tensor.ones(2) | 1,
+        lambda: Tensor.ones(2, dtype=dtypes.float16) ^ Tensor.ones(2, dtype=dtypes.float16),
+        lambda: Tensor([1, 2]) & Tensor([1.0, 2.0]),
+        lambda: Tensor([1, 2]) & 1.5,
+        lambda: 3 | Tensor([0.5]),
+    ],
+)
+def test_bitwise_on_floats(fn: Callable[[], Any]) -> None:
+    with pytest.raises(TypeError, match=r"^bitwise_(and|or|xor): .*(float|half)"):
+        fn()
+
+
+@pytest.mark.parametrize("op", ["idiv", "mod"])
+def test_idiv_mod_on_floats(op: str) -> None:
+    """fusegrad's // and % are integer-only (tinygrad also accepts floats, with floor semantics)."""
+    with pytest.raises(TypeError, match=rf"^{op}: expected integer tensors, got .*float"):
+        getattr(Tensor.ones(2), op)(2)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda: Tensor([1], dtype="float33"),
+        lambda: Tensor.ones(2).cast("int33"),
+        lambda: Tensor.zeros(2, dtype="flaot"),
+        lambda: Tensor.arange(3, dtype="f32"),
+    ],
+)
+def test_unknown_dtype_name(fn: Callable[[], Any]) -> None:
+    with pytest.raises(ValueError, match=r"unknown dtype name '\w+'.*expected one of ") as info:
+        fn()
+    assert {"float32", "float16", "int32", "bool"} <= set(
+        re.findall(r"\w+", str(info.value).split("expected one of")[1])
+    )
+
+
+def test_dtype_of_wrong_type() -> None:
+    with pytest.raises(TypeError, match="dtype"):
+        Tensor.ones(2).cast(3)  # type: ignore[arg-type]  # the error under test
+
+
+def test_bitcast_size_mismatch() -> None:
+    with pytest.raises(TypeError, match=r"^bitcast: .*4 vs 2 bytes"):
+        Tensor.ones(2).bitcast(dtypes.float16)
+
+
+def test_bad_data() -> None:
+    with pytest.raises(TypeError, match="cannot build a tensor from str"):
+        Tensor("abc")
+    with pytest.raises(TypeError, match="shape must be ints"):
+        Tensor.zeros(2.5)
+
+
+# *** assign ***
+
+
+def test_assign_mismatches() -> None:
+    target = Tensor.zeros(2, 3).contiguous()
+    with pytest.raises(ValueError, match=r"^assign: shape \(3, 2\) .*\(2, 3\)"):
+        target.assign(Tensor.ones(3, 2))
+    with pytest.raises(TypeError, match=r"^assign: .*int.*float"):
+        target.assign(Tensor.ones(2, 3, dtype=dtypes.int32))
+
+
+# *** compiler and allocator (these run the pipeline up to the failure) ***
+
+
+def test_compile_error_shows_source_and_compiler_message() -> None:
+    with pytest.raises(CompileError, match="broken") as info:
+        Device["CPU"].compiler.compile("int broken(")
+    err = info.value
+    assert err.src == "int broken("
+    assert "error" in err.stderr
+    assert err.stderr.strip() in str(err), "the message should hold the compiler's output"
+    assert "int broken(" in str(err), "the message should hold the kernel source"
+    assert isinstance(err, RuntimeError)
+
+
+def test_missing_compiler_says_what_was_looked_for_and_how_to_install() -> None:
+    pattern = r"no C compiler found: looked for CPU_CC=/nonexistent/cc; install one .*apt-get install"
+    with Context(CPU_CC="/nonexistent/cc"):
+        with pytest.raises(RuntimeError, match=pattern):
+            Device["CPU"].compiler.compile("void f(void) {}")
+        # a kernel no other test compiles, so neither the disk cache nor the in-process cache holds it
+        with pytest.raises(RuntimeError, match=pattern):
+            (Tensor([1.0, 2.0]) * 7.0625 - 0.1875).realize()
+
+
+def test_failed_allocation_names_bytes_and_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail(size: int, options: BufferSpec) -> Any:
+        raise MemoryError(f"simulated: {size} bytes")
+
+    monkeypatch.setattr(Device["CPU"].allocator, "_alloc", fail)
+    with pytest.raises(MemoryError, match=r"out of memory on CPU: 4444 bytes"):
+        Tensor(np.ones(1111, np.float32))
+    with pytest.raises(MemoryError, match=r"out of memory on CPU: 49380 bytes"):
+        (Tensor.ones(12345) + 1).realize()
