@@ -78,7 +78,7 @@ class _InternedMeta(type):
         return interned  # type: ignore[return-value]  # same reason as above
 
 
-@dataclass(frozen=True, eq=True)
+@dataclass(frozen=True, eq=False)  # interned: equal dtypes are the same object, so == is identity (fast)
 class DType(metaclass=_InternedMeta):
     """A scalar or vector element type. `name` is the C spelling ("float", "unsigned char") that renderers print."""
 
@@ -141,7 +141,7 @@ class DType(metaclass=_InternedMeta):
         return PtrDType(self.priority, self.bitsize, self.name, self.fmt, self.count, None, self, addrspace, 1, size)
 
 
-@dataclass(frozen=True, eq=True)
+@dataclass(frozen=True, eq=False)  # interned like DType
 class PtrDType(DType):
     """A pointer to `size` elements (-1: unbounded) of `base` in `addrspace`; `v` > 1 is a vector of pointers."""
 

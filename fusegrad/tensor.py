@@ -10,6 +10,7 @@ import builtins
 import functools
 import math
 import sys
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, TypeVar
@@ -239,7 +240,7 @@ class Tensor:
             else self.contiguous()
         )
         t.realize()
-        return t.uop.buffer
+        return t.uop.buffer.ensure_allocated()
 
     def numpy(self) -> Any:
         """The values as a numpy array (a copy)."""
@@ -271,10 +272,21 @@ class Tensor:
             raise ValueError(f"assign: value on {xt.device} but target on {self.device}; use .to() first")
         if xt.dtype != self.dtype:
             raise TypeError(f"assign: value dtype {xt.dtype} does not match the target's {self.dtype}")
+        self.uop = _settle_writes(self.uop)
         if self.uop.base.op is not Ops.BUFFER and not _is_kernelized_view(self.uop):
             self.uop = xt.uop
             return self
+        target_base = self.uop.base
         self.uop = self.uop.assign(xt.uop)
+        # every other tensor reading this memory sees the write once it has run
+        after = UOp(Ops.AFTER, target_base.dtype, (target_base, self.uop))
+        for ref in list(_all_tensors):
+            if (t := ref()) is None or t is self:
+                continue
+            if t.uop.base.op is Ops.AFTER:
+                t.uop = _settle_writes(t.uop)
+            if t.uop.base is target_base:
+                t.uop = t.uop.substitute({target_base: after})
         return self
 
     def to(self, device: str | tuple[str, ...] | None) -> Tensor:
@@ -372,7 +384,7 @@ class Tensor:
     @_traced
     def minimum(self, y: Any) -> Tensor:
         x, other = self._broadcasted(y, "minimum")
-        return (x < other).where(x, other)
+        return x._order_inverse().maximum(other._order_inverse())._order_inverse()
 
     def _cmp(self, op: Ops, y: Any, name: str, reverse: bool = False) -> Tensor:
         x, other = self._broadcasted(y, name, reverse)
@@ -395,10 +407,10 @@ class Tensor:
         return self._cmp(Ops.CMPNE, y, "ne")
 
     def ge(self, y: Any) -> Tensor:
-        return self.lt(y).logical_not()
+        return self._cmp(Ops.CMPLT, y, "ge").logical_not()
 
     def le(self, y: Any) -> Tensor:
-        return self.gt(y).logical_not()
+        return self._cmp(Ops.CMPLT, y, "le", reverse=True).logical_not()
 
     @_traced
     def logical_not(self) -> Tensor:
@@ -437,6 +449,8 @@ class Tensor:
         )
         yt = yt if yt is not None else xt._to_tensor_like(y)
         xt, yt = xt._broadcasted(yt, "where")
+        if self.device != xt.device:
+            raise ValueError(f"where: condition on {self.device} but values on {xt.device}; use .to() first")
         cond = self.cast(dtypes.bool)
         shape = _broadcast_shape("where", cond.shape, xt.shape)
         cond, xt, yt = cond._broadcast_to(shape), xt._broadcast_to(shape), yt._broadcast_to(shape)
@@ -573,12 +587,16 @@ class Tensor:
 
     @_traced
     def min(self, axis: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Tensor:
+        self._resolve_axes(axis, "min")
+        return self._order_inverse().max(axis, keepdim)._order_inverse()
+
+    def _order_inverse(self) -> Tensor:
+        """A bijection that reverses order: min is max of it (negation overflows at INT_MIN; ~x does not)."""
         if dtypes.is_unsigned(self.dtype):
-            all_ones = dtypes.max(self.dtype)  # x ^ all_ones reverses the order of unsigned values
-            return (self ^ all_ones).max(axis, keepdim) ^ all_ones
+            return self ^ dtypes.max(self.dtype)
         if self.dtype == dtypes.bool:
-            return self.logical_not().max(axis, keepdim).logical_not()
-        return -((-self).max(axis, keepdim))
+            return self.logical_not()
+        return self ^ -1 if dtypes.is_int(self.dtype) else -self
 
     @_traced
     def mean(self, axis: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Tensor:
@@ -592,12 +610,14 @@ class Tensor:
 
     @_traced
     def softmax(self, axis: builtins.int = -1) -> Tensor:
+        self._resolve_axes(axis, "softmax")
         x = self._as_float()
         e = (x - x.max(axis, keepdim=True)).exp()
         return e / e.sum(axis, keepdim=True)
 
     @_traced
     def log_softmax(self, axis: builtins.int = -1) -> Tensor:
+        self._resolve_axes(axis, "log_softmax")
         x = self._as_float()
         m = x - x.max(axis, keepdim=True)
         return m - m.exp().sum(axis, keepdim=True).log()
@@ -610,6 +630,8 @@ class Tensor:
         k_self, k_w = self.shape[-1], w.shape[-min(w.ndim, 2)]
         if k_self != k_w:
             raise ValueError(f"matmul: inner dimensions differ: {self.shape} @ {w.shape} ({k_self} vs {k_w})")
+        if self.device != w.device:
+            raise ValueError(f"matmul: tensors on different devices {self.device} and {w.device}; use .to() first")
         x = self.reshape(*self.shape[:-1], *([1] * min(self.ndim - 1, w.ndim - 1, 1)), self.shape[-1])
         wt = w.reshape(
             *w.shape[:-2], *([1] * min(self.ndim - 1, w.ndim - 1, 1)), *w.shape[-min(w.ndim, 2) :]
@@ -943,7 +965,7 @@ def _uop_from_data(data: Any, device: str | tuple[str, ...], dtype: DType | None
             f"Tensor: cannot build a tensor from {type(data).__name__}; "
             "expected a number, list, tuple, numpy array, bytes or UOp"
         )
-    arr = np.ascontiguousarray(arr)
+    arr = np.ascontiguousarray(arr).reshape(arr.shape)  # ascontiguousarray makes 0-d arrays 1-d
     buf = UOp.new_buffer(device, arr.size, dt)
     if arr.size:
         buf.buffer.allocate().copyin(arr.reshape(-1).view(np.uint8).data)
@@ -974,15 +996,25 @@ def _kernelize(tensors: list[Tensor]) -> None:
     sink = Tensor._sink(tensors)
     if all(_is_done(u) for u in sink.src):
         return
+    start = time.perf_counter()
     result = kernelize(sink)
     if DEBUG.value >= 1:
-        print(colored(f"scheduled {result.kernel_count} kernels", "cyan"))
+        took = (time.perf_counter() - start) * 1e3
+        print(colored(f"scheduled {result.kernel_count} kernels in {took:.2f} ms", "cyan"))
     _apply_map(result.becomes)
 
 
 def _is_done(u: UOp) -> bool:
     base = u.base
     return base.op in (Ops.BUFFER, Ops.CONST) or (base.op is Ops.ASSIGN and base.src[1].op is Ops.KERNEL)
+
+
+def _settle_writes(u: UOp) -> UOp:
+    """Replace AFTER(memory, write) by the memory once the write has been kernelized or run."""
+    from fusegrad.schedule.kernelize import after_written
+
+    done = {x: w for x in u.toposort() if x.op is Ops.AFTER and (w := after_written(x)) is not None}
+    return u.substitute(done) if done else u
 
 
 def _is_plain_buffer(u: UOp) -> bool:

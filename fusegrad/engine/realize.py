@@ -83,6 +83,8 @@ class CompiledRunner(Runner):
     """A kernel compiled (through the device's compile cache) and loaded: `runner(bufs, var_vals, wait)`."""
 
     def __init__(self, p: ProgramSpec, precompiled: bytes | None = None, prg: Program | None = None) -> None:
+        if DEBUG >= 3:
+            print(p.ast)
         if DEBUG >= 4:
             print(p.src)
         self.p = p

@@ -167,7 +167,9 @@ def _is_bool(dtype: DType) -> bool:
 
 
 def _max(x: str, y: str, dtype: DType) -> str:
-    return f"(({x}>{y})?{x}:{y})"  # x>y?x:y: a NaN in x gives y (numpy's maximum would give NaN)
+    if dtypes.is_float(dtype):
+        return f"((({x}>{y})||({x}!={x}))?{x}:{y})"  # a NaN on either side wins, like numpy's maximum
+    return f"(({x}>{y})?{x}:{y})"
 
 
 class CStyleLanguage(Renderer):

@@ -372,7 +372,7 @@ _HANDLERS: dict[Ops, Handler] = {
     Ops.DEFINE_VAR: _define_var,
     Ops.DEFINE_REG: _define_reg,
     Ops.DEFINE_LOCAL: _define_reg,
-    Ops.CONST: lambda run, pc, ins: _set(run, pc, ins.arg),
+    Ops.CONST: lambda run, pc, ins: _set(run, pc, cast_value(ins.arg, ins.dtype)),  # float32 constants round
     Ops.VCONST: lambda run, pc, ins: _set(run, pc, tuple(ins.arg)),
     Ops.RANGE: _range,
     Ops.END: _end,

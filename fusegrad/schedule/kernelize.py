@@ -71,8 +71,17 @@ def _reads_target_elsewhere(a: UOp) -> bool:
     return any(u.op in GroupOp.Movement and u.base is target_base and u is not a.src[0] for u in a.src[1].toposort())
 
 
+def after_written(x: UOp) -> UOp | None:
+    """AFTER(B, write): once the write is kernelized or done (it became a view of memory), read that memory."""
+    write = x.src[1]
+    if write.op is Ops.ASSIGN and not is_kernelized(write):
+        return None
+    return write.base if is_stored(write.base) else None
+
+
 pm_prepare_realize = PatternMatcher(
     [
+        (UPat(Ops.AFTER, name="x"), after_written),  # AFTER(B, done write) -> the written memory
         (UPat(Ops.COPY, name="c"), _contiguous_copy_source),  # COPY(view) -> COPY(CONTIGUOUS(view))
         (UPat(Ops.ASSIGN, name="a"), _contiguous_assign_value),  # ASSIGN(t, racy value) -> ASSIGN(t, CONTIGUOUS(value))
         (UPat((Ops.DETACH, Ops.CONTIGUOUS_BACKWARD), name="x"), lambda x: x.src[0]),  # gradient markers vanish
@@ -82,14 +91,14 @@ pm_prepare_realize = PatternMatcher(
 
 def find_realizes(sink: UOp) -> dict[UOp, None]:
     """Grow the initial realize set until no kernel would recompute a reduce or read a node at two places."""
-    realized = initial_realizes(sink)
+    realized = {u: None for u in initial_realizes(sink) if prod(u.shape) != 0}  # empty results need no kernel
     while True:
         reads: dict[UOp, set[Any]] = {}
         flagged: dict[UOp, None] = {}
         for root in list(realized):
             if root.op is not Ops.COPY:
                 build_kernel(root, realized, {}, reads, flagged, None)
-        new = [u for u in flagged if u not in realized]
+        new = [u for u in flagged if u not in realized and prod(u.shape) != 0]
         # realizing a reduce changes who reads what, so settle reduces before splitting elementwise nodes
         new_reduces = [u for u in new if u.op is Ops.REDUCE_AXIS]
         if not new:
@@ -151,6 +160,15 @@ def _becomes_map(sink: UOp, prepare_map: dict[UOp, UOp], buffer_of: dict[UOp, UO
     for old, new in prepare_map.items():
         if new in buffer_of:
             becomes[old] = _result_view(new, buffer_of[new])
+        elif new.op is Ops.AFTER and new.src[1] in buffer_of:
+            becomes[old] = buffer_of[new.src[1]]
+        elif old.op is Ops.AFTER and is_stored(new):
+            becomes[old] = new
+        elif new is not old and new.op is not Ops.SINK and new._shape is not None and prod(new.shape) == 0:
+            becomes[old] = UOp.const_tensor(new.dtype, 0, new.device, new.shape)
+    for out in sink.src:  # empty outputs become constants: no memory, no kernel
+        if out not in becomes and out._shape is not None and prod(out.shape) == 0 and not is_stored(out.base):
+            becomes[out] = UOp.const_tensor(out.dtype, 0, out.device, out.shape)
     for out in sink.src:
         if out not in becomes and (replaced := out.substitute(becomes)) is not out:
             becomes[out] = replaced

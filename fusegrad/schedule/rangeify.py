@@ -82,12 +82,14 @@ class KernelBuilder:
         """What `u` is loaded from, if it is not computed inline in this kernel."""
         if is_stored(u):
             return u
+        if u.op is Ops.AFTER:  # memory after an ASSIGN: read what that assign's kernel wrote
+            return self.buffer_of.get(u.src[1], u.src[1])
         if u in self.realized and u is not self.root:
             return self.buffer_of.get(u, u)
         return None
 
     def load(self, stored: UOp, node: UOp, idx: Index, valid: UOp | None) -> UOp:
-        buf = stored.src[0] if is_kernelized(stored) else stored
+        buf = stored.src[0] if is_kernelized(stored) else stored.src[0] if stored.op is Ops.ASSIGN else stored
         slot = 0 if buf is self.out_buf else self.loads.setdefault(stored, len(self.loads) + 1)
         size = buf.arg if buf.op is Ops.BUFFER else prod(node.shape)
         glob = UOp(Ops.DEFINE_GLOBAL, node.dtype.ptr(size), arg=slot)
@@ -163,6 +165,9 @@ class KernelBuilder:
             if not expanded:
                 self.note_read(n, i, v, c)
             if key in self.memo:
+                continue
+            if n._shape is not None and prod(n.shape) == 0:  # an empty tensor is never read: any value will do
+                self.memo[key] = UOp.const(n.dtype, 0)
                 continue
             if (stored := self.stored_node(n)) is not None:
                 self.memo[key] = self.load(stored, n, i, v)

@@ -63,9 +63,12 @@ def _fdiv(x: float, y: float) -> float:
 def _pow(x: float, y: float) -> float:
     try:
         return math.pow(x, y)
-    except OverflowError:
-        return math.inf
+    except OverflowError:  # |result| too big: negative only for a negative base and an odd integer power
+        return -math.inf if x < 0 and float(y).is_integer() and int(y) % 2 else math.inf
     except ValueError:
+        if x == 0 and y < 0:  # a pole: inf, with the sign of the zero for odd integer powers (C's pow)
+            odd = float(y).is_integer() and int(y) % 2 == 1
+            return math.copysign(math.inf, x) if odd else math.inf
         return math.nan
 
 
@@ -96,7 +99,7 @@ python_alu: dict[Ops, Callable[..., Any]] = {
     Ops.MOD: c_mod,
     Ops.FDIV: _fdiv,
     Ops.POW: _pow,
-    Ops.MAX: lambda x, y: x if x >= y or math.isnan(x) else y,
+    Ops.MAX: lambda x, y: x if x > y or x != x else y,  # NaN on either side propagates; max(-0.0, 0.0) is 0.0
     Ops.CMPLT: lambda x, y: x < y,
     Ops.CMPNE: lambda x, y: x != y,
     Ops.CMPEQ: lambda x, y: x == y,

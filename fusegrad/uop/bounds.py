@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from fusegrad.dtype import ConstType, DType, PtrDType, dtypes
+from fusegrad.dtype import ConstType, DType, InvalidType, PtrDType, dtypes
 from fusegrad.uop import Ops
 from fusegrad.uop.alu import c_idiv
 
@@ -124,7 +124,7 @@ def _binary(u: UOp) -> Bounds | None:
 def _leaf_or_unary(u: UOp) -> Bounds | None:  # noqa: C901  # one case per op: a dispatch table
     match u.op:
         case Ops.CONST:
-            return u.arg, u.arg
+            return None if isinstance(u.arg, InvalidType) else (u.arg, u.arg)
         case Ops.VCONST:
             return min(u.arg), max(u.arg)
         case Ops.DEFINE_VAR:

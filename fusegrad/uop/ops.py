@@ -83,6 +83,22 @@ __all__ = [
 _NEG_ZERO = ("-0.0",)  # cache key stand-in for -0.0, which == 0.0 but must stay a distinct constant
 
 
+def _canonical_float(x: Any) -> tuple[Any, Any]:
+    if type(x) is not float:
+        return x, x
+    if x != x:
+        return math.nan, math.nan  # one NaN object, so NaN constants hash-cons too
+    return x, (_NEG_ZERO if x == 0.0 and math.copysign(1.0, x) < 0 else x)
+
+
+def _canonical_float_arg(arg: Any) -> tuple[Any, Any]:
+    """(the arg to store, the arg to key the cache with) for a float or a tuple of them (VCONST lanes)."""
+    if type(arg) is float:
+        return _canonical_float(arg)
+    pairs = [_canonical_float(x) for x in arg]
+    return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
+
+
 class UOpMetaClass(type):
     """Hash-consing: constructing a UOp equal to a live one returns that one."""
 
@@ -91,12 +107,9 @@ class UOpMetaClass(type):
     def __call__(
         cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None
     ) -> UOp:
-        if type(arg) is float:
-            if arg != arg:
-                arg = math.nan  # one NaN object, so NaN constants hash-cons too
-            elif arg == 0.0 and math.copysign(1.0, arg) < 0:
-                key: tuple[Any, ...] = (op, dtype, src, _NEG_ZERO, tag)
-                return UOpMetaClass._lookup(cls, key, op, dtype, src, arg, tag)
+        if type(arg) is float or (type(arg) is tuple and any(type(x) is float for x in arg)):
+            arg, key_arg = _canonical_float_arg(arg)
+            return UOpMetaClass._lookup(cls, (op, dtype, src, key_arg, tag), op, dtype, src, arg, tag)
         return UOpMetaClass._lookup(cls, (op, dtype, src, arg, tag), op, dtype, src, arg, tag)
 
     def _lookup(cls, key: tuple[Any, ...], op: Ops, dtype: DType, src: tuple[UOp, ...], arg: Any, tag: Any) -> UOp:

@@ -49,12 +49,29 @@ def _render_node(u: UOp, s: list[str]) -> str:  # noqa: C901  # one case per op:
     return f"{u.op.name}({', '.join(s)})"
 
 
+_MARK = "\x00"  # brackets a source's position inside a node's template
+
+
+def _template(u: UOp) -> list[str]:
+    """The node's text with its sources left as holes: literal, source index, literal, ... (odd items are holes)."""
+    return _render_node(u, [f"{_MARK}{i}{_MARK}" for i in range(len(u.src))]).split(_MARK)
+
+
 def render_expr(root: UOp) -> str:
-    """`root` as a C-like expression, e.g. `((a*4)+b)`."""
-    text: dict[UOp, str] = {}
-    for u in root.toposort():
-        text[u] = _render_node(u, [text[s] for s in u.src])
-    return text[root]
+    """`root` as a C-like expression, e.g. `((a*4)+b)`. Linear in the output size, with no recursion."""
+    templates: dict[UOp, list[str]] = {}
+    out: list[str] = []
+    stack: list[UOp | str] = [root]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            out.append(item)
+            continue
+        if (parts := templates.get(item)) is None:
+            parts = templates[item] = _template(item)
+        for k in range(len(parts) - 1, -1, -1):
+            stack.append(parts[k] if k % 2 == 0 else item.src[int(parts[k])])
+    return "".join(out)
 
 
 def _node_head(u: UOp) -> str:

@@ -56,9 +56,12 @@ class RewriteContext:
         seen: set[UOp] = set()
         new: UOp | None = x
         last = x
+        limit = REWRITE_STACK_LIMIT.value
         while new is not None:
             if new in seen:
                 raise RewriteLoopError("infinite loop in fixed_point_rewrite", self._describe(list(seen)))
+            if len(seen) > limit:  # rules that keep building new nodes never repeat one
+                raise RewriteLoopError("infinite loop in fixed_point_rewrite (too many steps)", self._describe([x]))
             seen.add(new)
             last, new = new, self.apply(pm, new)
         return last
@@ -334,9 +337,9 @@ def profile_matches(fn: F) -> F:
             raise AssertionError(
                 f"invalid match tracing input: {fn.__name__} got {type(args[0]).__name__ if args else 'nothing'}"
             )
-        code = fn.__code__
-        step = TrackedGraphRewrite((code.co_filename, code.co_firstlineno), track_uop(args[0]), len(active_rewrites),
-                                   False, fn.__name__, trace=_call_trace(sys._getframe(1)))  # fmt: skip
+        caller = sys._getframe(1)
+        step = TrackedGraphRewrite((caller.f_code.co_filename, caller.f_lineno), track_uop(args[0]),
+                                   len(active_rewrites), False, fn.__name__, trace=_call_trace(caller))  # fmt: skip
         _current_group().append(step)
         active_rewrites.append(step)
         try:

@@ -229,16 +229,14 @@ def combine_like_terms(x: UOp) -> UOp | None:
     """x*c0 + x*c1 -> x*(c0+c1), also with the first term one level down: (y + x*c0) + x*c1 -> y + x*(c0+c1)."""
     if x.dtype.scalar() is dtypes.bool:
         return None
-    for left, right in (x.src, x.src[::-1]):
-        base, f1 = _scaled(right)
-        if base.op in _CONSTS:
-            continue  # constants fold, they don't combine
-        if (term := _scaled(left))[0] is base:
-            return _merge(base, term[1], f1)
-        if left.op is Ops.ADD:
-            for y, other in (left.src, left.src[::-1]):
+    (left_base, left_f), (right_base, right_f) = _scaled(x.src[0]), _scaled(x.src[1])
+    if left_base is right_base and left_base.op not in _CONSTS:
+        return _merge(left_base, left_f, right_f)
+    for side, base, f in ((x.src[0], right_base, right_f), (x.src[1], left_base, left_f)):
+        if side.op is Ops.ADD and base.op not in _CONSTS:  # constants fold, they don't combine
+            for y, other in (side.src, side.src[::-1]):
                 if (term := _scaled(other))[0] is base:
-                    return y + _merge(base, term[1], f1)
+                    return y + _merge(base, term[1], f)
     return None
 
 

@@ -234,11 +234,6 @@ class TestNesting:
             ("pass 1", 1),
         ]
 
-    @pytest.mark.xfail(
-        reason="bug: rewrite.py profile_matches records the decorated function's first line as the step's loc; "
-        "graph_rewrite steps (and the reference) record the caller's file and line: use sys._getframe(1)",
-        strict=True,
-    )
     def test_profile_matches_step_loc_is_the_caller(self) -> None:
         @profile_matches
         def nothing(u: UOp) -> None:

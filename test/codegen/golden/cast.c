@@ -1,4 +1,12 @@
 #include <math.h>
+#ifdef FUSEGRAD_MVEC
+float exp2f(float) __attribute__((simd("notinbranch")));
+float log2f(float) __attribute__((simd("notinbranch")));
+float sinf(float) __attribute__((simd("notinbranch")));
+double exp2(double) __attribute__((simd("notinbranch")));
+double log2(double) __attribute__((simd("notinbranch")));
+double sin(double) __attribute__((simd("notinbranch")));
+#endif
 void E_16(float* restrict data0, const int* restrict data1) {
   #pragma omp simd
   for (long long ridx0 = 0; ridx0 < 16; ridx0++) {

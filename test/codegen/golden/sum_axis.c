@@ -1,4 +1,12 @@
 #include <math.h>
+#ifdef FUSEGRAD_MVEC
+float exp2f(float) __attribute__((simd("notinbranch")));
+float log2f(float) __attribute__((simd("notinbranch")));
+float sinf(float) __attribute__((simd("notinbranch")));
+double exp2(double) __attribute__((simd("notinbranch")));
+double log2(double) __attribute__((simd("notinbranch")));
+double sin(double) __attribute__((simd("notinbranch")));
+#endif
 void r_4_8(float* restrict data0, const float* restrict data1) {
   for (long long ridx0 = 0; ridx0 < 4; ridx0++) {
     float acc0;
