@@ -367,6 +367,11 @@ def _math_suffix(dtype: DType) -> str:
     return "" if dtype.scalar() == dtypes.float64 else "f"
 
 
+# libm functions with SIMD variants in glibc's libmvec (AVX2/AVX-512), by C type
+_SIMD_MATH = [("float", "exp2f"), ("float", "log2f"), ("float", "sinf"), ("double", "exp2"), ("double", "log2"),
+              ("double", "sin")]  # fmt: skip
+
+
 class ClangRenderer(CStyleLanguage):
     """C99 for the CPU device, compiled by the system C compiler with -fopenmp (GCC or Clang)."""
 
@@ -375,9 +380,7 @@ class ClangRenderer(CStyleLanguage):
     # with glibc's libmvec (the compiler defines FUSEGRAD_MVEC), these declarations let gcc vectorize math calls
     preamble = (
         "#include <math.h>\n#ifdef FUSEGRAD_MVEC\n"
-        + "".join(f"{t} {f}({t}) __attribute__((simd(\"notinbranch\")));\n"
-                  for t, f in [("float", "exp2f"), ("float", "log2f"), ("float", "sinf"), ("double", "exp2"),
-                               ("double", "log2"), ("double", "sin")])  # fmt: skip
+        + "".join(f'{t} {f}({t}) __attribute__((simd("notinbranch")));\n' for t, f in _SIMD_MATH)
         + "#endif\n"
     )
     buffer_suffix = " restrict"

@@ -80,7 +80,9 @@ def compute_shape(u: UOp) -> Shape | None:
             shape = _src_shape(u)
             assert shape is not None, "REDUCE_AXIS needs a shaped source"
             return tuple(1 if i in u.arg[1] else s for i, s in enumerate(shape))
-        case Ops.ASSIGN | Ops.AFTER | Ops.COPY | Ops.CONTIGUOUS | Ops.CONTIGUOUS_BACKWARD | Ops.DETACH | Ops.CAST | Ops.BITCAST:
+        case Ops.ASSIGN | Ops.AFTER | Ops.COPY | Ops.CONTIGUOUS | Ops.CONTIGUOUS_BACKWARD | Ops.DETACH:
+            return _src_shape(u)
+        case Ops.CAST | Ops.BITCAST:
             return _src_shape(u)
         case Ops.KERNEL | Ops.SINK | Ops.DEVICE | Ops.UNIQUE:
             return None
