@@ -28,6 +28,11 @@ from fusegrad.dtype import (
     to_dtype,
 )
 from fusegrad.helpers import _METADATA, DEBUG, TRACEMETA, Metadata, argfix, colored, prod
+from fusegrad.mixin.elementwise import ElementwiseMixin
+from fusegrad.mixin.movement import MovementMixin
+from fusegrad.mixin.nn import NNMixin
+from fusegrad.mixin.random import RandomMixin
+from fusegrad.mixin.reduce import ReduceMixin
 from fusegrad.uop import GroupOp, Ops
 from fusegrad.uop.ops import UOp, all_metadata
 
@@ -74,7 +79,7 @@ def _broadcast_shape(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
-class Tensor:
+class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin):
     """A lazily evaluated n-d array on a device. Example: `(Tensor([1, 2]) * 2).tolist() == [2, 4]`.
 
     Raises ValueError for shape mismatches (naming the op and both shapes), TypeError for unsupported dtypes.

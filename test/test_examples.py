@@ -50,3 +50,11 @@ def test_demo_rejects_a_bad_width() -> None:
     proc = run_module("demo", "--width", "0")
     assert proc.returncode == 2
     assert "--width must be at least 1" in proc.stderr
+
+
+def test_linreg_trains() -> None:
+    proc = run_module("linreg", "--samples", "256", "--features", "8", "--steps", "60")
+    assert proc.returncode == 0, proc.stderr
+    losses = [float(line.split()[-1]) for line in proc.stdout.splitlines() if line.startswith("step")]
+    assert losses[-1] < losses[0] * 1e-3, losses
+    assert "max |w - w_true|" in proc.stdout
