@@ -259,11 +259,18 @@ class Rule:
     wants_ctx: bool
 
 
+_WANTS_CTX: dict[RewriteFn, bool] = {}  # inspect.signature is slow, and tables are composed (`+`) many times
+
+
 def _wants_ctx(fn: RewriteFn) -> bool:
+    if (cached := _WANTS_CTX.get(fn)) is not None:
+        return cached
     try:
-        return "ctx" in inspect.signature(fn).parameters
+        ret = "ctx" in inspect.signature(fn).parameters
     except (TypeError, ValueError):
-        return False
+        ret = False
+    _WANTS_CTX[fn] = ret
+    return ret
 
 
 class PatternMatcher:
