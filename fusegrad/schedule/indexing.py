@@ -10,8 +10,10 @@ import functools
 import operator
 
 from fusegrad.dtype import dtypes
+from fusegrad.helpers import TRACK_MATCH_STATS, Context
 from fusegrad.uop import Ops
-from fusegrad.uop.ops import UOp
+from fusegrad.uop.ops import UOp, graph_rewrite
+from fusegrad.uop.symbolic import sym
 
 Index = tuple[UOp, ...]
 
@@ -35,6 +37,20 @@ def linearize_index(idx: Index, shape: tuple[int, ...]) -> UOp:
     return functools.reduce(operator.add, terms) if terms else idx_const(0)
 
 
+def simplify_index(idx: Index) -> Index:
+    """Fold the div/mod a reshape introduces, so equal indices are the same nodes and unused ranges disappear."""
+    if all(i.op in (Ops.RANGE, Ops.CONST) for i in idx):
+        return idx
+    return _simplify_index_cached(idx)
+
+
+# kernels number their ranges from 0, so the same reshapes in different kernels (and passes) repeat exactly
+@functools.lru_cache(maxsize=8192)
+def _simplify_index_cached(idx: Index) -> Index:
+    with Context(TRACK_MATCH_STATS=min(TRACK_MATCH_STATS.value, 1)):  # one step per reshape would flood VIZ
+        return graph_rewrite(UOp.sink(*idx), sym, name="simplify index").src
+
+
 def _and(a: UOp | None, b: UOp) -> UOp:
     return b if a is None else a & b
 
@@ -52,7 +68,7 @@ def source_index(node: UOp, idx: Index, valid: UOp | None) -> tuple[Index, UOp |
                 else:
                     q = flat // st if st != 1 else flat
                     out.append(q % s if i != 0 else q)  # the first axis needs no mod: flat < total size
-            return tuple(out), valid
+            return simplify_index(tuple(out)), valid
         case Ops.PERMUTE:
             out_list: list[UOp] = [idx_const(0)] * len(arg)
             for out_axis, in_axis in enumerate(arg):

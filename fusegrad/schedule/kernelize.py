@@ -95,15 +95,22 @@ def find_realizes(sink: UOp) -> dict[UOp, None]:
     while True:
         reads: dict[UOp, set[Any]] = {}
         flagged: dict[UOp, None] = {}
-        for root in list(realized):
-            if root.op is not Ops.COPY:
-                build_kernel(root, realized, {}, reads, flagged, None)
+        roots, added_reduce = list(realized), False
+        for root in roots:  # grows while we walk: a reduce that needs its own kernel is built in this same pass
+            if root.op is Ops.COPY:
+                continue
+            build_kernel(root, realized, {}, reads, flagged, None)
+            for u in flagged:
+                if u.op is Ops.REDUCE_AXIS and u not in realized and prod(u.shape) != 0:
+                    realized[u] = None
+                    roots.append(u)
+                    added_reduce = True
+        if added_reduce:
+            continue  # kernels built before a reduce was split off saw it inline: walk again for clean reads
         new = [u for u in flagged if u not in realized and prod(u.shape) != 0]
-        # realizing a reduce changes who reads what, so settle reduces before splitting elementwise nodes
-        new_reduces = [u for u in new if u.op is Ops.REDUCE_AXIS]
         if not new:
             return realized
-        realized.update(dict.fromkeys(new_reduces or new))
+        realized.update(dict.fromkeys(new))
 
 
 def _kernel_name(result: Any) -> str:

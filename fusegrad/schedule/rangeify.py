@@ -172,6 +172,9 @@ class KernelBuilder:
             if (stored := self.stored_node(n)) is not None:
                 self.memo[key] = self.load(stored, n, i, v)
                 continue
+            if n in self.flagged and n is not self.root:  # it will get its own kernel: read it, don't inline it
+                self.memo[key] = self.load(n, n, i, v)
+                continue
             if n.op is Ops.CONST:
                 self.memo[key] = UOp.const(n.dtype, n.arg)
                 continue
