@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
 ALL_DEVICES = ["CPU", "PYTHON"]  # candidates for Device.DEFAULT, best first; NULL and DISK are never picked
 _HOST_ONLY_DEVICES = ("DISK", "NPY", "PYTHON")  # usable even with ALLOW_DEVICE_USAGE=0
+_STORAGE_DEVICES = ("DISK", "NPY")  # hold data but run no kernels: `python -m fusegrad.device` doesn't list them
 
 
 @functools.cache
@@ -368,11 +369,20 @@ class Buffer:
             return self
         if opaque is not None:
             self.options = dataclasses.replace(self.options, nolru=True)  # not ours: never cached for reuse
-            self._storage = BufferStorage(_adopt(opaque))
+            self._storage = BufferStorage(self._check_adopted(_adopt(opaque)))
         else:
             self._storage = BufferStorage(self.allocator.alloc(self.nbytes, self.options))
         self._count_alloc()
         return self
+
+    def _check_adopted(self, handle: object) -> object:
+        """Adopted host memory must be exactly this buffer's size: a zero-copy wrap can't pad or cut."""
+        if isinstance(handle, memoryview) and handle.nbytes != self.nbytes:
+            raise ValueError(
+                f"allocate: opaque memory has the wrong size: got {handle.nbytes} bytes, "
+                f"expected {self.nbytes} ({self.size} x {self.dtype})"
+            )
+        return handle
 
     def _check_max_size(self) -> None:
         limit = MAX_BUFFER_SIZE.value
@@ -504,6 +514,8 @@ class Allocator(Generic[H]):
     Runtimes implement `_alloc`, `_free`, `_copyin`, `_copyout`, `_offset` and (for host memory) `_as_buffer`.
     """
 
+    lru: ClassVar[bool] = True  # False: freed memory is released at once (DISK closes its file with the last buffer)
+
     def __init__(self, dev: Compiled) -> None:
         self.dev = dev
         self.default_buffer_spec = BufferSpec()
@@ -538,7 +550,7 @@ class Allocator(Generic[H]):
 
     def free(self, opaque: H, size: int, options: BufferSpec | None = None) -> None:
         spec = options if options is not None else self.default_buffer_spec
-        if LRU and not spec.nolru and not spec.zero and spec.external_ptr is None:
+        if LRU and self.lru and not spec.nolru and not spec.zero and spec.external_ptr is None:
             self.cache[(size, spec)].append(opaque)
         else:
             self._free(opaque, spec)
@@ -682,14 +694,19 @@ class Compiled:
     def renderer(self) -> Renderer:
         """Made on first use: renderers live in fusegrad/renderer, imported only when a kernel is rendered."""
         if self._make_renderer is None:
-            raise RuntimeError(f"{self.device}: this device has no renderer")
+            raise RuntimeError(f"{self.device}: this device has no renderer{self._compute_hint()}")
         return self._make_renderer()
 
     @property
     def compiler(self) -> Compiler:
         if self._compiler is None:
-            raise RuntimeError(f"{self.device}: this device has no compiler")
+            raise RuntimeError(f"{self.device}: this device has no compiler{self._compute_hint()}")
         return self._compiler
+
+    def _compute_hint(self) -> str:
+        if self.device.split(":")[0] not in _STORAGE_DEVICES:
+            return ""
+        return ": it stores data but can't compute: move the tensor to a compute device first, e.g. .to('CPU')"
 
     def runtime(self, name: str, lib: bytes) -> Program:
         """Load kernel `name` from a binary made by this device's compiler."""
@@ -740,7 +757,7 @@ def enumerate_devices_str() -> Iterator[str]:
         default: str | None = Device.DEFAULT
     except RuntimeError:
         default = None
-    for name in Device._devices:
+    for name in [d for d in Device._devices if d not in _STORAGE_DEVICES]:
         try:
             _smoke_test(name)
             result = colored("PASS", "green")

@@ -298,8 +298,84 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
         dev = _canonical_device(device)
         return self if dev == self.device else Tensor(self.uop.copy_to_device(dev))
 
+    # *** autograd ***
+    # requires_grad is None (unset), True or False on each Tensor and is not propagated by ops: backward() finds the
+    # tensors that need a gradient by looking for their nodes in the loss's graph (the graph is the record of ops).
+    # Gradients need that graph, so call backward() before realizing the loss or the activations it is built from.
+
+    def requires_grad_(self, requires_grad: builtins.bool = True) -> Tensor:
+        """Mark this tensor (leaf or intermediate) to receive `.grad` from `backward()`; returns self."""
+        self.requires_grad = requires_grad
+        return self
+
     def detach(self) -> Tensor:
-        return Tensor(self.uop.detach())
+        """The same values, cut off from the graph: no gradient flows through the result."""
+        return Tensor(self.uop.detach(), requires_grad=False)
+
+    def gradient(
+        self, *targets: Tensor, gradient: Tensor | None = None, materialize_grads: builtins.bool = False
+    ) -> list[Tensor]:
+        """d(self)/d(target) for each target, as lazy Tensors shaped like the targets.
+
+        `gradient` is d(loss)/d(self) (default: ones; then self must have one element). Raises ValueError for a
+        missing or mis-shaped `gradient`, TypeError for non-float tensors, and RuntimeError for a target the result
+        does not depend on unless `materialize_grads` (then its gradient is zeros).
+        Example: `x = Tensor([3.0]); (x * x).sum().gradient(x)[0].tolist() == [6.0]`.
+        """
+        from fusegrad.gradient import compute_gradient
+
+        root_grad = self._root_gradient(gradient, "gradient")
+        for i, t in enumerate(targets):
+            if not dtypes.is_float(t.dtype):
+                raise TypeError(f"gradient: only float tensors have gradients, got {t.dtype} for target {i}")
+        grads = compute_gradient(self.uop, root_grad.uop, {t.uop for t in targets})
+        ret = []
+        for i, t in enumerate(targets):
+            if (g := grads.get(t.uop)) is not None:
+                ret.append(Tensor(g))
+            elif materialize_grads:
+                ret.append(t.zeros_like(requires_grad=False))
+            else:
+                raise RuntimeError(f"gradient: the result does not depend on target {i} (shape {t.shape})")
+        return ret
+
+    def backward(self, gradient: Tensor | None = None) -> Tensor:
+        """Add d(self)/d(t) to `t.grad` for every tensor `t` with requires_grad=True that self depends on.
+
+        `gradient` is d(loss)/d(self); it may be omitted only for a one-element self (ValueError otherwise). Raises
+        RuntimeError when no such tensor is found. Example: `w = Tensor([2.0], requires_grad=True)`,
+        `(w * w).sum().backward()` leaves `w.grad.tolist() == [4.0]`. Returns self.
+        """
+        in_graph = self.uop.toposort()
+        params = [t for ref in list(_all_tensors) if (t := ref()) is not None and t.requires_grad and t.uop in in_graph]
+        if not params:
+            raise RuntimeError(
+                f"backward: the {self.shape} result depends on no tensor with requires_grad=True "
+                "(or its graph was realized before backward)"
+            )
+        for t, g in zip(params, self.gradient(*params, gradient=gradient, materialize_grads=True), strict=True):
+            assert g.shape == t.shape, f"backward: gradient shape {g.shape} differs from the tensor's {t.shape}"
+            if t.grad is None:
+                t.grad = g
+            else:
+                t.grad.assign(t.grad + g)
+        return self
+
+    def _root_gradient(self, gradient: Tensor | None, op: str) -> Tensor:
+        """d(loss)/d(self): the given one, checked, or ones when self has exactly one element."""
+        if not dtypes.is_float(self.dtype):
+            raise TypeError(f"{op}: only float tensors have gradients, got {self.dtype}")
+        if gradient is None:
+            if self.numel() != 1:
+                raise ValueError(
+                    f"{op}: an implicit gradient needs a one-element result, got shape {self.shape}; pass gradient="
+                )
+            return self.ones_like(requires_grad=False)
+        if gradient.shape != self.shape:
+            raise ValueError(f"{op}: gradient shape {gradient.shape} does not match the result's shape {self.shape}")
+        if gradient.device != self.device:
+            raise ValueError(f"{op}: gradient on {gradient.device} but the result on {self.device}; use .to() first")
+        return gradient.cast(self.dtype)
 
     # *** elementwise ***
 

@@ -68,7 +68,7 @@ def test_canonicalize_device_tuples() -> None:
 
 
 def test_unknown_device_lists_the_available_ones() -> None:
-    with pytest.raises(ValueError, match=r"unknown device 'FOO:1': expected one of CPU, NULL, PYTHON"):
+    with pytest.raises(ValueError, match=r"unknown device 'FOO:1': expected one of CPU, DISK, NPY, NULL, PYTHON"):
         Device["foo:1"]
 
 

@@ -133,7 +133,7 @@ class ViewOp(Runner):
 
 
 class BufferCopy(Runner):
-    """A COPY kernel: bufs[1] -> bufs[0] through host memory."""
+    """A COPY kernel: bufs[1] -> bufs[0], directly where the destination is host memory, else through a host copy."""
 
     def __init__(self, total_sz: int, dest_device: str, src_device: str) -> None:
         from fusegrad.renderer import Estimates
@@ -143,7 +143,14 @@ class BufferCopy(Runner):
         super().__init__(colored(name, "yellow"), dest_device, Estimates(lds=total_sz, mem=total_sz))
 
     def copy(self, dest: Buffer, src: Buffer) -> None:
-        dest.copyin(src.as_memoryview(allow_zero_copy=True))
+        if dest.device.startswith("NULL") or src.device.startswith("NULL"):
+            return  # NULL stores nothing: the copy only records its event (and never stages NULL's size in host memory)
+        # the source writes straight into host memory (CPU, PYTHON, NPY): one memcpy, or DISK reading its mmap into it.
+        # DISK's own memory is not offered here: a write must go through copyin, which grows the file.
+        if (host := dest.allocator._as_buffer(dest._buf)) is not None:
+            src.copyout(host)
+        else:
+            dest.copyin(src.as_memoryview(allow_zero_copy=True))
 
     def __call__(self, rawbufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
         dest, src = rawbufs[0], rawbufs[1]

@@ -1,14 +1,581 @@
-"""Tensor methods: unary math, activations and binary ops beyond the core (exp, relu, ...)."""
+"""Tensor methods: unary math, activations and binary ops beyond the core (exp, relu, ...).
+
+Every op is composed from the core primitives (exp2, log2, sin, sqrt, reciprocal, trunc, comparisons, where, bitwise
+ops), so each backend and autograd get them without new UOps. Transcendental compositions compute in float32 (float64
+stays float64) and round once at the end, so float16 inputs keep float32 accuracy.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Literal
+
+from fusegrad.dtype import ConstType, DType, dtypes, least_upper_dtype, least_upper_float
+from fusegrad.uop import Ops
 
 if TYPE_CHECKING:
-    from fusegrad.tensor import Tensor  # noqa: F401  # methods annotate `self: Tensor`
+    from fusegrad.tensor import Tensor
+
+_LN2 = math.log(2)
+_LOG2E = 1 / math.log(2)
+# Taylor coefficients in z = x*x, lowest power first; each series is only used where it converges to float32 precision
+# asin(x) = x * sum C(2n, n) / (4^n (2n+1)) z^n             for |x| <= 0.5 (last term used < 1e-9)
+_ASIN = [math.comb(2 * n, n) / (4**n * (2 * n + 1)) for n in range(13)]
+# atan(x) = x * sum (-1)^n z^n / (2n+1)                     for |x| <= tan(pi/8) (last term used < 1e-9)
+_ATAN = [(-1) ** n / (2 * n + 1) for n in range(12)]
+# erf(x) = x * 2/sqrt(pi) * sum (-1)^n z^n / (n! (2n+1))    for |x| < 1 (last term used < 1e-11)
+_ERF = [2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(13)]
+# sinh(x) = x * sum z^n / (2n+1)!                           for |x| < 1 (last term used < 1e-10)
+_SINH = [1 / math.factorial(2 * n + 1) for n in range(7)]
+# atanh(s) = s * sum z^n / (2n+1)                           for |s| <= 0.2 (last term used < 1e-10)
+_ATANH = [1 / (2 * n + 1) for n in range(7)]
+# expm1(x) = x * sum x^n / (n+1)!                           for |x| < 0.5 (last term used < 1e-11)
+_EXPM1 = [1 / math.factorial(n + 1) for n in range(11)]
+# erf(x) = 1 - t * P(t) * exp(-x^2), t = 1/(1 + p x), x >= 0: Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7
+_ERF_P = 0.3275911
+_ERF_TAIL = [0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429]
+
+
+def _poly(x: Tensor, coefficients: Sequence[float]) -> Tensor:
+    """sum c_n x^n by Horner's rule (coefficients lowest power first)."""
+    acc = x * coefficients[-1] + coefficients[-2]
+    for c in reversed(coefficients[:-2]):
+        acc = acc * x + c
+    return acc
+
+
+def _compute_dtype(dt: DType) -> DType:
+    """The float dtype a composition runs in: float32, or float64 for float64 inputs."""
+    return least_upper_dtype(least_upper_float(dt), dtypes.float32)
+
+
+def _in_float(x: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:
+    """fn(x) computed in float32 (or wider); the result has x's float dtype (ints and bools become float32)."""
+    return fn(x.cast(_compute_dtype(x.dtype))).cast(least_upper_float(x.dtype))
+
+
+def _log1p(u: Tensor) -> Tensor:
+    """log(1 + u), accurate for small u. Near 0 a series in s = u / (2 + u): log1p(u) = 2 atanh(s); not the
+    log(w) * u / (w - 1) trick, which the float-unsound fold (1 + u) - 1 -> u in the symbolic rules defeats."""
+    s = u / (2 + u)
+    near_zero = 2 * s * _poly(s * s, _ATANH)
+    return ((u > -0.3) & (u < 0.5)).where(near_zero, (1 + u).log())
+
+
+def _expm1(x: Tensor) -> Tensor:
+    """exp(x) - 1, accurate for small x: a Taylor series where exp(x) - 1 would cancel."""
+    return (x.abs() < 0.5).where(x * _poly(x, _EXPM1), x.exp() - 1)
+
+
+def _asin_small(x: Tensor) -> Tensor:
+    """asin(x) for |x| <= 0.5."""
+    return x * _poly(x * x, _ASIN)
+
+
+def _atan_small(x: Tensor) -> Tensor:
+    """atan(x) for |x| <= tan(pi/8)."""
+    return x * _poly(x * x, _ATAN)
+
+
+def _is_negative(x: Tensor) -> Tensor:
+    """The sign bit of a float: True for negative values and -0.0 (1/-0.0 is -inf)."""
+    return (x < 0) | ((x == 0) & (x.reciprocal() < 0))
+
+
+def _shift(x: Tensor, op: Ops, y: Tensor | int, name: str, reverse: bool) -> Tensor:
+    a, b = x._broadcasted(y, name, reverse)
+    if not dtypes.is_int(a.dtype):
+        raise TypeError(f"{name}: shifts need integer tensors, got {a.dtype}")
+    return type(x)(a.uop.alu(op, b.uop))
+
+
+def _int_pow(base: Tensor, exponent: Tensor) -> Tensor:
+    """base ** exponent for integer tensors by binary exponentiation over every exponent bit; wraps like torch.
+    Negative exponents give the truncated integer 1 / base**-e: 1 for base 1, +-1 for base -1, else 0."""
+    result, power = base.ones_like(), base
+    for bit in range(base.dtype.itemsize * 8 - 1):
+        result = ((exponent >> bit) & 1).where(result * power, result)
+        power = power * power
+    if dtypes.is_unsigned(base.dtype):
+        return result
+    minus_one = (exponent & 1).where(-1, 1).cast(base.dtype)
+    negative = (base == 1).where(1, (base == -1).where(minus_one, 0)).cast(base.dtype)
+    return (exponent < 0).where(negative, result)
+
+
+def _float_pow(base: Tensor, exponent: Tensor) -> Tensor:
+    """base ** exponent for float tensors: exp2(e * log2|b|), then the sign and the special cases of C's pow."""
+    magnitude = (exponent * base.abs().log2()).exp2()
+    is_int = exponent == exponent.trunc()
+    is_odd = is_int & ((exponent * 0.5).trunc() != exponent * 0.5)
+    negative = _is_negative(base)
+    ret = (negative & is_odd).where(-magnitude, magnitude)
+    finite_nonzero = (base != 0) & (base.abs() != math.inf)  # C's pow(-0.0, 0.5) is 0 and pow(-inf, 0.5) is inf
+    ret = (negative & is_int.logical_not() & finite_nonzero).where(math.nan, ret)
+    one = (base == 1) | (exponent == 0) | ((base == -1) & (exponent.abs() == math.inf))  # 1 ** nan, nan ** 0 are 1
+    return one.where(1.0, ret)
+
+
+def _const_pow(base: Tensor, exponent: float) -> Tensor:
+    """base ** a Python number: exact repeated squaring for small integer powers, sqrt for +-0.5."""
+    if exponent == 0.5:
+        return base.sqrt()
+    if exponent == -0.5:
+        return base.sqrt().reciprocal()
+    n = abs(int(exponent)) if float(exponent).is_integer() else -1
+    if not 0 <= n <= 64:
+        return _in_float(base, lambda b: _float_pow(b, b.full_like(exponent)))
+    result: Tensor | None = None
+    power = base
+    while n:
+        if n & 1:
+            result = power if result is None else result * power
+        n >>= 1
+        power = power * power if n else power
+    ret = base.ones_like() if result is None else result
+    return ret.reciprocal() if exponent < 0 else ret
 
 
 class ElementwiseMixin:
     """Mixed into Tensor; see the module docstring."""
 
     __slots__ = ()
+
+    # *** rounding and sign ***
+
+    def sign(self: Tensor) -> Tensor:
+        """-1, 0 or 1 in self's dtype (NaN gives 0, like torch). Example: `Tensor([-2.0, 0.0, 3.0]).sign()` -> [-1, 0, 1]."""
+        if self.dtype == dtypes.bool:
+            return self
+        return (self > 0).where(1, (self < 0).where(-1, 0)).cast(self.dtype)
+
+    def ceil(self: Tensor) -> Tensor:
+        """Round toward +inf; integer and bool tensors are returned as they are. Example: `Tensor([-1.5]).ceil()` -> [-1.]."""
+        if not dtypes.is_float(self.dtype):
+            return self
+        t = self.trunc()
+        return (self > t).where(t + 1, t)
+
+    def floor(self: Tensor) -> Tensor:
+        """Round toward -inf; integer and bool tensors are returned as they are. Example: `Tensor([-1.5]).floor()` -> [-2.]."""
+        if not dtypes.is_float(self.dtype):
+            return self
+        t = self.trunc()
+        return (self < t).where(t - 1, t)
+
+    def round(self: Tensor) -> Tensor:
+        """Round half to even, like torch and numpy. Example: `Tensor([0.5, 1.5, 2.5, -0.5]).round()` -> [0, 2, 2, -0]."""
+        if not dtypes.is_float(self.dtype):
+            return self
+        t = self.trunc()
+        frac = (self - t).abs()  # exact; NaN for +-inf, which then fails every test below and keeps t
+        t_is_odd = (t * 0.5).trunc() != t * 0.5
+        away = (frac > 0.5) | ((frac == 0.5) & t_is_odd)  # not floor(x + 0.5): x + 0.5 rounds up for 0.49999997
+        return away.where((self > 0).where(t + 1, t - 1), t)
+
+    # *** classification ***
+
+    def isnan(self: Tensor) -> Tensor:
+        """True where self is NaN (bool tensor of self's shape). Example: `Tensor([1.0, math.nan]).isnan()` -> [F, T]."""
+        return self != self
+
+    def isinf(self: Tensor, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+        """True where self is +inf (if `detect_positive`) or -inf (if `detect_negative`). Example:
+        `Tensor([math.inf, -math.inf, 1.0]).isinf(detect_negative=False)` -> [T, F, F]."""
+        ret = self.full_like(False, dtype=dtypes.bool)
+        if not dtypes.is_float(self.dtype):
+            return ret
+        if detect_positive:
+            ret = ret | (self == math.inf)
+        if detect_negative:
+            ret = ret | (self == -math.inf)
+        return ret
+
+    def isfinite(self: Tensor) -> Tensor:
+        """True where self is neither inf nor NaN. Example: `Tensor([1.0, math.inf, math.nan]).isfinite()` -> [T, F, F]."""
+        if not dtypes.is_float(self.dtype):
+            return self.full_like(True, dtype=dtypes.bool)
+        return self.abs() < math.inf  # NaN compares False
+
+    def isclose(
+        self: Tensor, other: Tensor | ConstType, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False
+    ) -> Tensor:
+        """|self - other| <= atol + rtol * |other| elementwise (infs are close only to themselves), broadcasting.
+        Example: `Tensor([1.0, 2.0]).isclose(Tensor([1.0 + 1e-7, 2.1]))` -> [T, F]."""
+        a, b = self._broadcasted(other, "isclose")
+        if a.dtype == dtypes.bool:
+            return a == b
+        a, b = a.cast(_compute_dtype(a.dtype)), b.cast(_compute_dtype(a.dtype))
+        close = (a == b) | (a.isfinite() & b.isfinite() & ((a - b).abs() <= atol + rtol * b.abs()))
+        return close | (a.isnan() & b.isnan()) if equal_nan else close
+
+    def allclose(
+        self: Tensor, other: Tensor, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False
+    ) -> Tensor:
+        """True (a 0-d bool tensor, like tinygrad) if every element is close; see `isclose`."""
+        return self.isclose(other, rtol=rtol, atol=atol, equal_nan=equal_nan).all()
+
+    def is_floating_point(self: Tensor) -> bool:
+        """True for float dtypes. Example: `Tensor([1.0]).is_floating_point()` -> True."""
+        return dtypes.is_float(self.dtype)
+
+    # *** bitwise ***
+
+    def bitwise_not(self: Tensor) -> Tensor:
+        """~self for integer tensors, logical not for bools; `~t` calls it. Raises TypeError for floats.
+        Example: `Tensor([0, -3]).bitwise_not()` -> [-1, 2]."""
+        if self.dtype == dtypes.bool:
+            return self.logical_not()
+        if not dtypes.is_int(self.dtype):
+            raise TypeError(f"bitwise_not: expected an integer or bool tensor, got {self.dtype}")
+        return self ^ (dtypes.max(self.dtype) if dtypes.is_unsigned(self.dtype) else -1)
+
+    def lshift(self: Tensor, x: Tensor | int, reverse: bool = False) -> Tensor:
+        """self << x for integer tensors (shifts of at least the bit width are undefined). Raises TypeError for floats.
+        Example: `Tensor([1, 3]).lshift(2)` -> [4, 12]."""
+        return _shift(self, Ops.SHL, x, "lshift", reverse)
+
+    def rshift(self: Tensor, x: Tensor | int, reverse: bool = False) -> Tensor:
+        """self >> x for integer tensors, arithmetic for signed ones. Example: `Tensor([-8, 13]).rshift(2)` -> [-2, 3]."""
+        return _shift(self, Ops.SHR, x, "rshift", reverse)
+
+    def __invert__(self: Tensor) -> Tensor:
+        return self.bitwise_not()
+
+    def __lshift__(self: Tensor, x: Tensor | int) -> Tensor:
+        return self.lshift(x)
+
+    def __rshift__(self: Tensor, x: Tensor | int) -> Tensor:
+        return self.rshift(x)
+
+    def __rlshift__(self: Tensor, x: Tensor | int) -> Tensor:
+        return self.lshift(x, True)
+
+    def __rrshift__(self: Tensor, x: Tensor | int) -> Tensor:
+        return self.rshift(x, True)
+
+    # *** trigonometric and hyperbolic ***
+
+    def cos(self: Tensor) -> Tensor:
+        """Cosine, as 1 - 2 sin^2(x/2): exact halving keeps large arguments accurate. Example: `Tensor([0.0]).cos()` -> [1.]."""
+        return _in_float(self, lambda x: 1 - 2 * (x * 0.5).sin().square())
+
+    def tan(self: Tensor) -> Tensor:
+        """Tangent. Example: `Tensor([0.0, math.pi / 4]).tan()` -> [0., 1.]."""
+        return _in_float(self, lambda x: x.sin() / x.cos())
+
+    def asin(self: Tensor) -> Tensor:
+        """Arcsine in [-pi/2, pi/2]; NaN outside [-1, 1]. Example: `Tensor([1.0]).asin()` -> [1.5708]."""
+
+        def asin(x: Tensor) -> Tensor:
+            a = x.abs()
+            big = math.pi / 2 - 2 * _asin_small(((1 - a) * 0.5).sqrt())  # asin(a) = pi/2 - 2 asin(sqrt((1-a)/2))
+            return (a <= 0.5).where(_asin_small(x), (x < 0).where(-big, big))
+
+        return _in_float(self, asin)
+
+    def acos(self: Tensor) -> Tensor:
+        """Arccosine in [0, pi]; NaN outside [-1, 1]. Example: `Tensor([-1.0]).acos()` -> [3.1416]."""
+
+        def acos(x: Tensor) -> Tensor:
+            near_one = 2 * _asin_small(((1 - x.abs()) * 0.5).sqrt())  # acos(|x|) without cancellation near |x| = 1
+            far = (x < 0).where(math.pi - near_one, near_one)
+            return (x.abs() <= 0.5).where(math.pi / 2 - _asin_small(x), far)
+
+        return _in_float(self, acos)
+
+    def atan(self: Tensor) -> Tensor:
+        """Arctangent in (-pi/2, pi/2). Example: `Tensor([1.0]).atan()` -> [0.7854]."""
+
+        def atan(x: Tensor) -> Tensor:
+            a = x.abs()
+            # reduce to |t| <= tan(pi/8): atan(a) = pi/4 + atan((a-1)/(a+1)) = pi/2 - atan(1/a)
+            mid = math.pi / 4 + _atan_small((a - 1) / (a + 1))
+            big = math.pi / 2 - _atan_small(a.reciprocal())  # also NaN for NaN
+            ret = (a <= math.tan(math.pi / 8)).where(_atan_small(a), (a <= math.tan(3 * math.pi / 8)).where(mid, big))
+            return (x < 0).where(-ret, ret)
+
+        return _in_float(self, atan)
+
+    def sinh(self: Tensor) -> Tensor:
+        """Hyperbolic sine. Example: `Tensor([1.0]).sinh()` -> [1.1752]."""
+
+        def sinh(x: Tensor) -> Tensor:
+            h = (x.abs() * _LOG2E - 1).exp2()  # e^|x| / 2 without overflowing before the result does
+            big = h - 0.25 / h
+            return (x.abs() < 1).where(x * _poly(x * x, _SINH), (x < 0).where(-big, big))
+
+        return _in_float(self, sinh)
+
+    def cosh(self: Tensor) -> Tensor:
+        """Hyperbolic cosine. Example: `Tensor([0.0]).cosh()` -> [1.]."""
+
+        def cosh(x: Tensor) -> Tensor:
+            h = (x.abs() * _LOG2E - 1).exp2()
+            return h + 0.25 / h
+
+        return _in_float(self, cosh)
+
+    def atanh(self: Tensor) -> Tensor:
+        """Inverse hyperbolic tangent; +-inf at +-1, NaN outside. Example: `Tensor([0.5]).atanh()` -> [0.5493]."""
+
+        def atanh(x: Tensor) -> Tensor:
+            a = x.abs()  # on |x|: 2x / (1 - x) loses every digit near x = -1
+            ret = 0.5 * _log1p(2 * a / (1 - a))
+            return (x < 0).where(-ret, ret)
+
+        return _in_float(self, atanh)
+
+    def asinh(self: Tensor) -> Tensor:
+        """Inverse hyperbolic sine. Example: `Tensor([1.0]).asinh()` -> [0.8814]."""
+
+        def asinh(x: Tensor) -> Tensor:
+            a = x.abs()
+            small = _log1p(a + a * a / (1 + (a * a + 1).sqrt()))  # log(a + sqrt(a^2+1)) without cancellation
+            ret = (a > 1e10).where(a.log() + _LN2, small)  # a^2 overflows; asinh(a) = log(2a) to float precision
+            return (x < 0).where(-ret, ret)
+
+        return _in_float(self, asinh)
+
+    def acosh(self: Tensor) -> Tensor:
+        """Inverse hyperbolic cosine; NaN below 1. Example: `Tensor([2.0]).acosh()` -> [1.317]."""
+
+        def acosh(x: Tensor) -> Tensor:
+            small = _log1p((x - 1) + ((x - 1) * (x + 1)).sqrt())  # x - 1 is exact near 1
+            return (x > 1e10).where(x.log() + _LN2, small)
+
+        return _in_float(self, acosh)
+
+    # *** exponential family ***
+
+    def rsqrt(self: Tensor) -> Tensor:
+        """1 / sqrt(self). Example: `Tensor([4.0]).rsqrt()` -> [0.5]."""
+        return self.sqrt().reciprocal()
+
+    def log10(self: Tensor) -> Tensor:
+        """Base-10 logarithm. Example: `Tensor([100.0]).log10()` -> [2.]."""
+        return self.log2() * math.log10(2)
+
+    def erf(self: Tensor) -> Tensor:
+        """The error function. Example: `Tensor([0.0, 1.0]).erf()` -> [0., 0.8427]."""
+
+        def erf(x: Tensor) -> Tensor:
+            a = x.abs()
+            t = (1 + _ERF_P * a).reciprocal()
+            tail = 1 - t * _poly(t, _ERF_TAIL) * (-a * a).exp()
+            return (a < 1).where(x * _poly(x * x, _ERF), (x < 0).where(-tail, tail))
+
+        return _in_float(self, erf)
+
+    def copysign(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        """The magnitude of self with the sign of `other` (including -0.0); the dtype follows broadcasting, so two
+        integer tensors give an integer result (torch always returns float). Example: `Tensor([1, 2]).copysign(-1)`."""
+        a, b = self._broadcasted(other, "copysign")
+        negative = _is_negative(b) if dtypes.is_float(b.dtype) else b < 0
+        magnitude = a.abs()
+        if dtypes.is_float(a.dtype):  # clear the sign bit: abs() keeps -0.0 and the sign of NaN
+            bits = dtypes.fields()[f"int{a.dtype.itemsize * 8}"]
+            magnitude = (a.bitcast(bits) & dtypes.max(bits)).bitcast(a.dtype)
+        return negative.where(-magnitude, magnitude)
+
+    def logaddexp(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        """log(exp(self) + exp(other)) without overflow. Example: `Tensor([0.0]).logaddexp(0.0)` -> [0.6931]."""
+        a, b = self._broadcasted(other, "logaddexp")
+
+        def logaddexp(x: Tensor) -> Tensor:
+            y = b.cast(x.dtype)
+            tail = x.maximum(y) + _log1p((-(x - y).abs()).exp())
+            return (x == y).where(x + _LN2, tail)  # equal infinities: inf - inf would be nan
+
+        return _in_float(a, logaddexp)
+
+    def lerp(self: Tensor, end: Tensor, weight: Tensor | ConstType) -> Tensor:
+        """self + weight * (end - self); weight 1 gives `end` exactly, like torch.
+        Example: `Tensor([1.0]).lerp(Tensor([3.0]), 0.5)` -> [2.]."""
+        if isinstance(weight, (int, float)):
+            return self + (end - self) * weight if weight < 0.5 else end - (end - self) * (1 - weight)
+        from_start = self + (end - self) * weight
+        from_end = end - (end - self) * (1 - weight)
+        return (weight < 0.5).where(from_start, from_end)
+
+    # *** power ***
+
+    def pow(self: Tensor, x: Tensor | ConstType, reverse: bool = False) -> Tensor:
+        """self ** x (or x ** self with `reverse`). Integer tensors stay integer (wrapping like torch) and need
+        non-negative Python exponents (TypeError otherwise); a negative float base needs an integer exponent (else NaN);
+        0 ** 0 is 1. Example: `Tensor([-2.0, 3.0]).pow(2)` -> [4., 9.]."""
+        if not reverse and not isinstance(x, type(self)):
+            exponent = int(x) if isinstance(x, bool) else x
+            dt = least_upper_dtype(self.dtype, self._to_tensor_like(exponent).dtype)
+            if not dtypes.is_float(dt) and exponent < 0:
+                raise TypeError(f"pow: an integer tensor needs a non-negative integer exponent, got {exponent}")
+            return _const_pow(self.cast(dtypes.int32 if dt == dtypes.bool else dt), exponent)
+        base, power = self._broadcasted(x, "pow", reverse)
+        if base.dtype == dtypes.bool:
+            base, power = base.cast(dtypes.int32), power.cast(dtypes.int32)
+        if not dtypes.is_float(base.dtype):
+            return _int_pow(base, power)
+        return _in_float(base, lambda b: _float_pow(b, power.cast(b.dtype)))
+
+    def __pow__(self: Tensor, x: Tensor | ConstType) -> Tensor:
+        return self.pow(x)
+
+    def __rpow__(self: Tensor, x: Tensor | ConstType) -> Tensor:
+        return self.pow(x, True)
+
+    # *** clamping ***
+
+    def clamp(self: Tensor, min_: Tensor | ConstType | None = None, max_: Tensor | ConstType | None = None) -> Tensor:
+        """Limit values to [min_, max_] (either may be None, not both: ValueError); NaN stays NaN.
+        Example: `Tensor([-2.0, 0.5, 3.0]).clamp(-1, 1)` -> [-1., 0.5, 1.]."""
+        if min_ is None and max_ is None:
+            raise ValueError("clamp: at least one of min_ and max_ must be given, got None for both")
+        ret = self if min_ is None else (self < min_).where(min_, self)
+        return ret if max_ is None else (ret > max_).where(max_, ret)
+
+    def clip(self: Tensor, min_: Tensor | ConstType | None = None, max_: Tensor | ConstType | None = None) -> Tensor:
+        """Alias of `clamp`."""
+        return self.clamp(min_, max_)
+
+    # *** division variants ***
+
+    def _div_rounded(
+        self: Tensor, y: Tensor | ConstType, reverse: bool = False, rounding_mode: Literal["trunc", "floor"] | None = None
+    ) -> Tensor:
+        """div with torch's `rounding_mode`: "trunc" rounds toward zero, "floor" toward -inf; integer tensors stay
+        integer, others divide as floats then round. Raises ValueError for other modes."""
+        if rounding_mode is None:
+            return self.div(y, reverse)
+        if rounding_mode not in ("trunc", "floor"):
+            raise ValueError(f"div: unknown rounding_mode {rounding_mode!r}, expected 'trunc', 'floor' or None")
+        a, b = self._broadcasted(y, "div", reverse)
+        if dtypes.is_int(a.dtype):
+            q = a.idiv(b)
+            return q if rounding_mode == "trunc" else ((a.mod(b) != 0) & ((a < 0) != (b < 0))).where(q - 1, q)
+        q = a.div(b)
+        return q.trunc() if rounding_mode == "trunc" else q.floor()
+
+    def _mod_floor(self: Tensor, y: Tensor | ConstType, reverse: bool = False) -> Tensor:
+        """Python/torch remainder (sign of the divisor), for integers and floats: self - floor(self / y) * y."""
+        a, b = self._broadcasted(y, "mod", reverse)
+        if dtypes.is_int(a.dtype):
+            r = a.mod(b)
+            return ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
+        return a - a._div_rounded(b, rounding_mode="floor") * b
+
+    def fmod(self: Tensor, x: Tensor | ConstType) -> Tensor:
+        """C remainder (sign of the dividend), for integers and floats. Example: `Tensor([-7, 7]).fmod(3)` -> [-1, 1]."""
+        a, b = self._broadcasted(x, "fmod")
+        if dtypes.is_int(a.dtype):
+            return a.mod(b)
+        return a - a._div_rounded(b, rounding_mode="trunc") * b
+
+    # *** activations ***
+
+    def relu6(self: Tensor) -> Tensor:
+        """min(max(self, 0), 6). Example: `Tensor([-1.0, 3.0, 9.0]).relu6()` -> [0., 3., 6.]."""
+        return self.hardtanh(0, 6)
+
+    def hardtanh(self: Tensor, min_val: float = -1, max_val: float = 1) -> Tensor:
+        """Clamp to [min_val, max_val] with zero gradient at the bounds, like torch; NaN stays NaN.
+        Example: `Tensor([-2.0, 0.5]).hardtanh()` -> [-1., 0.5]."""
+        at_min = (self < min_val) | (self == min_val)  # not <=: Tensor.le is `not >`, True for NaN
+        at_max = (self > max_val) | (self == max_val)
+        return at_min.where(min_val, at_max.where(max_val, self))
+
+    def leaky_relu(self: Tensor, neg_slope: float = 0.01) -> Tensor:
+        """self where positive, neg_slope * self elsewhere. Example: `Tensor([-2.0, 2.0]).leaky_relu()` -> [-0.02, 2.]."""
+        return (self > 0).where(self, self * neg_slope)
+
+    def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
+        """self where positive, alpha * (exp(self) - 1) elsewhere. Example: `Tensor([-1.0]).elu()` -> [-0.6321]."""
+        return (self > 0).where(self, alpha * _in_float(self, _expm1))
+
+    def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
+        """self where positive, alpha * (exp(self / alpha) - 1) elsewhere. Example: `Tensor([-1.0]).celu()` -> [-0.6321]."""
+        return (self > 0).where(self, alpha * _in_float(self / alpha, _expm1))
+
+    def selu(self: Tensor, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor:
+        """gamma * elu(self, alpha). Example: `Tensor([1.0]).selu()` -> [1.0507]."""
+        return gamma * self.elu(alpha)
+
+    def gelu(self: Tensor, approximate: str = "tanh") -> Tensor:
+        """GELU; `approximate="tanh"` (the default, as in tinygrad) or `"none"` (exact, with erf). Raises ValueError
+        for other values. Example: `Tensor([1.0]).gelu()` -> [0.8412]."""
+        if approximate == "tanh":
+            # 0.5 * (1 + tanh(u)) == sigmoid(2u): no cancellation for negative inputs
+            inner = (2 * math.sqrt(2 / math.pi)) * (self + 0.044715 * self * self * self)
+            return self * inner.sigmoid()
+        if approximate == "none":
+            return self * 0.5 * (1 + (self * (1 / math.sqrt(2))).erf())
+        raise ValueError(f"gelu: unknown approximate={approximate!r}, expected 'tanh' or 'none'")
+
+    def quick_gelu(self: Tensor) -> Tensor:
+        """self * sigmoid(1.702 * self). Example: `Tensor([1.0]).quick_gelu()` -> [0.8458]."""
+        return self * (self * 1.702).sigmoid()
+
+    def silu(self: Tensor) -> Tensor:
+        """self * sigmoid(self). Example: `Tensor([1.0]).silu()` -> [0.7311]."""
+        return self * self.sigmoid()
+
+    def swish(self: Tensor) -> Tensor:
+        """Alias of `silu`."""
+        return self.silu()
+
+    def mish(self: Tensor) -> Tensor:
+        """self * tanh(softplus(self)). Example: `Tensor([1.0]).mish()` -> [0.8651]."""
+
+        def mish(x: Tensor) -> Tensor:
+            m = _expm1(-2 * x.softplus())  # tanh(s) = -expm1(-2s) / (2 + expm1(-2s)), exact for small s >= 0
+            return x * (-m / (2 + m))
+
+        return _in_float(self, mish)
+
+    def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
+        """clamp(alpha * self + beta, 0, 1). Example: `Tensor([0.0, 6.0]).hardsigmoid()` -> [0.5, 1.]."""
+        return (alpha * self + beta).hardtanh(0, 1)
+
+    def hardswish(self: Tensor) -> Tensor:
+        """self * relu6(self + 3) / 6. Example: `Tensor([1.0]).hardswish()` -> [0.6667]."""
+        return self * (self + 3).relu6() * (1 / 6)
+
+    def softplus(self: Tensor, beta: float = 1.0) -> Tensor:
+        """log(1 + exp(beta * self)) / beta without overflow. Example: `Tensor([0.0]).softplus()` -> [0.6931]."""
+
+        def softplus(x: Tensor) -> Tensor:
+            y = x * beta
+            return (y.maximum(0) + _log1p((-y.abs()).exp())) * (1 / beta)
+
+        return _in_float(self, softplus)
+
+    def softsign(self: Tensor) -> Tensor:
+        """self / (1 + |self|). Example: `Tensor([1.0]).softsign()` -> [0.5]."""
+        return self / (1 + self.abs())
+
+    def logsigmoid(self: Tensor) -> Tensor:
+        """log(sigmoid(self)) without overflow. Example: `Tensor([0.0]).logsigmoid()` -> [-0.6931]."""
+        return _in_float(self, lambda x: x.minimum(0) - _log1p((-x.abs()).exp()))
+
+    # *** in-place operators (write into self like tinygrad; see Tensor.assign) ***
+
+    def __ipow__(self: Tensor, x: Tensor | ConstType) -> Tensor:
+        return self.assign(self.pow(x))
+
+    def __iand__(self: Tensor, x: Tensor | ConstType) -> Tensor:
+        return self.assign(self.bitwise_and(x))
+
+    def __ior__(self: Tensor, x: Tensor | ConstType) -> Tensor:
+        return self.assign(self.bitwise_or(x))
+
+    def __ixor__(self: Tensor, x: Tensor | ConstType) -> Tensor:
+        return self.assign(self.bitwise_xor(x))
+
+    def __ilshift__(self: Tensor, x: Tensor | int) -> Tensor:
+        return self.assign(self.lshift(x))
+
+    def __irshift__(self: Tensor, x: Tensor | int) -> Tensor:
+        return self.assign(self.rshift(x))
+
+    def __ifloordiv__(self: Tensor, x: Tensor | ConstType) -> Tensor:
+        return self.assign(self // x)

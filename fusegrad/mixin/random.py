@@ -1,14 +1,323 @@
-"""Tensor methods: random numbers from a counter-based generator on the device, and the initialisers."""
+# mixin methods annotate `self: Tensor`, a subclass, where mypy wants a supertype of the mixin ([misc])
+# mypy: disable-error-code="misc"
+"""Tensor methods: random numbers from a counter-based generator on the device, and the initialisers.
+
+Every random word is Threefry-2x32 (20 rounds; Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", 2011)
+of a counter: word 0 is the element's position (an IOTA), word 1 the call number, and the key is the seed. The values
+depend only on (seed, call, position), never on how the scheduler fuses kernels. Seed and call number reach the
+kernel through a 3-word input buffer, not as constants, so successive calls reuse one compiled kernel.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fusegrad.dtype import DType, DTypeLike, dtypes, to_dtype
+from fusegrad.helpers import argfix, ceildiv, prod
 
 if TYPE_CHECKING:
-    from fusegrad.tensor import Tensor  # noqa: F401  # methods annotate `self: Tensor`
+    from fusegrad.tensor import Tensor
+
+# Threefry-2x32 rotation distances (Random123's R_32x2) and the key-schedule parity constant
+_ROTATIONS = (13, 15, 26, 6, 17, 29, 16, 24)
+_PARITY = 0x1BD11BDA
+_ROUNDS = 20
+_WORD = 0xFFFFFFFF
+
+
+@dataclass(slots=True)
+class _GeneratorState:
+    """The host side of the generator: the seed (None until first use) and how many calls drew numbers since."""
+
+    seed: int | None = None
+    calls: int = 0
+
+
+_state = _GeneratorState()  # mutated in place by manual_seed and every draw
+
+
+def _rotate_left(x: Tensor, r: int) -> Tensor:
+    """32-bit rotation of a uint32 tensor: the multiply wraps modulo 2**32, the unsigned division shifts right."""
+    return (x * (1 << r)) | (x // (1 << (32 - r)))
+
+
+def threefry2x32(key: tuple[Tensor, Tensor], counter: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+    """Threefry-2x32-20 of uint32 tensors (broadcasting): two 32-bit words out per (key, counter) pair."""
+    schedule = (key[0], key[1], key[0] ^ key[1] ^ _PARITY)
+    x0, x1 = counter[0] + schedule[0], counter[1] + schedule[1]
+    for i in range(_ROUNDS):
+        x0 = x0 + x1
+        x1 = _rotate_left(x1, _ROTATIONS[i % 8]) ^ x0
+        if i % 4 == 3:  # key injection every 4 rounds, with the injection count added to the second word
+            j = i // 4 + 1
+            x0, x1 = x0 + schedule[j % 3], x1 + schedule[(j + 1) % 3] + j
+    return x0, x1
+
+
+def _next_key(device: str | tuple[str, ...] | None) -> Tensor:
+    """A uint32 buffer (seed low, seed high, call number) for one draw; advances the call number."""
+    from fusegrad.tensor import Tensor
+
+    if _state.seed is None:
+        _state.seed = int(time.time())  # unseeded: a new stream per process, as in the reference
+    seed, call = _state.seed % (1 << 64), _state.calls
+    _state.calls += 1
+    return Tensor([seed & _WORD, seed >> 32, call & _WORD], device=device, dtype=dtypes.uint32)
+
+
+def _random_words(n: int, device: str | tuple[str, ...] | None) -> tuple[Tensor, Tensor]:
+    """Two uint32 words for each of n counters (one draw): (n,) and (n,)."""
+    from fusegrad.tensor import Tensor
+
+    key = _next_key(device)
+    position = Tensor.arange(n, device=key.device, dtype=dtypes.uint32)
+    return threefry2x32((key[0:1], key[1:2]), (position, key[2:3]))
+
+
+def _random_bits(n: int, device: str | tuple[str, ...] | None) -> Tensor:
+    """n uint32 words from ceil(n/2) counters: both output words are used."""
+    x0, x1 = _random_words(ceildiv(n, 2), device)
+    return x0.cat(x1)[:n]
+
+
+def _unit_float(bits: Tensor, dt: DType) -> Tensor:
+    """uint32 words -> floats in [0, 1): the top m bits as an integer times 2**-m, with m = mantissa + 1 (<= 24).
+
+    Every such value is exact in `dt`, so rounding never reaches 1.0 (a float32 result cast to half could).
+    """
+    m = min(dtypes.finfo(dt)[1] + 1, 24)
+    return ((bits // (1 << (32 - m))).cast(dtypes.float32) * 2.0**-m).cast(dt)
+
+
+def _shape(shape: tuple[Any, ...], op: str) -> tuple[int, ...]:
+    shp = tuple(argfix(*shape)) if shape else ()
+    if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shp):
+        raise ValueError(f"{op}: shape must be non-negative ints, got {shp}")
+    return shp
+
+
+def _float_dtype(dtype: DTypeLike | None, op: str) -> DType:
+    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    if not dtypes.is_float(dt):
+        raise TypeError(f"{op}: expected a float dtype, got {dt}")
+    return dt
+
+
+def _finish(x: Tensor, kwargs: dict[str, Any]) -> Tensor:
+    """Apply the remaining constructor keywords (requires_grad) to a result."""
+    from fusegrad.tensor import Tensor
+
+    return Tensor(x.uop, **kwargs) if kwargs else x
+
+
+def _fan_in(shape: tuple[int, ...]) -> int:
+    return prod(shape[1:])
 
 
 class RandomMixin:
     """Mixed into Tensor; see the module docstring."""
 
     __slots__ = ()
+
+    @staticmethod
+    def manual_seed(seed: int = 0) -> None:
+        """Seed the generator and restart its call count: the same seed then gives the same numbers."""
+        _state.seed, _state.calls = int(seed), 0
+
+    @staticmethod
+    def rand(
+        *shape: Any,
+        device: str | tuple[str, ...] | None = None,
+        dtype: DTypeLike | None = None,
+        contiguous: bool = True,
+        **kwargs: Any,
+    ) -> Tensor:
+        """Uniform floats in [0, 1). Example: `Tensor.rand(2, 3).shape == (2, 3)`. Raises TypeError for int dtypes."""
+        from fusegrad.tensor import Tensor
+
+        dt, shp = _float_dtype(dtype, "rand"), _shape(shape, "rand")
+        if prod(shp) == 0:
+            return _finish(Tensor.zeros(shp, dtype=dt, device=device), kwargs)
+        out = _unit_float(_random_bits(prod(shp), device), dt).reshape(shp)
+        return _finish(out.contiguous() if contiguous else out, kwargs)
+
+    @staticmethod
+    def randn(*shape: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
+        """Standard normal floats by Box-Muller: (u1, u2) -> sqrt(-2 ln(1 - u1)) cos(2 pi u2)."""
+        from fusegrad.tensor import Tensor
+
+        dt, shp = _float_dtype(dtype, "randn"), _shape(shape, "randn")
+        device, contiguous = kwargs.pop("device", None), kwargs.pop("contiguous", True)
+        if prod(shp) == 0:
+            return _finish(Tensor.zeros(shp, dtype=dt, device=device), kwargs)
+        bits0, bits1 = _random_words(prod(shp), device)
+        u1, u2 = _unit_float(bits0, dtypes.float32), _unit_float(bits1, dtypes.float32)
+        radius = ((1 - u1).log() * -2).sqrt()  # 1 - u1 is in (0, 1]: the log stays finite
+        out = (radius * (u2 * (2 * math.pi) + math.pi / 2).sin()).cast(dt).reshape(shp)  # cos(a) = sin(a + pi/2)
+        return _finish(out.contiguous() if contiguous else out, kwargs)
+
+    @staticmethod
+    def randint(*shape: Any, low: int = 0, high: int = 10, dtype: DTypeLike = dtypes.int32, **kwargs: Any) -> Tensor:
+        """Uniform integers in [low, high): each 32-bit word w maps to low + (w * (high - low)) >> 32."""
+        from fusegrad.tensor import Tensor
+
+        dt, shp = to_dtype(dtype), _shape(shape, "randint")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high)):
+            raise TypeError(f"randint: low and high must be ints, got {low!r} and {high!r}")
+        if not dtypes.is_int(dt):
+            raise TypeError(f"randint: expected an integer dtype, got {dt}")
+        if not 0 < high - low <= 1 << 32:
+            raise ValueError(f"randint: expected low < high with high - low <= 2**32, got low={low}, high={high}")
+        device = kwargs.pop("device", None)
+        if prod(shp) == 0:
+            return _finish(Tensor.zeros(shp, dtype=dt, device=device), kwargs)
+        offset = (_random_bits(prod(shp), device).cast(dtypes.uint64) * (high - low)) // (1 << 32)
+        return _finish((offset.cast(dtypes.int64) + low).cast(dt).reshape(shp).contiguous(), kwargs)
+
+    @staticmethod
+    def uniform(
+        *shape: Any, low: float = 0.0, high: float = 1.0, dtype: DTypeLike | None = None, **kwargs: Any
+    ) -> Tensor:
+        """Uniform values in [low, high)."""
+        from fusegrad.tensor import Tensor
+
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        device, contiguous = kwargs.pop("device", None), kwargs.pop("contiguous", True)
+        unit = Tensor.rand(*shape, device=device, dtype=dt if dtypes.is_float(dt) else None, contiguous=contiguous)
+        return _finish(((high - low) * unit + low).cast(dt), kwargs)
+
+    @staticmethod
+    def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, **kwargs: Any) -> Tensor:
+        """Normal values with the given mean and standard deviation."""
+        from fusegrad.tensor import Tensor
+
+        requires_grad = kwargs.pop("requires_grad", None)
+        out = std * Tensor.randn(*shape, **kwargs) + mean
+        return _finish(out, {} if requires_grad is None else {"requires_grad": requires_grad})
+
+    @staticmethod
+    def randperm(
+        n: int, device: str | tuple[str, ...] | None = None, dtype: DTypeLike = dtypes.int32, **kwargs: Any
+    ) -> Tensor:
+        """A random permutation of 0..n-1: the rank of each of n random keys (ties broken by position), O(n^2)."""
+        from fusegrad.tensor import Tensor
+
+        if not isinstance(n, int) or n < 0:
+            raise ValueError(f"randperm: n must be a non-negative int, got {n!r}")
+        if n == 0:
+            return _finish(Tensor.zeros(0, dtype=dtype, device=device), kwargs)
+        keys = _random_bits(n, device).contiguous()  # read n times per element: compute once
+        position = Tensor.arange(n, device=keys.device)
+        key_i, key_j = keys.reshape(n, 1), keys.reshape(1, n)
+        before = (key_j < key_i) | ((key_j == key_i) & (position.reshape(1, n) < position.reshape(n, 1)))
+        return _finish(before.sum(1).cast(dtype).contiguous(), kwargs)
+
+    def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
+        """Indices drawn with probability proportional to the weights in the last axis: (K,) or (B, K) ->
+        (num_samples,) or (B, num_samples), int32. Without replacement, num_samples <= K."""
+        if not 1 <= self.ndim <= 2:
+            raise ValueError(f"multinomial: expected a 1-d or 2-d tensor of weights, got shape {self.shape}")
+        if num_samples < 1 or (not replacement and num_samples > self.shape[-1]):
+            raise ValueError(
+                f"multinomial: cannot draw {num_samples} samples from {self.shape[-1]} categories "
+                f"({'with' if replacement else 'without'} replacement)"
+            )
+        weights = self.reshape(-1, self.shape[-1])._as_float()
+        out = _sample_with_replacement(weights, num_samples) if replacement else _sample_without(weights, num_samples)
+        return out.reshape(num_samples) if self.ndim == 1 else out
+
+    def dropout(self: Tensor, p: float = 0.5) -> Tensor:
+        """Zero each element with probability p and scale the rest by 1/(1-p), only while `Tensor.training`."""
+        if not 0 <= p <= 1:
+            raise ValueError(f"dropout: probability must be in [0, 1], got {p}")
+        if not type(self).training or p == 0:
+            return self
+        if p == 1:
+            return self.zeros_like()
+        keep = type(self).rand(*self.shape, device=self.device, contiguous=False) >= p
+        return keep.where(self, self.zeros_like()) / (1.0 - p)
+
+    @staticmethod
+    def kaiming_uniform(*shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
+        """He uniform init: U(-b, b) with b = sqrt(6 / ((1 + a^2) fan_in)), fan_in = prod(shape[1:])."""
+        from fusegrad.tensor import Tensor
+
+        shp = _shape(shape, "kaiming_uniform")
+        bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a**2)) / math.sqrt(_fan_in(shp))
+        return Tensor.uniform(*shp, low=-bound, high=bound, **kwargs)
+
+    @staticmethod
+    def kaiming_normal(*shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
+        """He normal init: N(0, std^2) with std = sqrt(2 / ((1 + a^2) fan_in))."""
+        from fusegrad.tensor import Tensor
+
+        shp = _shape(shape, "kaiming_normal")
+        std = math.sqrt(2.0 / (1 + a**2)) / math.sqrt(_fan_in(shp))
+        return Tensor.normal(*shp, mean=0.0, std=std, **kwargs)
+
+    @staticmethod
+    def glorot_uniform(*shape: Any, **kwargs: Any) -> Tensor:
+        """Glorot/Xavier uniform init: U(-b, b) with b = sqrt(6 / (shape[0] + prod(shape[1:])))."""
+        from fusegrad.tensor import Tensor
+
+        shp = _shape(shape, "glorot_uniform")
+        bound = math.sqrt(6.0 / (shp[0] + _fan_in(shp)))
+        return Tensor.uniform(*shp, low=-bound, high=bound, **kwargs)
+
+    @staticmethod
+    def scaled_uniform(*shape: Any, **kwargs: Any) -> Tensor:
+        """U(-b, b) with b = prod(shape) ** -0.5."""
+        from fusegrad.tensor import Tensor
+
+        shp = _shape(shape, "scaled_uniform")
+        bound = prod(shp) ** -0.5
+        return Tensor.uniform(*shp, low=-bound, high=bound, **kwargs)
+
+    def rand_like(self: Tensor, **kwargs: Any) -> Tensor:
+        """`Tensor.rand` with this tensor's shape, dtype and device (each can be overridden)."""
+        kwargs.setdefault("dtype", self.dtype)
+        kwargs.setdefault("device", self.device)
+        return type(self).rand(*self.shape, **kwargs)
+
+    def randn_like(self: Tensor, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
+        """`Tensor.randn` with this tensor's shape and device; its dtype when float, else the default float."""
+        kwargs.setdefault("device", self.device)
+        dt = dtype if dtype is not None else self.dtype if dtypes.is_float(self.dtype) else None
+        return type(self).randn(*self.shape, dtype=dt, **kwargs)
+
+
+def _sample_with_replacement(weights: Tensor, num_samples: int) -> Tensor:
+    """Inverse CDF: for u*total, count the categories whose inclusive CDF is <= it. (B, K) -> (B, S)."""
+    from fusegrad.tensor import Tensor
+
+    batch, k = weights.shape
+    position = Tensor.arange(k, device=weights.device)
+    upto = position.reshape(1, k) <= position.reshape(k, 1)  # (i, j): j <= i
+    cdf = upto.reshape(1, k, k).where(weights.reshape(batch, 1, k), 0.0).sum(2).contiguous()  # (B, K)
+    u = Tensor.rand(batch, num_samples, device=weights.device)
+    target = u * cdf[:, k - 1 : k]  # (B, S)
+    count = (cdf.reshape(batch, 1, k) <= target.reshape(batch, num_samples, 1)).sum(2)
+    # u * total can round up to total: never step past the last category with weight
+    last = (weights > 0).where(position.reshape(1, k), 0).max(1, keepdim=True)
+    return count.minimum(last).cast(dtypes.int32)
+
+
+def _sample_without(weights: Tensor, num_samples: int) -> Tensor:
+    """Exponential race: key_i = E_i / w_i with E_i ~ Exp(1); the order of the smallest keys is the order of
+    sequential draws without replacement. (B, K) -> (B, S)."""
+    from fusegrad.tensor import Tensor
+
+    batch, k = weights.shape
+    u = Tensor.rand(batch, k, device=weights.device)
+    exponential = -(1 - u).log()
+    keys = (weights > 0).where(exponential / weights, math.inf).contiguous()
+    position = Tensor.arange(k, device=weights.device)
+    key_i, key_j = keys.reshape(batch, k, 1), keys.reshape(batch, 1, k)
+    earlier = (key_j < key_i) | ((key_j == key_i) & (position.reshape(1, 1, k) < position.reshape(1, k, 1)))
+    rank = earlier.sum(2).contiguous()  # (B, K): a permutation of 0..K-1 per row
+    slot = Tensor.arange(num_samples, device=weights.device).reshape(1, num_samples, 1)
+    hit = rank.reshape(batch, 1, k) == slot  # (B, S, K)
+    return hit.where(position.reshape(1, 1, k), 0).sum(2).cast(dtypes.int32)

@@ -1,14 +1,319 @@
-"""Tensor methods: reductions beyond sum/max/min/mean (prod, any, argmax, var, logsumexp, cumsum, sort, topk)."""
+"""Tensor methods: reductions beyond sum/max/min/mean (any, argmax, var, logsumexp, cumsum, sort, topk).
+
+Built from the core reductions, movement ops and `where`. Cumulative ops scan blocks of at most `SCAN_BLOCK`
+elements with a masked reduction (one fused kernel) and combine block totals recursively, so a scan of n elements
+costs O(n * SCAN_BLOCK) work. `sort` ranks all pairs for short axes (one kernel) and runs a bitonic network for
+longer ones (log2(n)^2 / 2 kernels of O(n) work).
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from fusegrad.dtype import ConstType, DType, DTypeLike, dtypes, least_upper_dtype, least_upper_float, sum_acc_dtype
+
 if TYPE_CHECKING:
-    from fusegrad.tensor import Tensor  # noqa: F401  # methods annotate `self: Tensor`
+    from fusegrad.tensor import Tensor
+
+SCAN_BLOCK = 256  # scans longer than 2 * SCAN_BLOCK are split into blocks of this size
+RANK_SORT_MAX = 64  # sorts of at most this many elements rank all pairs (O(n^2) work, one kernel)
+
+Axis = int | Sequence[int] | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Scan:
+    """One associative operator for cumulative ops: `block` reduces the masked (..., i, j) rows of a block to
+    (..., i), `combine` merges a block prefix into a block, `identity(dtype)` pads."""
+
+    block: Callable[[Tensor, Tensor], Tensor]
+    combine: Callable[[Tensor, Tensor], Tensor]
+    identity: Callable[[DType], ConstType]
+
+
+def _lse_rows(rows: Tensor, mask: Tensor) -> Tensor:
+    """log(sum(exp(rows))) over the masked last axis, shifted by each row's max so nothing overflows."""
+    m = mask.where(rows, -math.inf).max(-1, keepdim=True)
+    m = m.isinf().where(0, m)  # an infinite max would give inf - inf = nan below
+    return mask.where(rows - m, -math.inf).exp().sum(-1).log() + m.squeeze(-1)
+
+
+_SCAN_ADD = _Scan(lambda r, m: m.where(r, 0).sum(-1), lambda x, y: x + y, lambda dt: 0)
+_SCAN_MUL = _Scan(lambda r, m: m.where(r, 1).prod(-1), lambda x, y: x * y, lambda dt: 1)
+_SCAN_MAX = _Scan(lambda r, m: m.where(r, dtypes.min(r.dtype)).max(-1), lambda x, y: x.maximum(y), dtypes.min)
+_SCAN_MIN = _Scan(lambda r, m: m.where(r, dtypes.max(r.dtype)).min(-1), lambda x, y: x.minimum(y), dtypes.max)
+_SCAN_LSE = _Scan(_lse_rows, lambda x, y: x.logaddexp(y), lambda dt: -math.inf)
+
+
+def _masked_scan(x: Tensor, op: _Scan) -> Tensor:
+    """Inclusive scan of the last axis as one reduction: out[..., i] = op over x[..., j] for j <= i."""
+    n = x.shape[-1]
+    rows = x.unsqueeze(-2).expand(*x.shape[:-1], n, n)  # rows[..., i, j] = x[..., j]
+    j = type(x).arange(n, device=x.device)
+    return op.block(rows, j.reshape(n, 1) >= j)
+
+
+def _scan_last(x: Tensor, op: _Scan) -> Tensor:
+    """Inclusive scan of the last axis: blocks scanned in place, plus the scan of the preceding block totals."""
+    n = x.shape[-1]
+    if n <= 2 * SCAN_BLOCK:
+        return _masked_scan(x, op)
+    blocks = math.ceil(n / SCAN_BLOCK)
+    last_pad = [None] * (x.ndim - 1)
+    padded = x.pad([*last_pad, (0, blocks * SCAN_BLOCK - n)], op.identity(x.dtype))
+    inner = _scan_last(padded.reshape(*x.shape[:-1], blocks, SCAN_BLOCK), op)  # (..., blocks, B)
+    totals = inner[..., -1]  # (..., blocks)
+    before = _scan_last(totals, op).pad([*last_pad, (1, -1)], op.identity(x.dtype))  # exclusive: shift right by one
+    out = op.combine(inner, before.unsqueeze(-1)).reshape(*x.shape[:-1], blocks * SCAN_BLOCK)
+    return out.shrink([*last_pad, (0, n)])
+
+
+def _scan(x: Tensor, axis: int, op: _Scan, name: str) -> Tensor:
+    """Inclusive scan of `axis`; 0-d and empty tensors are returned as they are."""
+    ax = x._axis(axis, name)
+    if x.ndim == 0 or x.numel() == 0:
+        return x
+    return _scan_last(x.transpose(ax, -1), op).transpose(ax, -1)
+
+
+def _positions(x: Tensor, axis: int) -> Tensor:
+    """0..n-1 along `axis` (int32), shaped to broadcast against x."""
+    n = x.shape[axis]
+    return type(x).arange(n, device=x.device).reshape(n, *[1] * (x.ndim - axis - 1))
+
+
+def _same(x: Tensor, y: Tensor) -> Tensor:
+    """x == y, with NaN equal to NaN."""
+    return (x == y) | (x.isnan() & y.isnan()) if dtypes.is_float(x.dtype) else x == y
+
+
+def _first_index(x: Tensor, extreme: Tensor, axis: int, keepdim: bool) -> Tensor:
+    """The first index along `axis` where x equals `extreme` (keepdim'd), as int32."""
+    n = x.shape[axis]
+    return _same(x, extreme).where(_positions(x, axis), n).min(axis, keepdim)
+
+
+def _sorts_before(a: Tensor, ia: Tensor, b: Tensor, ib: Tensor, descending: bool) -> Tensor:
+    """True where (a, ia) sorts before (b, ib): by value (NaN largest, -0.0 == 0.0), ties by index (stable)."""
+    lo, hi = (b, a) if descending else (a, b)
+    less = lo < hi
+    if dtypes.is_float(a.dtype):
+        less = less | (hi.isnan() & lo.isnan().logical_not())
+    return less | (_same(a, b) & (ia < ib))
+
+
+def _rank_sort(x: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
+    """Sort the last axis by counting, for every element, the elements that sort before it."""
+    n = x.shape[-1]
+    i = type(x).arange(n, device=x.device)
+    # (..., i, j): does x_j sort before x_i?
+    before = _sorts_before(x.unsqueeze(-2), i, x.unsqueeze(-1), i.reshape(n, 1), descending)
+    rank = before.sum(-1, dtype=dtypes.int32)  # (..., n): where each element goes
+    chosen = rank.unsqueeze(-2) == i.reshape(n, 1)  # (..., r, i): element i lands at position r
+    values = chosen.where(x.unsqueeze(-2), dtypes.min(x.dtype)).max(-1)  # max keeps -0.0 (a sum would not)
+    return values, chosen.where(i, 0).sum(-1, dtype=dtypes.int32)
+
+
+def _halves(x: Tensor) -> tuple[Tensor, Tensor]:
+    """Split axis -2 (of size 2) into its two entries."""
+    keep = [None] * (x.ndim - 2)
+    first = x.shrink([*keep, (0, 1), None]).squeeze(-2)
+    return first, x.shrink([*keep, (1, 2), None]).squeeze(-2)
+
+
+def _join(first: Tensor, second: Tensor) -> Tensor:
+    """Stack two tensors along a new axis -2 (a where, not pad + add: that turns -0.0 into 0.0)."""
+    is_first = type(first).arange(2, device=first.device).reshape(2, 1) == 0
+    return is_first.where(first.unsqueeze(-2), second.unsqueeze(-2))
+
+
+def _exchange(values: Tensor, idx: Tensor, n: int, descending: bool, mirror: bool) -> tuple[Tensor, Tensor]:
+    """One bitonic step on (..., groups, 2, half): order each pair (first[k], second[k]), where second is read
+    reversed when `mirror`. Indices >= n are padding and sort last."""
+    (va, vb), (ia, ib) = _halves(values), _halves(idx)
+    if mirror:
+        vb, ib = vb.flip(-1), ib.flip(-1)
+    swap = (ib < n) & ((ia >= n) | _sorts_before(vb, ib, va, ia, descending))
+    lo_v, hi_v, lo_i, hi_i = swap.where(vb, va), swap.where(va, vb), swap.where(ib, ia), swap.where(ia, ib)
+    if mirror:
+        hi_v, hi_i = hi_v.flip(-1), hi_i.flip(-1)
+    return _join(lo_v, hi_v).contiguous(), _join(lo_i, hi_i).contiguous()
+
+
+def _bitonic_sort(x: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
+    """Sort the last axis with a bitonic network on (value, index) pairs, padded to a power of two."""
+    n, batch = x.shape[-1], x.shape[:-1]
+    size = 1 << (n - 1).bit_length()
+    values = x.pad([*[None] * len(batch), (0, size - n)])
+    idx = type(x).arange(size, device=x.device).expand(*batch, size)
+    block = 2
+    while block <= size:
+        # merge sorted runs of block/2 into runs of `block`: mirror compare first, then half-cleaners
+        span = block
+        while span >= 2:
+            shape = (*batch, size // span, 2, span // 2)
+            values, idx = _exchange(values.reshape(shape), idx.reshape(shape), n, descending, span == block)
+            values, idx = values.reshape(*batch, size), idx.reshape(*batch, size)
+            span //= 2
+        block *= 2
+    keep = [*[None] * len(batch), (0, n)]
+    return values.shrink(keep), idx.shrink(keep).cast(dtypes.int32)
 
 
 class ReduceMixin:
     """Mixed into Tensor; see the module docstring."""
 
     __slots__ = ()
+
+    # *** boolean reductions ***
+
+    def any(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+        """True where any element along `axis` (all axes when None) is nonzero; False for empty axes.
+        Example: `Tensor([[0, 1], [0, 0]]).any(1)` -> [True, False]."""
+        return self.bool().max(axis, keepdim)
+
+    def all(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+        """True where every element along `axis` is nonzero; True for empty axes.
+        Example: `Tensor([[1, 1], [0, 1]]).all(1)` -> [True, False]."""
+        return self.logical_not().any(axis, keepdim).logical_not()
+
+    # *** arg reductions ***
+
+    def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
+        """The index (int32) of the first maximum along `axis`, of the flattened tensor when None; NaN counts as the
+        maximum. Raises ValueError for an empty axis. Example: `Tensor([[1, 3, 3]]).argmax(1)` -> [1]."""
+        return self._arg_extreme(axis, keepdim, "argmax")
+
+    def argmin(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
+        """The index (int32) of the first minimum along `axis`, of the flattened tensor when None; NaN counts as the
+        minimum. Raises ValueError for an empty axis. Example: `Tensor([[2, 1, 1]]).argmin(1)` -> [1]."""
+        return self._arg_extreme(axis, keepdim, "argmin")
+
+    def _arg_extreme(self: Tensor, axis: int | None, keepdim: bool, name: str) -> Tensor:
+        if axis is None:
+            ret = self.flatten()._arg_extreme(0, False, name)
+            return ret.reshape((1,) * self.ndim) if keepdim else ret
+        ax = self._axis(axis, name)
+        if self.ndim == 0:
+            return self.full_like(0, dtype=dtypes.int32)
+        if self.shape[ax] == 0:
+            raise ValueError(f"{name}: cannot reduce axis {axis} of size 0 in shape {self.shape}")
+        extreme = self.max(ax, keepdim=True) if name == "argmax" else self.min(ax, keepdim=True)
+        return _first_index(self, extreme, ax, keepdim).cast(dtypes.int32)
+
+    # *** statistics ***
+
+    def var(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1) -> Tensor:
+        """Variance sum((x - mean)^2) / max(N - correction, 0) along `axis`; float32 for integer inputs. NaN for one
+        element with correction 1 (like torch). Example: `Tensor([1.0, 2.0, 3.0]).var()` -> 1.0."""
+        out_dt = self.dtype if dtypes.is_float(self.dtype) else dtypes.float32
+        x = self.cast(least_upper_dtype(least_upper_float(self.dtype), dtypes.float32))  # float16 sums in float32
+        axes = self._resolve_axes(axis, "var")
+        count = math.prod(self.shape[a] for a in axes) if self.ndim else 1
+        squares = (x - x.mean(axis, keepdim=True)).square().sum(axis, keepdim)
+        return (squares / max(count - correction, 0)).cast(out_dt)
+
+    def std(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1) -> Tensor:
+        """Standard deviation: sqrt of `var`. Example: `Tensor([1.0, 3.0]).std()` -> 1.4142."""
+        return self.var(axis, keepdim, correction).sqrt()
+
+    def var_mean(
+        self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1
+    ) -> tuple[Tensor, Tensor]:
+        """(var, mean), like torch.var_mean."""
+        return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
+
+    def std_mean(
+        self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1
+    ) -> tuple[Tensor, Tensor]:
+        """(std, mean), like torch.std_mean."""
+        return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
+
+    def logsumexp(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+        """log(sum(exp(x))) along `axis` without overflow; -inf for empty axes.
+        Example: `Tensor([0.0, 0.0]).logsumexp()` -> 0.6931."""
+        axes = self._resolve_axes(axis, "logsumexp")
+        x = self.cast(least_upper_dtype(least_upper_float(self.dtype), dtypes.float32))
+        m = x.max(axis, keepdim=True).detach()
+        m = m.isinf().where(0, m)  # an infinite max would give inf - inf = nan
+        ret = ((x - m).exp().sum(axis, keepdim=True).log() + m).cast(least_upper_float(self.dtype))
+        return ret if keepdim else ret.reshape(*[s for a, s in enumerate(self.shape) if a not in axes])
+
+    def softmin(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
+        """softmax(-self) along `axis`, computed in `dtype` when given. Example: `Tensor([0.0, 0.0]).softmin()`."""
+        x = -self.cast(least_upper_float(self.dtype))
+        return (x if dtype is None else x.cast(dtype)).softmax(axis)
+
+    # *** cumulative ***
+
+    def cumsum(self: Tensor, axis: int = 0) -> Tensor:
+        """Running sum along `axis`; integers and bools accumulate in at least int32, float16 in float32.
+        Example: `Tensor([1, 2, 3]).cumsum()` -> [1, 3, 6]."""
+        out_dt = self.dtype if self.dtype in (dtypes.float16, dtypes.bfloat16) else sum_acc_dtype(self.dtype)
+        return _scan(self.cast(sum_acc_dtype(self.dtype)), axis, _SCAN_ADD, "cumsum").cast(out_dt)
+
+    def cumprod(self: Tensor, axis: int) -> Tensor:
+        """Running product along `axis`, in self's dtype. Example: `Tensor([1, 2, 3]).cumprod(0)` -> [1, 2, 6]."""
+        x = self.cast(sum_acc_dtype(self.dtype)) if dtypes.is_float(self.dtype) else self
+        return _scan(x, axis, _SCAN_MUL, "cumprod").cast(self.dtype)
+
+    def cummax(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
+        """(running max, int32 index of it) along `axis`; ties and NaNs take the latest index, like torch.
+        Example: `Tensor([1, 3, 2, 3]).cummax()` -> ([1, 3, 3, 3], [0, 1, 1, 3])."""
+        return self._cumulative_extreme(axis, _SCAN_MAX, "cummax")
+
+    def cummin(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
+        """(running min, int32 index of it) along `axis`; ties and NaNs take the latest index, like torch.
+        Example: `Tensor([3, 1, 2, 1]).cummin()` -> ([3, 1, 1, 1], [0, 1, 1, 3])."""
+        return self._cumulative_extreme(axis, _SCAN_MIN, "cummin")
+
+    def _cumulative_extreme(self: Tensor, axis: int, op: _Scan, name: str) -> tuple[Tensor, Tensor]:
+        values = _scan(self, axis, op, name)
+        if self.ndim == 0 or self.numel() == 0:
+            return values, self.full_like(0, dtype=dtypes.int32)
+        ax = self._axis(axis, name)
+        # the running extreme at i was last set at the latest j <= i where x_j equals the running extreme at j
+        is_record = _same(self, values)
+        positions = is_record.where(_positions(self, ax), 0)
+        return values, _scan(positions, ax, _SCAN_MAX, name).cast(dtypes.int32)
+
+    def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:
+        """log(cumsum(exp(x))) along `axis` without overflow or underflow.
+        Example: `Tensor([0.0, 0.0]).logcumsumexp()` -> [0., 0.6931]."""
+        x = self.cast(least_upper_dtype(least_upper_float(self.dtype), dtypes.float32))
+        return _scan(x, axis, _SCAN_LSE, "logcumsumexp").cast(least_upper_float(self.dtype))
+
+    # *** sorting ***
+
+    def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
+        """(sorted values, int32 indices) along `dim`; stable (equal elements keep their order), NaN sorts as the
+        largest value. Example: `Tensor([3, 1, 2]).sort()` -> ([1, 2, 3], [1, 2, 0])."""
+        ax = self._axis(dim, "sort")
+        if self.ndim == 0 or self.shape[ax] <= 1 or self.numel() == 0:
+            return self, self.full_like(0, dtype=dtypes.int32)
+        x = self.transpose(ax, -1)
+        values, idx = (_rank_sort if x.shape[-1] <= RANK_SORT_MAX else _bitonic_sort)(x, descending)
+        return values.transpose(ax, -1), idx.transpose(ax, -1)
+
+    def argsort(self: Tensor, dim: int = -1, descending: bool = False) -> Tensor:
+        """The int32 indices that sort `dim` (stable). Example: `Tensor([3, 1, 2]).argsort()` -> [1, 2, 0]."""
+        return self.sort(dim, descending)[1]
+
+    def topk(
+        self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True
+    ) -> tuple[Tensor, Tensor]:
+        """(the k largest (or smallest) values, their int32 indices) along `dim`, in sorted order (also when
+        `sorted_` is False); equal values keep their order. Raises ValueError unless 0 <= k <= size of `dim`.
+        Example: `Tensor([1, 3, 2]).topk(2)` -> ([3, 2], [1, 2])."""
+        ax = self._axis(dim, "topk")
+        size = self.shape[ax] if self.ndim else 1
+        if not 0 <= k <= size:
+            raise ValueError(f"topk: k={k} out of range for dim {dim} of size {size} (0..{size})")
+        values, idx = self.sort(ax, descending=largest)
+        if self.ndim == 0:
+            return values, idx
+        keep = [(0, k) if a == ax else None for a in range(self.ndim)]
+        return values.shrink(keep), idx.shrink(keep)

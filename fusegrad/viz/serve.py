@@ -1,16 +1,80 @@
-"""The VIZ server's data entry points: traced rewrites (`get_rewrites`, `get_full_rewrite`, `uop_to_json`).
+"""VIZ entry points: the data functions (`get_rewrites`, `get_full_rewrite`, `uop_to_json`, `get_profile`), the trace
+being served (`trace`), and what `VIZ=1` does at exit: save both traces, then serve them (`save_and_serve_at_exit`).
 
-`trace` is the RewriteTrace being served; `VIZ=1` loads it from the saved file, tests assign it directly.
-The HTTP server and the profiler's packed layout build on these (issue: VIZ web app).
+`VIZ=1`: save, print the viewer's URL and serve until Ctrl-C (a browser tab opens where one can). `VIZ=-1`, CI or a
+pytest run: save only. `register_at_exit()` arms the hook once; the saved files reopen with `python -m fusegrad.viz`.
 """
 
 from __future__ import annotations
 
-from fusegrad.uop.rewrite import RewriteTrace
+import atexit
+import os
+import sys
+from pathlib import Path
+
+from fusegrad.device import Buffer, Compiled
+from fusegrad.helpers import CI, OSX, VIZ, ProfileEvent, cpu_events
+from fusegrad.uop.rewrite import RewriteTrace, tracked_ctxs, tracked_keys, uop_fields
 from fusegrad.viz.profile import get_profile
 from fusegrad.viz.rewrites import get_full_rewrite, get_rewrites, rebuild_uop, uop_to_json
+from fusegrad.viz.server import PortInUseError, make_server, serve_until_interrupted
+from fusegrad.viz.session import VizSession
+from fusegrad.viz.trace_file import default_paths, save_profile, save_rewrites
 
-__all__ = ["get_full_rewrite", "get_profile", "get_rewrites", "rebuild_uop", "trace", "uop_to_json"]
+__all__ = ["get_full_rewrite", "get_profile", "get_rewrites", "rebuild_uop", "register_at_exit",
+           "save_and_serve_at_exit", "trace", "uop_to_json"]  # fmt: skip
 
-# the trace being served; None until loaded
+# the trace being served; None until loaded (tests assign it directly)
 trace: RewriteTrace | None = None
+DEFAULT_PORT = 8000
+_registered: list[bool] = []  # one entry once the exit hook is armed
+
+
+def live_events() -> list[ProfileEvent]:
+    """Every profile event recorded in this process: device clocks, host-side ranges and points, buffer lifetimes."""
+    return [*Compiled.profile_events, *cpu_events, *Buffer.profile_events]
+
+
+def live_trace() -> RewriteTrace:
+    return RewriteTrace(tracked_keys, tracked_ctxs, uop_fields)
+
+
+def save_traces(rewrites: Path | None = None, profile: Path | None = None) -> tuple[Path, Path]:
+    """Save this process's rewrite trace and profile (safe JSON) to the given or default paths."""
+    default_rewrites, default_profile = default_paths()
+    return (save_rewrites(live_trace(), rewrites or default_rewrites),
+            save_profile(live_events(), profile or default_profile))  # fmt: skip
+
+
+def can_open_browser() -> bool:
+    """A graphical session exists (not over plain SSH, not in CI): only then is a tab opened."""
+    if CI:
+        return False
+    # DISPLAY/WAYLAND_DISPLAY are the desktop's variables, not fusegrad flags: they say whether a window can open
+    return OSX or sys.platform == "win32" or bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def save_and_serve_at_exit() -> None:
+    """The VIZ exit hook: save both traces and print how to view them; with VIZ>0 (not in CI or pytest) serve them."""
+    if not VIZ.value:
+        return
+    rewrites, profile = save_traces()
+    print(f"VIZ: saved {rewrites} and {profile}; view them any time with:", flush=True)
+    print(
+        f"  python -m fusegrad.viz --rewrites {rewrites} --profile {profile}   (terminal: python -m fusegrad.viz.cli)"
+    )
+    if VIZ.value < 0 or CI or "pytest" in sys.modules:
+        return  # save only: nothing may block a CI job or a test run
+    session = VizSession(live_trace(), live_events())
+    try:
+        server = make_server(session, DEFAULT_PORT)
+    except PortInUseError:
+        server = make_server(session, 0)  # another viewer holds the usual port: any free one will do
+    serve_until_interrupted(server, open_browser=can_open_browser())
+
+
+def register_at_exit() -> None:
+    """Arm `save_and_serve_at_exit` for this process, once; call it where VIZ is found set."""
+    if not _registered:
+        _registered.append(True)
+        atexit.register(save_and_serve_at_exit)
