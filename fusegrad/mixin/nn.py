@@ -5,7 +5,6 @@ fuses it: a convolution is a windowed view of the padded input (`_pool`, movemen
 over (channels, *kernel) in a single reduce kernel. Spatial ops work on any number of trailing spatial axes.
 """
 
-# mypy: disable-error-code="misc"
 # ^ methods annotate `self: Tensor` (a subclass of this mixin), which mypy reports as [misc]; nothing else here is misc
 
 from __future__ import annotations

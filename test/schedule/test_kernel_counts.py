@@ -64,3 +64,13 @@ def test_realized_tensor_schedules_nothing() -> None:
 @pytest.mark.parametrize("n", [1, 7, 100])
 def test_arange_is_one_kernel(n: int) -> None:
     assert count(Tensor.arange(n) * 2) == 1
+
+
+def test_chained_matmuls_compute_each_product_once() -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.standard_normal((5, 5)).astype(np.float32) for _ in range(3))
+    out = (Tensor(a) @ Tensor(b)) @ Tensor(c)
+    assert count(out) == 2
+    np.testing.assert_allclose(out.numpy(), (a @ b) @ c, rtol=1e-5, atol=1e-5)
