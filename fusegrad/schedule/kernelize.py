@@ -39,10 +39,11 @@ class KernelizeResult:
 
 
 def _is_flat_view_of_stored(x: UOp) -> bool:
+    """Memory a COPY can move as is: a buffer (or a copy's result), possibly reshaped."""
     node = x
     while node.op is Ops.RESHAPE:
         node = node.src[0]
-    return is_stored(node)
+    return is_stored(node) or node.op is Ops.COPY
 
 
 def _contiguous_copy_source(c: UOp) -> UOp | None:
@@ -82,6 +83,7 @@ def after_written(x: UOp) -> UOp | None:
 pm_prepare_realize = PatternMatcher(
     [
         (UPat(Ops.AFTER, name="x"), after_written),  # AFTER(B, done write) -> the written memory
+        (UPat(Ops.CONTIGUOUS, src=(UPat(Ops.COPY, name="c"),)), lambda c: c),  # CONTIGUOUS(COPY(x)) -> COPY(x)
         (UPat(Ops.COPY, name="c"), _contiguous_copy_source),  # COPY(view) -> COPY(CONTIGUOUS(view))
         (UPat(Ops.ASSIGN, name="a"), _contiguous_assign_value),  # ASSIGN(t, racy value) -> ASSIGN(t, CONTIGUOUS(value))
         (UPat((Ops.DETACH, Ops.CONTIGUOUS_BACKWARD), name="x"), lambda x: x.src[0]),  # gradient markers vanish

@@ -1,0 +1,182 @@
+"""Tests for fusegrad/runtime/ops_disk.py: files as device memory (round trips, views at offsets, write-through, a file
+too short or missing, read-only files) and the clear error when a DISK tensor is computed on."""
+
+from __future__ import annotations
+
+import gc
+import os
+import pathlib
+
+import numpy as np
+import pytest
+
+from fusegrad.device import Buffer, Device
+from fusegrad.dtype import dtypes
+from fusegrad.runtime.ops_disk import DiskDevice
+from fusegrad.tensor import Tensor
+
+
+def disk(path: pathlib.Path) -> str:
+    return f"DISK:{path}"
+
+
+def open_file(path: pathlib.Path) -> object:
+    device = Device[disk(path)]
+    assert isinstance(device, DiskDevice)
+    return device._file
+
+
+def test_multi_megabyte_round_trip(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "weights.bin"
+    values = np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32)  # 4 MiB
+    written = Tensor(values).to(disk(path)).realize()
+    assert open_file(path) is not None
+    del written
+    gc.collect()
+    assert open_file(path) is None  # the file closes with its last buffer
+    assert path.stat().st_size == values.nbytes
+    np.testing.assert_array_equal(np.fromfile(path, dtype=np.float32), values)
+    reopened = Tensor.empty(1 << 20, dtype=dtypes.float32, device=disk(path))
+    np.testing.assert_array_equal(reopened.to("CPU").numpy(), values)
+    np.testing.assert_array_equal(reopened.numpy(), values)  # read without a copy kernel, straight from the file
+
+
+def test_buffer_views_at_offsets(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "ckpt.bin"
+    header = np.array([3, 7], dtype=np.int64).tobytes()
+    body = np.arange(6, dtype=np.float32).tobytes()
+    path.write_bytes(header + body)
+    base = Buffer(disk(path), len(header) + len(body), dtypes.uint8)
+    assert base.view(2, dtypes.int64, 0).ensure_allocated().numpy().tolist() == [3, 7]
+    floats = base.view(6, dtypes.float32, 16).ensure_allocated()
+    assert floats.numpy().tolist() == [0, 1, 2, 3, 4, 5]
+    tail = floats.view(2, dtypes.float32, 16)  # a view of a view is a view of the base at the summed offset
+    assert (tail.base, tail.offset) == (base, 32)
+    assert tail.ensure_allocated().numpy().tolist() == [4, 5]
+
+
+def test_view_reads_only_its_range(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "sparse.bin"
+    with path.open("wb") as f:
+        f.truncate(64 << 20)  # a sparse 64 MiB file: reading all of it would take real time and memory
+        f.seek((64 << 20) - 8)
+        f.write(np.array([42], dtype=np.int64).tobytes())
+    base = Buffer(disk(path), 1 << 30, dtypes.uint8)  # a 1 GiB base over the 64 MiB file is fine until it is read
+    last = base.view(1, dtypes.int64, (64 << 20) - 8).ensure_allocated()
+    assert last.numpy().tolist() == [42]
+    past_the_end = base.view(16, dtypes.uint8, (64 << 20) - 8).ensure_allocated()
+    with pytest.raises(ValueError, match=r"too short: got 67108864 bytes, expected at least 67108872 \(reading 16"):
+        past_the_end.numpy()
+
+
+def test_writes_go_through_to_the_file(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "out.bin"
+    base = Buffer(disk(path), 16, dtypes.uint8).ensure_allocated()
+    base.view(4, dtypes.uint8, 8).ensure_allocated().copyin(memoryview(b"abcd"))
+    assert path.read_bytes() == bytes(8) + b"abcd" + bytes(4)  # visible while open; grown to the base's 16 bytes
+    base.copyin(memoryview(bytes(range(16))))
+    assert path.read_bytes() == bytes(range(16))
+
+
+def test_a_longer_file_keeps_its_tail(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "long.bin"
+    path.write_bytes(b"x" * 10)
+    Tensor(np.zeros(4, dtype=np.uint8)).to(disk(path)).realize()
+    assert path.read_bytes() == bytes(4) + b"x" * 6  # writes never truncate
+
+
+def test_too_short_file_names_both_sizes(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "short.bin"
+    path.write_bytes(bytes(40))
+    t = Tensor.empty(100, dtype=dtypes.float32, device=disk(path))
+    with pytest.raises(ValueError, match=r"short\.bin is too short: got 40 bytes, expected at least 400"):
+        t.to("CPU").realize()
+    assert path.stat().st_size == 40  # a failed read doesn't grow the file
+
+
+def test_missing_file_is_not_created_by_a_read(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "missing.bin"
+    with pytest.raises(FileNotFoundError, match=r"missing\.bin does not exist: expected a file of at least 16 bytes"):
+        Tensor.empty(4, dtype=dtypes.int32, device=disk(path)).to("CPU").realize()
+    assert not path.exists()
+
+
+def test_read_only_file_loads_but_refuses_writes(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "frozen.bin"
+    path.write_bytes(np.arange(4, dtype=np.int32).tobytes())
+    real_open = os.open
+
+    def open_read_only(file: str, flags: int, mode: int = 0o777) -> int:
+        if flags & os.O_RDWR:  # as a read-only file does for a user (root may write anything, so chmod can't show it)
+            raise PermissionError(13, "Permission denied", file)
+        return real_open(file, flags, mode)
+
+    monkeypatch.setattr(os, "open", open_read_only)
+    buf = Buffer(disk(path), 4, dtypes.int32).ensure_allocated()
+    assert buf.numpy().tolist() == [0, 1, 2, 3]
+    with pytest.raises(PermissionError, match=r"frozen\.bin is read-only: can't write 8 bytes at offset 4"):
+        buf.view(2, dtypes.int32, 4).ensure_allocated().copyin(memoryview(bytes(8)))
+    with pytest.raises(PermissionError, match=r"frozen\.bin is read-only: can't write 32 bytes at offset 0"):
+        Buffer(disk(path), 8, dtypes.int32).ensure_allocated().copyin(memoryview(bytes(32)))
+    assert path.read_bytes() == np.arange(4, dtype=np.int32).tobytes()
+
+
+def test_disk_memory_is_not_cached_or_counted(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "nolru.bin"
+    buf = Buffer(disk(path), 4, dtypes.int32).ensure_allocated()
+    assert buf.allocator.lru is False
+    buf.deallocate()
+    assert not any(buf.allocator.cache.values())
+
+
+def test_computing_on_disk_says_to_move_first(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "compute.bin"
+    path.write_bytes(bytes(16))
+    t = Tensor.empty(4, dtype=dtypes.float32, device=disk(path))
+    with pytest.raises(RuntimeError, match=r"DISK:.*compute\.bin: this device has no compiler: .*\.to\('CPU'\)"):
+        (t + 1).realize()
+    np.testing.assert_array_equal((t.to("CPU") + 1).numpy(), np.ones(4, dtype=np.float32))
+
+
+def test_bare_disk_device_has_no_file() -> None:
+    with pytest.raises(RuntimeError, match=r"DISK: this device has no renderer: it stores data"):
+        _ = Device["DISK"].renderer
+    with pytest.raises(ValueError, match=r"allocate: DISK needs a file: got 'DISK'"):
+        Buffer("DISK", 4, dtypes.uint8).ensure_allocated()
+
+
+# tinygrad loads weights as `disk_tensor[offset:offset+n].bitcast(dtype)`, which its scheduler turns into a BUFFER_VIEW
+
+
+@pytest.mark.xfail(
+    reason="bug: the scheduler makes a CONTIGUOUS kernel on DISK for a shrink, not a BUFFER_VIEW",
+    raises=RuntimeError,
+    strict=True,
+)
+def test_tensor_shrink_is_a_view(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "shrink.bin"
+    path.write_bytes(np.arange(8, dtype=np.int32).tobytes())
+    t = Tensor.empty(8, dtype=dtypes.int32, device=disk(path))
+    assert t[2:5].to("CPU").tolist() == [2, 3, 4]
+
+
+@pytest.mark.xfail(
+    reason="bug: the scheduler makes a CONTIGUOUS kernel on DISK for a bitcast, not a BUFFER_VIEW",
+    raises=RuntimeError,
+    strict=True,
+)
+def test_tensor_bitcast_is_a_view(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "bitcast.bin"
+    path.write_bytes(np.array([1.5, -2.0], dtype=np.float32).tobytes())
+    t = Tensor.empty(2, dtype=dtypes.float32, device=disk(path))
+    assert t.bitcast(dtypes.uint32).to("CPU").tolist() == [0x3FC00000, 0xC0000000]
+
+
+@pytest.mark.xfail(
+    reason="bug: Tensor.bitcast rejects a size-changing bitcast (tinygrad allows it)", raises=TypeError, strict=True
+)
+def test_tensor_bytes_bitcast_to_wider_dtype(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "header.bin"
+    path.write_bytes(np.array([123456789], dtype=np.int64).tobytes() + b"{}")
+    t = Tensor.empty(10, dtype=dtypes.uint8, device=disk(path))
+    assert t[0:8].bitcast(dtypes.int64).to("CPU").tolist() == [123456789]
