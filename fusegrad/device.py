@@ -30,6 +30,7 @@ from fusegrad.helpers import (
     LRU,
     MAX_BUFFER_SIZE,
     PROFILE,
+    VIZ,
     GlobalCounters,
     ProfileEvent,
     ProfilePointEvent,
@@ -97,6 +98,10 @@ class _Device:
         if DEBUG >= 1:
             print(f"opened device {name} from pid:{os.getpid()}")
         if not self._opened:
+            if VIZ.value:  # registered before the finalizer, so it runs after it: the last frees are in the trace
+                from fusegrad.viz.serve import register_at_exit  # viz imports this module
+
+                register_at_exit()
             atexit.register(_finalize_devices)  # registered on first open, not at import
         self._opened[name] = device
         self._opened_devices.add(name)

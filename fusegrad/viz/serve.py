@@ -36,7 +36,8 @@ def live_events() -> list[ProfileEvent]:
 
 
 def live_trace() -> RewriteTrace:
-    return RewriteTrace(tracked_keys, tracked_ctxs, uop_fields)
+    """`trace` when one was assigned, else this process's own tracing containers."""
+    return trace if trace is not None else RewriteTrace(tracked_keys, tracked_ctxs, uop_fields)
 
 
 def save_traces(rewrites: Path | None = None, profile: Path | None = None) -> tuple[Path, Path]:
@@ -61,7 +62,8 @@ def save_and_serve_at_exit() -> None:
     rewrites, profile = save_traces()
     print(f"VIZ: saved {rewrites} and {profile}; view them any time with:", flush=True)
     print(
-        f"  python -m fusegrad.viz --rewrites {rewrites} --profile {profile}   (terminal: python -m fusegrad.viz.cli)"
+        f"  python -m fusegrad.viz --rewrites {rewrites} --profile {profile}   (terminal: python -m fusegrad.viz.cli)",
+        flush=True,
     )
     if VIZ.value < 0 or CI or "pytest" in sys.modules:
         return  # save only: nothing may block a CI job or a test run

@@ -1,0 +1,246 @@
+"""What the VIZ server and the terminal view serve: one loaded rewrite trace and profile, as JSON-ready payloads.
+
+`VizSession(trace, events)` answers the endpoints: `groups()` (/ctxs), `step_stream(ctx, idx)` (a step's graph after
+every match, laid out), `kernel(ctx)`, `search(text)`, `profile_bytes()` and `profile_info()` (/get_profile).
+"""
+
+from __future__ import annotations
+
+import linecache
+import threading
+from collections.abc import Generator, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fusegrad.helpers import Context, ProfileEvent, ProfilePointEvent, ansistrip, to_function_name
+from fusegrad.uop.rewrite import RewriteTrace, TrackedGraphRewrite
+from fusegrad.viz.layout import layout_graph
+from fusegrad.viz.profile import get_profile, key_name
+from fusegrad.viz.rewrites import get_full_rewrite, get_rewrites
+from fusegrad.viz.trace_file import (
+    KernelProgram,
+    TraceFileError,
+    default_paths,
+    kernel_program,
+    load_profile,
+    load_rewrites,
+)
+
+MAX_SEARCH_RESULTS = 200
+CALL_TRACE_FRAMES = 12  # innermost frames of a step's call trace shown in the step header
+
+
+def highlight_c(src: str) -> str | None:
+    """Kernel source as HTML spans (Pygments' short token classes, styled by style.css); None without Pygments."""
+    try:
+        from pygments import highlight
+        from pygments.formatters import HtmlFormatter
+        from pygments.lexers import CLexer
+    except ImportError:  # pygments is the optional `viz` extra: the page shows plain text
+        return None
+    return str(highlight(src, CLexer(), HtmlFormatter(nowrap=True)))
+
+
+def graph_message(i: int, replay: dict[str, Any]) -> dict[str, Any]:
+    """One streamed graph: nodes (labels without ANSI codes), layout, created nodes, the rule and the diff."""
+    nodes = {str(k): {"label": ansistrip(v["label"]), "src": v["src"], "color": v["color"]}
+             for k, v in replay["graph"].items()}  # fmt: skip
+    rule = None
+    if replay["upat"] is not None:
+        (file, line), src = replay["upat"]
+        rule = {"loc": [file, line], "src": src, "line": linecache.getline(file, line).strip()}
+    return {"kind": "graph", "i": i, "graph": nodes, "layout": layout_graph(replay["graph"]).to_json(),
+            "changed": replay["changed_nodes"] or [], "diff": replay["diff"] or [], "rule": rule}  # fmt: skip
+
+
+@dataclass
+class SearchIndex:
+    """Per node number, where it first appears: (group, step, graph index) — a step's input or the match creating it."""
+
+    where: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    text: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
+class VizSession:
+    """A rewrite trace (with saved source lines) and profile events; payloads are built on request and cached."""
+
+    trace: RewriteTrace | None = None
+    events: Sequence[ProfileEvent] = ()
+    lines: dict[tuple[str, int], str] = field(default_factory=dict)
+    _cache: dict[str, Any] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _replay_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def source_line(self, loc: Sequence[Any]) -> str:
+        file, line = str(loc[0]), int(loc[1])
+        return self.lines.get((file, line)) or linecache.getline(file, line).strip()
+
+    def program(self, ctx: int) -> KernelProgram | None:
+        """The kernel group `ctx` rendered (made once per group: a live ProgramSpec is converted on first use)."""
+        programs: dict[int, KernelProgram | None] = self._cache.setdefault("programs", {})
+        if ctx not in programs:
+            programs[ctx] = kernel_program(self.trace.keys[ctx].ret) if self.trace is not None else None
+        return programs[ctx]
+
+    def groups(self) -> list[dict[str, Any]]:
+        """/ctxs: every group with its steps (no call traces: those come with the step), kernel groups marked."""
+        if "groups" not in self._cache:
+            groups = get_rewrites(self.trace) if self.trace is not None else []
+            for i, g in enumerate(groups):
+                program = self.program(i)
+                g["kernel"] = None if program is None else {"name": program.name, "query": f"/kernel?ctx={i}"}
+                for s in g["steps"]:
+                    s.pop("trace")
+                    s["code_line"] = self.source_line(s["loc"])
+            self._cache["groups"] = groups
+        return list(self._cache["groups"])
+
+    def step(self, ctx: int, idx: int) -> TrackedGraphRewrite:
+        if (
+            self.trace is None
+            or not 0 <= ctx < len(self.trace.rewrites)
+            or not 0 <= idx < len(self.trace.rewrites[ctx])
+        ):
+            raise IndexError(f"no step {idx} in group {ctx}")
+        return self.trace.rewrites[ctx][idx]
+
+    def step_stream(self, ctx: int, idx: int) -> Iterator[dict[str, Any]]:
+        """A header, then the step's graph before any match and after each one, then "done" (or "error")."""
+        step = self.step(ctx, idx)
+        assert self.trace is not None, "step() checked the trace"
+        trace = [{"file": f, "line": n, "name": name, "code": code} for f, n, name, code in step.trace]
+        yield {"kind": "step", "ctx": ctx, "idx": idx, "name": step.name or "graph_rewrite", "loc": list(step.loc),
+               "code_line": self.source_line(step.loc), "depth": step.depth, "match_count": len(step.matches),
+               "group": self.trace.keys[ctx].display_name, "trace": trace[-CALL_TRACE_FRAMES:]}  # fmt: skip
+        replays, count = get_full_rewrite(step, self.trace.uop_fields), 0
+        try:
+            while (replay := self._next_replay(replays)) is not None:
+                message = graph_message(count, replay)
+                if message["rule"] is not None and not message["rule"]["line"]:
+                    message["rule"]["line"] = self.source_line(message["rule"]["loc"])
+                count += 1
+                yield message
+        except Exception as e:  # a replay that fails shows its error in the page instead of a silent stop
+            yield {"kind": "error", "message": f"{type(e).__name__}: {e}"}
+        finally:
+            with self._replay_lock, Context(TRACK_MATCH_STATS=0):
+                replays.close()  # here, not whenever it is collected: closing restores flags it saved
+        yield {"kind": "done", "count": count}
+
+    def _next_replay(self, replays: Generator[dict[str, Any], None, None]) -> dict[str, Any] | None:
+        """One graph of a replay. Streams run in threads and a replay flips the process-wide TRACK_MATCH_STATS, so
+        one graph is made at a time, with tracking off, and the flag is restored before the lock is let go."""
+        with self._replay_lock, Context(TRACK_MATCH_STATS=0):
+            return next(replays, None)
+
+    def kernel(self, ctx: int) -> dict[str, Any]:
+        """A kernel group's program: source (and its highlighted HTML when Pygments is there), linear UOps, costs."""
+        if (program := self.program(ctx)) is None:
+            raise IndexError(f"group {ctx} is not a kernel")
+        uops = [{"i": i, "op": op, "dtype": dt, "src": list(srcs), "arg": arg} for i, (op, dt, srcs, arg) in
+                enumerate(program.uops)]  # fmt: skip
+        source_html = highlight_c(program.src)
+        return {"name": program.name, "device": program.device, "src": program.src, "uops": uops,
+                "html": source_html, "ops": program.ops, "lds": program.lds, "mem": program.mem}  # fmt: skip
+
+    # *** search ***
+
+    def _node_text(self, num: int) -> str:
+        assert self.trace is not None, "search needs a trace"
+        op, dtype, _, arg, tag = self.trace.uop_fields[num][:5]
+        text = f"{op.name} {dtype!r} {'' if arg is None else arg} {'' if tag is None else tag}"
+        return ansistrip(text).lower()
+
+    def _new_nodes(self, num: int, known: dict[int, tuple[int, int, int]]) -> list[int]:
+        """`num` and every source below it not in `known`: what a step's input or a match's result brings in."""
+        assert self.trace is not None, "search needs a trace"
+        out: dict[int, None] = {}
+        todo = [num]
+        while todo:
+            n = todo.pop()
+            if n not in known and n not in out:
+                out[n] = None
+                todo.extend(self.trace.uop_fields[n][2])
+        return list(out)
+
+    def search_index(self) -> SearchIndex:
+        """Built once, on the first search: where each node first appears, as a step's input or a match's result."""
+        with self._lock:
+            if (index := self._cache.get("search")) is not None:
+                return index  # type: ignore[no-any-return]  # the cache holds a SearchIndex under this key
+            index = SearchIndex()
+            for ctx, steps in enumerate(self.trace.rewrites if self.trace is not None else []):
+                for idx, step in enumerate(steps):
+                    index.where.update(dict.fromkeys(self._new_nodes(step.sink, index.where), (ctx, idx, 0)))
+                    for i, m in enumerate(step.matches):
+                        if m.after is not None:
+                            index.where.update(dict.fromkeys(self._new_nodes(m.after, index.where), (ctx, idx, i + 1)))
+            index.text = {n: self._node_text(n) for n in index.where}
+            self._cache["search"] = index
+            return index
+
+    def search(self, query: str) -> list[dict[str, Any]]:
+        """Nodes whose op, dtype, arg or tag contains `query` (any case), in trace order, with where to find them."""
+        if not query.strip() or self.trace is None:
+            return []
+        needle, index, groups = query.strip().lower(), self.search_index(), self.groups()
+        hits = sorted((where, n) for n, where in index.where.items() if needle in index.text[n])
+        out = []
+        for (ctx, idx, i), n in hits[:MAX_SEARCH_RESULTS]:
+            text = index.text[n]
+            out.append({"ctx": ctx, "idx": idx, "match": i, "node": n, "text": text[:160],
+                        "group": groups[ctx]["name"], "step": groups[ctx]["steps"][idx]["name"]})  # fmt: skip
+        return out
+
+    # *** profile ***
+
+    def programs(self) -> dict[str, int]:
+        """Kernel name (as the runtime names it, and as the engine does) -> its group, for the timeline's links."""
+        out: dict[str, int] = {}
+        for ctx in range(len(self.trace.keys) if self.trace is not None else 0):
+            if (program := self.program(ctx)) is not None:
+                out.setdefault(to_function_name(program.name), ctx)
+                out.setdefault(program.name, ctx)
+        return out
+
+    def profile_bytes(self) -> bytes:
+        """/get_profile: the packed timeline (profile.py's layout); range events link to their kernel's group."""
+        with self._lock:
+            if "profile" not in self._cache:
+                self._cache["profile"] = get_profile(list(self.events), self.programs())
+            return bytes(self._cache["profile"])
+
+    def profile_info(self) -> dict[str, Any]:
+        """/profile_info: kernel costs by name, and per device the kernel each run was (runs number buffer users)."""
+        kernels: dict[str, dict[str, Any]] = {}
+        for name, ctx in self.programs().items():
+            program = self.program(ctx)
+            assert program is not None, "programs() lists kernel groups only"
+            kernels[name] = {"ctx": ctx, "name": program.name, "ops": program.ops, "lds": program.lds,
+                             "mem": program.mem}  # fmt: skip
+        runs: dict[str, list[str]] = {}
+        execs = [e for e in self.events if isinstance(e, ProfilePointEvent) and e.name == "exec"]
+        for e in sorted(execs, key=lambda e: e.ts):  # the order profile.py numbers runs in
+            runs.setdefault(e.device, []).append(to_function_name(key_name(e.key)))
+        return {"kernels": kernels, "runs": runs}
+
+
+def open_session(rewrites: str | Path | None = None, profile: str | Path | None = None) -> VizSession:
+    """A session over saved trace files; with neither given, the files VIZ=1 last saved (those that exist).
+
+    Raises TraceFileError for a missing or unreadable file, or when there is nothing to open.
+    """
+    if rewrites is None and profile is None:
+        rewrites, profile = (p if p.exists() else None for p in default_paths())
+        if rewrites is None and profile is None:
+            raise TraceFileError(f"{default_paths()[1]}: no saved traces: run a program with VIZ=1 (or VIZ=-1) first, "
+                                 "or pass --rewrites FILE / --profile FILE")  # fmt: skip
+    session = VizSession()
+    if rewrites is not None:
+        saved = load_rewrites(rewrites)
+        session.trace, session.lines = saved.trace, saved.lines
+    if profile is not None:
+        session.events = load_profile(profile)
+    return session

@@ -1,0 +1,857 @@
+// fusegrad VIZ, the page: the rewrites view (groups and steps, a step's graph after every match as an SVG DAG laid
+// out by the server) and the profiler (a canvas timeline decoded from /get_profile's packed bytes, as the spec's
+// load_profile reads them). Plain JavaScript, no libraries; everything comes from the page's own server.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const SVG_NS = $("graph").namespaceURI; // taken from the inline <svg>, so no namespace URL is spelled out here
+const LABEL_CHARS = 48, LABEL_LINES = 10, LINE_HEIGHT = 14, PADDING = 8; // as layout.py sizes the boxes
+const MODES = ["read", "write", "read+write"];
+
+// *** small helpers ***
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") node.className = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v);
+  }
+  node.append(...children.filter((c) => c !== null && c !== undefined).map((c) => (c instanceof Node ? c : String(c))));
+  return node;
+}
+
+function svg(tag, attrs = {}) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  return node;
+}
+
+const setStatus = (text) => { $("status").textContent = text; };
+const shortPath = (file) => file.split("/").slice(-2).join("/");
+const cut = (line) => (line.length > LABEL_CHARS ? line.slice(0, LABEL_CHARS - 1) + "…" : line);
+const clamp = (x, lo, hi) => Math.min(Math.max(x, lo), hi);
+
+function fmtUs(us) {
+  if (Math.abs(us) >= 1e6) return (us / 1e6).toFixed(3) + " s";
+  if (Math.abs(us) >= 1e3) return (us / 1e3).toFixed(3) + " ms";
+  return us.toFixed(us < 10 ? 2 : 1) + " us";
+}
+
+function fmtBytes(b) {
+  const units = ["B", "KB", "MB", "GB", "TB"];
+  let i = 0;
+  while (b >= 1000 && i < units.length - 1) { b /= 1000; i++; }
+  return (i ? b.toFixed(2) : String(b)) + " " + units[i];
+}
+
+async function getJSON(url) {
+  const res = await fetch(url);
+  if (!res.ok) throw new Error(`${url}: HTTP ${res.status}`);
+  return res.json();
+}
+
+// read a JSON-lines response as it arrives, one message per line
+async function readLines(url, signal, onMessage) {
+  const res = await fetch(url, { signal });
+  if (!res.ok) throw new Error(`${url}: HTTP ${res.status}`);
+  const reader = res.body.getReader();
+  const decoder = new TextDecoder();
+  let pending = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    pending += decoder.decode(value, { stream: true });
+    let nl;
+    while ((nl = pending.indexOf("\n")) >= 0) {
+      const line = pending.slice(0, nl);
+      pending = pending.slice(nl + 1);
+      if (line) onMessage(JSON.parse(line));
+    }
+  }
+}
+
+function showTab(name) {
+  $("rewrites-view").hidden = name !== "rewrites";
+  $("profiler-view").hidden = name !== "profiler";
+  $("tab-rewrites").classList.toggle("active", name === "rewrites");
+  $("tab-profiler").classList.toggle("active", name === "profiler");
+  if (name === "profiler") openProfiler();
+}
+
+// *** rewrites: sidebar ***
+
+const rw = { groups: [], ctx: -1, idx: -1, header: null, graphs: [], match: 0, want: 0, abort: null, view: null,
+  picked: null, found: "" };
+
+function renderSidebar() {
+  const list = $("groups");
+  list.replaceChildren();
+  if (!rw.groups.length) list.append(el("li", { class: "empty" }, "No rewrites were traced."));
+  rw.groups.forEach((g, ctx) => {
+    const steps = el("ul", { hidden: "" });
+    g.steps.forEach((s, idx) => {
+      const item = el("li", { class: "step", "data-step": `${ctx}:${idx}`, title: `${shortPath(s.loc[0])}:${s.loc[1]}  ${s.code_line}`,
+        onclick: () => selectStep(ctx, idx, 0) },
+        el("span", { class: s.match_count ? "count some" : "count" }, s.match_count), s.name);
+      item.style.paddingLeft = `${18 + 14 * s.depth}px`;
+      steps.append(item);
+    });
+    if (g.kernel) {
+      const item = el("li", { class: "step", "data-step": `${ctx}:source`, onclick: () => showKernel(ctx) }, "kernel source");
+      item.style.paddingLeft = "18px";
+      steps.append(item);
+    }
+    const total = g.steps.reduce((n, s) => n + s.match_count, 0);
+    const head = el("div", { title: g.name, onclick: () => steps.toggleAttribute("hidden") },
+      el("span", { class: total ? "count some" : "count" }, total), g.name);
+    list.append(el("li", { class: g.kernel ? "group kernel" : "group", "data-ctx": ctx }, head, steps));
+  });
+}
+
+function markSelected(key) {
+  for (const node of document.querySelectorAll("#groups .step.selected")) node.classList.remove("selected");
+  const item = document.querySelector(`#groups .step[data-step="${key}"]`);
+  if (!item) return;
+  item.classList.add("selected");
+  item.parentElement.hidden = false;
+  item.scrollIntoView({ block: "nearest" });
+}
+
+function showPane(which) {
+  for (const id of ["match-bar", "graph-wrap"]) $(id).hidden = which !== "graph";
+  $("kernel-pane").hidden = which !== "kernel";
+}
+
+// every step in sidebar order, for the up/down keys
+function allSteps() {
+  return rw.groups.flatMap((g, ctx) => g.steps.map((_, idx) => [ctx, idx]));
+}
+
+// *** rewrites: one step, streamed ***
+
+// show a step's graphs as they stream in; `want` is the match to show first, `found` search text to highlight
+async function selectStep(ctx, idx, want, found = "") {
+  if (rw.abort) rw.abort.abort();
+  const abort = (rw.abort = new AbortController());
+  Object.assign(rw, { ctx, idx, header: null, graphs: [], match: 0, want, view: null, picked: null, found });
+  markSelected(`${ctx}:${idx}`);
+  showPane("graph");
+  $("graph").replaceChildren();
+  $("details").replaceChildren();
+  $("slider").max = 0;
+  $("slider").value = 0;
+  setStatus("replaying…");
+  try {
+    await readLines(`/ctxs?ctx=${ctx}&idx=${idx}`, abort.signal, (msg) => { if (abort === rw.abort) onStepMessage(msg); });
+  } catch (e) {
+    if (e.name !== "AbortError") setStatus(String(e));
+  }
+}
+
+function onStepMessage(msg) {
+  if (msg.kind === "step") {
+    rw.header = msg;
+    renderStepHead(msg);
+  } else if (msg.kind === "graph") {
+    rw.graphs.push(msg);
+    const last = rw.graphs.length - 1;
+    $("slider").max = last;
+    if (last === Math.min(rw.want, rw.header.match_count)) showMatch(last);
+    else updateMatchLabel();
+  } else if (msg.kind === "error") {
+    setStatus(msg.message);
+    $("details").prepend(el("h3", {}, "replay failed"), el("pre", {}, msg.message));
+  } else if (msg.kind === "done") {
+    setStatus(`${msg.count} graphs`);
+    if (rw.want >= msg.count && msg.count) showMatch(msg.count - 1);
+  }
+}
+
+function renderStepHead(h) {
+  const head = $("step-head");
+  head.replaceChildren(el("strong", {}, `${h.group} › ${h.name}`), " ",
+    el("span", { class: "loc mono", title: h.loc[0] }, `${shortPath(h.loc[0])}:${h.loc[1]}`), " ",
+    el("code", {}, h.code_line), " ", el("span", { class: "loc" }, `${h.match_count} matches`));
+}
+
+function updateMatchLabel() {
+  const total = rw.header ? rw.header.match_count : 0;
+  const have = rw.graphs.length - 1;
+  const loading = have < total ? ` (${have + 1} loaded)` : "";
+  $("match-label").textContent = `match ${rw.match} / ${total}${loading}`;
+}
+
+function showMatch(i) {
+  if (!rw.graphs.length) return;
+  rw.match = clamp(i, 0, rw.graphs.length - 1);
+  $("slider").value = rw.match;
+  const msg = rw.graphs[rw.match];
+  drawGraph(msg);
+  renderDetails(msg);
+  updateMatchLabel();
+}
+
+// a smooth left-to-right path through the layout's points
+function curve(points) {
+  let d = `M${points[0][0]},${points[0][1]}`;
+  for (let i = 1; i < points.length; i++) {
+    const [x0, y0] = points[i - 1], [x1, y1] = points[i];
+    const dx = (x1 - x0) / 2;
+    d += ` C${x0 + dx},${y0} ${x1 - dx},${y1} ${x1},${y1}`;
+  }
+  return d;
+}
+
+function drawGraph(msg) {
+  const root = $("graph");
+  root.replaceChildren();
+  const marker = svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7, markerHeight: 7,
+    orient: "auto" });
+  marker.append(svg("path", { d: "M0,0 L10,5 L0,10 z", fill: "#9aa3b5" }));
+  const defs = svg("defs");
+  defs.append(marker);
+  const viewport = svg("g", { id: "viewport" });
+  root.append(defs, viewport);
+  const { boxes, edges } = msg.layout;
+  const inputs = {};
+  for (const e of edges) inputs[e[1]] = (inputs[e[1]] || 0) + 1;
+  for (const [, dst, index, points] of edges) {
+    viewport.append(svg("path", { class: "edge", d: curve(points), "marker-end": "url(#arrow)" }));
+    if (inputs[dst] > 1) {
+      const [x, y] = points[points.length - 1];
+      const text = svg("text", { class: "edge-index", x: x - 12, y: y - 3 });
+      text.textContent = index;
+      viewport.append(text);
+    }
+  }
+  const changed = new Set(msg.changed.map(String));
+  for (const [id, box] of Object.entries(boxes)) {
+    const node = msg.graph[id];
+    const label = node ? node.label : `${msg.layout.hidden} more nodes\n(graph too big to draw)`;
+    const g = svg("g", { class: "node", transform: `translate(${box[0]},${box[1]})`, "data-id": id });
+    if (changed.has(id)) g.classList.add("changed");
+    if (rw.found && label.toLowerCase().replace(/\n/g, " ").includes(rw.found)) g.classList.add("found");
+    if (id === rw.picked) g.classList.add("picked");
+    g.append(svg("rect", { width: box[2], height: box[3], rx: 4, fill: node ? node.color : "#666" }));
+    const text = svg("text", { y: PADDING / 2 + 11 });
+    label.split("\n").slice(0, LABEL_LINES).forEach((line, i) => {
+      const span = svg("tspan", { x: PADDING, dy: i ? LINE_HEIGHT : 0 });
+      span.textContent = cut(line);
+      text.append(span);
+    });
+    const title = svg("title");
+    title.textContent = label;
+    g.append(title, text);
+    viewport.append(g);
+  }
+  if (!rw.view) rw.view = fitView(msg);
+  applyView();
+}
+
+// the whole graph when it fits at a readable size (half size or more), else its sink's end at half size
+function fitView(msg) {
+  const wrap = $("graph-wrap");
+  const W = wrap.clientWidth || 800, H = wrap.clientHeight || 600, L = msg.layout;
+  const k = Math.min(1, (W - 40) / Math.max(L.width, 1), (H - 40) / Math.max(L.height, 1));
+  if (k >= 0.5) return { k, x: (W - L.width * k) / 2, y: (H - L.height * k) / 2 };
+  const ids = Object.keys(msg.graph);
+  const sink = L.boxes[ids[ids.length - 1]] || [L.width, L.height / 2, 0, 0];
+  return { k: 0.5, x: W - 40 - (sink[0] + sink[2]) * 0.5, y: H / 2 - (sink[1] + sink[3] / 2) * 0.5 };
+}
+
+function applyView() {
+  const viewport = $("viewport");
+  const v = rw.view;
+  if (viewport && v) viewport.setAttribute("transform", `translate(${v.x},${v.y}) scale(${v.k})`);
+}
+
+function renderDetails(msg) {
+  const d = $("details");
+  d.replaceChildren();
+  d.append(el("h3", {}, msg.i ? `match ${msg.i}` : "input graph"),
+    el("div", {}, `${Object.keys(msg.graph).length} nodes, ${msg.changed.length} created by this match`));
+  if (msg.rule) {
+    d.append(el("h3", {}, "rule"),
+      el("div", { class: "mono", title: msg.rule.loc[0] }, `${shortPath(msg.rule.loc[0])}:${msg.rule.loc[1]}`),
+      el("pre", { class: "mono" }, msg.rule.line));
+    if (msg.rule.src.trim() !== msg.rule.line.trim()) d.append(el("h3", {}, "pattern"), el("pre", {}, msg.rule.src));
+  }
+  if (msg.diff.length) {
+    const pre = el("pre", { class: "diff" });
+    for (const line of msg.diff) {
+      const kind = line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : "";
+      pre.append(el("div", { class: kind }, line));
+    }
+    d.append(el("h3", {}, "replaced node"), pre);
+  }
+  if (rw.picked && msg.graph[rw.picked]) d.append(el("h3", {}, "selected node"), el("pre", {}, msg.graph[rw.picked].label));
+  if (rw.header && rw.header.trace.length) {
+    const frames = rw.header.trace.map((f) => el("div", { class: "mono", title: f.file }, `${shortPath(f.file)}:${f.line} ${f.name}`,
+      el("br"), `    ${f.code}`));
+    d.append(el("details", {}, el("summary", {}, "call trace"), ...frames));
+  }
+}
+
+async function showKernel(ctx) {
+  if (rw.abort) rw.abort.abort();
+  rw.abort = null;
+  Object.assign(rw, { ctx, idx: -1 });
+  markSelected(`${ctx}:source`);
+  showPane("kernel");
+  $("step-head").replaceChildren(el("strong", {}, `${rw.groups[ctx].name} › kernel source`));
+  const pane = $("kernel-pane");
+  pane.replaceChildren(el("span", { class: "empty" }, "loading…"));
+  $("details").replaceChildren();
+  const k = await getJSON(`/kernel?ctx=${ctx}`);
+  const code = el("pre", { class: "code" });
+  if (k.html !== null) code.innerHTML = k.html; // the server's highlighter escaped the source
+  else code.textContent = k.src;
+  const costs = ["ops", "lds", "mem"].filter((c) => k[c] !== null).map((c) => `${c} ${k[c].toLocaleString()}`).join(" · ");
+  const table = el("table", {}, el("tr", {}, ...["#", "op", "dtype", "src", "arg"].map((h) => el("th", {}, h))));
+  for (const u of k.uops) table.append(el("tr", {}, ...[u.i, u.op, u.dtype, u.src.join(" "), u.arg].map((c) => el("td", {}, c))));
+  pane.replaceChildren(el("h3", {}, `${k.name} on ${k.device}`), el("div", { class: "loc" }, costs), code,
+    el("h3", {}, `${k.uops.length} linear UOps`), table);
+}
+
+function setupGraphInput() {
+  const wrap = $("graph-wrap");
+  let drag = null;
+  wrap.addEventListener("wheel", (e) => {
+    if (!rw.view) return;
+    e.preventDefault();
+    const r = wrap.getBoundingClientRect(), mx = e.clientX - r.left, my = e.clientY - r.top, v = rw.view;
+    const k = clamp(v.k * Math.exp(-e.deltaY * 0.0015), 0.02, 4);
+    v.x = mx - ((mx - v.x) * k) / v.k;
+    v.y = my - ((my - v.y) * k) / v.k;
+    v.k = k;
+    applyView();
+  }, { passive: false });
+  wrap.addEventListener("mousedown", (e) => {
+    if (!rw.view || e.button !== 0) return;
+    drag = { x: e.clientX, y: e.clientY, vx: rw.view.x, vy: rw.view.y, moved: false };
+    wrap.classList.add("dragging");
+  });
+  window.addEventListener("mousemove", (e) => {
+    if (!drag) return;
+    drag.moved = drag.moved || Math.abs(e.clientX - drag.x) + Math.abs(e.clientY - drag.y) > 3;
+    rw.view.x = drag.vx + e.clientX - drag.x;
+    rw.view.y = drag.vy + e.clientY - drag.y;
+    applyView();
+  });
+  window.addEventListener("mouseup", (e) => {
+    if (!drag) return;
+    const moved = drag.moved;
+    drag = null;
+    wrap.classList.remove("dragging");
+    const node = e.target.closest ? e.target.closest("g.node") : null;
+    if (moved || !rw.graphs.length) return;
+    rw.picked = node ? node.dataset.id : null;
+    showMatch(rw.match);
+  });
+  $("slider").addEventListener("input", () => showMatch(Number($("slider").value)));
+}
+
+function onKey(e) {
+  if ($("rewrites-view").hidden) return;
+  const t = e.target;
+  if (t.tagName === "INPUT" && t.type !== "range") {
+    if (e.key === "Escape") $("search-results").hidden = true;
+    return;
+  }
+  if (t === $("slider") && (e.key === "ArrowLeft" || e.key === "ArrowRight")) return; // the slider moves itself
+  if (e.key === "ArrowRight" || e.key === "ArrowLeft") {
+    showMatch(rw.match + (e.key === "ArrowRight" ? 1 : -1));
+  } else if (e.key === "ArrowDown" || e.key === "ArrowUp") {
+    const steps = allSteps();
+    const at = steps.findIndex(([c, i]) => c === rw.ctx && i === rw.idx);
+    const next = steps[clamp(at + (e.key === "ArrowDown" ? 1 : -1), 0, steps.length - 1)];
+    if (next) selectStep(next[0], next[1], 0);
+  } else return;
+  e.preventDefault();
+}
+
+// *** search over the whole rewrite history ***
+
+let searchTimer = 0;
+
+async function runSearch() {
+  const query = $("search").value.trim();
+  const box = $("search-results");
+  if (!query) {
+    box.hidden = true;
+    return;
+  }
+  const hits = await getJSON(`/search?q=${encodeURIComponent(query)}`);
+  const rows = hits.map((h) => el("div", { onclick: () => openHit(h, query) }, h.text, el("br"),
+    el("small", {}, `${h.group} › ${h.step} · ${h.match ? `created by match ${h.match}` : "in the step's input"}`)));
+  box.replaceChildren(...(rows.length ? rows : [el("div", {}, "no node matches")]));
+  box.hidden = false;
+}
+
+function openHit(hit, query) {
+  $("search-results").hidden = true;
+  showTab("rewrites");
+  selectStep(hit.ctx, hit.idx, hit.match, query.toLowerCase());
+}
+
+// *** profiler: decoding /get_profile (layout in fusegrad/viz/profile.py) ***
+
+const prof = { started: false, ready: false, dur: 0, peak: 0, strings: [], markers: [], tracks: [], rows: [], info: null,
+  users: new Map(), t0: 0, t1: 1, selected: null, drawMs: 0, pending: false, colors: [] };
+const LABEL_W = 160, AXIS_H = 36, ROW_H = 18, MEM_H = 70, MAX_LEVELS = 12, MAX_SEGMENTS = 400000;
+
+function decodeProfile(buffer) {
+  const view = new DataView(buffer);
+  let o = 0;
+  const u8 = () => view.getUint8(o++);
+  const u32 = () => { o += 4; return view.getUint32(o - 4, true); };
+  const f32 = () => { o += 4; return view.getFloat32(o - 4, true); };
+  const u64 = () => { o += 8; return Number(view.getBigUint64(o - 8, true)); };
+  const text = (n) => { o += n; return new TextDecoder().decode(new Uint8Array(buffer, o - n, n)); };
+  prof.dur = u32();
+  prof.peak = u64();
+  const indexLen = u32(), trackCount = u32();
+  const index = JSON.parse(text(indexLen));
+  prof.strings = index.strings;
+  prof.markers = index.markers;
+  prof.tracks = [];
+  for (let t = 0; t < trackCount; t++) {
+    const name = text(u8());
+    const kind = u8(), count = u32();
+    if (kind === 0) prof.tracks.push(readRangeTrack(name, count, u32, f32));
+    else prof.tracks.push(readMemoryTrack(name, count, u8, u32, u64, index.dtypes));
+  }
+}
+
+function readRangeTrack(name, n, u32, f32) {
+  const tr = { kind: "range", name, n, nameIdx: new Uint32Array(n), ref: new Int32Array(n), st: new Float64Array(n),
+    dur: new Float32Array(n), occ: new Uint32Array(n), level: new Uint8Array(n), levels: 1, maxDur: 0 };
+  const seen = new Map();
+  for (let i = 0; i < n; i++) {
+    tr.nameIdx[i] = u32();
+    tr.ref[i] = u32() - 1; // 0 means no program, else 1 + its group
+    u32(); // key: 1 + the kind of range
+    tr.st[i] = u32();
+    tr.dur[i] = f32();
+    u32(); // spare
+    tr.occ[i] = seen.get(tr.nameIdx[i]) || 0;
+    seen.set(tr.nameIdx[i], tr.occ[i] + 1);
+    tr.maxDur = Math.max(tr.maxDur, tr.dur[i]);
+  }
+  tr.order = Uint32Array.from({ length: n }, (_, i) => i).sort((a, b) => tr.st[a] - tr.st[b]);
+  tr.stSorted = Float64Array.from(tr.order, (i) => tr.st[i]);
+  const ends = []; // per level, when its last range ends: overlapping ranges stack like a flame graph
+  for (const i of tr.order) {
+    let lv = ends.findIndex((end) => end <= tr.st[i]);
+    if (lv < 0) lv = ends.length < MAX_LEVELS ? ends.push(0) - 1 : MAX_LEVELS - 1;
+    ends[lv] = tr.st[i] + tr.dur[i];
+    tr.level[i] = lv;
+  }
+  tr.levels = Math.max(ends.length, 1);
+  return tr;
+}
+
+// buffers as stacked bands: each keeps its place until a buffer below it is freed (segments: t0 t1 offset buffer)
+function readMemoryTrack(name, n, u8, u32, u64, dtypes) {
+  const device = name.replace(/ Memory$/, "");
+  const tr = { kind: "memory", name, device, peak: u64(), buffers: [], segs: [], usage: [], bands: true };
+  const live = [];
+  let used = 0;
+  const closeFrom = (i, ts, shift) => {
+    for (let j = i; j < live.length; j++) {
+      const b = live[j];
+      if (tr.segs.length < MAX_SEGMENTS * 4) tr.segs.push(b.since, ts, b.offset, b.index);
+      else tr.bands = false;
+      b.since = ts;
+      b.offset -= shift;
+    }
+  };
+  for (let e = 0; e < n; e++) {
+    const alloc = u8(), ts = u32(), key = u32();
+    if (alloc) {
+      const dtype = prof.strings[u32()], sz = u64();
+      const b = { index: tr.buffers.length, key, dtype, sz, bytes: sz * (dtypes[dtype] || 1), t0: ts, t1: ts, users: [],
+        since: ts, offset: used };
+      tr.buffers.push(b);
+      live.push(b);
+      used += b.bytes;
+    } else {
+      const users = [];
+      for (let u = u32(); u > 0; u--) users.push([u32(), u32(), u8(), u8()]);
+      const at = live.findIndex((b) => b.key === key);
+      if (at < 0) continue;
+      const b = live[at];
+      b.t1 = ts;
+      b.users = users;
+      for (const [run, , pos, mode] of users) {
+        const k = `${device}|${run}`;
+        if (!prof.users.has(k)) prof.users.set(k, []);
+        prof.users.get(k).push({ track: tr, buffer: b, pos, mode });
+      }
+      closeFrom(at, ts, 0);
+      live.splice(at, 1);
+      closeFrom(at, ts, b.bytes);
+      used -= b.bytes;
+    }
+    tr.usage.push([ts, used]);
+  }
+  return tr;
+}
+
+async function openProfiler() {
+  if (prof.started) return;
+  prof.started = true;
+  setStatus("loading profile…");
+  try {
+    const [buffer, info] = await Promise.all([fetch("/get_profile").then((r) => r.arrayBuffer()), getJSON("/profile_info")]);
+    decodeProfile(buffer);
+    prof.info = info;
+    prof.runsByName = {}; // device -> kernel name -> its run numbers, in order
+    for (const [device, names] of Object.entries(info.runs)) {
+      const byName = (prof.runsByName[device] = {});
+      names.forEach((name, run) => (byName[name] = byName[name] || []).push(run));
+    }
+    prof.t0 = 0;
+    prof.t1 = Math.max(prof.dur, 1);
+    prof.ready = true;
+    const events = prof.tracks.reduce((n, t) => n + (t.kind === "range" ? t.n : 0), 0);
+    setStatus(`${events} events on ${prof.tracks.length} tracks, ${fmtUs(prof.dur)}`);
+    layoutRows();
+  } catch (e) {
+    setStatus(`profile: ${e}`);
+  }
+}
+
+function layoutRows() {
+  let y = AXIS_H;
+  prof.rows = prof.tracks.map((track) => {
+    const h = track.kind === "range" ? track.levels * ROW_H + 6 : MEM_H;
+    const row = { track, y, h };
+    y += h;
+    return row;
+  });
+  prof.height = y + 10;
+  resizeCanvas();
+}
+
+function resizeCanvas() {
+  const canvas = $("timeline"), wrap = $("timeline-wrap"), dpr = window.devicePixelRatio || 1;
+  prof.width = Math.max(wrap.clientWidth, 300);
+  canvas.width = prof.width * dpr;
+  canvas.height = (prof.height || 100) * dpr;
+  canvas.style.width = `${prof.width}px`;
+  canvas.style.height = `${prof.height || 100}px`;
+  scheduleDraw();
+}
+
+// *** profiler: drawing ***
+
+function scheduleDraw() {
+  if (prof.pending || !prof.ready) return;
+  prof.pending = true;
+  requestAnimationFrame(() => { prof.pending = false; draw(); });
+}
+
+const scaleOf = () => (prof.width - LABEL_W) / (prof.t1 - prof.t0);
+const xOf = (t) => LABEL_W + (t - prof.t0) * scaleOf();
+const tOf = (x) => prof.t0 + (x - LABEL_W) / scaleOf();
+
+function colorOf(nameIdx) {
+  if (!prof.colors[nameIdx]) {
+    let h = 0;
+    for (const c of prof.strings[nameIdx] || "") h = (h * 31 + c.charCodeAt(0)) >>> 0;
+    prof.colors[nameIdx] = `hsl(${Math.round((h * 137.508) % 360)},55%,62%)`; // golden angle: near names differ
+  }
+  return prof.colors[nameIdx];
+}
+
+function lowerBound(sorted, value) {
+  let lo = 0, hi = sorted.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (sorted[mid] < value) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+function draw() {
+  const start = performance.now();
+  const ctx = $("timeline").getContext("2d"), dpr = window.devicePixelRatio || 1;
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  ctx.clearRect(0, 0, prof.width, prof.height);
+  ctx.font = "11px sans-serif";
+  ctx.textBaseline = "middle";
+  prof.rows.forEach((row, i) => {
+    ctx.fillStyle = i % 2 ? "#1b1e24" : "#1f232a";
+    ctx.fillRect(0, row.y, prof.width, row.h);
+  });
+  ctx.save();
+  ctx.beginPath();
+  ctx.rect(LABEL_W, 0, prof.width - LABEL_W, prof.height);
+  ctx.clip();
+  for (const row of prof.rows) (row.track.kind === "range" ? drawRanges : drawMemory)(ctx, row);
+  drawMarkers(ctx);
+  ctx.restore();
+  drawAxis(ctx);
+  for (const row of prof.rows) {
+    ctx.fillStyle = "#d8dce4";
+    ctx.fillText(row.track.name, 8, row.y + Math.min(row.h / 2, 12), LABEL_W - 12);
+    if (row.track.kind !== "memory") continue;
+    ctx.fillStyle = "#8a92a3";
+    ctx.fillText(`peak ${fmtBytes(row.track.peak)}`, 8, row.y + 28, LABEL_W - 12);
+  }
+  prof.drawMs = performance.now() - start;
+}
+
+function drawRanges(ctx, row) {
+  const tr = row.track, t0 = prof.t0, t1 = prof.t1, scale = scaleOf();
+  const painted = new Float64Array(tr.levels).fill(-Infinity); // per level, the right edge painted so far
+  for (let j = lowerBound(tr.stSorted, t0 - tr.maxDur); j < tr.n; j++) {
+    const i = tr.order[j], st = tr.st[i];
+    if (st > t1) break;
+    const en = st + tr.dur[i];
+    if (en < t0) continue;
+    const lv = tr.level[i], x = LABEL_W + (st - t0) * scale, x2 = LABEL_W + (en - t0) * scale;
+    if (x2 <= painted[lv] + 0.5) continue; // inside a pixel already painted: 100,000 tiny ranges cost ~width draws
+    const left = Math.max(x, painted[lv]), w = Math.max(x2 - left, 1);
+    painted[lv] = left + w;
+    const y = row.y + 3 + lv * ROW_H;
+    ctx.fillStyle = colorOf(tr.nameIdx[i]);
+    ctx.fillRect(left, y, w, ROW_H - 2);
+    if (prof.selected && prof.selected.track === tr && prof.selected.i === i) {
+      ctx.strokeStyle = "#fff";
+      ctx.lineWidth = 2;
+      ctx.strokeRect(left, y, w, ROW_H - 2);
+    }
+    const chars = Math.floor((w - 6) / 6.2);
+    if (chars >= 3) {
+      const name = prof.strings[tr.nameIdx[i]];
+      ctx.fillStyle = "#111";
+      ctx.fillText(name.length > chars ? name.slice(0, chars - 1) + "…" : name, Math.max(left, LABEL_W) + 3, y + ROW_H / 2 - 1);
+    }
+  }
+}
+
+function drawMemory(ctx, row) {
+  const tr = row.track, yScale = (row.h - 6) / Math.max(tr.peak, 1), base = row.y + row.h - 3;
+  if (tr.bands) {
+    const segs = tr.segs;
+    for (let s = 0; s < segs.length; s += 4) {
+      if (segs[s + 1] < prof.t0 || segs[s] > prof.t1) continue;
+      const b = tr.buffers[segs[s + 3]], x = xOf(segs[s]), w = Math.max(xOf(segs[s + 1]) - x, 0.5);
+      ctx.fillStyle = prof.selected && prof.selected.buffer === b ? "#fff" : `hsl(${(b.key * 47) % 360},45%,50%)`;
+      ctx.fillRect(x, base - (segs[s + 2] + b.bytes) * yScale, w, Math.max(b.bytes * yScale, 0.5));
+    }
+  }
+  ctx.strokeStyle = "#e6e6e6"; // bytes in use, as a step line over the bands
+  ctx.lineWidth = 1;
+  ctx.beginPath();
+  let last = base;
+  ctx.moveTo(LABEL_W, base);
+  for (const [ts, used] of tr.usage) {
+    const x = xOf(ts), y = base - used * yScale;
+    ctx.lineTo(x, last);
+    ctx.lineTo(x, y);
+    last = y;
+  }
+  ctx.lineTo(prof.width, last);
+  ctx.stroke();
+}
+
+function drawMarkers(ctx) {
+  ctx.setLineDash([4, 3]);
+  for (const m of prof.markers) {
+    const x = xOf(m.ts);
+    if (x < LABEL_W || x > prof.width) continue;
+    ctx.strokeStyle = m.color && m.color !== "gray" ? m.color : "#b0b0b0";
+    ctx.beginPath();
+    ctx.moveTo(x, AXIS_H - 12);
+    ctx.lineTo(x, prof.height);
+    ctx.stroke();
+    ctx.fillStyle = "#ffd27f";
+    ctx.fillText(m.name, x + 3, AXIS_H - 10);
+  }
+  ctx.setLineDash([]);
+}
+
+function drawAxis(ctx) {
+  const span = prof.t1 - prof.t0, target = span / Math.max((prof.width - LABEL_W) / 110, 1);
+  const pow = 10 ** Math.floor(Math.log10(target));
+  const step = [1, 2, 5, 10].map((m) => m * pow).find((s) => s >= target);
+  ctx.fillStyle = "#8a92a3";
+  ctx.strokeStyle = "#333844";
+  for (let t = Math.ceil(prof.t0 / step) * step; t <= prof.t1; t += step) {
+    const x = xOf(t);
+    ctx.fillRect(x, 2, 1, 12);
+    ctx.fillText(fmtUs(t), x + 3, 8);
+  }
+}
+
+// *** profiler: interaction ***
+
+function hitTest(mx, my) {
+  const row = prof.rows.find((r) => my >= r.y && my < r.y + r.h);
+  if (!row || mx < LABEL_W) return null;
+  const tr = row.track, t = tOf(mx), tol = 3 / scaleOf();
+  if (tr.kind === "range") {
+    const lv = Math.floor((my - row.y - 3) / ROW_H);
+    let best = null;
+    for (let j = lowerBound(tr.stSorted, t - tr.maxDur - tol); j < tr.n && tr.stSorted[j] <= t + tol; j++) {
+      const i = tr.order[j];
+      if (tr.level[i] !== lv || t > tr.st[i] + tr.dur[i] + tol) continue;
+      if (best === null || Math.abs(tr.st[i] - t) < Math.abs(tr.st[best] - t)) best = i;
+    }
+    return best === null ? null : { track: tr, i: best };
+  }
+  const bytes = (row.y + row.h - 3 - my) / ((row.h - 6) / Math.max(tr.peak, 1));
+  for (let s = 0; s < tr.segs.length; s += 4) {
+    const b = tr.buffers[tr.segs[s + 3]], off = tr.segs[s + 2];
+    if (tr.segs[s] <= t && t <= tr.segs[s + 1] && off <= bytes && bytes <= off + b.bytes) return { track: tr, buffer: b };
+  }
+  return null;
+}
+
+function kernelRun(tr, i) {
+  const name = prof.strings[tr.nameIdx[i]];
+  const runs = (prof.runsByName[tr.name] || {})[name];
+  return runs ? runs[tr.occ[i]] : undefined;
+}
+
+function showEvent(hit) {
+  prof.selected = hit;
+  scheduleDraw();
+  const box = $("profile-details");
+  if (hit.buffer) return showBuffer(hit.track, hit.buffer);
+  const tr = hit.track, i = hit.i, name = prof.strings[tr.nameIdx[i]], dur = tr.dur[i];
+  const info = prof.info.kernels[name] || {};
+  const rows = [["kernel", name], ["device", tr.name], ["start", fmtUs(tr.st[i])], ["duration", fmtUs(dur)]];
+  if (info.ops && dur > 0) rows.push(["GFLOPS", (info.ops / dur / 1e3).toFixed(3)]);
+  if (info.mem && dur > 0) rows.push(["GB/s", (info.mem / dur / 1e3).toFixed(3)]);
+  const table = el("table", {}, ...rows.map(([k, v]) => el("tr", {}, el("td", {}, k), el("td", { class: "mono" }, v))));
+  const users = prof.users.get(`${tr.name}|${kernelRun(tr, i)}`) || [];
+  const bufs = users.map((u) => el("div", { class: "link mono", onclick: () => showEvent({ track: u.track, buffer: u.buffer }) },
+    `arg ${u.pos}: buffer ${u.buffer.key} ${u.buffer.dtype}[${u.buffer.sz}] ${fmtBytes(u.buffer.bytes)} (${MODES[u.mode]})`));
+  const parts = [table, el("h4", {}, bufs.length ? "buffers" : "no buffer records"), ...bufs];
+  if (tr.ref[i] >= 0) parts.push(el("div", { class: "link", onclick: () => openGroup(tr.ref[i]) }, "→ view its rewrites and source"));
+  box.replaceChildren(...parts);
+}
+
+function showBuffer(tr, b) {
+  const rows = [["buffer", `${b.key} on ${tr.device}`], ["dtype × size", `${b.dtype} × ${b.sz}`], ["bytes", fmtBytes(b.bytes)],
+    ["allocated", fmtUs(b.t0)], ["freed", fmtUs(b.t1)]];
+  const table = el("table", {}, ...rows.map(([k, v]) => el("tr", {}, el("td", {}, k), el("td", { class: "mono" }, v))));
+  const runs = prof.info.runs[tr.device] || [];
+  const users = b.users.map(([run, nameIdx, pos, mode]) => el("div", { class: "link mono", onclick: () => jumpToRun(tr.device, run) },
+    `run ${run}: ${prof.strings[nameIdx] || runs[run]} arg ${pos} (${MODES[mode]})`));
+  $("profile-details").replaceChildren(table, el("h4", {}, users.length ? "used by" : "no kernel used it"), ...users);
+}
+
+// select the range event of a device's run number, and bring it into view
+function jumpToRun(device, run) {
+  const name = (prof.info.runs[device] || [])[run];
+  const tr = prof.tracks.find((t) => t.kind === "range" && t.name === device);
+  if (!tr || name === undefined) return;
+  const occ = prof.info.runs[device].slice(0, run).filter((n) => n === name).length;
+  for (let i = 0; i < tr.n; i++) {
+    if (prof.strings[tr.nameIdx[i]] !== name || tr.occ[i] !== occ) continue;
+    const span = prof.t1 - prof.t0;
+    if (tr.st[i] < prof.t0 || tr.st[i] > prof.t1) [prof.t0, prof.t1] = [tr.st[i] - span / 2, tr.st[i] + span / 2];
+    return showEvent({ track: tr, i });
+  }
+}
+
+function openGroup(ctx) {
+  showTab("rewrites");
+  const group = rw.groups[ctx];
+  if (group && group.steps.length) selectStep(ctx, 0, 0);
+  else if (group && group.kernel) showKernel(ctx);
+}
+
+function setupTimelineInput() {
+  const canvas = $("timeline");
+  let drag = null;
+  canvas.addEventListener("wheel", (e) => {
+    if (e.shiftKey || !prof.ready) return; // shift+wheel scrolls the rows
+    e.preventDefault();
+    if (Math.abs(e.deltaX) > Math.abs(e.deltaY)) {
+      const dt = e.deltaX / scaleOf();
+      prof.t0 += dt;
+      prof.t1 += dt;
+    } else {
+      const tm = tOf(Math.max(e.offsetX, LABEL_W)), f = Math.exp(e.deltaY * 0.002);
+      const span = clamp((prof.t1 - prof.t0) * f, 0.01, Math.max(prof.dur, 1) * 2);
+      prof.t0 = tm - ((tm - prof.t0) * span) / (prof.t1 - prof.t0);
+      prof.t1 = prof.t0 + span;
+    }
+    scheduleDraw();
+  }, { passive: false });
+  canvas.addEventListener("mousedown", (e) => {
+    if (e.button === 0 && prof.ready) drag = { x: e.clientX, t0: prof.t0, t1: prof.t1, moved: false };
+  });
+  window.addEventListener("mousemove", (e) => {
+    if (!drag) return;
+    drag.moved = drag.moved || Math.abs(e.clientX - drag.x) > 3;
+    const dt = (drag.x - e.clientX) / scaleOf();
+    prof.t0 = drag.t0 + dt;
+    prof.t1 = drag.t1 + dt;
+    scheduleDraw();
+  });
+  window.addEventListener("mouseup", (e) => {
+    if (!drag) return;
+    const moved = drag.moved;
+    drag = null;
+    if (moved || e.target !== canvas) return;
+    const hit = hitTest(e.offsetX, e.offsetY);
+    if (hit) showEvent(hit);
+  });
+  canvas.addEventListener("dblclick", () => {
+    prof.t0 = 0;
+    prof.t1 = Math.max(prof.dur, 1);
+    scheduleDraw();
+  });
+  window.addEventListener("resize", () => { if (prof.ready) resizeCanvas(); });
+}
+
+// for tests and debugging: where a kernel is drawn, and how long a frame took
+window.vizProbe = {
+  ready: () => prof.ready,
+  drawMs: () => prof.drawMs,
+  redraw: () => { draw(); return prof.drawMs; },
+  setView: (t0, t1) => { prof.t0 = t0; prof.t1 = t1; draw(); },
+  kernelPoint(name) {
+    for (const row of prof.rows) {
+      const tr = row.track;
+      if (tr.kind !== "range") continue;
+      for (let i = 0; i < tr.n; i++) {
+        if (prof.strings[tr.nameIdx[i]] !== name) continue;
+        const r = $("timeline").getBoundingClientRect();
+        const x = Math.max(xOf(tr.st[i]), LABEL_W) + Math.max(xOf(tr.st[i] + tr.dur[i]) - xOf(tr.st[i]), 1) / 2;
+        return { x: r.left + x, y: r.top + row.y + 3 + tr.level[i] * ROW_H + ROW_H / 2 };
+      }
+    }
+    return null;
+  },
+};
+
+// *** start ***
+
+async function main() {
+  $("tab-rewrites").addEventListener("click", () => showTab("rewrites"));
+  $("tab-profiler").addEventListener("click", () => showTab("profiler"));
+  $("search").addEventListener("input", () => { clearTimeout(searchTimer); searchTimer = setTimeout(runSearch, 250); });
+  document.addEventListener("click", (e) => { if (!e.target.closest("#search-results, #search")) $("search-results").hidden = true; });
+  document.addEventListener("keydown", onKey);
+  setupGraphInput();
+  setupTimelineInput();
+  try {
+    rw.groups = await getJSON("/ctxs");
+    renderSidebar();
+    setStatus(`${rw.groups.length} groups`);
+  } catch (e) {
+    setStatus(`rewrites: ${e}`);
+  }
+}
+
+main();

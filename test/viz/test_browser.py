@@ -1,0 +1,179 @@
+"""The VIZ app in headless Chromium (Debian's, driven by playwright): rewrites, search, kernel source, profiler.
+
+Skips cleanly without playwright or a chromium binary; fails on any console error. Screenshots go to test/artifacts/.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import tempfile
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from fusegrad.helpers import ProfileEvent, ProfilePointEvent, ProfileRangeEvent
+from fusegrad.viz.rewrites import get_full_rewrite
+from fusegrad.viz.server import start_in_thread
+from fusegrad.viz.session import VizSession
+
+if TYPE_CHECKING:  # fixture and page types; conftest is not importable in importlib mode
+    from conftest import RealTrace
+    from playwright.sync_api import Page
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test" / "artifacts"
+CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run", "--disable-sync"]  # fmt: skip
+Served = tuple[VizSession, str]
+
+
+def chromium_path() -> str | None:
+    return next((p for name in ("chromium", "chromium-browser") if (p := shutil.which(name)) is not None), None)
+
+
+# skip before any fixture runs (the traced computation needs a C compiler, the browser tests need neither)
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(importlib.util.find_spec("playwright") is None, reason="playwright is not installed"),
+    pytest.mark.skipif(chromium_path() is None, reason="no chromium binary on PATH (apt-get install chromium)"),
+]
+
+
+@pytest.fixture(scope="module")
+def browser_page() -> Iterator[tuple[Page, list[str]]]:
+    """A page in a fresh profile, and the console errors and page errors it logs."""
+    from playwright.sync_api import sync_playwright
+
+    executable = chromium_path()
+    assert executable is not None, "pytestmark skips the module without chromium"
+    errors: list[str] = []
+    with tempfile.TemporaryDirectory() as profile, sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            profile,
+            executable_path=executable,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1400, "height": 850},
+        )
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(f"page: {e}"))
+        yield page, errors
+        context.close()
+
+
+def screenshot(page: Page, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / name))
+
+
+def matching_step(real_trace: RealTrace) -> tuple[int, int]:
+    """A step with at least two matches, so there is something to step through."""
+    return next((c, i) for c, steps in enumerate(real_trace.trace.rewrites) for i, s in enumerate(steps)
+                if len(s.matches) >= 2)  # fmt: skip
+
+
+def test_rewrites_view(browser_page: tuple[Page, list[str]], served: Served, real_trace: RealTrace) -> None:
+    page, errors = browser_page
+    _, url = served
+    page.goto(url)
+    ctx, idx = matching_step(real_trace)
+    step = real_trace.trace.rewrites[ctx][idx]
+    page.click(f"#groups .group[data-ctx='{ctx}'] > div")
+    page.click(f"#groups .step[data-step='{ctx}:{idx}']")
+    page.wait_for_selector("#graph g.node")
+    first = next(iter(get_full_rewrite(step, real_trace.trace.uop_fields)))
+    assert page.locator("#graph g.node").count() == len(first["graph"])
+    assert page.inner_text("#match-label").startswith(f"match 0 / {len(step.matches)}")
+    page.locator("#graph-wrap").click(position={"x": 5, "y": 5})  # focus the page, not an input
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("n => document.getElementById('match-label').textContent.startsWith(`match ${n} /`)", arg=1)
+    assert ".py:" in page.inner_text("#details")  # the rule's file:line
+    page.keyboard.press("ArrowLeft")
+    page.wait_for_function("() => document.getElementById('match-label').textContent.startsWith('match 0 /')")
+    page.locator("#slider").fill(str(len(step.matches)))
+    page.wait_for_function("n => document.getElementById('match-label').textContent.startsWith(`match ${n} /`)",
+                           arg=len(step.matches))  # fmt: skip
+    changed = page.locator("#graph g.node.changed").count()
+    assert changed >= 0
+    assert page.locator("#graph g.node").count() > 0
+    screenshot(page, "viz_rewrites.png")
+    assert errors == []
+
+
+def test_search_and_kernel_source(browser_page: tuple[Page, list[str]], served: Served, real_trace: RealTrace) -> None:
+    page, errors = browser_page
+    page.goto(served[1])
+    page.fill("#search", "reduce_axis")
+    page.wait_for_selector("#search-results div")
+    page.click("#search-results div >> nth=0")
+    page.wait_for_selector("#graph g.node.found")
+    ctx = next(i for i, k in enumerate(real_trace.trace.keys) if k.ret is not None)
+    page.click(f"#groups .group[data-ctx='{ctx}'] > div")
+    page.click(f"#groups .step[data-step='{ctx}:source']")
+    page.wait_for_selector("#kernel-pane pre.code")
+    assert "void" in page.inner_text("#kernel-pane pre.code")
+    assert page.locator("#kernel-pane tr").count() == len(real_trace.trace.keys[ctx].ret.uops) + 1
+    assert errors == []
+
+
+def test_profiler_click_a_kernel(browser_page: tuple[Page, list[str]], served: Served) -> None:
+    page, errors = browser_page
+    page.goto(served[1])
+    page.click("#tab-profiler")
+    page.wait_for_function("() => window.vizProbe.ready()")
+    point: dict[str, Any] = page.evaluate("() => window.vizProbe.kernelPoint('r_7_3')")
+    assert point is not None
+    page.mouse.click(point["x"], point["y"])
+    details = page.inner_text("#profile-details")
+    assert "r_7_3" in details
+    assert "GFLOPS" in details
+    assert "buffer" in details
+    screenshot(page, "viz_profiler.png")
+    page.click("#profile-details .link:has-text('buffer') >> nth=0")
+    assert "used by" in page.inner_text("#profile-details")
+    page.click("#profile-details .link >> nth=0")  # the kernel that used the buffer
+    page.click("#profile-details .link:has-text('rewrites')")
+    page.wait_for_selector("#graph g.node")
+    assert not page.is_hidden("#rewrites-view")
+    assert errors == []
+
+
+def synthetic_profile(n: int) -> list[ProfileEvent]:
+    """n kernels of 3 names back to back on one device, with markers every 10,000."""
+    events: list[ProfileEvent] = []
+    for i in range(n):
+        st = Decimal(i * 5)
+        events.append(ProfileRangeEvent("GPU", f"kernel_{i % 3}", st, st + Decimal(3)))
+        if i % 10_000 == 0:
+            events.append(ProfilePointEvent("TINY", "marker", None, {"name": f"step {i}"}, ts=st))
+    return events
+
+
+def test_profiler_stays_smooth_at_100k_events(browser_page: tuple[Page, list[str]]) -> None:
+    page, errors = browser_page
+    server, url = start_in_thread(VizSession(events=synthetic_profile(100_000)))
+    try:
+        page.goto(url)
+        page.click("#tab-profiler")
+        page.wait_for_function("() => window.vizProbe.ready()", timeout=30_000)
+        whole = min(page.evaluate("() => window.vizProbe.redraw()") for _ in range(3))
+        page.evaluate("() => window.vizProbe.setView(200000, 260000)")
+        zoomed = min(page.evaluate("() => window.vizProbe.redraw()") for _ in range(3))
+        box = page.locator("#timeline").bounding_box()
+        assert box is not None
+        page.mouse.move(box["x"] + 600, box["y"] + 60)
+        for _ in range(5):
+            page.mouse.wheel(0, -200)  # zoom in around the cursor
+        page.wait_for_timeout(100)
+        assert whole < 50, f"a frame of the whole run took {whole:.1f} ms"
+        assert zoomed < 50, f"a zoomed-in frame took {zoomed:.1f} ms"
+        screenshot(page, "viz_profiler_100k.png")
+        assert errors == []
+    finally:
+        server.shutdown()
+        server.server_close()

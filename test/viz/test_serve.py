@@ -1,0 +1,82 @@
+"""Tests for fusegrad/viz/serve.py: what a VIZ=1 program does at exit (save both traces, then serve them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from urllib.request import urlopen
+
+from fusegrad.viz.trace_file import load_profile, load_rewrites
+
+REPO = Path(__file__).resolve().parents[2]
+
+PROGRAM = """import numpy as np
+from fusegrad import Tensor
+from fusegrad.helpers import profile_marker
+from fusegrad.viz.serve import register_at_exit
+
+register_at_exit()  # what fusegrad does when it finds VIZ set
+register_at_exit()  # idempotent
+x = Tensor(np.arange(12, dtype=np.float32).reshape(4, 3), device="CPU")
+profile_marker("before")
+print((x * 2.71875 - 1).max(axis=0).numpy())
+"""
+
+
+def run_program(tmp_path: Path, viz: str, ci: bool) -> subprocess.Popen[str]:
+    script = tmp_path / "program.py"
+    script.write_text(PROGRAM)
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "DISPLAY", "WAYLAND_DISPLAY", "VIZ")}
+    env |= {"PYTHONPATH": str(REPO), "VIZ": viz, "PROFILEPATH": str(tmp_path / "fusegrad_profile.json")}
+    if ci:
+        env["CI"] = "true"
+    return subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=tmp_path)  # fmt: skip
+
+
+def check_saved(tmp_path: Path) -> None:
+    saved = load_rewrites(tmp_path / "fusegrad_rewrites.json.gz")
+    assert any(k.ret is not None for k in saved.trace.keys), "the kernel's codegen group was saved"
+    events = load_profile(tmp_path / "fusegrad_profile.json")
+    assert any(getattr(e, "name", None) == "marker" for e in events)
+
+
+def test_save_only_modes_exit_at_once(tmp_path: Path) -> None:
+    for viz, ci in (("-1", False), ("1", True)):
+        proc = run_program(tmp_path, viz, ci)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        assert "VIZ: saved" in out
+        assert "python -m fusegrad.viz --rewrites" in out
+        assert "serving on" not in out
+        check_saved(tmp_path)
+
+
+def test_viz_1_serves_the_traces_until_interrupted(tmp_path: Path) -> None:
+    proc = run_program(tmp_path, "1", ci=False)
+    try:
+        assert proc.stdout is not None
+        url = ""
+        for line in proc.stdout:
+            if "serving on " in line:
+                url = line.split("serving on ", 1)[1].split()[0]
+                break
+        assert url.startswith("http://127.0.0.1:"), proc.stderr.read() if proc.stderr else ""
+        with urlopen(url + "ctxs", timeout=30) as res:
+            groups = json.load(res)
+        assert any(g["kernel"] for g in groups)
+        with urlopen(url + "get_profile", timeout=30) as res:
+            assert len(res.read()) > 20
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0
+        assert "stopped" in out
+        check_saved(tmp_path)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
