@@ -13,7 +13,7 @@ import sys
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from fusegrad.dtype import (
     ConstType,
@@ -278,7 +278,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
         if xt.dtype != self.dtype:
             raise TypeError(f"assign: value dtype {xt.dtype} does not match the target's {self.dtype}")
         self.uop = _settle_writes(self.uop)
-        if self.uop.base.op is not Ops.BUFFER and not _is_kernelized_view(self.uop):
+        if self.uop.base.op not in (Ops.BUFFER, Ops.AFTER) and not _is_kernelized_view(self.uop):
             self.uop = xt.uop
             return self
         target_base = self.uop.base
@@ -346,6 +346,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
         RuntimeError when no such tensor is found. Example: `w = Tensor([2.0], requires_grad=True)`,
         `(w * w).sum().backward()` leaves `w.grad.tolist() == [4.0]`. Returns self.
         """
+        root_grad = self._root_gradient(gradient, "backward")
         in_graph = self.uop.toposort()
         params = [t for ref in list(_all_tensors) if (t := ref()) is not None and t.requires_grad and t.uop in in_graph]
         if not params:
@@ -353,7 +354,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
                 f"backward: the {self.shape} result depends on no tensor with requires_grad=True "
                 "(or its graph was realized before backward)"
             )
-        for t, g in zip(params, self.gradient(*params, gradient=gradient, materialize_grads=True), strict=True):
+        for t, g in zip(params, self.gradient(*params, gradient=root_grad, materialize_grads=True), strict=True):
             assert g.shape == t.shape, f"backward: gradient shape {g.shape} differs from the tensor's {t.shape}"
             if t.grad is None:
                 t.grad = g
@@ -436,8 +437,10 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
         return self.logical_not() if self.dtype == dtypes.bool else self * -1
 
     @_traced
-    def div(self, y: Any, reverse: bool = False) -> Tensor:
-        """True division: integers are promoted to float first."""
+    def div(self, y: Any, reverse: bool = False, rounding_mode: Literal["trunc", "floor"] | None = None) -> Tensor:
+        """True division (integers are promoted to float first); `rounding_mode` "trunc" or "floor" rounds it."""
+        if rounding_mode is not None:
+            return self._div_rounded(y, reverse, rounding_mode)
         x, other = self._broadcasted(y, "div", reverse)
         if not dtypes.is_float(x.dtype):
             x, other = x.cast(least_upper_float(x.dtype)), other.cast(least_upper_float(x.dtype))
@@ -766,8 +769,14 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
         return Tensor(self.uop.reshape(padded).expand(new))
 
     @_traced
-    def pad(self, padding: Sequence[tuple[builtins.int, builtins.int] | None], value: ConstType = 0.0) -> Tensor:
-        """Pad each axis by (before, after) with `value` (constant mode; negative pads shrink)."""
+    def pad(self, padding: Sequence[Any], mode: str | ConstType = "constant", value: ConstType = 0.0) -> Tensor:
+        """Pad each axis by (before, after) (or a flat torch-style tuple) with `value`, or in `mode` "reflect",
+        "replicate" or "circular"; negative pads shrink. Example: `Tensor.ones(2).pad(((1, 0),)).tolist() == [0, 1, 1]`.
+        """
+        if not isinstance(mode, str):  # the older `pad(padding, value)` call shape
+            return self.pad(padding, "constant", mode)
+        if mode != "constant" or any(isinstance(p, builtins.int) for p in padding):
+            return self._pad_mode(padding, mode, value)
         if len(padding) != self.ndim:
             raise ValueError(
                 f"pad: expected {self.ndim} (before, after) pairs for shape {self.shape}, got {len(padding)}"
@@ -849,7 +858,9 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
 
     @_traced
     def __getitem__(self, indices: Any) -> Tensor:
-        """Basic indexing: ints, slices (any step), None and Ellipsis. Out-of-range ints raise IndexError."""
+        """Indexing: ints, slices (any step), None, Ellipsis, integer tensors/lists and boolean masks."""
+        if self._is_advanced_index(indices):
+            return self._getitem_advanced(indices)
         bounds, flips, steps = [], [], []
         kept: list[int | None] = []  # the result's axes: an input axis, or None for a new size-1 axis
         axis = 0

@@ -47,7 +47,9 @@ def main(argv: list[str] | None = None) -> None:
             print(f"step {step:4d}  loss {loss.item():.6f}")
     took = time.perf_counter() - start
     error = float(np.abs(w.numpy() - w_true).max())
-    print(f"max |w - w_true| = {error:.4f}; {args.steps} steps in {took:.2f} s, {GlobalCounters.kernel_count} kernels run")
+    print(
+        f"max |w - w_true| = {error:.4f}; {args.steps} steps in {took:.2f} s, {GlobalCounters.kernel_count} kernels run"
+    )
 
 
 if __name__ == "__main__":

@@ -145,27 +145,31 @@ class ElementwiseMixin:
     # *** rounding and sign ***
 
     def sign(self: Tensor) -> Tensor:
-        """-1, 0 or 1 in self's dtype (NaN gives 0, like torch). Example: `Tensor([-2.0, 0.0, 3.0]).sign()` -> [-1, 0, 1]."""
+        """-1, 0 or 1 in self's dtype; NaN gives 0, like torch (tinygrad gives 1).
+        Example: `Tensor([-2.0, 0.0, 3.0]).sign()` -> [-1., 0., 1.]."""
         if self.dtype == dtypes.bool:
             return self
         return (self > 0).where(1, (self < 0).where(-1, 0)).cast(self.dtype)
 
     def ceil(self: Tensor) -> Tensor:
-        """Round toward +inf; integer and bool tensors are returned as they are. Example: `Tensor([-1.5]).ceil()` -> [-1.]."""
+        """Round toward +inf; integer and bool tensors are returned as they are.
+        Example: `Tensor([-1.5]).ceil()` -> [-1.]."""
         if not dtypes.is_float(self.dtype):
             return self
         t = self.trunc()
         return (self > t).where(t + 1, t)
 
     def floor(self: Tensor) -> Tensor:
-        """Round toward -inf; integer and bool tensors are returned as they are. Example: `Tensor([-1.5]).floor()` -> [-2.]."""
+        """Round toward -inf; integer and bool tensors are returned as they are.
+        Example: `Tensor([-1.5]).floor()` -> [-2.]."""
         if not dtypes.is_float(self.dtype):
             return self
         t = self.trunc()
         return (self < t).where(t - 1, t)
 
     def round(self: Tensor) -> Tensor:
-        """Round half to even, like torch and numpy. Example: `Tensor([0.5, 1.5, 2.5, -0.5]).round()` -> [0, 2, 2, -0]."""
+        """Round half to even, like torch and numpy; integer and bool tensors are returned as they are.
+        Example: `Tensor([0.5, 1.5, 2.5, -0.5]).round()` -> [0., 2., 2., -0.]."""
         if not dtypes.is_float(self.dtype):
             return self
         t = self.trunc()
@@ -177,7 +181,8 @@ class ElementwiseMixin:
     # *** classification ***
 
     def isnan(self: Tensor) -> Tensor:
-        """True where self is NaN (bool tensor of self's shape). Example: `Tensor([1.0, math.nan]).isnan()` -> [F, T]."""
+        """True where self is NaN (a bool tensor of self's shape).
+        Example: `Tensor([1.0, math.nan]).isnan()` -> [False, True]."""
         return self != self
 
     def isinf(self: Tensor, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
@@ -193,7 +198,8 @@ class ElementwiseMixin:
         return ret
 
     def isfinite(self: Tensor) -> Tensor:
-        """True where self is neither inf nor NaN. Example: `Tensor([1.0, math.inf, math.nan]).isfinite()` -> [T, F, F]."""
+        """True where self is neither inf nor NaN.
+        Example: `Tensor([1.0, math.inf, math.nan]).isfinite()` -> [True, False, False]."""
         if not dtypes.is_float(self.dtype):
             return self.full_like(True, dtype=dtypes.bool)
         return self.abs() < math.inf  # NaN compares False
@@ -232,12 +238,14 @@ class ElementwiseMixin:
         return self ^ (dtypes.max(self.dtype) if dtypes.is_unsigned(self.dtype) else -1)
 
     def lshift(self: Tensor, x: Tensor | int, reverse: bool = False) -> Tensor:
-        """self << x for integer tensors (shifts of at least the bit width are undefined). Raises TypeError for floats.
+        """self << x for integer tensors (shifts by the bit width or more are undefined). Raises TypeError for floats
+        and bools.
         Example: `Tensor([1, 3]).lshift(2)` -> [4, 12]."""
         return _shift(self, Ops.SHL, x, "lshift", reverse)
 
     def rshift(self: Tensor, x: Tensor | int, reverse: bool = False) -> Tensor:
-        """self >> x for integer tensors, arithmetic for signed ones. Example: `Tensor([-8, 13]).rshift(2)` -> [-2, 3]."""
+        """self >> x for integer tensors, arithmetic for signed ones. Raises TypeError for floats and bools.
+        Example: `Tensor([-8, 13]).rshift(2)` -> [-2, 3]."""
         return _shift(self, Ops.SHR, x, "rshift", reverse)
 
     def __invert__(self: Tensor) -> Tensor:
@@ -258,7 +266,8 @@ class ElementwiseMixin:
     # *** trigonometric and hyperbolic ***
 
     def cos(self: Tensor) -> Tensor:
-        """Cosine, as 1 - 2 sin^2(x/2): exact halving keeps large arguments accurate. Example: `Tensor([0.0]).cos()` -> [1.]."""
+        """Cosine, as 1 - 2 sin(x/2)^2: halving is exact, so large arguments stay accurate.
+        Example: `Tensor([0.0]).cos()` -> [1.]."""
         return _in_float(self, lambda x: 1 - 2 * (x * 0.5).sin().square())
 
     def tan(self: Tensor) -> Tensor:
@@ -405,7 +414,7 @@ class ElementwiseMixin:
         """self ** x (or x ** self with `reverse`). Integer tensors stay integer (wrapping like torch) and need
         non-negative Python exponents (TypeError otherwise); a negative float base needs an integer exponent (else NaN);
         0 ** 0 is 1. Example: `Tensor([-2.0, 3.0]).pow(2)` -> [4., 9.]."""
-        if not reverse and not isinstance(x, type(self)):
+        if not reverse and isinstance(x, (int, float)):
             exponent = int(x) if isinstance(x, bool) else x
             dt = least_upper_dtype(self.dtype, self._to_tensor_like(exponent).dtype)
             if not dtypes.is_float(dt) and exponent < 0:
@@ -441,7 +450,10 @@ class ElementwiseMixin:
     # *** division variants ***
 
     def _div_rounded(
-        self: Tensor, y: Tensor | ConstType, reverse: bool = False, rounding_mode: Literal["trunc", "floor"] | None = None
+        self: Tensor,
+        y: Tensor | ConstType,
+        reverse: bool = False,
+        rounding_mode: Literal["trunc", "floor"] | None = None,
     ) -> Tensor:
         """div with torch's `rounding_mode`: "trunc" rounds toward zero, "floor" toward -inf; integer tensors stay
         integer, others divide as floats then round. Raises ValueError for other modes."""
@@ -465,7 +477,8 @@ class ElementwiseMixin:
         return a - a._div_rounded(b, rounding_mode="floor") * b
 
     def fmod(self: Tensor, x: Tensor | ConstType) -> Tensor:
-        """C remainder (sign of the dividend), for integers and floats. Example: `Tensor([-7, 7]).fmod(3)` -> [-1, 1]."""
+        """C remainder (the sign of the dividend), for integers and floats.
+        Example: `Tensor([-7, 7]).fmod(3)` -> [-1, 1]."""
         a, b = self._broadcasted(x, "fmod")
         if dtypes.is_int(a.dtype):
             return a.mod(b)
@@ -485,7 +498,8 @@ class ElementwiseMixin:
         return at_min.where(min_val, at_max.where(max_val, self))
 
     def leaky_relu(self: Tensor, neg_slope: float = 0.01) -> Tensor:
-        """self where positive, neg_slope * self elsewhere. Example: `Tensor([-2.0, 2.0]).leaky_relu()` -> [-0.02, 2.]."""
+        """self where positive, neg_slope * self elsewhere.
+        Example: `Tensor([-2.0, 2.0]).leaky_relu()` -> [-0.02, 2.]."""
         return (self > 0).where(self, self * neg_slope)
 
     def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
@@ -493,7 +507,8 @@ class ElementwiseMixin:
         return (self > 0).where(self, alpha * _in_float(self, _expm1))
 
     def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
-        """self where positive, alpha * (exp(self / alpha) - 1) elsewhere. Example: `Tensor([-1.0]).celu()` -> [-0.6321]."""
+        """self where positive, alpha * (exp(self / alpha) - 1) elsewhere.
+        Example: `Tensor([-1.0]).celu()` -> [-0.6321]."""
         return (self > 0).where(self, alpha * _in_float(self / alpha, _expm1))
 
     def selu(self: Tensor, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor:

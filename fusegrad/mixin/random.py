@@ -1,5 +1,3 @@
-# mixin methods annotate `self: Tensor`, a subclass, where mypy wants a supertype of the mixin ([misc])
-# mypy: disable-error-code="misc"
 """Tensor methods: random numbers from a counter-based generator on the device, and the initialisers.
 
 Every random word is Threefry-2x32 (20 rounds; Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", 2011)
@@ -93,6 +91,7 @@ def _unit_float(bits: Tensor, dt: DType) -> Tensor:
 
 
 def _shape(shape: tuple[Any, ...], op: str) -> tuple[int, ...]:
+    """`f(2, 3)` or `f((2, 3))` -> (2, 3); ValueError for negative or non-int sizes."""
     shp = tuple(argfix(*shape)) if shape else ()
     if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shp):
         raise ValueError(f"{op}: shape must be non-negative ints, got {shp}")
@@ -100,6 +99,7 @@ def _shape(shape: tuple[Any, ...], op: str) -> tuple[int, ...]:
 
 
 def _float_dtype(dtype: DTypeLike | None, op: str) -> DType:
+    """The requested dtype (default float); TypeError unless it is a float."""
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
     if not dtypes.is_float(dt):
         raise TypeError(f"{op}: expected a float dtype, got {dt}")
@@ -114,6 +114,7 @@ def _finish(x: Tensor, kwargs: dict[str, Any]) -> Tensor:
 
 
 def _fan_in(shape: tuple[int, ...]) -> int:
+    """Inputs per output unit of a weight shaped (out, in, *kernel)."""
     return prod(shape[1:])
 
 

@@ -129,7 +129,11 @@ def render_range(ctx: RenderContext, x: UOp) -> str:
 def render_alu(ctx: RenderContext, x: UOp) -> str | None:
     if (fn := ctx.lang.code_for_op.get(x.op)) is None:
         return None
-    return fn(*[ctx[s] for s in x.src], x.dtype)
+    code = fn(*[ctx[s] for s in x.src], x.dtype)
+    # C computes half arithmetic in float (excess precision): round every half result back to half, as a device would
+    if x.dtype.scalar() == dtypes.float16 and x.op not in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ):
+        return f"(({ctx.lang.render_dtype(x.dtype)})({code}))"
+    return code
 
 
 def render_add_negative(ctx: RenderContext, x: UOp, c: UOp) -> str | None:

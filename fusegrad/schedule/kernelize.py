@@ -149,8 +149,11 @@ def _kernel_for(root: UOp, realized: dict[UOp, None], buffer_of: dict[UOp, UOp])
         return UOp(Ops.ASSIGN, out.dtype, (out, kernel))
     built = build_kernel(root, realized, buffer_of, {}, {}, None)
     deps: tuple[UOp, ...] = ()
-    if root.op is Ops.ASSIGN and is_kernelized(root.src[0].base) and root.src[0].base not in built.inputs:
-        deps = (root.src[0].base,)  # an earlier write to the same buffer must run first
+    if root.op is Ops.ASSIGN:
+        target = root.src[0].base
+        earlier = buffer_of.get(target.src[1]) if target.op is Ops.AFTER else target if is_kernelized(target) else None
+        if earlier is not None and earlier not in built.inputs:
+            deps = (earlier,)  # an earlier write to the same buffer must run first
     kernel = UOp(Ops.KERNEL, src=(built.output, *built.inputs, *deps), arg=Kernel(simplify_kernel(built.ast), metadata))
     return UOp(Ops.ASSIGN, built.output.dtype, (built.output, kernel))
 

@@ -241,7 +241,12 @@ def combine_like_terms(x: UOp) -> UOp | None:
 
 
 def fold_constant_pair(x: UOp) -> UOp | None:
-    """(y op c0) op c1 -> y op (c0 op c1) for an associative op, the constants on either side."""
+    """(y op c0) op c1 -> y op (c0 op c1) for an associative op, the constants on either side.
+
+    Not for float + and *: rounding makes them non-associative ((1 + 1e-10) - 1 is 0 in float32, 1e-10 regrouped).
+    """
+    if x.op in (Ops.ADD, Ops.MUL) and dtypes.is_float(x.dtype):
+        return None
     inner, c1 = x.src if x.src[1].op is Ops.CONST else x.src[::-1]
     if c1.op is not Ops.CONST or inner.op is not x.op:
         return None
@@ -250,7 +255,9 @@ def fold_constant_pair(x: UOp) -> UOp | None:
 
 
 def move_constant_out(x: UOp) -> UOp | None:
-    """(y + c) + z -> (y + z) + c, and the same for *: constants bubble up to meet and fold."""
+    """(y + c) + z -> (y + z) + c, and the same for *: constants bubble up to meet and fold (not for floats)."""
+    if dtypes.is_float(x.dtype):
+        return None
     for inner, z in (x.src, x.src[::-1]):
         if inner.op is x.op and z.op not in _CONSTS:
             y, c = inner.src if inner.src[1].op is Ops.CONST else inner.src[::-1]

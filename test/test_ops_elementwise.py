@@ -1,0 +1,474 @@
+"""Tests for fusegrad/mixin/elementwise.py: each op against torch (CPU) on random inputs plus special values.
+
+Every op runs on one fixed (4, 8) input per dtype, so the compile cache is reused between runs; a few ops also run on
+scalars, size-0 and size-1 shapes, and the integer and rounding ops on the PYTHON device. float16 results are compared
+with torch's float32 result on the same (float16) inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from fusegrad import Tensor
+from fusegrad.dtype import DType, dtypes
+
+NP_DTYPES: dict[DType, Any] = {
+    dtypes.float32: np.float32,
+    dtypes.float16: np.float16,
+    dtypes.int32: np.int32,
+    dtypes.bool: np.bool_,
+    dtypes.uint8: np.uint8,
+}
+# (rtol, atol) per result dtype; ints and bools compare exactly
+TOLERANCES: dict[DType, tuple[float, float]] = {dtypes.float32: (1e-5, 1e-6), dtypes.float16: (1e-2, 1e-3)}
+SHAPE = (4, 8)
+SPECIALS = (0.0, -0.0, 0.5, -0.5, 1.5, -2.5, 2.5, 1.0, -1.0, math.inf, -math.inf, math.nan)
+
+
+# *** helpers ***
+
+
+def floats(
+    dt: DType, low: float = -3.0, high: float = 3.0, specials: tuple[float, ...] = SPECIALS, seed: int = 0
+) -> np.ndarray:
+    """A SHAPE array of `dt`: the special values first, then uniform random values in [low, high)."""
+    values = np.random.default_rng(seed).uniform(low, high, size=math.prod(SHAPE))
+    values[: len(specials)] = specials
+    with np.errstate(over="ignore"):  # large specials are inf in float16
+        return values.astype(NP_DTYPES[dt]).reshape(SHAPE)
+
+
+def ints(low: int = -5, high: int = 5, seed: int = 0, shape: tuple[int, ...] = SHAPE) -> np.ndarray:
+    return np.random.default_rng(seed).integers(low, high, size=shape, endpoint=True).astype(np.int32)
+
+
+def bools(seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).random(SHAPE) < 0.5
+
+
+def torch_of(arr: np.ndarray) -> torch.Tensor:
+    """The torch tensor of `arr`; float16 goes in as float32 (a more accurate reference for the same inputs)."""
+    return torch.from_numpy(arr.astype(np.float32) if arr.dtype == np.float16 else arr.copy())
+
+
+def check(
+    t: Tensor, ref: Any, dtype: DType | None = None, rtol: float | None = None, atol: float | None = None
+) -> None:
+    """t equals the reference: same shape, dtype `dtype` when given, values within the tolerance of t's dtype."""
+    ref = ref.numpy() if isinstance(ref, torch.Tensor) else np.asarray(ref)
+    if dtype is not None:
+        assert t.dtype == dtype, f"dtype {t.dtype}, expected {dtype}"
+    out = t.numpy()
+    assert out.shape == ref.shape, f"shape {out.shape}, expected {ref.shape}"
+    if t.dtype == dtypes.float16:
+        with np.errstate(over="ignore"):
+            ref = ref.astype(np.float16)  # the float32 reference, rounded (large values overflow to inf)
+    if dtypes.is_float(t.dtype):
+        default_rtol, default_atol = TOLERANCES.get(t.dtype, (1e-5, 1e-6))
+        np.testing.assert_allclose(
+            out.astype(np.float64),
+            ref.astype(np.float64),
+            rtol=default_rtol if rtol is None else rtol,
+            atol=default_atol if atol is None else atol,
+            equal_nan=True,
+        )
+    else:
+        np.testing.assert_array_equal(out, ref.astype(out.dtype))
+
+
+F = torch.nn.functional
+Op = Callable[[Any], Any]
+
+# name -> (fusegrad op, torch op, input range, special values)
+INF_NAN = (math.inf, -math.inf, math.nan)
+UNIT = (0.0, -0.0, 0.5, -0.5, 1.0, -1.0, 0.999, -0.999, 1.5, math.nan)
+UNARY: dict[str, tuple[Op, Op, tuple[float, float], tuple[float, ...]]] = {
+    "sign": (lambda t: t.sign(), torch.sign, (-3, 3), SPECIALS),
+    "ceil": (lambda t: t.ceil(), torch.ceil, (-3, 3), SPECIALS),
+    "floor": (lambda t: t.floor(), torch.floor, (-3, 3), SPECIALS),
+    "round": (lambda t: t.round(), torch.round, (-4, 4), (*SPECIALS, -3.5, 3.5, 0.49999997, -1.5, 4.5, 8388609.0)),
+    "isnan": (lambda t: t.isnan(), torch.isnan, (-3, 3), SPECIALS),
+    "isinf": (lambda t: t.isinf(), torch.isinf, (-3, 3), SPECIALS),
+    "isposinf": (lambda t: t.isinf(detect_negative=False), torch.isposinf, (-3, 3), SPECIALS),
+    "isneginf": (lambda t: t.isinf(detect_positive=False), torch.isneginf, (-3, 3), SPECIALS),
+    "isnoinf": (lambda t: t.isinf(False, False), lambda a: torch.zeros_like(a, dtype=torch.bool), (-3, 3), SPECIALS),
+    "isfinite": (lambda t: t.isfinite(), torch.isfinite, (-3, 3), SPECIALS),
+    "cos": (lambda t: t.cos(), torch.cos, (-10, 10), (0.0, math.pi / 2, math.pi, 1000.0, *INF_NAN)),
+    "tan": (lambda t: t.tan(), torch.tan, (-1.4, 1.4), (0.0, -0.0, 1.0, math.nan)),
+    "asin": (lambda t: t.asin(), torch.asin, (-1, 1), UNIT),
+    "acos": (lambda t: t.acos(), torch.acos, (-1, 1), UNIT),
+    "atan": (lambda t: t.atan(), torch.atan, (-10, 10), (0.0, 0.4, 0.42, 2.4, 2.42, 1e30, *INF_NAN)),
+    "sinh": (lambda t: t.sinh(), torch.sinh, (-5, 5), (0.0, 1e-4, -0.999, 1.0, 88.0, *INF_NAN)),
+    "cosh": (lambda t: t.cosh(), torch.cosh, (-5, 5), (0.0, 1e-4, 88.0, *INF_NAN)),
+    "atanh": (lambda t: t.atanh(), torch.atanh, (-1, 1), UNIT),
+    "asinh": (lambda t: t.asinh(), torch.asinh, (-10, 10), (0.0, -0.0, 1e-5, -1e20, *INF_NAN)),
+    "acosh": (lambda t: t.acosh(), torch.acosh, (1, 10), (1.0, 1.0001, 0.5, 1e20, math.inf, math.nan)),
+    "erf": (lambda t: t.erf(), torch.erf, (-4, 4), (0.0, -0.0, 1e-4, 0.999, 1.0, -1.0, 10.0, *INF_NAN)),
+    "rsqrt": (lambda t: t.rsqrt(), torch.rsqrt, (0.1, 5), (0.0, 1.0, -1.0, *INF_NAN)),
+    "log10": (lambda t: t.log10(), torch.log10, (0.1, 100), (0.0, 1.0, 10.0, -1.0, *INF_NAN)),
+    "relu6": (lambda t: t.relu6(), F.relu6, (-8, 8), (0.0, 6.0, *INF_NAN)),
+    "hardtanh": (lambda t: t.hardtanh(), F.hardtanh, (-3, 3), (1.0, -1.0, *INF_NAN)),
+    "hardtanh_args": (lambda t: t.hardtanh(-2, 0.5), lambda a: F.hardtanh(a, -2, 0.5), (-3, 3), INF_NAN),
+    "leaky_relu": (lambda t: t.leaky_relu(), F.leaky_relu, (-3, 3), (0.0, *INF_NAN)),
+    "leaky_relu_slope": (lambda t: t.leaky_relu(0.3), lambda a: F.leaky_relu(a, 0.3), (-3, 3), INF_NAN),
+    "elu": (lambda t: t.elu(), F.elu, (-8, 8), (0.0, -1e-5, *INF_NAN)),
+    "elu_alpha": (lambda t: t.elu(0.5), lambda a: F.elu(a, 0.5), (-8, 8), INF_NAN),
+    "celu": (lambda t: t.celu(), F.celu, (-8, 8), (0.0, -1e-5, *INF_NAN)),
+    "celu_alpha": (lambda t: t.celu(2.0), lambda a: F.celu(a, 2.0), (-8, 8), INF_NAN),
+    "selu": (lambda t: t.selu(), F.selu, (-8, 8), (0.0, *INF_NAN)),
+    "gelu": (lambda t: t.gelu(), lambda a: F.gelu(a, approximate="tanh"), (-8, 8), (0.0, -20.0, *INF_NAN)),
+    "gelu_erf": (lambda t: t.gelu("none"), F.gelu, (-8, 8), (0.0, 20.0, math.inf, math.nan)),
+    "quick_gelu": (lambda t: t.quick_gelu(), lambda a: a * torch.sigmoid(1.702 * a), (-8, 8), (0.0, math.nan)),
+    "silu": (lambda t: t.silu(), F.silu, (-8, 8), (0.0, -100.0, math.inf, math.nan)),
+    "swish": (lambda t: t.swish(), F.silu, (-8, 8), (0.0,)),
+    "mish": (lambda t: t.mish(), F.mish, (-8, 8), (0.0, -30.0, 30.0, math.inf, math.nan)),
+    "hardsigmoid": (lambda t: t.hardsigmoid(), F.hardsigmoid, (-5, 5), (3.0, -3.0, *INF_NAN)),
+    "hardsigmoid_args": (lambda t: t.hardsigmoid(0.25, 0.25), lambda a: (0.25 * a + 0.25).clamp(0, 1), (-5, 5), ()),
+    "hardswish": (lambda t: t.hardswish(), F.hardswish, (-5, 5), (3.0, -3.0, math.nan)),
+    "softplus": (lambda t: t.softplus(), F.softplus, (-30, 30), (0.0, 100.0, -100.0, *INF_NAN)),
+    "softplus_beta": (lambda t: t.softplus(2.0), lambda a: F.softplus(a, 2.0), (-30, 30), (0.0, 50.0)),
+    "softsign": (lambda t: t.softsign(), F.softsign, (-5, 5), (0.0, math.nan)),
+    "logsigmoid": (lambda t: t.logsigmoid(), F.logsigmoid, (-30, 30), (0.0, -100.0, 100.0, *INF_NAN)),
+    "rsqrt_alias_pow": (lambda t: t**-0.5, torch.rsqrt, (0.1, 5), (0.0, 1.0)),
+}
+# ops defined on integer tensors too; the others promote integers to float32
+INT_SAME_DTYPE = ("sign", "ceil", "floor", "round", "relu6", "hardtanh")
+BOOL_OUT = ("isnan", "isinf", "isposinf", "isneginf", "isnoinf", "isfinite")
+
+
+# float16 runs a representative subset: every op computes through the same float32 code after the cast
+HALF_OPS = ("sign", "round", "isinf", "cos", "asin", "atan", "sinh", "erf", "rsqrt", "log10", "gelu", "mish", "elu")
+UNARY_CASES = [(name, dtypes.float32) for name in UNARY] + [(name, dtypes.float16) for name in HALF_OPS]
+
+
+@pytest.mark.parametrize(("name", "dtype"), UNARY_CASES, ids=[f"{n}-{d}" for n, d in UNARY_CASES])
+def test_unary_float(name: str, dtype: DType) -> None:
+    fg_op, torch_op, (low, high), specials = UNARY[name]
+    arr = floats(dtype, low, high, specials)
+    expected = dtypes.bool if name in BOOL_OUT else dtype
+    check(fg_op(Tensor(arr)), torch_op(torch_of(arr)), expected)
+
+
+@pytest.mark.parametrize("name", [*INT_SAME_DTYPE, *BOOL_OUT, "cos", "atan", "erf", "sinh", "softplus", "elu"])
+def test_unary_int(name: str) -> None:
+    fg_op, torch_op, _, _ = UNARY[name]
+    arr = ints()
+    expected = dtypes.int32 if name in INT_SAME_DTYPE else dtypes.bool if name in BOOL_OUT else dtypes.float32
+    ref = torch_op(torch_of(arr) if expected == dtypes.int32 or name in BOOL_OUT else torch_of(arr).float())
+    check(fg_op(Tensor(arr)), ref, expected)
+
+
+@pytest.mark.parametrize("name", ["sign", "ceil", "floor", "round", "isnan", "isfinite"])
+def test_unary_bool_keeps_bool(name: str) -> None:
+    arr = bools()
+    fg_op, torch_op, _, _ = UNARY[name]
+    ref = torch_op(torch_of(arr)) if name in ("sign", "isnan", "isfinite") else torch_of(arr)
+    check(fg_op(Tensor(arr)), ref, dtypes.bool)
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (1,), (2, 0, 3), (1, 1, 4)], ids=str)
+@pytest.mark.parametrize("name", ["round", "isinf", "erf", "gelu", "atan"])
+def test_unary_shapes(name: str, shape: tuple[int, ...]) -> None:
+    fg_op, torch_op, (low, high), _ = UNARY[name]
+    arr = np.random.default_rng(1).uniform(low, high, size=shape).astype(np.float32)
+    check(fg_op(Tensor(arr)), torch_op(torch_of(arr)), dtypes.bool if name in BOOL_OUT else dtypes.float32)
+
+
+def test_gelu_rejects_unknown_approximation() -> None:
+    with pytest.raises(ValueError, match="gelu: unknown approximate='fast'"):
+        Tensor([1.0]).gelu("fast")
+
+
+def test_is_floating_point() -> None:
+    assert Tensor([1.0]).is_floating_point()
+    assert Tensor([1.0], dtype=dtypes.float16).is_floating_point()
+    assert not Tensor([1]).is_floating_point()
+    assert not Tensor([True]).is_floating_point()
+
+
+# *** bitwise ***
+
+
+@pytest.mark.parametrize("dtype", [dtypes.int32, dtypes.uint8, dtypes.bool], ids=str)
+def test_bitwise_not(dtype: DType) -> None:
+    arr = bools() if dtype == dtypes.bool else ints(0 if dtype == dtypes.uint8 else -100, 100).astype(NP_DTYPES[dtype])
+    ref = torch.bitwise_not(torch_of(arr))
+    check(Tensor(arr).bitwise_not(), ref, dtype)
+    check(~Tensor(arr), ref, dtype)
+
+
+def test_bitwise_not_rejects_floats() -> None:
+    with pytest.raises(TypeError, match=r"bitwise_not: expected an integer or bool tensor, got dtypes\.float"):
+        ~Tensor([1.0])
+
+
+def test_shifts() -> None:
+    a, amount = ints(-1000, 1000), ints(0, 7, seed=1)
+    ta, tamount = torch_of(a), torch_of(amount)
+    check(Tensor(a) << Tensor(amount), ta << tamount, dtypes.int32)
+    check(Tensor(a) >> Tensor(amount), ta >> tamount, dtypes.int32)
+    check(Tensor(a).lshift(3), ta << 3, dtypes.int32)
+    check(Tensor(a).rshift(2), ta >> 2, dtypes.int32)
+    check(1 << Tensor(amount), 1 << tamount, dtypes.int32)
+    check(-256 >> Tensor(amount), -256 >> tamount, dtypes.int32)
+    check(Tensor(a[:1]) << Tensor(amount), ta[:1] << tamount, dtypes.int32)  # broadcasting
+    u = a.astype(np.uint8)
+    check(Tensor(u) >> 1, torch_of(u) >> 1, dtypes.uint8)
+
+
+def test_shifts_reject_floats_and_bools() -> None:
+    with pytest.raises(TypeError, match=r"lshift: shifts need integer tensors, got dtypes\.float"):
+        Tensor([1.0]) << 1
+    with pytest.raises(TypeError, match=r"rshift: shifts need integer tensors, got dtypes\.bool"):
+        Tensor([True]) >> Tensor([True])
+
+
+# *** binary ops ***
+
+
+def test_copysign() -> None:
+    a, b = floats(dtypes.float32), floats(dtypes.float32, seed=1)[::-1].copy()
+    check(Tensor(a).copysign(Tensor(b)), torch.copysign(torch_of(a), torch_of(b)), dtypes.float32)
+    check(Tensor(a).copysign(-1.0), torch.copysign(torch_of(a), torch.tensor(-1.0)), dtypes.float32)
+    assert math.copysign(1, Tensor([0.0]).copysign(-0.0).item()) == -1  # -0.0 has a sign
+    assert math.copysign(1, Tensor([-0.0]).copysign(1.0).item()) == 1
+    ia, ib = ints(), ints(seed=1)
+    # two integer tensors stay integer (tinygrad's rule; torch returns float32 with the same values)
+    check(Tensor(ia).copysign(Tensor(ib)), torch.copysign(torch_of(ia), torch_of(ib)), dtypes.int32)
+
+
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.float16], ids=str)
+def test_logaddexp(dtype: DType) -> None:
+    a, b = floats(dtype, -20, 20), floats(dtype, -20, 20, seed=1)[:, ::-1].copy()
+    b[0, :4] = [math.inf, -math.inf, 0.0, -math.inf]  # with a's inf, -inf, 0, -0 first: inf+inf, -inf+-inf, ...
+    check(Tensor(a).logaddexp(Tensor(b)), torch.logaddexp(torch_of(a), torch_of(b)), dtype)
+    check(Tensor(a).logaddexp(1.5), torch.logaddexp(torch_of(a), torch.tensor(1.5)), dtype)
+
+
+def test_lerp() -> None:
+    a, b = floats(dtypes.float32, specials=()), floats(dtypes.float32, specials=(), seed=1)
+    w = np.random.default_rng(2).uniform(-0.5, 1.5, size=SHAPE).astype(np.float32)
+    ta, tb = torch_of(a), torch_of(b)
+    check(Tensor(a).lerp(Tensor(b), Tensor(w)), torch.lerp(ta, tb, torch_of(w)), dtypes.float32)
+    for weight in (0.0, 0.3, 0.5, 1.0):
+        check(Tensor(a).lerp(Tensor(b), weight), torch.lerp(ta, tb, weight), dtypes.float32)
+    assert Tensor([0.1]).lerp(Tensor([0.7]), 1.0).item() == np.float32(0.7)  # weight 1 gives end exactly
+
+
+def test_clamp() -> None:
+    a = floats(dtypes.float32)
+    lo, hi = floats(dtypes.float32, -2, 0, specials=(), seed=1), floats(dtypes.float32, 0, 2, specials=(), seed=2)
+    ta = torch_of(a)
+    check(Tensor(a).clamp(-1, 1.5), ta.clamp(-1, 1.5), dtypes.float32)
+    check(Tensor(a).clip(-1, 1.5), ta.clip(-1, 1.5), dtypes.float32)
+    check(Tensor(a).clamp(min_=0.5), ta.clamp(min=0.5), dtypes.float32)
+    check(Tensor(a).clamp(max_=0.5), ta.clamp(max=0.5), dtypes.float32)
+    check(Tensor(a).clamp(2, 1), ta.clamp(2, 1), dtypes.float32)  # min > max: everything is max, like torch
+    check(Tensor(a).clamp(Tensor(lo), Tensor(hi)), ta.clamp(torch_of(lo), torch_of(hi)), dtypes.float32)
+    i = ints()
+    check(Tensor(i).clamp(-2, 3), torch_of(i).clamp(-2, 3), dtypes.int32)
+    check(Tensor(i).clamp(-2.5, 3), torch_of(i).clamp(-2.5, 3), dtypes.float32)  # a float bound promotes
+    with pytest.raises(ValueError, match="clamp: at least one of min_ and max_ must be given"):
+        Tensor(a).clamp()
+
+
+def test_isclose_allclose() -> None:
+    a = floats(dtypes.float32)
+    b = a.copy()
+    b[1] += np.float32(1e-6) * np.arange(8, dtype=np.float32)  # some close, some not
+    b[2] = -b[2]
+    ta, tb = torch_of(a), torch_of(b)
+    for kwargs in ({}, {"rtol": 1e-3}, {"atol": 1e-5, "rtol": 0.0}, {"equal_nan": True}):
+        check(Tensor(a).isclose(Tensor(b), **kwargs), torch.isclose(ta, tb, **kwargs), dtypes.bool)
+    check(Tensor(a).isclose(1.0), torch.isclose(ta, torch.ones_like(ta)), dtypes.bool)
+    i = ints()
+    check(Tensor(i).isclose(Tensor(i[::-1].copy())), torch.isclose(torch_of(i), torch_of(i[::-1].copy())))
+    assert Tensor(a).allclose(Tensor(a), equal_nan=True).item() is True
+    assert Tensor(a).allclose(Tensor(a)).item() is False  # NaN is not close to NaN by default
+    assert Tensor(a[1:2, 4:]).allclose(Tensor(b[1:2, 4:]), atol=1e-5).item() is True
+
+
+# *** pow ***
+
+POW_EXPONENTS = [0, 1, 2, 3, -1, -2, 0.5, -0.5, 2.0, 1.7, -1.3, 7, 100, -0.0]
+
+
+@pytest.mark.parametrize("exponent", POW_EXPONENTS, ids=str)
+def test_pow_float_by_const(exponent: float) -> None:
+    a = floats(dtypes.float32, specials=(*SPECIALS, 1.0001, -3.0))
+    check(Tensor(a) ** exponent, torch_of(a) ** exponent, dtypes.float32, rtol=2e-5)
+
+
+def test_pow_float_by_tensor() -> None:
+    base = floats(dtypes.float32, -3, 3, specials=(0.0, -0.0, 0.0, -2.0, -2.0, 1.0, -1.0, math.inf, -math.inf, 2.0))
+    exponent = floats(
+        dtypes.float32, -3, 3, specials=(0.0, -1.0, 2.5, 3.0, 0.5, math.nan, math.inf, 3.0, 2.0, math.nan)
+    )
+    check(Tensor(base) ** Tensor(exponent), torch_of(base) ** torch_of(exponent), dtypes.float32, rtol=2e-5)
+    check(Tensor(base).pow(Tensor(exponent)), torch.pow(torch_of(base), torch_of(exponent)), dtypes.float32, rtol=2e-5)
+    check(2.0 ** Tensor(exponent), 2.0 ** torch_of(exponent), dtypes.float32)
+    check(Tensor(base).pow(2.0, reverse=True), 2.0 ** torch_of(base), dtypes.float32)
+
+
+def test_pow_half() -> None:
+    a = floats(dtypes.float16, 0, 3, specials=(0.0, 1.0))
+    check(Tensor(a) ** 2, torch_of(a) ** 2, dtypes.float16)
+    check(Tensor(a) ** 2.5, torch_of(a) ** 2.5, dtypes.float16)
+    check(Tensor(a) ** Tensor(a), torch_of(a) ** torch_of(a), dtypes.float16)
+
+
+@pytest.mark.parametrize("exponent", [0, 1, 2, 3, 13, 31], ids=str)
+def test_pow_int_by_const(exponent: int) -> None:
+    a = ints(-7, 7)
+    check(Tensor(a) ** exponent, torch_of(a) ** exponent, dtypes.int32)  # wraps like torch
+
+
+def test_pow_int_by_tensor() -> None:
+    base, exponent = ints(-4, 4), ints(-3, 20, seed=1)
+    base[0, :4], exponent[0, :4] = [0, 1, -1, -1], [0, -5, -5, -4]
+    check(Tensor(base) ** Tensor(exponent), torch_of(base) ** torch_of(exponent), dtypes.int32)
+    check(2 ** Tensor(exponent), 2 ** torch_of(exponent), dtypes.int32)
+
+
+def test_pow_dtypes() -> None:
+    i = ints(0, 5)
+    check(Tensor(i) ** 0.5, torch_of(i) ** 0.5, dtypes.float32)
+    check(Tensor(i) ** 2.0, torch_of(i) ** 2.0, dtypes.float32)
+    check(Tensor(bools()) ** 2, torch_of(bools()).int() ** 2, dtypes.int32)
+    check(Tensor(i) ** Tensor(floats(dtypes.float32, 0, 2)), torch_of(i) ** torch_of(floats(dtypes.float32, 0, 2)))
+    assert (Tensor([0.0]) ** 0).item() == 1.0
+    assert (Tensor([0]) ** 0).item() == 1
+    with pytest.raises(TypeError, match="pow: an integer tensor needs a non-negative integer exponent, got -1"):
+        Tensor([2]) ** -1
+
+
+def test_pow_broadcasts() -> None:
+    base, exponent = floats(dtypes.float32, 0.5, 2, specials=())[:, :1], np.arange(8, dtype=np.float32) - 3
+    check(Tensor(base) ** Tensor(exponent), torch_of(base) ** torch_of(exponent), dtypes.float32)
+    check(Tensor(3.0) ** Tensor(exponent), 3.0 ** torch_of(exponent), dtypes.float32)
+
+
+# *** division variants ***
+
+
+def nonzero_ints(seed: int = 1) -> np.ndarray:
+    d = ints(1, 4, seed)
+    return np.where(np.random.default_rng(seed + 10).random(SHAPE) < 0.5, -d, d).astype(np.int32)
+
+
+@pytest.mark.parametrize("mode", ["trunc", "floor"])
+def test_div_rounding_mode(mode: str) -> None:
+    a, b = ints(-20, 20), nonzero_ints()
+    check(
+        Tensor(a)._div_rounded(Tensor(b), rounding_mode=mode), torch.div(torch_of(a), torch_of(b), rounding_mode=mode)
+    )
+    fa, fb = floats(dtypes.float32, -20, 20, specials=()), floats(dtypes.float32, 0.5, 4, specials=(), seed=1)
+    fb[::2] = -fb[::2]
+    ref = torch.div(torch_of(fa), torch_of(fb), rounding_mode=mode)
+    check(Tensor(fa)._div_rounded(Tensor(fb), rounding_mode=mode), ref, dtypes.float32)
+    check(Tensor(b)._div_rounded(7, True, mode), torch.div(7, torch_of(b), rounding_mode=mode), dtypes.int32)
+    check(Tensor(a)._div_rounded(Tensor(b)), torch.div(torch_of(a), torch_of(b)), dtypes.float32)
+
+
+def test_div_rounding_mode_rejects_unknown_modes() -> None:
+    with pytest.raises(ValueError, match="div: unknown rounding_mode 'round'"):
+        Tensor([1])._div_rounded(2, rounding_mode="round")  # type: ignore[arg-type]
+
+
+def test_fmod_and_floor_mod() -> None:
+    a, b = ints(-20, 20), nonzero_ints()
+    check(Tensor(a).fmod(Tensor(b)), torch.fmod(torch_of(a), torch_of(b)), dtypes.int32)
+    check(Tensor(a)._mod_floor(Tensor(b)), torch.remainder(torch_of(a), torch_of(b)), dtypes.int32)
+    check(Tensor(b)._mod_floor(7, reverse=True), torch.remainder(7, torch_of(b)), dtypes.int32)
+    fa, fb = floats(dtypes.float32, -20, 20, specials=()), floats(dtypes.float32, 0.5, 4, specials=(), seed=1)
+    fb[::2] = -fb[::2]
+    check(Tensor(fa).fmod(Tensor(fb)), torch.fmod(torch_of(fa), torch_of(fb)), dtypes.float32, atol=1e-5)
+    check(Tensor(fa)._mod_floor(Tensor(fb)), torch.remainder(torch_of(fa), torch_of(fb)), dtypes.float32, atol=1e-5)
+    check(Tensor(fa).fmod(1.5), torch.fmod(torch_of(fa), 1.5), dtypes.float32, atol=1e-5)
+
+
+def test_float_add_constants_are_not_reassociated() -> None:
+    u = Tensor(np.array([1e-10, 3.0], dtype=np.float32))
+    assert ((1 + u) - 1).tolist() == [0.0, 3.0]  # 1 + 1e-10 rounds to 1 in float32
+
+
+# *** in-place operators ***
+
+
+def test_inplace_operators_write_into_self() -> None:
+    t = Tensor([1, 2, 3, 4]).realize()
+    same = t
+    t **= 2
+    t |= 1
+    t &= 0b1101
+    t ^= 2
+    t <<= 2
+    t >>= 1
+    assert t is same
+    assert t.tolist() == [((((x**2) | 1) & 0b1101) ^ 2) << 2 >> 1 for x in (1, 2, 3, 4)]
+    f = Tensor([1.0, 2.0])
+    f **= 2
+    assert f.tolist() == [1.0, 4.0]
+
+
+# *** the PYTHON device (the executable spec) ***
+
+
+def test_rounding_and_integer_ops_on_python_device() -> None:
+    a = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.49999997, -0.7, 2.3, math.nan], dtype=np.float32)
+    t, ta = Tensor(a, device="PYTHON"), torch_of(a)
+    for name in ("round", "floor", "ceil", "sign", "isnan"):
+        check(UNARY[name][0](t), UNARY[name][1](ta))
+    i, d = ints(-20, 20, shape=(6,)), np.array([3, -3, 2, -7, 5, -1], dtype=np.int32)
+    ti, td = Tensor(i, device="PYTHON"), Tensor(d, device="PYTHON")
+    check(ti << 2, torch_of(i) << 2)
+    check(ti >> 1, torch_of(i) >> 1)
+    check(~ti, ~torch_of(i))
+    check(ti**3, torch_of(i) ** 3)
+    check(
+        td ** Tensor(np.array([0, 1, 2, 3, -1, 7], dtype=np.int32), device="PYTHON"),
+        torch.tensor([1, -3, 4, -343, 0, -1]),
+    )
+    check(ti._div_rounded(td, rounding_mode="floor"), torch.div(torch_of(i), torch_of(d), rounding_mode="floor"))
+    check(ti._mod_floor(td), torch.remainder(torch_of(i), torch_of(d)))
+    check(ti.fmod(td), torch.fmod(torch_of(i), torch_of(d)))
+
+
+# *** backward (where autograd exists) ***
+
+needs_backward = pytest.mark.skipif(not hasattr(Tensor, "backward"), reason="Tensor.backward is not implemented yet")
+BACKWARD_OPS = ["cos", "atan", "erf", "sinh", "gelu", "mish", "softplus", "logsigmoid", "elu", "hardswish", "asinh"]
+
+
+@needs_backward
+@pytest.mark.parametrize("name", BACKWARD_OPS)
+def test_backward_matches_torch(name: str) -> None:
+    fg_op, torch_op, _, _ = UNARY[name]
+    arr = np.random.default_rng(3).uniform(-2.5, 2.5, size=SHAPE).astype(np.float32)
+    x = Tensor(arr, requires_grad=True)
+    fg_op(x).sum().backward()
+    tx = torch.from_numpy(arr.copy()).requires_grad_()
+    torch_op(tx).sum().backward()
+    assert x.grad is not None
+    assert tx.grad is not None
+    check(x.grad, tx.grad, dtypes.float32, rtol=1e-4, atol=1e-5)
+
+
+@needs_backward
+def test_pow_backward_matches_torch() -> None:
+    base = np.random.default_rng(4).uniform(0.5, 2.5, size=SHAPE).astype(np.float32)
+    exponent = np.random.default_rng(5).uniform(-2, 2, size=SHAPE).astype(np.float32)
+    b, e = Tensor(base, requires_grad=True), Tensor(exponent, requires_grad=True)
+    (b**e + b**3).sum().backward()
+    tb, te = torch.from_numpy(base.copy()).requires_grad_(), torch.from_numpy(exponent.copy()).requires_grad_()
+    (tb**te + tb**3).sum().backward()
+    assert b.grad is not None
+    assert e.grad is not None
+    check(b.grad, tb.grad, dtypes.float32, rtol=1e-4, atol=1e-5)
+    check(e.grad, te.grad, dtypes.float32, rtol=1e-4, atol=1e-5)

@@ -1,0 +1,297 @@
+"""Tests for fusegrad/mixin/random.py: the Threefry generator, the distributions and the initialisers.
+
+Statistical checks use fixed seeds, so they are deterministic: moments within a few standard errors, and
+Kolmogorov-Smirnov / chi-square p-values above 1e-3 (scipy; those checks skip without it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fusegrad import Tensor
+from fusegrad.dtype import dtypes
+from fusegrad.mixin.random import threefry2x32
+
+try:
+    from scipy import stats as scipy_stats
+except ImportError:  # pragma: no cover - scipy is optional
+    scipy_stats = None
+
+needs_scipy = pytest.mark.skipif(scipy_stats is None, reason="scipy is not installed")
+N = 20000  # samples for the statistical checks (one compiled kernel per distribution)
+
+
+@pytest.fixture(autouse=True)
+def _training_off() -> Iterator[None]:
+    yield
+    Tensor.training = False
+
+
+# *** the generator ***
+
+
+def threefry_reference(key: tuple[int, int], counter: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Threefry-2x32-20 in numpy (uint32 arithmetic wraps), for counters of shape (2, n)."""
+    rotations = (13, 15, 26, 6, 17, 29, 16, 24)
+    ks = [np.uint32(key[0]), np.uint32(key[1]), np.uint32(key[0] ^ key[1] ^ 0x1BD11BDA)]
+    x0, x1 = counter[0] + ks[0], counter[1] + ks[1]
+    for i in range(20):
+        x0 = x0 + x1
+        r = rotations[i % 8]
+        x1 = ((x1 << np.uint32(r)) | (x1 >> np.uint32(32 - r))) ^ x0
+        if i % 4 == 3:
+            j = i // 4 + 1
+            x0, x1 = x0 + ks[j % 3], x1 + ks[(j + 1) % 3] + np.uint32(j)
+    return x0, x1
+
+
+def u32(values: Any, device: str = "CPU") -> Tensor:
+    return Tensor(np.asarray(values, dtype=np.uint32).reshape(-1), device=device, dtype=dtypes.uint32)
+
+
+# Random123's known-answer vectors for threefry2x32_20: (key, counter, result)
+KNOWN_ANSWERS = [
+    ((0, 0), (0, 0), (0x6B200159, 0x99BA4EFE)),
+    ((0xFFFFFFFF, 0xFFFFFFFF), (0xFFFFFFFF, 0xFFFFFFFF), (0x1CB996FC, 0xBB002BE7)),
+    ((0x13198A2E, 0x03707344), (0x243F6A88, 0x85A308D3), (0xC4923A9C, 0x483DF7A0)),
+]
+
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_threefry_known_answers(device: str) -> None:
+    keys = [u32([k[i] for k, _, _ in KNOWN_ANSWERS], device) for i in range(2)]
+    counters = [u32([c[i] for _, c, _ in KNOWN_ANSWERS], device) for i in range(2)]
+    x0, x1 = threefry2x32((keys[0], keys[1]), (counters[0], counters[1]))
+    assert x0.tolist() == [r[0] for _, _, r in KNOWN_ANSWERS]
+    assert x1.tolist() == [r[1] for _, _, r in KNOWN_ANSWERS]
+
+
+def test_threefry_matches_a_numpy_reference() -> None:
+    counter = np.random.default_rng(0).integers(0, 2**32, size=(2, 64), dtype=np.uint32)
+    key = (0xDEADBEEF, 0x01234567)
+    x0, x1 = threefry2x32((u32(key[0]), u32(key[1])), (u32(counter[0]), u32(counter[1])))
+    ref0, ref1 = threefry_reference(key, counter)
+    np.testing.assert_array_equal(x0.numpy(), ref0)
+    np.testing.assert_array_equal(x1.numpy(), ref1)
+
+
+# *** reproducibility and streams ***
+
+
+def test_same_seed_same_numbers_and_successive_calls_differ() -> None:
+    Tensor.manual_seed(42)
+    a, b = Tensor.rand(64).numpy(), Tensor.rand(64).numpy()
+    Tensor.manual_seed(42)
+    np.testing.assert_array_equal(Tensor.rand(64).numpy(), a)
+    np.testing.assert_array_equal(Tensor.rand(64).numpy(), b)
+    assert not np.isin(a, b).any()
+    Tensor.manual_seed(43)
+    assert not np.isin(Tensor.rand(64).numpy(), a).any()
+
+
+def test_values_do_not_depend_on_fusion() -> None:
+    """Alone, fused into a bigger expression, realized together with other draws: the same numbers."""
+    Tensor.manual_seed(7)
+    alone = Tensor.rand(5, 7, contiguous=False).numpy()
+    normal = Tensor.randn(33, contiguous=False).numpy()
+    Tensor.manual_seed(7)
+    fused = (Tensor.rand(5, 7, contiguous=False) * 2 + 1).sum(1)
+    fused_normal = Tensor.randn(33, contiguous=False).exp()
+    Tensor.realize(fused, fused_normal)
+    np.testing.assert_allclose(fused.numpy(), (alone * 2 + 1).sum(1), rtol=1e-6)
+    np.testing.assert_allclose(fused_normal.numpy(), np.exp(normal), rtol=1e-5)
+    Tensor.manual_seed(7)
+    np.testing.assert_array_equal(Tensor.rand(5, 7).numpy(), alone)  # contiguous (the default) too
+
+
+def test_values_do_not_depend_on_the_device() -> None:
+    Tensor.manual_seed(3)
+    cpu = Tensor.rand(9).numpy()
+    Tensor.manual_seed(3)
+    np.testing.assert_array_equal(Tensor.rand(9, device="PYTHON").numpy(), cpu)
+
+
+def test_successive_draws_reuse_one_kernel() -> None:
+    """Seed and call number are an input buffer, not constants: the kernel ASTs are the same objects."""
+    first = Tensor.rand(8, contiguous=False).schedule()
+    second = Tensor.rand(8, contiguous=False).schedule()
+    assert [item.ast for item in first] == [item.ast for item in second]
+
+
+# *** distributions ***
+
+
+@needs_scipy
+def test_rand_is_uniform() -> None:
+    Tensor.manual_seed(0)
+    t = Tensor.rand(N // 100, 100)
+    assert (t.shape, t.dtype) == ((N // 100, 100), dtypes.float32)
+    x = t.numpy().reshape(-1)
+    assert x.min() >= 0.0
+    assert x.max() < 1.0
+    assert abs(x.mean() - 0.5) < 4 * math.sqrt(1 / 12 / N)
+    assert abs(x.var() - 1 / 12) < 0.005
+    assert scipy_stats.kstest(x, "uniform").pvalue > 1e-3
+
+
+def test_rand_half_never_rounds_to_one() -> None:
+    Tensor.manual_seed(1)
+    x = Tensor.rand(N, dtype=dtypes.float16).numpy()
+    assert x.dtype == np.float16
+    assert x.max() < 1.0
+    assert len(np.unique(x)) > 1000  # 11 random bits: 2048 values
+
+
+@needs_scipy
+def test_randn_is_standard_normal() -> None:
+    Tensor.manual_seed(0)
+    x = Tensor.randn(N).numpy()
+    assert abs(x.mean()) < 4 / math.sqrt(N)
+    assert abs(x.var() - 1) < 0.05
+    assert scipy_stats.kstest(x, "norm").pvalue > 1e-3
+
+
+@needs_scipy
+def test_randint_is_uniform_over_the_range() -> None:
+    Tensor.manual_seed(0)
+    t = Tensor.randint(N, low=-3, high=5)
+    assert t.dtype == dtypes.int32
+    x = t.numpy()
+    assert x.min() == -3
+    assert x.max() == 4
+    assert scipy_stats.chisquare(np.bincount(x + 3, minlength=8)).pvalue > 1e-3
+    assert Tensor.randint(2, 3, dtype=dtypes.int8).dtype == dtypes.int8
+
+
+def test_uniform_and_normal_parameters() -> None:
+    Tensor.manual_seed(0)
+    u = Tensor.uniform(N, low=-2.0, high=6.0).numpy()
+    assert u.min() >= -2.0
+    assert u.max() < 6.0
+    assert abs(u.mean() - 2.0) < 4 * 8 / math.sqrt(12 * N)
+    n = Tensor.normal(N, mean=3.0, std=0.5).numpy()
+    assert abs(n.mean() - 3.0) < 4 * 0.5 / math.sqrt(N)
+    assert abs(n.std() - 0.5) < 0.02
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 50])
+def test_randperm_is_a_permutation(n: int) -> None:
+    t = Tensor.randperm(n)
+    assert (t.shape, t.dtype) == ((n,), dtypes.int32)
+    assert sorted(t.tolist()) == list(range(n))
+
+
+@needs_scipy
+def test_randperm_has_no_order_bias() -> None:
+    """Where a value lands is independent of the value: a 4x4 contingency table of (position, value) quarters."""
+    Tensor.manual_seed(0)
+    n = 2000
+    perm = Tensor.randperm(n).numpy()
+    table = np.zeros((4, 4))
+    np.add.at(table, (np.arange(n) * 4 // n, perm * 4 // n), 1)
+    assert scipy_stats.chi2_contingency(table).pvalue > 1e-3
+    assert abs(scipy_stats.spearmanr(np.arange(n), perm).statistic) < 4 / math.sqrt(n)
+
+
+@needs_scipy
+def test_multinomial_with_replacement_follows_the_weights() -> None:
+    Tensor.manual_seed(0)
+    weights = np.array([1.0, 2.0, 0.0, 5.0], dtype=np.float32)
+    t = Tensor(np.stack([weights, weights[::-1].copy()])).multinomial(4000, replacement=True)
+    assert (t.shape, t.dtype) == ((2, 4000), dtypes.int32)
+    for row, w in zip(t.numpy(), [weights, weights[::-1]], strict=True):
+        counts = np.bincount(row, minlength=4)
+        assert counts[w == 0].sum() == 0
+        expected = len(row) * w[w > 0] / w.sum()
+        assert scipy_stats.chisquare(counts[w > 0], expected).pvalue > 1e-3
+    assert Tensor([1.0, 1.0]).multinomial(3, replacement=True).shape == (3,)
+
+
+@needs_scipy
+def test_multinomial_without_replacement() -> None:
+    Tensor.manual_seed(0)
+    weights = Tensor([[1.0, 2.0, 0.0, 5.0]] * 2000)
+    out = weights.multinomial(3).numpy()
+    assert all(sorted(row) == [0, 1, 3] for row in out)  # distinct, never the zero-weight category
+    counts = np.bincount(out[:, 0], minlength=4)  # the first draw follows the weights
+    assert scipy_stats.chisquare(counts[[0, 1, 3]], 2000 * np.array([1, 2, 5]) / 8).pvalue > 1e-3
+
+
+def test_multinomial_errors() -> None:
+    with pytest.raises(ValueError, match="cannot draw 5 samples from 4 categories"):
+        Tensor.ones(4).multinomial(5)
+    with pytest.raises(ValueError, match="expected a 1-d or 2-d tensor"):
+        Tensor.ones(2, 2, 2).multinomial(1)
+
+
+def test_dropout() -> None:
+    x = Tensor.ones(N)
+    assert x.dropout(0.3) is x  # not training: identity
+    Tensor.training = True
+    Tensor.manual_seed(0)
+    out = x.dropout(0.3).numpy()
+    assert abs((out == 0).mean() - 0.3) < 4 * math.sqrt(0.3 * 0.7 / N)
+    np.testing.assert_allclose(out[out != 0], 1 / 0.7, rtol=1e-6)
+    assert x.dropout(0.0) is x
+    assert (x.dropout(1.0).numpy() == 0).all()
+    with pytest.raises(ValueError, match=r"dropout: probability must be in \[0, 1\], got 1.5"):
+        x.dropout(1.5)
+
+
+# *** initialisers ***
+
+
+def test_initialisers_bounds_and_spread() -> None:
+    Tensor.manual_seed(0)
+    shape = (64, 32, 3)
+    fan_in = 32 * 3
+    bound = math.sqrt(3) * math.sqrt(2 / (1 + 0.01**2)) / math.sqrt(fan_in)
+    ku = Tensor.kaiming_uniform(*shape).numpy()
+    assert np.abs(ku).max() <= bound
+    assert abs(ku.std() - bound / math.sqrt(3)) < 0.05 * bound
+    kn = Tensor.kaiming_normal(*shape, a=0.5).numpy()
+    assert abs(kn.std() - math.sqrt(2 / 1.25) / math.sqrt(fan_in)) < 0.05 * kn.std()
+    glorot = math.sqrt(6 / (64 + fan_in))
+    gu = Tensor.glorot_uniform(*shape).numpy()
+    assert np.abs(gu).max() <= glorot
+    assert np.abs(gu).max() > 0.9 * glorot
+    su = Tensor.scaled_uniform(*shape).numpy()
+    assert np.abs(su).max() <= math.prod(shape) ** -0.5
+
+
+# *** shapes, dtypes and arguments ***
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (1,), (3, 0, 2), (2, 1, 3)])
+def test_shapes_including_empty_and_scalar(shape: tuple[int, ...]) -> None:
+    for t in (Tensor.rand(*shape), Tensor.randn(shape), Tensor.randint(*shape, high=3), Tensor.uniform(*shape)):
+        assert t.shape == shape
+        assert t.numpy().shape == shape
+
+
+def test_like_functions_and_keywords() -> None:
+    base = Tensor.zeros(2, 3, dtype=dtypes.float16)
+    assert (base.rand_like().shape, base.rand_like().dtype) == ((2, 3), dtypes.float16)
+    assert base.randn_like(dtype=dtypes.float32).dtype == dtypes.float32
+    assert Tensor.zeros(2, dtype=dtypes.int32).randn_like().dtype == dtypes.float32
+    assert Tensor.rand(2, requires_grad=True).requires_grad is True
+    assert Tensor.kaiming_uniform(2, 3, requires_grad=True).requires_grad is True
+    assert Tensor.rand(3, device="PYTHON").device == "PYTHON"
+
+
+def test_argument_errors() -> None:
+    with pytest.raises(TypeError, match=r"rand: expected a float dtype, got dtypes\.int"):
+        Tensor.rand(2, dtype=dtypes.int32)
+    with pytest.raises(TypeError, match="rand: expected a float dtype"):
+        Tensor.zeros(2, dtype=dtypes.int32).rand_like()
+    with pytest.raises(ValueError, match="randint: expected low < high"):
+        Tensor.randint(2, low=3, high=3)
+    with pytest.raises(TypeError, match="randint: expected an integer dtype"):
+        Tensor.randint(2, dtype=dtypes.float32)
+    with pytest.raises(ValueError, match="rand: shape must be non-negative ints"):
+        Tensor.rand(-1)
