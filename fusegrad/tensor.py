@@ -277,7 +277,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
             raise ValueError(f"assign: value on {xt.device} but target on {self.device}; use .to() first")
         if xt.dtype != self.dtype:
             raise TypeError(f"assign: value dtype {xt.dtype} does not match the target's {self.dtype}")
-        self.uop = _settle_writes(self.uop)
+        self.uop = _write_target(self.uop)
         if self.uop.base.op not in (Ops.BUFFER, Ops.AFTER) and not _is_kernelized_view(self.uop):
             self.uop = xt.uop
             return self
@@ -289,7 +289,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
             if (t := ref()) is None or t is self:
                 continue
             if t.uop.base.op is Ops.AFTER:
-                t.uop = _settle_writes(t.uop)
+                t.uop = _settle_base(t.uop)
             if t.uop.base is target_base:
                 t.uop = t.uop.substitute({target_base: after})
         return self
@@ -980,17 +980,24 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
     def __ne__(self, y: Any) -> Tensor:  # type: ignore[override]  # elementwise, like numpy
         return self.ne(y)
 
+    # in-place operators write into self (like tinygrad): a realized tensor is updated in its own memory
     def __iadd__(self, y: Any) -> Tensor:
-        return self.add(y)
+        return self.assign(self.add(y))
 
     def __isub__(self, y: Any) -> Tensor:
-        return self.sub(y)
+        return self.assign(self.sub(y))
 
     def __imul__(self, y: Any) -> Tensor:
-        return self.mul(y)
+        return self.assign(self.mul(y))
 
     def __itruediv__(self, y: Any) -> Tensor:
-        return self.div(y)
+        return self.assign(self.div(y))
+
+    def __imatmul__(self, y: Tensor) -> Tensor:
+        return self.assign(self.dot(y))
+
+    def __rmatmul__(self, y: Tensor) -> Tensor:
+        return y.dot(self)
 
     def __bool__(self) -> builtins.bool:
         if self.numel() != 1:
@@ -1101,12 +1108,21 @@ def _is_done(u: UOp) -> bool:
     return base.op in (Ops.BUFFER, Ops.CONST) or (base.op is Ops.ASSIGN and base.src[1].op is Ops.KERNEL)
 
 
-def _settle_writes(u: UOp) -> UOp:
-    """Replace AFTER(memory, write) by the memory once the write has been kernelized or run."""
+def _settle_base(u: UOp) -> UOp:
+    """Below a view: AFTER(memory, write) becomes the memory once the write has been kernelized or run."""
     from fusegrad.schedule.kernelize import after_written
 
-    done = {x: w for x in u.toposort() if x.op is Ops.AFTER and (w := after_written(x)) is not None}
-    return u.substitute(done) if done else u
+    while u.base.op is Ops.AFTER and (written := after_written(u.base)) is not None:
+        u = u.substitute({u.base: written})
+    return u
+
+
+def _write_target(u: UOp) -> UOp:
+    """The memory an assign to `u` writes: a pending write's target (after that write), else `u` settled."""
+    if u.op is Ops.ASSIGN and u.src[1].op is not Ops.KERNEL:  # a pending in-place write (e.g. `a += 1` twice)
+        view, base = u.src[0], u.src[0].base
+        return view.substitute({base: UOp(Ops.AFTER, base.dtype, (base, u))})
+    return _settle_base(u)
 
 
 def _is_plain_buffer(u: UOp) -> bool:

@@ -205,7 +205,7 @@ def _store_index(target: UOp, idx: Index) -> tuple[UOp, UOp]:
         node = node.src[0]
     if valid is not None:
         raise ValueError("assign: cannot assign into a padded view")
-    if node.op is Ops.AFTER:  # memory with an earlier write pending: write the same buffer, after that write
+    while node.op is Ops.AFTER:  # memory with earlier writes pending: write the same buffer, after them
         node = node.src[0]
     buf = node.src[0] if is_kernelized(node) else node
     if buf.op is not Ops.BUFFER:
