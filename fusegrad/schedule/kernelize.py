@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fusegrad.helpers import pluralize, prod
+from fusegrad.helpers import TRACK_MATCH_STATS, pluralize, prod
 from fusegrad.schedule.rangeify import (
     Kernel,
     build_kernel,
@@ -22,7 +22,7 @@ from fusegrad.schedule.rangeify import (
 )
 from fusegrad.uop import GroupOp, Ops
 from fusegrad.uop.ops import UOp, all_metadata
-from fusegrad.uop.rewrite import graph_rewrite_map, track_rewrites
+from fusegrad.uop.rewrite import graph_rewrite, graph_rewrite_map, track_rewrites
 from fusegrad.uop.upat import PatternMatcher, UPat
 
 
@@ -133,7 +133,12 @@ def kernelize(sink: UOp) -> KernelizeResult:
         buffer_of[root] = stored
         kernels.append(stored)
     becomes = _becomes_map(sink, prepare_map, buffer_of)
+    if TRACK_MATCH_STATS.value >= 2 and kernels:  # a step showing the kernel graph: VIZ links each KERNEL to its code
+        graph_rewrite(UOp.sink(*kernels), _pm_nothing, name="kernel graph")
     return KernelizeResult(becomes, kernels)
+
+
+_pm_nothing = PatternMatcher([])
 
 
 def _kernel_for(root: UOp, realized: dict[UOp, None], buffer_of: dict[UOp, UOp]) -> UOp:

@@ -15,7 +15,7 @@ from fusegrad.dtype import dtypes
 from fusegrad.helpers import TRACEMETA, Context
 from fusegrad.uop import Ops
 from fusegrad.uop.ops import UOp, all_metadata, graph_rewrite, pm_substitute_fixed_point
-from fusegrad.uop.rewrite import RewriteLoopError, RewriteTrace, TrackedGraphRewrite, uop_fields
+from fusegrad.uop.rewrite import RewriteLoopError, RewriteTrace, TrackedGraphRewrite, tracked_keys, uop_fields
 
 # constants and device names are drawn inside their user's label, not as nodes of their own
 _FOLDED = frozenset({Ops.CONST, Ops.VCONST, Ops.DEVICE, Ops.UNIQUE})
@@ -51,6 +51,26 @@ _ALU_NAMES = frozenset(
 )  # fmt: skip
 
 
+def _shape_of(u: UOp) -> tuple[int, ...] | None:
+    """A tensor-level node's shape; None for kernel-level nodes (and for graphs too broken to have one)."""
+    if u.op in _FOLDED or u.op in (Ops.SINK, Ops.KERNEL, Ops.CUSTOM, Ops.NOOP):
+        return None
+    try:
+        return u._shape
+    except (ValueError, AssertionError, KeyError, IndexError, TypeError):
+        return None
+
+
+def _kernel_ref(u: UOp) -> int | None:
+    """For a KERNEL node: the trace group of its codegen (named after the kernel), once get_program has run."""
+    if u.op is not Ops.KERNEL or not hasattr(u.arg, "ast") or u.arg.ast.op is not Ops.SINK:
+        return None
+    from fusegrad.codegen import get_kernel_name  # codegen imports the whole IR; only KERNEL labels need it
+
+    name = get_kernel_name(u.arg.ast)
+    return next((i for i, key in enumerate(tracked_keys) if key.display_name == name), None)
+
+
 def _label(u: UOp, folded: set[UOp]) -> str:
     lines = [u.op.name]
     if u.dtype != dtypes.void:
@@ -62,6 +82,8 @@ def _label(u: UOp, folded: set[UOp]) -> str:
     for i, s in enumerate(u.src):
         if s in folded:
             lines.append(f"src{i}: {s.op.name} {_arg_text(s.arg)}")
+    if (shape := _shape_of(u)) is not None:
+        lines.append(f"shape={shape}")
     if u.tag is not None:
         lines.append(f"tag={u.tag!r}")
     if TRACEMETA.value >= 2 and (meta := u.metadata) is not None:
@@ -78,7 +100,7 @@ def uop_to_json(x: UOp) -> dict[int, dict[str, Any]]:
         if u in folded:
             continue
         srcs = [(i, id(s)) for i, s in enumerate(u.src) if s not in folded]
-        graph[id(u)] = {"label": _label(u, folded), "src": srcs, "color": _color(u), "ref": None}
+        graph[id(u)] = {"label": _label(u, folded), "src": srcs, "color": _color(u), "ref": _kernel_ref(u)}
     return graph
 
 

@@ -44,7 +44,7 @@ def highlight_c(src: str) -> str | None:
 
 def graph_message(i: int, replay: dict[str, Any]) -> dict[str, Any]:
     """One streamed graph: nodes (labels without ANSI codes), layout, created nodes, the rule and the diff."""
-    nodes = {str(k): {"label": ansistrip(v["label"]), "src": v["src"], "color": v["color"]}
+    nodes = {str(k): {"label": ansistrip(v["label"]), "src": v["src"], "color": v["color"], "ref": v.get("ref")}
              for k, v in replay["graph"].items()}  # fmt: skip
     rule = None
     if replay["upat"] is not None:

@@ -377,3 +377,23 @@ def test_match_stats_print_a_rule_table_at_exit(tmp_path: Path) -> None:
     assert len(rule_lines) == 1, proc.stdout
     assert "stats.py:4" in rule_lines[0]
     assert rule_lines[0].split()[0] == "2"  # matches: both additions of zero
+
+
+def test_kernel_nodes_link_to_their_codegen_group_and_tensor_nodes_show_shapes() -> None:
+    from fusegrad import Tensor
+    from fusegrad.helpers import Context
+    from fusegrad.uop.ops import tracked_ctxs, tracked_keys
+
+    for lst in (tracked_keys, tracked_ctxs):
+        lst.clear()
+    with Context(TRACK_MATCH_STATS=2):
+        a = Tensor.empty(4, 4)
+        (a + 1).realize()
+        steps = tracked_ctxs[0]
+        kernel_step = next(s for s in steps if s.name == "kernel graph")
+        graph = next(get_full_rewrite(kernel_step))["graph"]
+        refs = [n["ref"] for n in graph.values() if n["label"].startswith("KERNEL")]
+        assert len(refs) == 1 and refs[0] is not None
+        assert tracked_keys[refs[0]].display_name.startswith("E_4_4")
+        first = next(get_full_rewrite(steps[0]))["graph"]
+        assert any("shape=(4, 4)" in n["label"] for n in first.values())

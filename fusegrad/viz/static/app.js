@@ -241,8 +241,12 @@ function drawGraph(msg) {
       text.append(span);
     });
     const title = svg("title");
-    title.textContent = label;
+    title.textContent = node && node.ref != null ? `${label}\n(click: open this kernel's code)` : label;
     g.append(title, text);
+    if (node && node.ref != null) {
+      g.classList.add("linked");
+      g.addEventListener("click", () => openGroup(node.ref)); // a KERNEL node: jump to its codegen trace
+    }
     viewport.append(g);
   }
   if (!rw.view) rw.view = fitView(msg);
