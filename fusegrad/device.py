@@ -98,7 +98,7 @@ class _Device:
         if DEBUG >= 1:
             print(f"opened device {name} from pid:{os.getpid()}")
         if not self._opened:
-            if VIZ.value:  # registered before the finalizer, so it runs after it: the last frees are in the trace
+            if VIZ.value or PROFILE.value:  # registered before the finalizer, so it runs after: last frees included
                 from fusegrad.viz.serve import register_at_exit  # viz imports this module
 
                 register_at_exit()

@@ -616,6 +616,18 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
     def float(self) -> Tensor:
         return self.cast(dtypes.float32)
 
+    def double(self) -> Tensor:
+        return self.cast(dtypes.float64)
+
+    def bfloat16(self) -> Tensor:
+        return self.cast(dtypes.bfloat16)
+
+    def long(self) -> Tensor:
+        return self.cast(dtypes.int64)
+
+    def short(self) -> Tensor:
+        return self.cast(dtypes.int16)
+
     def half(self) -> Tensor:
         return self.cast(dtypes.float16)
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from fusegrad.device import Buffer, Compiled
-from fusegrad.helpers import CI, OSX, VIZ, ProfileEvent, cpu_events
+from fusegrad.helpers import CI, OSX, PROFILE, VIZ, ProfileEvent, cpu_events
 from fusegrad.uop.rewrite import RewriteTrace, tracked_ctxs, tracked_keys, uop_fields
 from fusegrad.viz.profile import get_profile
 from fusegrad.viz.rewrites import get_full_rewrite, get_rewrites, rebuild_uop, uop_to_json
@@ -56,8 +56,14 @@ def can_open_browser() -> bool:
 
 
 def save_and_serve_at_exit() -> None:
-    """The VIZ exit hook: save both traces and print how to view them; with VIZ>0 (not in CI or pytest) serve them."""
+    """The VIZ exit hook: save both traces and print how to view them; with VIZ>0 (not in CI or pytest) serve them.
+
+    With only PROFILE=1 it saves the profile (safe JSON, never pickle) and prints its path.
+    """
     if not VIZ.value:
+        if PROFILE.value:
+            path = save_profile(live_events(), default_paths()[1])
+            print(f"PROFILE: saved {path}; view it with: python -m fusegrad.viz --profile {path}", flush=True)
         return
     rewrites, profile = save_traces()
     print(f"VIZ: saved {rewrites} and {profile}; view them any time with:", flush=True)
