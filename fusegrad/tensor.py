@@ -941,17 +941,19 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
     def __rtruediv__(self, y: Any) -> Tensor:
         return self.div(y, True)
 
+    # `//` and `%` follow Python (and torch, numpy, tinygrad): floor division, remainder with the divisor's sign;
+    # `idiv` and `mod` are the C operations (toward zero), as kernels compute them
     def __floordiv__(self, y: Any) -> Tensor:
-        return self.idiv(y)
+        return self._div_rounded(y, False, "floor")
 
     def __rfloordiv__(self, y: Any) -> Tensor:
-        return self.idiv(y, True)
+        return self._div_rounded(y, True, "floor")
 
     def __mod__(self, y: Any) -> Tensor:
-        return self.mod(y)
+        return self._mod_floor(y)
 
     def __rmod__(self, y: Any) -> Tensor:
-        return self.mod(y, True)
+        return self._mod_floor(y, True)
 
     def __matmul__(self, y: Tensor) -> Tensor:
         return self.dot(y)

@@ -282,8 +282,10 @@ BINARY_OPS: dict[str, tuple[Callable[[Any, Any], Any], Callable[[Any, Any], Any]
     "sub": (lambda a, b: a - b, np.subtract, ("float32", "float16", "int32"), False),
     "mul": (lambda a, b: a * b, np.multiply, ("float32", "float16", "int32", "bool"), False),
     "div": (lambda a, b: a / b, _np_div, ("float32", "float16", "int32"), True),
-    "idiv": (lambda a, b: a // b, trunc_div, ("int32",), True),
-    "mod": (lambda a, b: a % b, trunc_mod, ("int32",), True),
+    "idiv": (lambda a, b: a.idiv(b), trunc_div, ("int32",), True),
+    "mod": (lambda a, b: a.mod(b), trunc_mod, ("int32",), True),
+    "floordiv": (lambda a, b: a // b, np.floor_divide, ("int32", "float32"), True),
+    "floormod": (lambda a, b: a % b, np.mod, ("int32", "float32"), True),
     "maximum": (lambda a, b: a.maximum(b), np.maximum, ("float32", "float16", "int32", "bool"), False),
     "minimum": (lambda a, b: a.minimum(b), np.minimum, ("float32", "float16", "int32", "bool"), False),
     "lt": (lambda a, b: a < b, np.less, ("float32", "float16", "int32", "bool"), False),
@@ -325,14 +327,17 @@ def test_binary_op(device: str, shapes: tuple[tuple[int, ...], ...], op: str, dt
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_idiv_mod_truncate_toward_zero(device: str) -> None:
-    """C semantics (not Python's floor): -7 // 2 == -3 and -7 % 2 == -1. tinygrad's Tensor uses floor semantics."""
+    """idiv/mod are C's (toward zero): -7 idiv 2 == -3, -7 mod 2 == -1; the operators // and % are Python's floor."""
     a = Tensor([-7, 7, -7, 7, 0, -1, 6], device=device)
     b = Tensor([2, 2, -2, -2, 3, 4, -3], device=device)
-    assert (a // b).tolist() == [-3, 3, 3, -3, 0, 0, -2]
-    assert (a % b).tolist() == [-1, 1, -1, 1, 0, -1, 0]
-    assert (a // 3).tolist() == trunc_div(np.array([-7, 7, -7, 7, 0, -1, 6]), np.array(3)).tolist()
-    assert (20 // Tensor([3, -3, 7], device=device)).tolist() == [6, -6, 2]
-    assert (20 % Tensor([3, -3, 7], device=device)).tolist() == [2, 2, 6]
+    assert a.idiv(b).tolist() == [-3, 3, 3, -3, 0, 0, -2]
+    assert a.mod(b).tolist() == [-1, 1, -1, 1, 0, -1, 0]
+    assert a.idiv(3).tolist() == trunc_div(np.array([-7, 7, -7, 7, 0, -1, 6]), np.array(3)).tolist()
+    na, nb = np.array([-7, 7, -7, 7, 0, -1, 6]), np.array([2, 2, -2, -2, 3, 4, -3])
+    assert (a // b).tolist() == (na // nb).tolist()
+    assert (a % b).tolist() == (na % nb).tolist()
+    assert (20 // Tensor([3, -3, 7], device=device)).tolist() == [6, -7, 2]
+    assert (20 % Tensor([3, -3, 7], device=device)).tolist() == [2, -1, 6]
 
 
 @HYPOTHESIS
@@ -362,7 +367,7 @@ def broadcastable_to(shape: tuple[int, ...]) -> st.SearchStrategy[tuple[int, ...
         (lambda t: t * 0.5, lambda a: a * 0.5, dtypes.float32),
         (lambda t: t / 2, lambda a: a / 2, dtypes.float32),
         (lambda t: 12 / t, lambda a: 12 / a, dtypes.float32),
-        (lambda t: t % 3, lambda a: trunc_mod(a, np.array(3)), dtypes.int32),
+        (lambda t: t % 3, lambda a: np.mod(a, 3), dtypes.int32),
         (lambda t: t < 1, lambda a: a < 1, dtypes.bool),
         (lambda t: t >= 1, lambda a: a >= 1, dtypes.bool),
         (lambda t: t == 2, lambda a: a == 2, dtypes.bool),
