@@ -95,13 +95,26 @@ def uop_to_json(x: UOp) -> dict[int, dict[str, Any]]:
     """The graph below `x` for drawing: node id -> label, sources `[(index, id)]`, colour. Constants fold into users."""
     order = x.toposort()
     folded = {u for u in order if u.op in _FOLDED and u is not x}
+    ranges = _loop_ranges(order)
     graph: dict[int, dict[str, Any]] = {}
     for u in order:
         if u in folded:
             continue
         srcs = [(i, id(s)) for i, s in enumerate(u.src) if s not in folded]
-        graph[id(u)] = {"label": _label(u, folded), "src": srcs, "color": _color(u), "ref": _kernel_ref(u)}
+        label = _label(u, folded)
+        if u.op is not Ops.RANGE and (rngs := ranges[u]):
+            label += "\nranges=" + ",".join(str(r) for r in sorted(rngs))
+        graph[id(u)] = {"label": label, "src": srcs, "color": _color(u), "ref": _kernel_ref(u)}
     return graph
+
+
+def _loop_ranges(order: dict[UOp, None]) -> dict[UOp, frozenset[int]]:
+    """The axis ids of the RANGE loops each kernel-level node depends on (sources first: one pass, no recursion)."""
+    ret: dict[UOp, frozenset[int]] = {}
+    for u in order:
+        own = frozenset((u.arg[0],)) if u.op is Ops.RANGE and isinstance(u.arg, tuple) else frozenset()
+        ret[u] = own.union(*(ret[s] for s in u.src)) if u.src else own
+    return ret
 
 
 def _code_line(loc: tuple[str, int]) -> str:
