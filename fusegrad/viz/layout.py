@@ -8,6 +8,7 @@ linear passes only: about 2,000 nodes take well under 0.5 s. Graphs past `max_no
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,13 +40,14 @@ class Layout:
     width: float = 0.0
     height: float = 0.0
     hidden: int = 0
+    notes: dict[int, str] = field(default_factory=dict)  # labels the drawing shows instead (merged repeats)
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready: boxes and points rounded to whole pixels (the browser needs no more)."""
         boxes = {str(k): [round(v) for v in box] for k, box in self.boxes.items()}
         edges = [[e.src, e.dst, e.index, [[round(x), round(y)] for x, y in e.points]] for e in self.edges]
         return {"boxes": boxes, "edges": edges, "width": round(self.width), "height": round(self.height),
-                "hidden": self.hidden}  # fmt: skip
+                "hidden": self.hidden, "labels": {str(k): v for k, v in self.notes.items()}}  # fmt: skip
 
 
 def label_size(label: str) -> tuple[float, float]:
@@ -64,6 +66,10 @@ def collapse(
     labels = {n: str(v["label"]) for n, v in graph.items()}
     if len(graph) <= max_nodes:
         return inputs, labels
+    inputs, labels = merge_repeats(inputs, labels)
+    if len(inputs) <= max_nodes:
+        return inputs, labels
+    graph = {n: {} for n in inputs}  # only the keys (in order) matter below
     used = {s for srcs in inputs.values() for _, s in srcs}
     kept = dict.fromkeys(n for n in reversed(list(graph)) if n not in used)  # the graph's own sink (last) first
     frontier = list(kept)
@@ -79,6 +85,31 @@ def collapse(
     cut[HIDDEN_ID] = []
     labels = {n: labels[n] for n in kept} | {HIDDEN_ID: f"{len(graph) - len(kept)} more nodes\n(graph too big to draw)"}
     return cut, labels
+
+
+_NUMBER = re.compile(r"\d+")
+
+
+def merge_repeats(
+    inputs: dict[int, list[tuple[int, int]]], labels: dict[int, str]
+) -> tuple[dict[int, list[tuple[int, int]]], dict[int, str]]:
+    """Draw repeated subgraphs once: nodes whose labels match up to numbers (buffer ids, sizes, constants) and whose
+    sources are the same repeated subgraphs become one node marked with its count. Inputs must come sources first."""
+    structures: dict[tuple[Any, ...], int] = {}
+    shape_of: dict[int, int] = {}  # node -> id of its structure
+    first_of: dict[int, int] = {}  # structure -> the node drawn for all nodes of that structure
+    drawn: dict[int, int] = {}  # node -> the node drawn for it
+    counts: dict[int, int] = {}
+    for n, srcs in inputs.items():
+        key = (_NUMBER.sub("#", labels[n]), tuple((i, shape_of[s]) for i, s in srcs))
+        shape_of[n] = structures.setdefault(key, len(structures))
+        drawn[n] = first_of.setdefault(shape_of[n], n)
+        counts[drawn[n]] = counts.get(drawn[n], 0) + 1
+    merged = {rep: list(dict.fromkeys((i, drawn[s]) for i, s in inputs[rep])) for rep in counts}
+    merged_labels = {
+        rep: labels[rep] + (f"\nrepeated {k} times (drawn once)" if k > 1 else "") for rep, k in counts.items()
+    }
+    return merged, merged_labels
 
 
 def topological_order(sources: Mapping[int, Sequence[int]]) -> list[int]:
@@ -257,6 +288,7 @@ def layout_graph(graph: Mapping[int, Mapping[str, Any]], max_nodes: int = MAX_NO
         columns.append((x, max((sizes[n][0] for n in nodes if n < len(order)), default=0.0)))
     boxes = [(columns[layer[n]][0], center[i] - sizes[i][1] / 2, *sizes[i]) for i, n in enumerate(order)]
     out = Layout(hidden=len(graph) - len(order) + (1 if HIDDEN_ID in inputs else 0))  # real nodes not drawn
+    out.notes = {n: labels[n] for n in order if n in graph and labels[n] != str(graph[n]["label"])}
     out.boxes = dict(zip(order, boxes, strict=True))
     out.width = columns[-1][0] + columns[-1][1] if columns else 0.0
     out.height = max((b[1] + b[3] for b in boxes), default=0.0)

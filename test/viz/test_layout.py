@@ -138,3 +138,19 @@ def _cpu_seconds(graph: Graph) -> float:
     start = time.process_time()
     layout_graph(graph)
     return time.process_time() - start
+
+
+def test_big_graphs_draw_repeated_subgraphs_once() -> None:
+    """600 structurally identical updates (differing only in buffer numbers) are drawn as one, with their count."""
+    from fusegrad import Tensor
+    from fusegrad.uop.ops import UOp
+    from fusegrad.viz.rewrites import uop_to_json
+
+    ws, gs = [Tensor.empty(4, 4) for _ in range(600)], [Tensor.empty(4, 4) for _ in range(600)]
+    sink = UOp.sink(*[(w - g * 0.1).uop for w, g in zip(ws, gs, strict=True)])
+    graph = uop_to_json(sink)
+    assert len(graph) > 3000
+    lay = layout_graph(graph)
+    assert len(lay.boxes) < 20
+    assert any("repeated 600 times" in note for note in lay.notes.values())
+    assert set(lay.to_json()["labels"]) <= set(lay.to_json()["boxes"])

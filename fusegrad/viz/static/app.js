@@ -228,7 +228,8 @@ function drawGraph(msg) {
   const changed = new Set(msg.changed.map(String));
   for (const [id, box] of Object.entries(boxes)) {
     const node = msg.graph[id];
-    const label = node ? node.label : `${msg.layout.hidden} more nodes\n(graph too big to draw)`;
+    const note = msg.layout.labels ? msg.layout.labels[id] : undefined; // e.g. a repeated subgraph drawn once
+    const label = note || (node ? node.label : `${msg.layout.hidden} more nodes\n(graph too big to draw)`);
     const g = svg("g", { class: "node", transform: `translate(${box[0]},${box[1]})`, "data-id": id });
     if (changed.has(id)) g.classList.add("changed");
     if (rw.found && label.toLowerCase().replace(/\n/g, " ").includes(rw.found)) g.classList.add("found");
