@@ -35,7 +35,8 @@ def clear_tracing() -> None:
 
 
 def record_small_run() -> RealTrace:
-    """Two realizes with markers around them; constants no other test uses, so each kernel is compiled (and traced)."""
+    """Two realizes and one small training step (forward, backward, SGD update), with markers around them; constants no
+    other test uses, so each kernel is compiled (and traced)."""
     clear_tracing()
     first_cpu, first_buffer = len(cpu_events), len(Buffer.profile_events)
     with Context(TRACK_MATCH_STATS=2, PROFILE=1):
@@ -44,6 +45,11 @@ def record_small_run() -> RealTrace:
         y = (x * 1.8125 + 0.4375).relu().sum(axis=1).realize()  # (7, 3) -> (7,)
         profile_marker("middle")
         z = (x.T @ x * 0.0625).realize()  # (3, 7) @ (7, 3) -> (3, 3)
+        w = Tensor(np.full((3, 2), 0.0234375, dtype=np.float32), device="CPU", requires_grad=True).realize()
+        loss = ((x @ w).relu() - 1.15625).square().mean()  # a linear layer and a squared error: (7, 3) @ (3, 2)
+        loss.backward()
+        w.assign(w - w.grad * 0.0078125)  # one SGD step, in place
+        Tensor.realize(loss, w)
         profile_marker("end")
         assert y.numpy().shape == (7,), "the traced run computed the wrong shape"
         assert z.numpy().shape == (3, 3), "the traced run computed the wrong shape"
