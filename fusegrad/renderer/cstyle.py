@@ -342,6 +342,7 @@ class _LoopShapes:
     work: dict[UOp, int] = field(default_factory=dict)
     innermost: set[UOp] = field(default_factory=set)
     carrying: set[UOp] = field(default_factory=set)
+    updates: dict[UOp, list[tuple[UOp, Ops]]] = field(default_factory=dict)  # loop -> (register, op) stored in it
 
     @staticmethod
     def of(uops: list[UOp]) -> _LoopShapes:
@@ -362,6 +363,8 @@ class _LoopShapes:
                 declared_in[u] = len(open_loops)
             if u.op is Ops.STORE and (reg := _base_buffer(u.src[0].src[0])) in declared_in:
                 ret.carrying.update(open_loops[declared_in[reg] :])
+                if open_loops:
+                    ret.updates.setdefault(open_loops[-1], []).append((reg, u.src[1].op))
             if open_loops and (u.op in GroupOp.ALU or u.op in (Ops.LOAD, Ops.STORE)):
                 ret.work[open_loops[0]] = ret.work.get(open_loops[0], 0) + trips[-1]
         return ret
@@ -370,6 +373,9 @@ class _LoopShapes:
 def _math_suffix(dtype: DType) -> str:
     return "" if dtype.scalar() == dtypes.float64 else "f"
 
+
+# accumulator updates OpenMP can reorder for SIMD (MAX is left in order: our MAX propagates NaN, OpenMP's need not)
+_SIMD_REDUCTIONS = {Ops.ADD: "+", Ops.MUL: "*"}
 
 # libm functions with SIMD variants in glibc's libmvec (AVX2/AVX-512), by C type
 _SIMD_MATH = [("float", "exp2f"), ("float", "log2f"), ("float", "sinf"), ("double", "exp2"), ("double", "log2"),
@@ -408,10 +414,18 @@ class ClangRenderer(CStyleLanguage):
     def loop_pragmas(self, uops: list[UOp]) -> dict[UOp, str]:
         """OpenMP on output loops, whose iterations write disjoint elements and declare their own accumulators:
         `parallel for` on an outermost one with enough work to pay for threads, `simd` on an innermost one
-        (so -O2's cheapest vectorizer cost model still vectorizes it). Reduce loops carry their accumulator: neither.
+        (so -O2's cheapest vectorizer cost model still vectorizes it). An innermost reduce loop that only sums (or
+        multiplies) one accumulator gets `simd reduction`, which lets it reorder into SIMD lanes; other reduce loops
+        carry their accumulator in order.
         """
         shapes = _LoopShapes.of(uops)
         ret: dict[UOp, str] = {}
+        for rng in (u for u in uops if u.op is Ops.RANGE and u.arg[1] in REDUCE_AXES and u in shapes.innermost):
+            # one accumulator summed (or multiplied) in an innermost loop: OpenMP may reorder it, so it vectorises
+            updates = shapes.updates.get(rng, [])
+            if len(updates) == 1 and updates[0][1] in _SIMD_REDUCTIONS and updates[0][0].dtype.base != dtypes.bool:
+                reg, op = updates[0]
+                ret[rng] = f"#pragma omp simd reduction({_SIMD_REDUCTIONS[op]}:acc{reg.arg})"
         for rng in (u for u in uops if u.op is Ops.RANGE and u.arg[1] not in REDUCE_AXES):
             if rng in shapes.carrying:
                 continue

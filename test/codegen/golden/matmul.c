@@ -14,6 +14,7 @@ void r_4_5_6(float* restrict data0, const float* restrict data1, const float* re
     for (long long ridx1 = 0; ridx1 < 5; ridx1++) {
       float acc0;
       acc0 = 0.0f;
+      #pragma omp simd reduction(+:acc0)
       for (long long ridx2 = 0; ridx2 < 6; ridx2++) {
         float val0 = data1[ridx2+alu1];
         float val1 = data2[ridx1+(ridx2*5)];

@@ -12,6 +12,7 @@ void r_4_8(float* restrict data0, const float* restrict data1, const float* rest
     float acc0;
     acc0 = 0.0f;
     long long alu0 = (ridx0*8);
+    #pragma omp simd reduction(+:acc0)
     for (long long ridx1 = 0; ridx1 < 8; ridx1++) {
       float val0 = data1[ridx1+alu0];
       acc0 = (acc0+val0);
