@@ -33,7 +33,7 @@ from fusegrad.mixin.movement import MovementMixin
 from fusegrad.mixin.nn import NNMixin
 from fusegrad.mixin.random import RandomMixin
 from fusegrad.mixin.reduce import ReduceMixin
-from fusegrad.uop import GroupOp, Ops
+from fusegrad.uop import Ops
 from fusegrad.uop.ops import UOp, all_metadata
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -1118,8 +1118,8 @@ def _kernelize(tensors: list[Tensor]) -> None:
 
 
 def _is_done(u: UOp) -> bool:
-    base = u.base
-    return base.op in (Ops.BUFFER, Ops.CONST) or (base.op is Ops.ASSIGN and base.src[1].op is Ops.KERNEL)
+    """Nothing to schedule: memory, a constant, or a buffer whose kernel is already built."""
+    return u.base.op in (Ops.BUFFER, Ops.CONST) or _is_kernelized_view(u)
 
 
 def _settle_base(u: UOp) -> UOp:
@@ -1140,11 +1140,10 @@ def _write_target(u: UOp) -> UOp:
 
 
 def _is_plain_buffer(u: UOp) -> bool:
-    """A realized buffer (or a view of one, or a constant): nothing below it can be replaced."""
-    return u.base.op in (Ops.BUFFER, Ops.CONST, Ops.IOTA) and all(
-        n.op in (Ops.BUFFER, Ops.CONST, Ops.UNIQUE, Ops.DEVICE, Ops.IOTA) or n.op in GroupOp.Movement
-        for n in u.toposort()
-    )
+    """A realized buffer (or a view of one, or a constant): nothing below it can be replaced.
+
+    Movement ops have one source and these bases only DEVICE/UNIQUE ones, so the base decides (no graph walk)."""
+    return u.base.op in (Ops.BUFFER, Ops.CONST, Ops.IOTA)
 
 
 def _apply_map(becomes: dict[UOp, UOp]) -> None:

@@ -94,9 +94,3 @@ def source_index(node: UOp, idx: Index, valid: UOp | None) -> tuple[Index, UOp |
         case Ops.FLIP:
             return tuple((s - 1) - i if flip else i for i, s, flip in zip(idx, in_shape, arg, strict=True)), valid
     raise ValueError(f"source_index: {node.op} is not a movement op")
-
-
-def pad_valid(node: UOp, idx: Index) -> UOp | None:
-    """The condition under which a PAD node, read at `idx`, reads real data rather than padding."""
-    _, valid = source_index(node, idx, None)
-    return valid

@@ -18,6 +18,7 @@ from fusegrad.schedule.rangeify import (
     initial_realizes,
     is_kernelized,
     is_stored,
+    is_view_of_stored,
     simplify_kernel,
 )
 from fusegrad.uop import GroupOp, Ops
@@ -59,9 +60,7 @@ def _contiguous_assign_value(a: UOp) -> UOp | None:
     if is_kernelized(a) or a.src[1].op is Ops.CONTIGUOUS:
         return None
     value = a.src[1]
-    if value.op in GroupOp.Movement and (is_stored(value.base) or value.base.op is Ops.CONST):
-        return a.replace(src=(a.src[0], value.contiguous()))
-    if _reads_target_elsewhere(a):
+    if is_view_of_stored(value) or _reads_target_elsewhere(a):
         return a.replace(src=(a.src[0], value.contiguous()))
     return None
 

@@ -12,15 +12,12 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from fusegrad.dtype import DType, dtypes
 from fusegrad.helpers import prod
 from fusegrad.schedule.indexing import Index, idx_const, linearize_index, source_index
 from fusegrad.uop import AxisType, GroupOp, Ops
 from fusegrad.uop.ops import UOp
 from fusegrad.uop.rewrite import graph_rewrite
 from fusegrad.uop.symbolic import sym
-
-_IDENTITY: dict[Ops, Any] = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: None}
 
 
 @dataclass(frozen=True)
@@ -44,7 +41,8 @@ def is_stored(u: UOp) -> bool:
     return u.op is Ops.BUFFER or is_kernelized(u)
 
 
-def _is_view_of_stored(u: UOp) -> bool:
+def is_view_of_stored(u: UOp) -> bool:
+    """A movement op over memory (or a constant): reading it computes nothing."""
     return u.op in GroupOp.Movement and (is_stored(u.base) or u.base.op is Ops.CONST)
 
 
@@ -74,6 +72,7 @@ class KernelBuilder:
     loads: dict[UOp, int] = field(default_factory=dict)  # stored node -> global slot (1, 2, ...)
     ranges: itertools.count[int] = field(default_factory=itertools.count)
     memo: dict[tuple[Any, ...], UOp] = field(default_factory=dict)
+    memo_children: dict[tuple[UOp, Index], list[tuple[Any, ...]]] = field(default_factory=dict)
 
     def new_range(self, size: int, axis_type: AxisType) -> UOp:
         return idx_const(0) if size == 1 else UOp.range(idx_const(size), next(self.ranges), axis_type)
@@ -137,12 +136,8 @@ class KernelBuilder:
 
     def combine(self, node: UOp, srcs: list[UOp], idx: Index) -> UOp:
         if node.op in GroupOp.Movement:
-            return srcs[0]
-        if node.op is Ops.PAD:
-            return srcs[0]
+            return srcs[0]  # the index already moved; PAD's validity is applied by emit
         match node.op:
-            case Ops.CONST:
-                return UOp.const(node.dtype, node.arg)
             case Ops.REDUCE_AXIS:
                 src_idx = self.memo_children[(node, idx)][0][1]
                 rngs = tuple(r for r in src_idx if r.op is Ops.RANGE and r.arg[1] is AxisType.REDUCE and r not in idx)
@@ -157,7 +152,6 @@ class KernelBuilder:
 
     def emit(self, node: UOp, idx: Index, valid: UOp | None, ctx: frozenset[UOp]) -> UOp:
         """The scalar value of `node` at `idx` (explicit stack: graphs are arbitrarily deep)."""
-        self.memo_children: dict[tuple[UOp, Index], list[tuple[Any, ...]]] = {}
         stack: list[tuple[UOp, Index, UOp | None, frozenset[UOp], bool]] = [(node, idx, valid, ctx, False)]
         while stack:
             n, i, v, c, expanded = stack.pop()
@@ -249,7 +243,3 @@ def simplify_kernel(ast: UOp) -> UOp:
 def copy_kernel(root: UOp) -> UOp:
     """The AST of a COPY: a single COPY node naming the destination device."""
     return UOp(Ops.COPY, root.dtype, (UOp(Ops.DEVICE, arg=root.device),), prod(root.shape) * root.dtype.itemsize)
-
-
-def _dtype_of_buffer(u: UOp) -> DType:
-    return u.dtype if u.dtype != dtypes.void else dtypes.uint8

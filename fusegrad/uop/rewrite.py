@@ -246,13 +246,13 @@ def _begin_step(sink: UOp, name: str | None, frame: Any, bottom_up: bool) -> Tra
     return step
 
 
-def _record(pm_rule: UPat, stats_idx: int, seconds: float) -> None:
+def _record(pm_rule: UPat, matched: bool, seconds: float) -> None:
     if not match_stats:
         atexit.register(print_match_stats)
     entry = match_stats.setdefault(pm_rule, [0, 0, 0.0, 0.0])
     entry[1] += 1
     entry[3] += seconds
-    if stats_idx:
+    if matched:
         entry[0] += 1
         entry[2] += seconds
 
@@ -263,7 +263,7 @@ def _rewrite_tracked(pm: PatternMatcher, uop: UOp, ctx: Any, step: TrackedGraphR
     for rule in pm.pdict.get(uop.op, ()):
         start = time.perf_counter()
         if not rule.early_reject <= src_ops:
-            _record(rule.pattern, 0, time.perf_counter() - start)
+            _record(rule.pattern, False, time.perf_counter() - start)
             continue
         for captures in rule.pattern.match(uop, {}):
             try:
@@ -276,12 +276,12 @@ def _rewrite_tracked(pm: PatternMatcher, uop: UOp, ctx: Any, step: TrackedGraphR
                 raise
             if ret is not None and ret is not uop:
                 seconds = time.perf_counter() - start
-                _record(rule.pattern, 1, seconds)
+                _record(rule.pattern, True, seconds)
                 if step is not None:
                     step.matches.append(TrackedMatch(track_uop(uop), track_uop(ret), rule.pattern.location,
                                                      rule.pattern.printable(), seconds))  # fmt: skip
                 return ret
-        _record(rule.pattern, 0, time.perf_counter() - start)
+        _record(rule.pattern, False, time.perf_counter() - start)
     return None
 
 
