@@ -7,6 +7,7 @@ tensor that referenced a realized node points at its buffer, so work is never do
 from __future__ import annotations
 
 import builtins
+import contextlib
 import functools
 import math
 import sys
@@ -87,6 +88,29 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
 
     __slots__ = ("__weakref__", "_ctx", "grad", "requires_grad", "uop")
     training: ClassVar[bool] = False
+
+    class train(contextlib.ContextDecorator):  # noqa: N801  # the reference spells it as a method-like name
+        """Training mode for a block or function: `with Tensor.train(): opt.step()`; `Tensor.train(False)` for eval.
+
+        Sets `Tensor.training` (read by dropout, batchnorm and the optimisers) and restores it on exit.
+        """
+
+        def __init__(self, mode: bool = True) -> None:
+            self.mode = mode
+            self.previous: list[bool] = []
+
+        def __enter__(self) -> None:
+            self.previous.append(Tensor.training)
+            Tensor.training = self.mode
+
+        def __exit__(self, *exc: object) -> None:
+            Tensor.training = self.previous.pop()
+
+    class test(train):  # noqa: N801
+        """Evaluation mode for a block: `with Tensor.test(): model(x)`."""
+
+        def __init__(self, mode: bool = False) -> None:
+            super().__init__(mode)
 
     def __init__(self, data: Any, device: str | tuple[str, ...] | None = None, dtype: DTypeLike | None = None,
                  requires_grad: bool | None = None) -> None:  # fmt: skip

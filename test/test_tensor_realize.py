@@ -329,3 +329,19 @@ def test_assign_then_readers_see_new_values(device: str) -> None:
     a.realize()
     assert b.tolist() == [11.0, 21.0]
     assert kernels_run(a.realize) == 0
+
+
+def test_train_mode_context_and_decorator():
+    assert not Tensor.training
+    with Tensor.train():
+        assert Tensor.training
+        with Tensor.test():
+            assert not Tensor.training
+        assert Tensor.training
+    assert not Tensor.training
+
+    @Tensor.train()
+    def step() -> bool:
+        return Tensor.training
+
+    assert step() and not Tensor.training
