@@ -1,17 +1,21 @@
-"""Codegen pass on gated accesses (`INDEX(buf, idx, valid)`): each index simplified knowing its gate holds, gates
-that always hold dropped, loads whose gate never holds folded to 0. Run after `sym`, before lowering reductions.
+"""Codegen pass on gated accesses (`INDEX(buf, idx, valid)`): each gate's clauses tightened by the ones before it,
+each index simplified knowing its gate holds, gates that always hold dropped, loads whose gate never holds folded to 0.
+Run after `sym`, before lowering reductions.
 """
 
 from __future__ import annotations
 
-from fusegrad.dtype import dtypes
+from fusegrad.dtype import Invalid, dtypes
 from fusegrad.uop import Ops
 from fusegrad.uop.ops import PatternMatcher, UOp, UPat
-from fusegrad.uop.symbolic import pm_simplify_valid, uop_given_valid
+from fusegrad.uop.symbolic import simplify_index_given_valid, simplify_valid, uop_given_valid
 
 
 def simplify_gated_index(x: UOp, buf: UOp, idx: UOp, valid: UOp) -> UOp | None:
-    """INDEX(buf, idx, valid) -> INDEX(buf, idx', valid), idx' = idx simplified given valid (None: unchanged)."""
+    """INDEX(buf, idx, valid) -> INDEX(buf, idx', valid'): valid's clauses each simplified given the ones before it
+    (a multi-clause gate), else idx simplified given valid (None: unchanged)."""
+    if valid.op is Ops.AND and (tighter := simplify_valid(valid)) is not None:
+        return x.replace(src=(buf, idx, tighter))
     new = uop_given_valid(valid, idx)
     return None if new is None or new is idx else x.replace(src=(buf, new, valid))
 
@@ -23,13 +27,16 @@ def fold_never_valid(x: UOp, idx: UOp) -> UOp | None:
     return x.const_like(0) if never else None
 
 
-# exact: a gated load reads 0 where its gate is false (KERNEL_IR.md §1), so only the gated cases change.
-# Used by codegen's "simplify gates" pass; the AND rule of pm_simplify_valid first tightens multi-clause gates.
-pm_simplify_gates = pm_simplify_valid + PatternMatcher([
+# exact: a gated load reads 0 where its gate is false (KERNEL_IR.md §1), so only the gated cases change. Used by
+# codegen's "simplify gates" pass. Only gates are simplified given their own clauses, never an AND computed as a value:
+# `(r < 7) & (a[r] < b[r])` with gated loads would have the loads' gates rewritten both ways, forever.
+pm_simplify_gates = PatternMatcher([
     (UPat(Ops.INDEX, src=(UPat.var("buf"), UPat.var("idx"), UPat.const(dtypes.bool, True))),
      lambda buf, idx: buf.index(idx)),  # INDEX(buf, idx, True) -> INDEX(buf, idx)
     (UPat(Ops.LOAD, src=(UPat(Ops.INDEX, src=(UPat(), UPat(), UPat()), name="idx"),), name="x"),
      fold_never_valid),  # LOAD(INDEX(buf, idx, never)) -> 0
     (UPat(Ops.INDEX, src=(UPat.var("buf"), UPat.var("idx"), UPat.var("valid")), name="x"),
-     simplify_gated_index),  # INDEX(buf, idx, valid) -> INDEX(buf, idx | valid, valid)
+     simplify_gated_index),  # INDEX(buf, idx, a & b) -> INDEX(buf, idx | a & b', a & b') with b' given a
+    (UPat.var("cond", dtypes.bool).where(UPat.var("x", dtypes.index), UPat.const(dtypes.index, Invalid).named("i")),
+     simplify_index_given_valid),  # c ? x : Invalid -> c ? x' : Invalid
 ])  # fmt: skip
