@@ -178,6 +178,23 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
         return Tensor(buf.reshape(shp), **kwargs)
 
     @staticmethod
+    def from_blob(ptr: int, shape: tuple[int, ...], **kwargs: Any) -> Tensor:
+        """A tensor over external memory at address `ptr` (no copy): reads see it, writes (`assign`) change it.
+
+        Lifetime rule: the memory is not owned: it is never freed here, and the caller must keep it alive (and the
+        same size) for as long as this tensor, or any tensor still reading its buffer, is used. The device must
+        address host memory (CPU, NPY, ...). Example: `Tensor.from_blob(a.ctypes.data, a.shape, dtype=dtypes.float32)`.
+        Raises ValueError for a null pointer or a multi-device target.
+        """
+        if not isinstance(ptr, int) or ptr == 0:
+            raise ValueError(f"from_blob: expected a non-null integer address, got {ptr!r}")
+        out = Tensor.empty(*_shape_arg((shape,) if isinstance(shape, int) else tuple(shape)), **kwargs)
+        if isinstance(out.device, tuple):
+            raise ValueError(f"from_blob: memory lives on one device, got {out.device}")
+        out.uop.base.buffer.allocate(external_ptr=ptr)
+        return out
+
+    @staticmethod
     def full(
         shape: Any,
         fill_value: ConstType,
@@ -1094,9 +1111,8 @@ def _uop_from_data(data: Any, device: str | tuple[str, ...], dtype: DType | None
         if np_dt is None:
             raise TypeError(f"Tensor: cannot build a {dt} tensor from a list")
         arr = np.array(data, dtype=np_dt)
-    elif isinstance(data, np.ndarray):
-        dt = _from_np_dtype(data.dtype)
-        arr = data
+    elif isinstance(data, (np.ndarray, np.generic)):
+        return _uop_from_numpy(np.asarray(data), device)
     else:
         raise TypeError(
             f"Tensor: cannot build a tensor from {type(data).__name__}; "
@@ -1107,6 +1123,20 @@ def _uop_from_data(data: Any, device: str | tuple[str, ...], dtype: DType | None
     if arr.size:
         buf.buffer.allocate().copyin(arr.reshape(-1).view(np.uint8).data)
     return buf.reshape(arr.shape)
+
+
+def _uop_from_numpy(array: Any, device: str | tuple[str, ...]) -> UOp:
+    """A numpy array without a host copy: an NPY buffer wraps its memory, copied to `device` only when realized.
+
+    Only a non-contiguous array is copied (once, into a contiguous one); until the COPY runs, writes to the array are
+    seen by the tensor. Empty arrays need no memory: an unallocated buffer on the device."""
+    dt = _from_np_dtype(array.dtype)
+    if array.size == 0:
+        return UOp.new_buffer(device, 0, dt).reshape(array.shape)
+    npy = UOp.new_buffer("NPY", array.size, dt)
+    npy.buffer.allocate(array)
+    view = npy.reshape(array.shape)
+    return view if device == "NPY" else view.copy_to_device(device)
 
 
 def _infer_list_dtype(data: Any) -> DType:

@@ -37,7 +37,7 @@ def tensor_on(kind: str, values: np.ndarray[Any, Any], tmp_path: pathlib.Path) -
         buf = UOp.new_buffer("NPY", values.size, dtype)
         buf.buffer.allocate(values)
         return Tensor(buf.reshape(values.shape))
-    return Tensor(values, device=kind)
+    return Tensor(values, device=kind).realize()  # a numpy array is copied to its device on realize
 
 
 def random_values(np_dtype: str, shape: tuple[int, ...], seed: int = 0) -> np.ndarray[Any, Any]:
