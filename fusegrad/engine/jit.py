@@ -1,0 +1,445 @@
+"""Stage 9 (engine): `TinyJit` runs a function eagerly once, records every kernel its second call runs, and from the
+third call on replays those kernels with the new inputs' buffers swapped in: no Python, tracing or scheduling.
+Entry point: `@TinyJit def step(x): ...`. Misuse that would make a replay compute something else raises `JitError`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from fusegrad.device import Buffer
+from fusegrad.dtype import DType
+from fusegrad.engine.realize import ExecItem, capturing
+from fusegrad.helpers import DEBUG, JIT, colored
+from fusegrad.tensor import Tensor, _all_tensors
+from fusegrad.uop import GroupOp, Ops
+from fusegrad.uop.ops import UOp, buffers
+
+R = TypeVar("R")
+Key = tuple[
+    int | str, ...
+]  # where an input sits in the call: (0,) first argument, ("lr",) keyword, (1, 2) item 2 of arg 1
+
+
+class JitError(RuntimeError):
+    """A TinyJit call that a replay could not run faithfully (changed inputs, baked-in values, nothing captured)."""
+
+
+@dataclass(frozen=True, slots=True)
+class InputSpec:
+    """What a replay's input must match: shape, dtype, device, and the view (movement ops) over a base of that size."""
+
+    shape: tuple[int, ...]
+    dtype: DType
+    device: str | tuple[str, ...]
+    view: tuple[tuple[Ops, Any], ...]
+    base_size: int
+
+    def describe(self) -> str:
+        view = f" as a {'/'.join(op.name.lower() for op, _ in self.view)} view" if self.view else ""
+        return f"shape {self.shape} {self.dtype} on {self.device}{view} of a {self.base_size}-element buffer"
+
+
+@dataclass(frozen=True, slots=True)
+class JitInput:
+    """One Tensor argument of a call: its place, its (realized) tensor and the buffer its kernels read."""
+
+    key: Key
+    tensor: Tensor
+    spec: InputSpec
+    buffer: Buffer
+
+
+def _input_spec(t: Tensor) -> InputSpec:
+    u, view = t.uop, []
+    while u.op in GroupOp.Movement:
+        view.append((u.op, u.arg))
+        u = u.src[0]
+    return InputSpec(t.shape, t.dtype, t.device, tuple(view), int(u.arg) if u.op is Ops.BUFFER else -1)
+
+
+def _tensor_items(key: Key, value: object) -> Iterator[tuple[Key, Tensor]]:
+    """The Tensors in one argument: itself, or the items of a list/tuple/dict (one level, like the reference)."""
+    if isinstance(value, UOp):
+        raise JitError(
+            f"TinyJit: argument {_label(key)} is a UOp: got {value.op}, expected Tensors (symbolic "
+            "variables are not supported by this JIT)"
+        )
+    if isinstance(value, Tensor):
+        yield key, value
+    elif isinstance(value, (list, tuple)):
+        yield from (((*key, i), x) for i, x in enumerate(value) if isinstance(x, Tensor))
+    elif isinstance(value, dict):
+        yield from (((*key, k), x) for k, x in value.items() if isinstance(x, Tensor))
+
+
+def _label(key: Key, names: tuple[str, ...] = ()) -> str:
+    """(0,) -> "'x' (argument 0)", ("lr",) -> "'lr' (keyword)", (1, 2) -> "'xs'[2] (argument 1)"."""
+    head = key[0]
+    name = head if isinstance(head, str) else names[head] if head < len(names) else f"#{head}"
+    where = "keyword" if isinstance(head, str) else f"argument {head}"
+    return f"'{name}'{''.join(f'[{k!r}]' for k in key[1:])} ({where})"
+
+
+def _collect_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[str, ...]) -> list[JitInput]:
+    """Every Tensor argument, realized; JitError for a constant input or two inputs sharing one buffer."""
+    top: list[tuple[Key, Any]] = [((i,), a) for i, a in enumerate(args)] + [
+        ((k,), v) for k, v in sorted(kwargs.items())
+    ]
+    found = [(key, t) for key, value in top if isinstance(value, Tensor) for key, t in _tensor_items(key, value)]
+    for key, value in top:  # a Tensor inside a container that is also passed on its own is one input, not two
+        if not isinstance(value, Tensor):
+            found += [(k, t) for k, t in _tensor_items(key, value) if not any(t is other for _, other in found)]
+    if unrealized := [t for _, t in found if t.uop.base.op not in (Ops.BUFFER, Ops.CONST)]:
+        Tensor.realize(*unrealized)
+    inputs: list[JitInput] = []
+    seen: dict[int, Key] = {}
+    for key, t in found:
+        if (base := t.uop.base).op is not Ops.BUFFER:
+            raise JitError(
+                f"TinyJit: input {_label(key, names)} is not in memory: got a {base.op.name} tensor "
+                "(a constant such as Tensor.zeros or a Python number), expected a realized buffer; "
+                "its value would be baked into the kernels: pass .contiguous() of it"
+            )
+        buf = base.buffer.ensure_allocated() if base.arg else base.buffer
+        if (first := seen.get(id(buf.base))) is not None:
+            raise JitError(
+                f"TinyJit: duplicate inputs: {_label(first, names)} and {_label(key, names)} share one "
+                "buffer, expected distinct buffers: a replay could not tell them apart"
+            )
+        seen[id(buf.base)] = key
+        inputs.append(JitInput(key, t, _input_spec(t), buf))
+    return inputs
+
+
+def _returned_tensors(ret: object, where: str = "result", strict: bool = True) -> Iterator[tuple[str, Tensor]]:
+    """The Tensors in a return value (nested tuples/lists/dicts); if strict, JitError for anything else but None."""
+    if ret is None or (not strict and not isinstance(ret, (Tensor, list, tuple, dict))):
+        return
+    if isinstance(ret, Tensor):
+        yield where, ret
+    elif isinstance(ret, (list, tuple)):
+        for i, x in enumerate(ret):
+            yield from _returned_tensors(x, f"{where}[{i}]", strict)
+    elif isinstance(ret, dict):
+        for k, x in ret.items():
+            yield from _returned_tensors(x, f"{where}[{k!r}]", strict)
+    else:
+        raise JitError(
+            f"TinyJit: {where} is a {type(ret).__name__}, expected Tensors (or tuples/lists/dicts of "
+            "them): a replay skips the function and could only return the captured value"
+        )
+
+
+def _realize_outputs(ret: object, strict: bool) -> None:
+    if outs := [t for _, t in _returned_tensors(ret, strict=strict) if t.uop.base.op not in (Ops.BUFFER, Ops.CONST)]:
+        Tensor.realize(*outs)
+
+
+def _live_tensors() -> list[Tensor]:
+    return [t for ref in list(_all_tensors) if (t := ref()) is not None]
+
+
+def _replace_in_tensors(mapping: dict[UOp, UOp]) -> None:
+    """Point every live tensor whose graph reaches a key of `mapping` at the replacement."""
+    touched = [t for t in _live_tensors() if t.uop.base in mapping or t.uop.base.op not in (Ops.BUFFER, Ops.CONST)]
+    if not touched:
+        return
+    new_sink = UOp.sink(*[t.uop for t in touched]).substitute(mapping, name="TinyJit: restore inputs")
+    for t, new in zip(touched, new_sink.src, strict=True):
+        t.uop = new
+
+
+def _alias_inputs(inputs: list[JitInput]) -> dict[UOp, UOp]:
+    """Give each input tensor a fresh BUFFER node over the same memory (a Buffer view) for the capture call.
+
+    Kernels that read an input through the argument then name the alias; a kernel that names the original buffer
+    reached that memory another way (a global or attribute holding the same tensor or a view of it): a replay would
+    leave that read on the old memory. Returns {alias: original} to undo it afterwards.
+    """
+    undo: dict[UOp, UOp] = {}
+    for inp in inputs:
+        base = inp.tensor.uop.base
+        if base.arg == 0:
+            continue  # an empty buffer: no kernel reads it
+        alias = UOp.new_buffer(base.src[1].arg, base.arg, base.dtype)
+        buffers[alias] = inp.buffer.view(inp.buffer.size, inp.buffer.dtype, 0)
+        inp.tensor.uop = inp.tensor.uop.substitute({base: alias})
+        undo[alias] = base
+    return undo
+
+
+def _function_globals(fxn: Callable[..., Any]) -> Iterator[tuple[str, object]]:
+    """Names a function reads without being passed them: its closure cells and the module globals it mentions."""
+    code = getattr(fxn, "__code__", None)
+    if code is None:
+        return
+    for name, cell in zip(code.co_freevars, getattr(fxn, "__closure__", None) or (), strict=False):
+        try:
+            yield name, cell.cell_contents
+        except ValueError:  # a cell not yet assigned
+            continue
+    module = getattr(fxn, "__globals__", {})
+    yield from ((name, module[name]) for name in code.co_names if name in module)
+
+
+_SKIPPED_TYPES = (type, type(functools), str, bytes, int, float, bool, type(None))
+
+
+def _reachable_tensors(name: str, value: object, depth: int = 3) -> Iterator[tuple[str, Tensor]]:
+    """Tensors reachable from a value through containers and object attributes, `depth` levels deep."""
+    stack: list[tuple[str, object, int]] = [(name, value, depth)]
+    seen: set[int] = set()
+    while stack:
+        path, x, left = stack.pop()
+        if id(x) in seen or isinstance(x, _SKIPPED_TYPES) or (callable(x) and not isinstance(x, Tensor)):
+            continue
+        seen.add(id(x))
+        if isinstance(x, Tensor):
+            yield path, x
+            continue
+        if left == 0:
+            continue
+        if isinstance(x, (list, tuple)):
+            stack += [(f"{path}[{i}]", v, left - 1) for i, v in enumerate(x)]
+        elif isinstance(x, dict):
+            stack += [(f"{path}[{k!r}]", v, left - 1) for k, v in x.items()]
+        elif isinstance(attrs := getattr(x, "__dict__", None), dict):
+            stack += [(f"{path}.{k}", v, left - 1) for k, v in attrs.items()]
+
+
+@dataclass
+class CapturedJit(Generic[R]):
+    """The kernels of one captured call and how to feed them: `input_slots[k]` lists the (item, slot) pairs that read
+    input k; `returned_inputs` maps result paths that were input tensors themselves to the input's index."""
+
+    ret: R
+    items: list[ExecItem]
+    keys: list[Key]
+    specs: list[InputSpec]
+    input_slots: list[list[tuple[int, int]]]
+    returned_inputs: dict[int, int] = field(default_factory=dict)
+
+    def replay(self, inputs: list[JitInput]) -> R:
+        for inp, slots in zip(inputs, self.input_slots, strict=True):
+            for j, i in slots:
+                self.items[j].bufs[i] = inp.buffer
+        for ei in self.items:
+            ei.run(jit=True)
+        for slots in self.input_slots:  # let go of the caller's memory
+            for j, i in slots:
+                self.items[j].bufs[i] = None
+        if self.returned_inputs:
+            return _swap_returned(self.ret, self.returned_inputs, inputs)  # type: ignore[no-any-return]  # same shape as ret
+        return self.ret
+
+
+def _swap_returned(ret: Any, returned: dict[int, int], inputs: list[JitInput]) -> Any:
+    """The captured result with each tensor that was an input replaced by this call's input in that place."""
+    if isinstance(ret, Tensor):
+        return inputs[returned[id(ret)]].tensor if id(ret) in returned else ret
+    if isinstance(ret, (list, tuple)):
+        return type(ret)(_swap_returned(x, returned, inputs) for x in ret)
+    if isinstance(ret, dict):
+        return {k: _swap_returned(x, returned, inputs) for k, x in ret.items()}
+    return ret
+
+
+class TinyJit(Generic[R]):
+    """Capture a function's kernels and replay them. Call 1 runs `fxn` eagerly, call 2 runs it while recording every
+    kernel (ExecItem) it runs, calls 3+ replay those kernels on the new inputs and return the same output tensors,
+    refilled. Inputs are the Tensor arguments (also one level inside lists/tuples/dicts), realized before the call;
+    they must keep their shape, dtype, device and view. Everything else the function reads (weights, optimizer state,
+    Python numbers) is frozen at capture; `assign`s to it run again on replay. Symbolic (bound) variables are not
+    supported. `prune=True` replays only kernels that depend on the inputs (the others ran once at capture).
+
+    Raises JitError (a RuntimeError) for changed inputs, constant or duplicate inputs, non-Tensor results, a capture
+    that ran no kernels, a nested TinyJit call and an input also read without being passed. Example:
+    `step = TinyJit(lambda x: (x * 2).realize()); [step(Tensor.rand(3)) for _ in range(4)]`.
+    """
+
+    def __init__(self, fxn: Callable[..., R] | None = None, *, prune: bool = False) -> None:
+        self.fxn, self.prune = fxn, prune
+        self.cnt = 0
+        self.captured: CapturedJit[R] | None = None
+        self._items: list[ExecItem] = []
+        self._names: tuple[str, ...] = _positional_names(fxn) if fxn is not None else ()
+        if fxn is not None:
+            functools.update_wrapper(self, fxn)
+
+    def reset(self) -> None:
+        """Forget the capture: the next call runs eagerly again (then captures, then replays)."""
+        self.cnt, self.captured = 0, None
+
+    def add(self, ei: ExecItem) -> None:
+        """Called by run_schedule for every ExecItem run while this JIT captures."""
+        self._items.append(ei)
+
+    def __get__(self, obj: object, objtype: type | None = None) -> Callable[..., R]:
+        return functools.partial(self.__call__, obj)  # a jitted method gets its instance as argument 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> R:
+        if self.fxn is None:  # `@TinyJit(prune=True)`: this call hands over the function
+            if len(args) != 1 or kwargs or not callable(args[0]):
+                raise TypeError(f"TinyJit: expected the function to wrap, got {len(args)} args {sorted(kwargs)}")
+            self.__init__(args[0], prune=self.prune)  # type: ignore[misc]  # rebinding the function is the intent
+            return self  # type: ignore[return-value]  # the decorator form returns the JIT itself
+        if capturing and capturing[0] is not self and self.cnt >= 1 and JIT.value:
+            raise JitError(
+                "TinyJit: called from inside another TinyJit's capture: got a nested JIT, expected one "
+                "JIT at a time (the outer capture would miss the inner kernels); call the inner function"
+            )
+        inputs = _collect_inputs(args, kwargs, self._names)
+        if not JIT.value or self.cnt == 0:
+            ret = self.fxn(*args, **kwargs)
+            _realize_outputs(ret, strict=False)
+        elif self.cnt == 1:
+            ret = self._capture(args, kwargs, inputs)
+        else:
+            assert self.captured is not None, "TinyJit: call 3+ without a capture"
+            self._check_inputs(inputs)
+            start = time.perf_counter()
+            ret = self.captured.replay(inputs)
+            if DEBUG.value >= 1:
+                took = (time.perf_counter() - start) * 1e3
+                print(colored(f"JIT replayed {len(self.captured.items)} kernels in {took:.2f} ms", "magenta"))
+        self.cnt += 1
+        return ret
+
+    def _capture(self, args: tuple[Any, ...], kwargs: dict[str, Any], inputs: list[JitInput]) -> R:
+        assert self.fxn is not None, "TinyJit: capture without a function"
+        names = [self._names[i] if i < len(self._names) else f"#{i}" for i in range(len(args))]
+        objects = [(n, a) for n, a in zip(names, args, strict=True) if not isinstance(a, (Tensor, list, tuple, dict))]
+        self._check_closure(inputs, objects)
+        self._items = []
+        undo = _alias_inputs(inputs)
+        capturing.append(self)
+        try:
+            ret = self.fxn(*args, **kwargs)
+            _realize_outputs(ret, strict=True)
+        finally:
+            capturing.remove(self)
+            _replace_in_tensors(undo)
+        items, self._items = self._items, []
+        if not items:
+            raise JitError(
+                "TinyJit: the function ran no kernels on the capture call (call 2): got 0 kernels, "
+                "expected at least one: return realized Tensors that the function computes"
+            )
+        alias_of = {id(buffers[alias]): k for k, alias in enumerate(undo)}
+        slots = _input_slots(items, inputs, alias_of, self._names)
+        if self.prune:
+            items, slots = _prune(items, slots)
+        self.captured = CapturedJit(
+            ret,
+            items,
+            [i.key for i in inputs],
+            [i.spec for i in inputs],
+            slots,
+            _returned_inputs(ret, inputs, self._names),
+        )
+        for slot in slots:  # replays fill these; don't keep the capture call's inputs alive
+            for j, i in slot:
+                items[j].bufs[i] = None
+        if DEBUG.value >= 1:
+            print(colored(f"JIT captured {len(items)} kernels with {len(inputs)} inputs", "magenta"))
+        return ret
+
+    def _check_closure(self, inputs: list[JitInput], objects: list[tuple[str, object]]) -> None:
+        """JitError when an input is also a global or closure variable of the function: a replay could not tell the
+        argument's reads (new input) from the variable's (old memory)."""
+        assert self.fxn is not None, "TinyJit: no function"
+        memory = {id(inp.buffer.base): inp.key for inp in inputs}
+        for name, value in [*_function_globals(self.fxn), *objects]:
+            for path, t in _reachable_tensors(name, value):
+                if t.uop.base.op is Ops.BUFFER and (key := memory.get(id(t.uop.base.buffer.base))) is not None:
+                    raise _constant_error(key, f"the function's variable '{path}'", self._names)
+
+    def _check_inputs(self, inputs: list[JitInput]) -> None:
+        assert self.captured is not None, "TinyJit: no capture to check against"
+        keys = [i.key for i in inputs]
+        if keys != self.captured.keys:
+            shown = ", ".join(_label(k, self._names) for k in keys)
+            expected = ", ".join(_label(k, self._names) for k in self.captured.keys)
+            raise JitError(f"TinyJit: the Tensor arguments changed since capture: got [{shown}], expected [{expected}]")
+        for inp, spec in zip(inputs, self.captured.specs, strict=True):
+            if inp.spec != spec:
+                raise JitError(
+                    f"TinyJit: input {_label(inp.key, self._names)} changed since capture: got "
+                    f"{inp.spec.describe()}, expected {spec.describe()}; call reset() to capture again"
+                )
+
+
+def _positional_names(fxn: Callable[..., Any]) -> tuple[str, ...]:
+    try:
+        params = inspect.signature(fxn).parameters.values()
+    except (TypeError, ValueError):
+        return ()
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return tuple(p.name for p in params if p.kind in kinds)
+
+
+def _constant_error(key: Key, how: str, names: tuple[str, ...]) -> JitError:
+    return JitError(
+        f"TinyJit: input {_label(key, names)} is also read without being passed, through {how}: got one "
+        "buffer on two paths, expected inputs to reach the kernels only as arguments (a replay would "
+        "swap both reads to the new input); pass it as an argument only, or pass .clone() of it"
+    )
+
+
+def _input_slots(
+    items: list[ExecItem], inputs: list[JitInput], alias_of: dict[int, int], names: tuple[str, ...]
+) -> list[list[tuple[int, int]]]:
+    """For each input, the (item, slot) pairs that read it through the argument; JitError for other paths."""
+    slots: list[list[tuple[int, int]]] = [[] for _ in inputs]
+    memory = {id(inp.buffer.base): k for k, inp in enumerate(inputs)}
+    for j, ei in enumerate(items):
+        for i, b in enumerate(ei.bufs):
+            if b is None:
+                continue
+            if (k := alias_of.get(id(b))) is not None:
+                slots[k].append((j, i))
+            elif (k := memory.get(id(b.base))) is not None:
+                raise _constant_error(
+                    inputs[k].key, f"kernel {j} ({ei.prg.display_name if ei.prg else ei.ast.op})", names
+                )
+    return slots
+
+
+def _returned_inputs(ret: object, inputs: list[JitInput], names: tuple[str, ...]) -> dict[int, int]:
+    """{id(result tensor): input index} for results that are input tensors; JitError for views of an input."""
+    found: dict[int, int] = {}
+    memory = {id(inp.buffer.base): k for k, inp in enumerate(inputs)}
+    for where, t in _returned_tensors(ret):
+        if (k := next((k for k, inp in enumerate(inputs) if inp.tensor is t), None)) is not None:
+            found[id(t)] = k
+        elif t.uop.base.op is Ops.BUFFER and (k := memory.get(id(t.uop.base.buffer.base))) is not None:
+            raise JitError(
+                f"TinyJit: {where} is a view of input {_label(inputs[k].key, names)}: got a result that "
+                "shares the input's memory, expected the input itself or a new tensor: return "
+                ".contiguous() of it"
+            )
+    return found
+
+
+def _prune(
+    items: list[ExecItem], slots: list[list[tuple[int, int]]]
+) -> tuple[list[ExecItem], list[list[tuple[int, int]]]]:
+    """Keep only the kernels that (transitively) depend on an input; the rest already ran at capture."""
+    reads_input = {j for slot in slots for j, _ in slot}
+    needed: set[int] = set()
+    kept: list[int] = []
+    for j, ei in enumerate(items):
+        bufs = {id(b) for b in ei.bufs if b is not None}
+        if j in reads_input or not bufs.isdisjoint(needed):
+            kept.append(j)
+            needed |= bufs
+    renumber = {j: n for n, j in enumerate(kept)}
+    if DEBUG.value >= 1:
+        print(colored(f"JIT pruned {len(items)} -> {len(kept)} kernels", "magenta"))
+    return [items[j] for j in kept], [[(renumber[j], i) for j, i in slot] for slot in slots]

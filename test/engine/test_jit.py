@@ -1,0 +1,321 @@
+"""Tests for fusegrad/engine/jit.py: TinyJit runs, captures and replays (new inputs, same outputs, assigns to weights,
+copies, pruning), and every footgun that must raise JitError instead of replaying something else."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fusegrad import Tensor
+from fusegrad.dtype import dtypes
+from fusegrad.engine.jit import JitError, TinyJit
+from fusegrad.helpers import JIT, Context, GlobalCounters
+
+
+def vec(*values: float) -> Tensor:
+    return Tensor(list(values)).realize()
+
+
+class Counted:
+    """A function that counts how often Python actually ran it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, x: Tensor, y: Tensor) -> Tensor:
+        self.calls += 1
+        return (x * 2 + y).realize()
+
+
+# *** capture and replay ***
+
+
+def test_replays_with_new_inputs_and_skips_the_function() -> None:
+    fn = Counted()
+    step = TinyJit(fn)
+    outputs = []
+    for i in range(5):
+        x, y = vec(i, 1, 2), vec(10, 20, 30 + i)
+        out = step(x, y)
+        np.testing.assert_allclose(out.numpy(), x.numpy() * 2 + y.numpy())
+        outputs.append(out)
+    assert fn.calls == 2  # eager, capture; then replays only
+    assert step.cnt == 5
+    assert all(out is outputs[1] for out in outputs[2:])  # the captured output tensor, refilled
+
+
+def test_replay_runs_the_captured_kernels_and_counts_them() -> None:
+    step = TinyJit(lambda x: ((x + 1).contiguous() * 3).sum().realize())
+    for _ in range(2):
+        step(vec(1, 2))
+    GlobalCounters.reset()
+    assert step(vec(1, 2)).item() == 15
+    assert GlobalCounters.kernel_count == len(step.captured.items) >= 1  # type: ignore[union-attr]
+
+
+def test_unrealized_inputs_are_realized_and_intermediates_persist() -> None:
+    @TinyJit
+    def step(x: Tensor) -> Tensor:
+        hidden = (x * x).realize()  # an intermediate buffer, realized on its own
+        return (hidden + x).realize()
+
+    for i in range(4):
+        x = Tensor([1.0, 2.0, 3.0]) + i  # lazy: the JIT realizes it first
+        np.testing.assert_allclose(step(x).numpy(), (np.arange(1, 4) + i) ** 2 + np.arange(1, 4) + i)
+
+
+def test_keyword_and_container_inputs() -> None:
+    @TinyJit
+    def step(xs: list[Tensor], scale: dict[str, Tensor], *, bias: Tensor) -> dict[str, Any]:
+        total = (xs[0] + xs[1]) * scale["s"] + bias
+        return {"sum": total.realize(), "parts": [xs[0].max().realize()]}
+
+    for i in range(4):
+        a, b, s, bias = vec(i, 1), vec(2, i), vec(3, 3), vec(0, 100)
+        out = step([a, b], {"s": s}, bias=bias)
+        np.testing.assert_allclose(out["sum"].numpy(), [(i + 2) * 3, (1 + i) * 3 + 100])
+        assert out["parts"][0].item() == max(i, 1)
+
+
+def test_returned_input_is_this_calls_input() -> None:
+    @TinyJit
+    def scale(x: Tensor) -> tuple[Tensor, Tensor]:
+        x.assign(x * 3).realize()
+        return x, (x + 1).realize()
+
+    for i in range(4):
+        x = vec(1, i)
+        same, plus = scale(x)
+        assert same is x
+        assert x.tolist() == [3, 3 * i]
+        assert plus.tolist() == [4, 3 * i + 1]
+
+
+def test_method_and_prune_decorator_forms() -> None:
+    class Model:
+        def __init__(self) -> None:
+            self.w = vec(1, 2, 3)
+
+        @TinyJit
+        def __call__(self, x: Tensor) -> Tensor:
+            return (x * self.w).realize()
+
+    model = Model()
+    for i in range(4):
+        assert model(vec(i, i, i)).tolist() == [i, 2 * i, 3 * i]
+
+    @TinyJit(prune=True)
+    def pruned(x: Tensor) -> Tensor:
+        return x.sum().realize()
+
+    assert [pruned(vec(i, 1)).item() for i in range(4)] == [1, 2, 3, 4]
+
+
+def test_prune_keeps_only_input_kernels() -> None:
+    weight = vec(1, 2)
+
+    def step(x: Tensor) -> Tensor:
+        doubled = (weight * 2).realize()  # does not depend on x: runs once at capture
+        return (x + doubled).realize()
+
+    pruned, full = TinyJit(step, prune=True), TinyJit(step)
+    for i in range(4):
+        assert pruned(vec(i, i)).tolist() == full(vec(i, i)).tolist() == [2 + i, 4 + i]
+    assert pruned.captured is not None
+    assert full.captured is not None
+    assert len(pruned.captured.items) == len(full.captured.items) - 1
+
+
+def test_copies_replay() -> None:
+    @TinyJit
+    def step(x: Tensor) -> Tensor:
+        return (x.to("PYTHON") * 2).realize()
+
+    for i in range(4):
+        out = step(vec(i, 5))
+        assert out.device == "PYTHON"
+        assert out.tolist() == [2 * i, 10]
+
+
+def test_reset_and_jit_off() -> None:
+    fn = Counted()
+    step = TinyJit(fn)
+    for _ in range(3):
+        step(vec(1), vec(2))
+    step.reset()
+    assert (step.cnt, step.captured) == (0, None)
+    assert step(vec(1, 1), vec(2, 2)).tolist() == [4, 4]  # new shapes are fine after reset
+    with Context(JIT=0):
+        assert JIT.value == 0
+        before = fn.calls
+        for _ in range(3):
+            step(vec(1, 1), vec(2, 2))
+        assert fn.calls == before + 3
+
+
+def test_debug_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    step = TinyJit(lambda x: (x + 1).realize())
+    with Context(DEBUG=1):
+        for _ in range(3):
+            step(vec(1))
+    out = capsys.readouterr().out
+    assert re.search(r"JIT captured 1 kernels with 1 inputs", out)
+    assert re.search(r"JIT replayed 1 kernels in [\d.]+ ms", out)
+
+
+# *** a training step ***
+
+
+def mlp_weights() -> list[Tensor]:
+    rng = np.random.default_rng(0)
+    shapes = [(3, 8), (8,), (8, 2), (2,)]
+    return [Tensor(rng.standard_normal(s).astype(np.float32), requires_grad=True).realize() for s in shapes]
+
+
+def sgd_step(weights: list[Tensor], x: Tensor, y: Tensor) -> Tensor:
+    """One SGD step of a 3-8-2 MLP with a squared loss; the update writes the weights in place."""
+    w1, b1, w2, b2 = weights
+    loss = (((x @ w1 + b1).relu() @ w2 + b2 - y) ** 2).mean()
+    loss.backward()
+    for w in weights:
+        assert w.grad is not None
+        w.assign(w.detach() - w.grad * 0.1)
+        w.grad = None
+    Tensor.realize(loss, *weights)
+    return loss
+
+
+def test_jitted_training_step_matches_eager() -> None:
+    rng = np.random.default_rng(1)
+    batches = [(rng.standard_normal((4, 3)), rng.standard_normal((4, 2))) for _ in range(6)]
+    eager_weights, jit_weights = mlp_weights(), mlp_weights()
+    step = TinyJit(lambda x, y: sgd_step(jit_weights, x, y))
+    for x, y in batches:
+        eager_loss = sgd_step(eager_weights, Tensor(x.astype(np.float32)), Tensor(y.astype(np.float32)))
+        jit_loss = step(Tensor(x.astype(np.float32)), Tensor(y.astype(np.float32)))
+        np.testing.assert_allclose(jit_loss.item(), eager_loss.item(), rtol=1e-5)
+    for eager, jitted in zip(eager_weights, jit_weights, strict=True):
+        np.testing.assert_allclose(jitted.numpy(), eager.numpy(), rtol=1e-5, atol=1e-6)
+    assert step.cnt == 6
+
+
+# *** footguns ***
+
+
+def captured(fn: Any, *args: Tensor) -> TinyJit[Any]:
+    """A TinyJit of fn that has run twice (so the next call replays)."""
+    jit = TinyJit(fn)
+    for _ in range(2):
+        jit(*args)
+    return jit
+
+
+def test_jit_error_is_a_runtime_error() -> None:
+    assert issubclass(JitError, RuntimeError)
+
+
+def test_changed_shape_dtype_or_device() -> None:
+    step = captured(lambda x, y: (x + y).realize(), vec(1, 2), vec(3, 4))
+    with pytest.raises(JitError, match=r"input 'x' \(argument 0\) changed since capture: got shape \(3,\).*expected "
+                                       r"shape \(2,\)"):  # fmt: skip
+        step(vec(1, 2, 3), vec(3, 4))
+    with pytest.raises(JitError, match=r"input 'y' \(argument 1\) changed since capture: got shape \(2,\) dtypes.half"):
+        step(vec(1, 2), vec(3, 4).cast(dtypes.float16))
+    with pytest.raises(JitError, match=r"'x' \(argument 0\) changed since capture: got .* on PYTHON"):
+        step(vec(1, 2).to("PYTHON"), vec(3, 4))
+    with pytest.raises(JitError, match=r"Tensor arguments changed since capture: got \['x' \(argument 0\), 'y' "):
+        step(vec(1, 2), y=vec(3, 4))
+    assert step(vec(1, 2), vec(3, 4)).tolist() == [4, 6]  # still usable
+
+
+def test_changed_view_of_an_input() -> None:
+    base = vec(1, 2, 3, 4)
+    step = captured(lambda x: (x * 1).realize(), base[0:2])
+    assert step(vec(5, 6, 7, 8)[0:2]).tolist() == [5, 6]  # the same view of another buffer
+    with pytest.raises(JitError, match=r"changed since capture: got shape \(2,\) .* as a shrink view of a 4-element "):
+        step(vec(5, 6, 7, 8)[2:4])
+    with pytest.raises(JitError, match=r"changed since capture: got shape \(2,\) .* of a 2-element buffer"):
+        step(vec(5, 6))
+
+
+def test_non_tensor_result() -> None:
+    step = TinyJit(lambda x: ((x + 1).realize(), 3))
+    step(vec(1))
+    with pytest.raises(JitError, match=r"result\[1\] is a int, expected Tensors"):
+        step(vec(1))
+
+
+def test_no_kernels_on_capture() -> None:
+    step = TinyJit(lambda x: x)
+    step(vec(1))
+    with pytest.raises(JitError, match="ran no kernels on the capture call"):
+        step(vec(1))
+
+
+def test_nested_jit() -> None:
+    inner = TinyJit(lambda x: (x * 2).realize())
+    outer = TinyJit(lambda x: inner((x + 1).realize()))
+    outer(vec(1))  # eager: inner runs eagerly too
+    with pytest.raises(JitError, match="called from inside another TinyJit's capture"):
+        outer(vec(1))
+
+
+def test_constant_and_duplicate_inputs() -> None:
+    step = TinyJit(lambda x, y: (x + y).realize())
+    with pytest.raises(JitError, match=r"input 'y' \(argument 1\) is not in memory: got a CONST tensor"):
+        step(vec(1, 2), Tensor.zeros(2))
+    x = vec(1, 2)
+    with pytest.raises(JitError, match=r"duplicate inputs: 'x' \(argument 0\) and 'y' \(argument 1\) share one"):
+        step(x, x)
+    pair = vec(1, 2, 3, 4)
+    with pytest.raises(JitError, match="duplicate inputs"):
+        step(pair[0:2], pair[2:4])
+    with pytest.raises(JitError, match="symbolic variables are not supported"):
+        step(vec(1), x.uop)
+
+
+weight = vec(1, 2, 3)
+
+
+class Holder:
+    def __init__(self, t: Tensor) -> None:
+        self.t = t
+
+
+holder = Holder(weight.reshape(3, 1))
+
+
+def read_holder() -> Tensor:
+    return holder.t.reshape(3)
+
+
+def test_input_also_read_as_a_global() -> None:
+    step = TinyJit(lambda x: (x + weight).realize())
+    step(weight)  # eager is fine
+    with pytest.raises(JitError, match=r"input 'x' \(argument 0\) is also read without being passed, through the "
+                                       r"function's variable 'weight'"):  # fmt: skip
+        step(weight)
+    assert step.captured is None
+
+
+def test_input_also_read_through_another_tensor() -> None:
+    """A helper reads a view of the input's memory: only the captured kernels show it (the alias check)."""
+    step = TinyJit(lambda x: (x + read_holder()).realize())
+    step(weight)
+    with pytest.raises(JitError, match=r"input 'x' \(argument 0\) is also read without being passed, through kernel"):
+        step(weight)
+    assert weight.uop.op.name == "BUFFER"  # the input tensor is restored after the capture
+    assert TinyJit(lambda x: (x + read_holder()).realize())(vec(1, 1, 1)).tolist() == [2, 3, 4]
+
+
+def test_result_view_of_an_input() -> None:
+    @TinyJit
+    def step(x: Tensor) -> tuple[Tensor, Tensor]:
+        return (x + 1).realize(), x.reshape(2, 1)
+
+    step(vec(1, 2))
+    with pytest.raises(JitError, match=r"result\[1\] is a view of input 'x' \(argument 0\)"):
+        step(vec(1, 2))
