@@ -1,0 +1,398 @@
+"""Neural-network layers: plain classes that hold their parameters as Tensor attributes and call the Tensor functionals.
+
+Constructor arguments, defaults, attribute names (so state-dict keys) and initialisation follow the reference system;
+`fusegrad.nn.state.get_state_dict(layer)` finds the parameters by walking the attributes. Example: `Linear(3, 4)(x)`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from fusegrad.dtype import DTypeLike, dtypes
+from fusegrad.helpers import prod
+from fusegrad.tensor import Tensor
+
+__all__ = [
+    "BatchNorm",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "BatchNorm3d",
+    "Conv1d",
+    "Conv2d",
+    "ConvTranspose1d",
+    "ConvTranspose2d",
+    "Embedding",
+    "GroupNorm",
+    "InstanceNorm",
+    "LSTMCell",
+    "LayerNorm",
+    "LayerNorm2d",
+    "Linear",
+    "RMSNorm",
+]
+
+
+def _filled(shape: tuple[int, ...], value: float, dtype: DTypeLike | None = None) -> Tensor:
+    """A parameter or buffer of its own memory holding `value` everywhere.
+
+    A constant tensor is not enough: equal constants are one hash-consed node, so two layers' `Tensor.ones(3)` would
+    share a gradient and, once realized, memory. Writing the constant into a fresh buffer gives each its own."""
+    dt = dtypes.default_float if dtype is None else dtype
+    return Tensor.empty(*shape, dtype=dt).assign(Tensor.full(shape, value, dtype=dt))
+
+
+def _uniform(shape: tuple[int, ...], bound: float) -> Tensor:
+    """U(-bound, bound): the reference's initialisation for weights and biases, bound = 1/sqrt(fan_in)."""
+    return Tensor.uniform(*shape, low=-bound, high=bound)
+
+
+def _tuple(value: int | Sequence[int], n: int) -> tuple[int, ...]:
+    return (value,) * n if isinstance(value, int) else tuple(value)
+
+
+def _check_channels(op: str, x: Tensor, channels: int) -> None:
+    """ValueError unless x is (N, channels, ...)."""
+    if x.ndim < 2 or x.shape[1] != channels:
+        got = x.shape[1] if x.ndim >= 2 else "none"
+        raise ValueError(
+            f"{op}: input {x.shape} has {got} channels in axis 1: got {got}, expected (N, {channels}, ...)"
+        )
+
+
+class Linear:
+    """y = x @ weight.T + bias: (..., in_features) -> (..., out_features).
+
+    weight (out_features, in_features) and bias (out_features,) start U(-1/sqrt(in_features), 1/sqrt(in_features)).
+    Raises ValueError when the last axis of x is not in_features. Example: `Linear(3, 4)(Tensor.ones(2, 3)).shape`.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:
+        bound = 1 / math.sqrt(in_features)
+        self.weight = _uniform((out_features, in_features), bound)
+        self.bias = _uniform((out_features,), bound) if bias else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if x.ndim < 1 or x.shape[-1] != self.weight.shape[1]:
+            raise ValueError(
+                f"Linear: input {x.shape} does not fit weight {self.weight.shape}: "
+                f"got last axis {x.shape[-1] if x.ndim else 'none'}, expected {self.weight.shape[1]}"
+            )
+        return x.linear(self.weight.transpose(), self.bias)
+
+
+class Conv2d:
+    """Convolution over len(kernel_size) spatial axes (2 for an int): (N, C_in, *in) -> (N, C_out, *out).
+
+    weight (C_out, C_in/groups, *kernel_size), bias (C_out,), both U(-b, b) with b = 1/sqrt(C_in * prod(kernel_size))
+    (the reference does not divide C_in by groups). padding: an int, one per axis, 2 per axis (F.pad order) or
+    "same"/"valid". Raises ValueError on a channel or rank mismatch.
+    Example: `Conv2d(1, 4, 3)(Tensor.ones(1, 1, 5, 5)).shape == (1, 4, 3, 3)`.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, ...],
+        stride: int | tuple[int, ...] = 1,
+        padding: int | tuple[int, ...] | str = 0,
+        dilation: int | tuple[int, ...] = 1,
+        groups: int = 1,
+        bias: bool = True,
+    ) -> None:
+        if groups < 1 or in_channels % groups or out_channels % groups:
+            raise ValueError(
+                f"Conv2d: groups must divide both channel counts: got groups={groups}, "
+                f"in_channels={in_channels}, out_channels={out_channels}"
+            )
+        self.kernel_size = _tuple(kernel_size, 2)
+        self.stride, self.dilation, self.groups, self.padding = stride, dilation, groups, padding
+        bound = 1 / math.sqrt(in_channels * prod(self.kernel_size))
+        self.weight = _uniform((out_channels, in_channels // groups, *self.kernel_size), bound)
+        self.bias = _uniform((out_channels,), bound) if bias else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return x.conv2d(self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding)
+
+
+def Conv1d(  # noqa: N802  # the reference spells this factory like a class
+    in_channels: int,
+    out_channels: int,
+    kernel_size: int,
+    stride: int = 1,
+    padding: int | str = 0,
+    dilation: int = 1,
+    groups: int = 1,
+    bias: bool = True,
+) -> Conv2d:
+    """A Conv2d with one spatial axis: (N, C_in, L) -> (N, C_out, L_out); weight (C_out, C_in/groups, kernel_size)."""
+    return Conv2d(in_channels, out_channels, (kernel_size,), stride, padding, dilation, groups, bias)
+
+
+class ConvTranspose2d(Conv2d):
+    """Transposed convolution: (N, C_in, *in) -> (N, C_out, *out), out = (in-1)*stride - 2*padding
+    + dilation*(k-1) + output_padding + 1.
+
+    weight (C_in, C_out/groups, *kernel_size), bias (C_out,), both U(-b, b) with b = 1/sqrt(C_in * prod(kernel_size)).
+    Example: `ConvTranspose2d(4, 2, 3, stride=2)(Tensor.ones(1, 4, 5, 5)).shape == (1, 2, 11, 11)`.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, ...],
+        stride: int | tuple[int, ...] = 1,
+        padding: int | tuple[int, ...] = 0,
+        output_padding: int | tuple[int, ...] = 0,
+        dilation: int | tuple[int, ...] = 1,
+        groups: int = 1,
+        bias: bool = True,
+    ) -> None:
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias)
+        bound = 1 / math.sqrt(in_channels * prod(self.kernel_size))
+        self.weight = _uniform((in_channels, out_channels // groups, *self.kernel_size), bound)
+        self.output_padding = output_padding
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if isinstance(self.padding, str):
+            raise ValueError(f"ConvTranspose2d: padding must be an int or ints: got {self.padding!r}, expected ints")
+        return x.conv_transpose2d(
+            self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding, self.output_padding
+        )
+
+
+def ConvTranspose1d(  # noqa: N802  # the reference spells this factory like a class
+    in_channels: int,
+    out_channels: int,
+    kernel_size: int,
+    stride: int = 1,
+    padding: int = 0,
+    output_padding: int = 0,
+    dilation: int = 1,
+    groups: int = 1,
+    bias: bool = True,
+) -> ConvTranspose2d:
+    """A ConvTranspose2d with one spatial axis: (N, C_in, L) -> (N, C_out, L_out)."""
+    return ConvTranspose2d(
+        in_channels, out_channels, (kernel_size,), stride, padding, output_padding, dilation, groups, bias
+    )
+
+
+class BatchNorm:
+    """Batch normalisation over every axis but 1: (N, C, *) -> (N, C, *), for any number of trailing axes.
+
+    While `Tensor.training` it normalises with the batch's mean and biased variance and, if track_running_stats,
+    moves running_mean/running_var toward them by `momentum` (the variance unbiased, as torch) and counts
+    num_batches_tracked. Otherwise it uses the running statistics (or the batch's, without track_running_stats).
+    weight (C,) starts at 1, bias (C,) at 0 (both None without affine). Raises ValueError when axis 1 is not C, and
+    in training when a channel has only one value. Example: `with Tensor.train(): BatchNorm(3)(Tensor.randn(4, 3))`.
+    """
+
+    def __init__(
+        self, sz: int, eps: float = 1e-5, affine: bool = True, track_running_stats: bool = True, momentum: float = 0.1
+    ) -> None:
+        self.eps, self.track_running_stats, self.momentum = eps, track_running_stats, momentum
+        self.weight: Tensor | None = _filled((sz,), 1.0) if affine else None
+        self.bias: Tensor | None = _filled((sz,), 0.0) if affine else None
+        self.num_batches_tracked = _filled((), 0, dtypes.int64).requires_grad_(False)
+        self.running_mean: Tensor | None = None
+        self.running_var: Tensor | None = None
+        if track_running_stats:
+            self.running_mean = _filled((sz,), 0.0).requires_grad_(False)
+            self.running_var = _filled((sz,), 1.0).requires_grad_(False)
+        self.sz = sz
+
+    def calc_stats(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """The batch's per-channel mean and biased variance, each (C,)."""
+        axes = (0, *range(2, x.ndim))
+        mean = x.mean(axes)
+        # the centring uses the detached mean: d var/d mean = -2 * mean(x - mean) = 0, so this only prunes the graph
+        centred = x - mean.detach().reshape(1, -1, *[1] * (x.ndim - 2))
+        return mean, (centred * centred).mean(axes)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        _check_channels("BatchNorm", x, self.sz)
+        if self.running_mean is not None and self.running_var is not None and not Tensor.training:
+            mean, var = self.running_mean, self.running_var
+        else:
+            mean, var = self.calc_stats(x)
+            if Tensor.training and self.running_mean is not None and self.running_var is not None:
+                self._update_running_stats(x, mean, var)
+        return x.batchnorm(self.weight, self.bias, mean, (var + self.eps).rsqrt())
+
+    def _update_running_stats(self, x: Tensor, mean: Tensor, var: Tensor) -> None:
+        assert self.running_mean is not None, "called only when running stats are tracked"
+        assert self.running_var is not None, "called only when running stats are tracked"
+        n = x.numel() // x.shape[1]
+        if n < 2:
+            raise ValueError(f"BatchNorm: training needs more than one value per channel: got input {x.shape}")
+        m = self.momentum
+        self.running_mean.assign((1 - m) * self.running_mean + m * mean.detach())
+        self.running_var.assign((1 - m) * self.running_var + m * (n / (n - 1)) * var.detach())
+        self.num_batches_tracked.assign(self.num_batches_tracked + 1)
+
+
+BatchNorm1d = BatchNorm2d = BatchNorm3d = BatchNorm
+
+
+class LayerNorm:
+    """Normalise over the trailing axes given by normalized_shape, then scale and shift: shape kept.
+
+    weight starts at 1, bias at 0, both shaped normalized_shape (None without elementwise_affine). Raises ValueError
+    when x's trailing axes differ from normalized_shape. Example: `LayerNorm(8)(Tensor.randn(2, 8))`.
+    """
+
+    def __init__(self, normalized_shape: int | tuple[int, ...], eps: float = 1e-5, elementwise_affine: bool = True):
+        self.normalized_shape = _tuple(normalized_shape, 1)
+        self.axis = tuple(-1 - i for i in range(len(self.normalized_shape)))
+        self.eps = eps
+        self.weight = _filled(self.normalized_shape, 1.0) if elementwise_affine else None
+        self.bias = _filled(self.normalized_shape, 0.0) if elementwise_affine else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        n = len(self.normalized_shape)
+        if x.ndim < n or x.shape[x.ndim - n :] != self.normalized_shape:
+            raise ValueError(
+                f"{type(self).__name__}: input {x.shape} does not end in normalized_shape: "
+                f"got {x.shape}, expected (..., {', '.join(map(str, self.normalized_shape))})"
+            )
+        x = x.layernorm(self.axis, self.eps)
+        if self.weight is None or self.bias is None:
+            return x
+        return x * self.weight + self.bias
+
+
+class LayerNorm2d(LayerNorm):
+    """LayerNorm over the channels of (N, C, H, W) at each position: normalized_shape is C."""
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if x.ndim != 4:
+            raise ValueError(f"LayerNorm2d: expected a 4-d (N, C, H, W) input: got {x.shape}")
+        return super().__call__(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+class RMSNorm:
+    """x / sqrt(mean(x^2 over the last axis) + eps) * weight, computed in float32 and cast back: shape kept.
+
+    weight (dim,) starts at 1 (None without elementwise_affine). Example: `RMSNorm(8)(Tensor.randn(2, 8))`.
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-6, elementwise_affine: bool = True) -> None:
+        self.eps = eps
+        self.weight = _filled((dim,), 1.0) if elementwise_affine else None
+        self.dim = dim
+
+    def _norm(self, x: Tensor) -> Tensor:
+        return x * ((x * x).mean(-1, keepdim=True) + self.eps).rsqrt()
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if x.ndim < 1 or x.shape[-1] != self.dim:
+            raise ValueError(f"RMSNorm: input does not fit the last axis: got {x.shape}, expected (..., {self.dim})")
+        out = self._norm(x.float()).cast(x.dtype)
+        return out if self.weight is None else out * self.weight
+
+
+class GroupNorm:
+    """Split the channels of (N, C, *) into num_groups groups and normalise each group over its channels and
+    spatial axes, then scale and shift per channel. weight (C,) starts at 1, bias (C,) at 0 (None without affine).
+    Raises ValueError when num_groups does not divide C or when axis 1 of x is not C.
+    Example: `GroupNorm(2, 4)(Tensor.randn(3, 4, 5))`.
+    """
+
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True) -> None:
+        if num_groups < 1 or num_channels % num_groups:
+            raise ValueError(
+                f"GroupNorm: num_groups must divide num_channels: got {num_groups} groups, {num_channels} channels"
+            )
+        self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
+        self.weight = _filled((num_channels,), 1.0) if affine else None
+        self.bias = _filled((num_channels,), 0.0) if affine else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        _check_channels("GroupNorm", x, self.num_channels)
+        # (N, C, *) -> (N, groups, C/groups * prod(*)) -> normalise the last axis -> (N, C, *)
+        x = x.reshape(x.shape[0], self.num_groups, -1).layernorm(eps=self.eps).reshape(x.shape)
+        return _affine_channels(x, self.weight, self.bias)
+
+
+class InstanceNorm:
+    """Normalise each (sample, channel) of (N, C, *) over its spatial axes, then scale and shift per channel.
+    weight (C,) starts at 1, bias (C,) at 0 (None without affine; the reference's default is affine=True, torch's
+    False). Raises ValueError when axis 1 of x is not C. Example: `InstanceNorm(3)(Tensor.randn(2, 3, 4, 4))`.
+    """
+
+    def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = True) -> None:
+        self.num_features, self.eps = num_features, eps
+        self.weight = _filled((num_features,), 1.0) if affine else None
+        self.bias = _filled((num_features,), 0.0) if affine else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        _check_channels("InstanceNorm", x, self.num_features)
+        x = x.reshape(x.shape[0], x.shape[1], -1).layernorm(eps=self.eps).reshape(x.shape)
+        return _affine_channels(x, self.weight, self.bias)
+
+
+def _affine_channels(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
+    """x * weight + bias with (C,) parameters laid along axis 1 of (N, C, *)."""
+    shape = (1, x.shape[1], *[1] * (x.ndim - 2))
+    if weight is not None:
+        x = x * weight.reshape(shape)
+    return x if bias is None else x + bias.reshape(shape)
+
+
+class Embedding:
+    """Look up rows of weight: int indices (*) -> (*, embed_size).
+
+    weight (vocab_size, embed_size) starts Glorot-uniform. As in the reference, an index outside [0, vocab_size) gives
+    a row of zeros (checking would read the indices back from the device). Raises TypeError for non-integer indices.
+    Example: `Embedding(10, 4)(Tensor([[1, 2]])).shape == (1, 2, 4)`.
+    """
+
+    def __init__(self, vocab_size: int, embed_size: int) -> None:
+        self.vocab_sz, self.embed_sz = vocab_size, embed_size
+        self.weight = Tensor.glorot_uniform(vocab_size, embed_size)
+
+    def __call__(self, idx: Tensor) -> Tensor:
+        if not dtypes.is_int(idx.dtype):
+            raise TypeError(f"Embedding: indices must be integers: got {idx.dtype}, expected an int dtype")
+        # (*, 1) == (vocab,) -> one-hot (*, vocab, 1); selecting rows of (vocab, embed) and summing -> (*, embed)
+        hits = idx.unsqueeze(-1) == Tensor.arange(self.vocab_sz, device=self.weight.device)
+        return hits.unsqueeze(-1).where(self.weight, 0).sum(-2).cast(self.weight.dtype)
+
+
+class LSTMCell:
+    """One LSTM step: x (B, input_size), (h, c) each (B, hidden_size) -> (h', c'); zeros when hc is None.
+
+    Gates in torch's order (input, forget, cell, output); weight_ih (4H, input_size) and weight_hh (4H, H) start
+    U(-1/sqrt(H), 1/sqrt(H)), bias_ih and bias_hh (4H,) at 0 as in the reference (None without bias).
+    Raises ValueError for mis-shaped x, h or c. Example: `h, c = LSTMCell(3, 5)(Tensor.randn(2, 3))`.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True) -> None:
+        bound = 1 / math.sqrt(hidden_size)
+        self.weight_ih = _uniform((hidden_size * 4, input_size), bound)
+        self.weight_hh = _uniform((hidden_size * 4, hidden_size), bound)
+        self.bias_ih = _filled((hidden_size * 4,), 0.0) if bias else None
+        self.bias_hh = _filled((hidden_size * 4,), 0.0) if bias else None
+
+    def __call__(self, x: Tensor, hc: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+        hidden, input_size = self.weight_hh.shape[1], self.weight_ih.shape[1]
+        if x.ndim != 2 or x.shape[1] != input_size:
+            raise ValueError(f"LSTMCell: input x is mis-shaped: got {x.shape}, expected (B, {input_size})")
+        if hc is None:
+            zeros = Tensor.zeros(x.shape[0], hidden, dtype=x.dtype, device=x.device)
+            hc = (zeros, zeros)
+        for name, t in zip(("h", "c"), hc, strict=True):
+            if t.shape != (x.shape[0], hidden):
+                raise ValueError(
+                    f"LSTMCell: state {name} is mis-shaped: got {t.shape}, expected ({x.shape[0]}, {hidden})"
+                )
+        h, c = hc
+        # (B, in) @ (in, 4H) + (B, H) @ (H, 4H) -> (B, 4H) -> four (B, H) gates
+        gates = x.linear(self.weight_ih.transpose(), self.bias_ih) + h.linear(self.weight_hh.transpose(), self.bias_hh)
+        i, f, g, o = gates.chunk(4, 1)
+        new_c = f.sigmoid() * c + i.sigmoid() * g.tanh()
+        new_h = o.sigmoid() * new_c.tanh()
+        return new_h.contiguous(), new_c.contiguous()
