@@ -1,0 +1,388 @@
+"""Optimisers: turn each parameter's `.grad` into an in-place update (`Tensor.assign`) that runs as a few fused kernels.
+
+Entry points: `SGD`, `Adam`, `AdamW`, `LAMB`, `LARS` and `OptimizerGroup`; `opt.step()` realizes one update. Formulas
+and defaults follow the reference system (tinygrad's `nn.optim`); SGD and LARS are one rule, as are Adam and LAMB.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from fusegrad.dtype import dtypes, least_upper_dtype
+from fusegrad.helpers import dedup, flatten
+from fusegrad.tensor import Tensor
+
+Device = str | tuple[str, ...]
+
+
+def _check_number(op: str, name: str, value: object) -> float:
+    """A Python int or float that is not NaN; anything else is a TypeError or a ValueError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{op}: {name} must be a Python number: got {type(value).__name__}, expected int or float")
+    if math.isnan(value):
+        raise ValueError(f"{op}: invalid {name}: got {value}, expected a number")
+    return float(value)
+
+
+def _check_nonnegative(op: str, name: str, value: object) -> float:
+    if (number := _check_number(op, name, value)) < 0:
+        raise ValueError(f"{op}: invalid {name}: got {value}, expected {name} >= 0")
+    return number
+
+
+def _check_beta(op: str, name: str, value: object) -> float:
+    if not 0 <= (number := _check_number(op, name, value)) < 1:
+        raise ValueError(f"{op}: invalid {name}: got {value}, expected 0 <= {name} < 1")
+    return number
+
+
+def _check_training(op: str) -> None:
+    if not Tensor.training:
+        raise RuntimeError(
+            f"{op}: optimisers only step in training mode: got Tensor.training=False, expected True "
+            "(wrap the step in `with Tensor.train():`)"
+        )
+
+
+class Optimizer:
+    """Base of every optimiser: holds the parameters, the learning rate as a (1,) Tensor, and the step protocol.
+
+    `params` keeps tensors whose `requires_grad` is not False (None becomes True), without duplicates; the others are
+    "buffers": not updated, but realized with each step. Raises ValueError when no parameter remains or lr < 0, and
+    TypeError for a non-Tensor or a non-float parameter. Subclasses implement `_step`.
+    Example: `opt = SGD([w], lr=0.1)`, then per batch `opt.zero_grad(); loss.backward(); opt.step()` in training mode.
+    """
+
+    def __init__(self, params: Sequence[Tensor], lr: float, device: Device | None = None) -> None:
+        op = type(self).__name__
+        lr = _check_nonnegative(op, "lr", lr)
+        for i, t in enumerate(params):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"{op}: params[{i}] is not a Tensor: got {type(t).__name__}, expected Tensor")
+        for t in params:
+            # a tensor handed to an optimiser without a say on requires_grad is a parameter (like the reference)
+            if t.requires_grad is None:
+                t.requires_grad = True
+        self.params: list[Tensor] = dedup(t for t in params if t.requires_grad)
+        if not self.params:
+            raise ValueError(
+                f"{op}: no parameter to optimise: got {len(params)} tensors, expected at least one with requires_grad"
+            )
+        for i, t in enumerate(self.params):
+            if not dtypes.is_float(t.dtype):
+                raise TypeError(f"{op}: parameter {i} is not a float tensor: got {t.dtype}, expected a float dtype")
+        self.buffers: list[Tensor] = dedup(t for t in params if not t.requires_grad)
+        self.device: Device = device if device is not None else self.params[0].device
+        # a buffer, not a constant: a new value is a write, so compiled kernels (and TinyJit replays) read it
+        self._lr = Tensor([lr], device=self.device, dtype=least_upper_dtype(dtypes.default_float, dtypes.float32))
+
+    @property
+    def lr(self) -> Tensor:
+        """The learning rate, a (1,) float32 Tensor; `opt.lr = 0.01` writes the new value into it (same buffer)."""
+        return self._lr
+
+    @lr.setter
+    def lr(self, value: float | Tensor) -> None:
+        if isinstance(value, Tensor):
+            if value.numel() != 1:
+                raise ValueError(f"lr: a learning rate has one element: got shape {value.shape}, expected 1 element")
+            new = value.reshape(1).cast(self._lr.dtype).to(self._lr.device)
+        else:
+            new = Tensor([_check_nonnegative("lr", "lr", value)], device=self._lr.device, dtype=self._lr.dtype)
+        self._lr.assign(new).realize()
+
+    def _new_state(self) -> list[Tensor]:
+        """One float32 zero tensor per parameter (momentum, moments), on the optimiser's device."""
+        if isinstance(self.device, tuple):
+            return [t.zeros_like(dtype=dtypes.float32) for t in self.params]
+        return [Tensor.zeros(*t.shape, dtype=dtypes.float32, device=self.device) for t in self.params]
+
+    def zero_grad(self) -> None:
+        """Forget every parameter's gradient, so the next backward() starts from nothing."""
+        for t in self.params:
+            t.grad = None
+
+    def step(self) -> None:
+        """Run one update now: realize everything `schedule_step()` returns, in one schedule."""
+        Tensor.realize(*self.schedule_step())
+
+    def schedule_step(self) -> list[Tensor]:
+        """Write the update into each parameter (lazily) and return the tensors to realize to perform it.
+
+        Raises RuntimeError outside `Tensor.train()` or when a parameter has no gradient, ValueError when a gradient's
+        shape differs from its parameter's.
+        """
+        op = f"{type(self).__name__}.step"
+        _check_training(op)
+        grads = [self._grad_of(op, i, t) for i, t in enumerate(self.params)]
+        # TODO(#7): the scheduler can order a kernel that reads a parameter (here: another parameter's gradient) after
+        # that parameter's write in the same schedule; realizing the gradients first keeps every step correct
+        Tensor.realize(*grads)
+        updates, state = self._step(self.params, grads)
+        for t, update in zip(self.params, updates, strict=True):
+            t.assign(t.detach() - update.to(t.device))
+        return [*state, *self.params, *self.buffers]
+
+    def _grad_of(self, op: str, i: int, t: Tensor) -> Tensor:
+        if t.grad is None:
+            raise RuntimeError(f"{op}: parameter {i} (shape {t.shape}) has no gradient: call backward() before step()")
+        if t.grad.shape != t.shape:
+            raise ValueError(f"{op}: gradient of parameter {i} has shape {t.grad.shape}: expected {t.shape}")
+        return t.grad if t.grad.device == self.device else t.grad.to(self.device)
+
+    def _step(self, params: list[Tensor], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+        """The amount to subtract from each parameter, and the state tensors that the step writes."""
+        raise NotImplementedError(f"{type(self).__name__}: an optimiser subclass must implement _step")
+
+
+class OptimizerGroup(Optimizer):
+    """Several optimisers stepped as one (e.g. different lr per layer group); `group[i]` is the i-th optimiser.
+
+    Example: `OptimizerGroup(SGD(body, lr=0.1), Adam(head))`. Raises ValueError when given no optimiser.
+    """
+
+    def __init__(self, *optimizers: Optimizer) -> None:  # no super().__init__: the members hold lr and state
+        if not optimizers:
+            raise ValueError("OptimizerGroup: no optimiser: got 0, expected at least one")
+        for i, o in enumerate(optimizers):
+            if not isinstance(o, Optimizer):
+                raise TypeError(f"OptimizerGroup: argument {i} is not an Optimizer: got {type(o).__name__}")
+        self.optimizers = optimizers
+        self.params = flatten(o.params for o in optimizers)
+        self.buffers = flatten(o.buffers for o in optimizers)
+
+    def __getitem__(self, i: int) -> Optimizer:
+        return self.optimizers[i]
+
+    def zero_grad(self) -> None:
+        for o in self.optimizers:
+            o.zero_grad()
+
+    def schedule_step(self) -> list[Tensor]:
+        _check_training("OptimizerGroup.step")
+        # every member's gradients before any member's writes (see Optimizer.schedule_step)
+        Tensor.realize(*[t.grad for t in self.params if t.grad is not None])
+        return [t for o in self.optimizers for t in o.schedule_step()]
+
+
+class LARS(Optimizer):
+    """Layer-wise Adaptive Rate Scaling: SGD with momentum whose step per tensor is scaled by a trust ratio.
+
+    ratio = tcoef * |w| / (|g| + weight_decay * |w|) (1 where a norm is 0); with `pre_wd` the decay is added to g.
+    `classic` scales by lr before the momentum buffer (lr changes act smoothly), else after it (torch's SGD form).
+    tcoef=0 turns the ratio off (that is `SGD`). Paper: https://arxiv.org/abs/1708.03888v3. Raises ValueError for
+    negative lr, momentum or weight_decay, and for nesterov without momentum.
+    """
+
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float = 0.001,
+        momentum: float = 0.9,
+        weight_decay: float = 1e-4,
+        ns_steps: int = 0,
+        ns_coefficients: tuple[float, ...] | None = None,
+        nesterov: bool = False,
+        classic: bool = True,
+        pre_wd: bool = True,
+        tcoef: float = 0.001,
+        device: Device | None = None,
+    ) -> None:
+        op = type(self).__name__
+        self.momentum = _check_nonnegative(op, "momentum", momentum)
+        self.wd = _check_nonnegative(op, "weight_decay", weight_decay)
+        self.tcoef = _check_nonnegative(op, "tcoef", tcoef)
+        if nesterov and self.momentum == 0:
+            raise ValueError(f"{op}: nesterov needs momentum: got momentum={momentum}, expected momentum > 0")
+        if isinstance(ns_steps, bool) or not isinstance(ns_steps, int) or ns_steps < 0:
+            raise ValueError(f"{op}: invalid ns_steps: got {ns_steps!r}, expected an int >= 0")
+        super().__init__(params, lr, device)
+        if ns_coefficients:
+            for i, t in enumerate(self.params):
+                if t.ndim == 0:
+                    raise ValueError(f"{op}: Newton-Schulz needs parameters with a dimension: got a 0-d parameter {i}")
+        self.ns_steps, self.ns_coefficients = ns_steps, ns_coefficients
+        self.nesterov, self.classic, self.pre_wd = nesterov, classic, pre_wd
+        self.b = self._new_state() if self.momentum else []
+
+    def _trust_ratio(self, t: Tensor, g: Tensor) -> Tensor | float:
+        """tcoef * |w| / (|g| + wd * |w|), or 1 when either norm is 0 (a zero layer or no gradient yet)."""
+        if self.tcoef == 0:
+            return 1.0
+        weight_norm = t.detach().square().sum().sqrt()
+        grad_norm = g.square().sum().sqrt()
+        ratio = self.tcoef * weight_norm / (grad_norm + self.wd * weight_norm)
+        return (weight_norm > 0).where((grad_norm > 0).where(ratio, 1.0), 1.0)
+
+    def _step(self, params: list[Tensor], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+        updates = []
+        for i, (t, g) in enumerate(zip(params, grads, strict=True)):
+            ratio = self._trust_ratio(t, g)
+            if self.pre_wd and self.wd > 0:
+                g = g + self.wd * t.detach()
+            if self.classic:
+                g = g * ratio * self.lr
+            if self.momentum:
+                # b starts at zero, so the first step needs no special case: b_1 = g_1
+                self.b[i].assign(self.momentum * self.b[i] + g)
+                g = g + self.momentum * self.b[i] if self.nesterov else self.b[i]
+            if self.ns_coefficients:
+                g = _newton_schulz(g.reshape(g.shape[0], -1), self.ns_steps, self.ns_coefficients).reshape(g.shape)
+            if not self.classic:
+                g = g * ratio * self.lr
+            if not self.pre_wd and self.wd > 0:
+                g = g + self.wd * self.lr * t.detach()
+            updates.append(g.cast(t.dtype))
+        return updates, self.b
+
+
+class SGD(LARS):
+    """Stochastic gradient descent with optional momentum, nesterov momentum and (L2) weight decay.
+
+    Update: g += wd * w; b = momentum * b + g; w -= lr * (g + momentum * b if nesterov else b). With `classic` the lr
+    is applied before the momentum buffer: b = momentum * b + lr * g (same result while lr is constant).
+    Example: `SGD(params, lr=0.1, momentum=0.9)`. Raises ValueError like `LARS`.
+    """
+
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float = 0.001,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+        classic: bool = False,
+        device: Device | None = None,
+    ) -> None:
+        super().__init__(params, lr, momentum, weight_decay, 0, None, nesterov, classic, True, 0.0, device)
+
+
+class Muon(LARS):
+    """SGD whose (nesterov) momentum step is orthogonalised by Newton-Schulz iterations; decay after the momentum.
+
+    Per tensor (viewed as (rows, -1)): b = momentum * b + g; u = NS(g + momentum * b if nesterov else b);
+    w -= lr * u + lr * weight_decay * w. https://kellerjordan.github.io/posts/muon/, arxiv.org/pdf/2502.16982.
+    Raises ValueError like `LARS`, and for a 0-d parameter.
+    """
+
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float = 0.001,
+        momentum: float = 0.95,
+        weight_decay: float = 0.1,
+        ns_steps: int = 5,
+        ns_coefficients: tuple[float, ...] = (3.4445, -4.775, 2.0315),
+        nesterov: bool = True,
+        device: Device | None = None,
+    ) -> None:
+        # popular (not classic) momentum, weight decay after the momentum, no trust ratio
+        coefficients = ns_coefficients
+        super().__init__(params, lr, momentum, weight_decay, ns_steps, coefficients, nesterov, False, False, 0, device)
+
+
+def _newton_schulz(x: Tensor, steps: int, coefficients: tuple[float, ...], eps: float = 1e-7) -> Tensor:
+    """Push a matrix's singular values towards 1: x <- sum_i c_i (x x^T)^i x, after scaling x to Frobenius norm 1."""
+    if x.shape[0] > x.shape[1]:
+        # iterate on the wide side: x x^T is then the smaller Gram matrix
+        return _newton_schulz(x.T, steps, coefficients, eps).T
+    x = x / (x.square().sum().sqrt() + eps)
+    for _ in range(steps):
+        gram = x @ x.T  # (rows, rows)
+        term, total = x, coefficients[0] * x
+        for c in coefficients[1:]:
+            term = gram @ term
+            total = total + c * term
+        x = total
+    return x
+
+
+class LAMB(Optimizer):
+    """LAMB: Adam's bias-corrected step (plus decoupled weight decay), scaled per tensor by |w| / |step|.
+
+    m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; step = m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd * w;
+    w -= lr * ratio * step, ratio = |w| / |step| (1 where a norm is 0, and always 1 with `adam`).
+    Paper: https://arxiv.org/abs/1904.00962. Raises ValueError for negative lr, eps or weight_decay, and for b1 or b2
+    outside [0, 1).
+    """
+
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float = 0.001,
+        b1: float = 0.9,
+        b2: float = 0.999,
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        adam: bool = False,
+        device: Device | None = None,
+    ) -> None:
+        op = type(self).__name__
+        self.b1, self.b2 = _check_beta(op, "b1", b1), _check_beta(op, "b2", b2)
+        self.eps = _check_nonnegative(op, "eps", eps)
+        self.wd = _check_nonnegative(op, "weight_decay", weight_decay)
+        super().__init__(params, lr, device)
+        self.adam = adam
+        # b1^t and b2^t, kept on the device so a step is the same kernels every time (TinyJit replays it)
+        self.b1_t = Tensor([1.0], dtype=dtypes.float32, device=self.device, requires_grad=False)
+        self.b2_t = Tensor([1.0], dtype=dtypes.float32, device=self.device, requires_grad=False)
+        self.m = self._new_state()
+        self.v = self._new_state()
+
+    def _step(self, params: list[Tensor], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+        self.b1_t.assign(self.b1_t * self.b1)
+        self.b2_t.assign(self.b2_t * self.b2)
+        updates = []
+        for t, g, m, v in zip(params, grads, self.m, self.v, strict=True):
+            m.assign((self.b1 * m + (1.0 - self.b1) * g).cast(m.dtype))
+            v.assign((self.b2 * v + (1.0 - self.b2) * (g * g)).cast(v.dtype))
+            m_hat = m / (1.0 - self.b1_t)
+            v_hat = v / (1.0 - self.b2_t)
+            step = m_hat / (v_hat.sqrt() + self.eps) + self.wd * t.detach()
+            updates.append((self.lr * self._trust_ratio(t, step) * step).cast(t.dtype))
+        return updates, [self.b1_t, self.b2_t, *self.m, *self.v]
+
+    def _trust_ratio(self, t: Tensor, step: Tensor) -> Tensor | float:
+        if self.adam:
+            return 1.0
+        weight_norm = t.detach().square().sum().sqrt()
+        step_norm = step.square().sum().sqrt()
+        return (weight_norm > 0).where((step_norm > 0).where(weight_norm / step_norm, 1.0), 1.0)
+
+
+class AdamW(LAMB):
+    """Adam with decoupled weight decay: w -= lr * (adam_step + weight_decay * w). Paper: arxiv.org/abs/1711.05101v3.
+
+    Example: `AdamW(params, lr=1e-3, weight_decay=0.01)`. Raises ValueError like `LAMB`.
+    """
+
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float = 0.001,
+        b1: float = 0.9,
+        b2: float = 0.999,
+        eps: float = 1e-8,
+        weight_decay: float = 0.01,
+        device: Device | None = None,
+    ) -> None:
+        super().__init__(params, lr, b1, b2, eps, weight_decay, adam=True, device=device)
+
+
+class Adam(LAMB):
+    """Adam: w -= lr * m_hat / (sqrt(v_hat) + eps), with bias-corrected moments. Paper: arxiv.org/abs/1412.6980.
+
+    Example: `Adam(params, lr=1e-3)`. Raises ValueError for negative lr or eps and b1/b2 outside [0, 1).
+    """
+
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float = 0.001,
+        b1: float = 0.9,
+        b2: float = 0.999,
+        eps: float = 1e-8,
+        device: Device | None = None,
+    ) -> None:
+        super().__init__(params, lr, b1, b2, eps, 0.0, adam=True, device=device)

@@ -1,0 +1,390 @@
+"""fusegrad.nn.optim: five steps on a small MLP against torch's optimisers (or a numpy re-implementation where the
+reference's formula differs from torch's), the step protocol (training mode, zero_grad, skipped tensors, lr writes),
+argument errors, and the number of kernels one step runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from fusegrad import Tensor
+from fusegrad.dtype import dtypes
+from fusegrad.helpers import GlobalCounters
+from fusegrad.nn import optim
+
+STEPS = 5
+RNG = np.random.default_rng(7)
+# a 2-layer MLP (4 -> 8 -> 3) and a batch of 16 rows; float32 like the optimisers' state
+INIT = [RNG.standard_normal(shape).astype(np.float32) for shape in [(4, 8), (8,), (8, 3), (3,)]]
+X = RNG.standard_normal((16, 4)).astype(np.float32)
+Y = RNG.standard_normal((16, 3)).astype(np.float32)
+
+
+def mlp_loss(params: list[Any], x: Any, y: Any) -> Any:
+    """Mean squared error of relu(x @ w1 + b1) @ w2 + b2; works for fusegrad and torch tensors alike."""
+    w1, b1, w2, b2 = params
+    return (((x @ w1 + b1).relu() @ w2 + b2 - y) ** 2).mean()
+
+
+def train_fusegrad(make: Callable[[list[Tensor]], optim.Optimizer], lrs: list[float] | None = None) -> list[np.ndarray]:
+    """STEPS optimiser steps from INIT; lrs[i], if given, is written into opt.lr before step i."""
+    params = [Tensor(p.copy(), requires_grad=True) for p in INIT]
+    opt = make(params)
+    x, y = Tensor(X), Tensor(Y)
+    with Tensor.train():
+        for i in range(STEPS):
+            if lrs is not None:
+                opt.lr = lrs[i]
+            opt.zero_grad()
+            mlp_loss(params, x, y).backward()
+            opt.step()
+    return [p.numpy() for p in params]
+
+
+def train_torch(make: Callable[[list[torch.Tensor]], torch.optim.Optimizer]) -> list[np.ndarray]:
+    params = [torch.tensor(p, requires_grad=True) for p in INIT]
+    opt = make(params)
+    for _ in range(STEPS):
+        opt.zero_grad()
+        mlp_loss(params, torch.tensor(X), torch.tensor(Y)).backward()
+        opt.step()
+    return [p.detach().numpy() for p in params]
+
+
+def torch_grads(params: list[np.ndarray]) -> list[np.ndarray]:
+    """The MLP loss's gradients at `params` (float64), for the numpy re-implementations."""
+    ts = [torch.tensor(p, dtype=torch.float64, requires_grad=True) for p in params]
+    mlp_loss(ts, torch.tensor(X, dtype=torch.float64), torch.tensor(Y, dtype=torch.float64)).backward()
+    return [t.grad.numpy() for t in ts]  # type: ignore[union-attr]  # every param is used by the loss
+
+
+def assert_close(got: list[np.ndarray], want: list[np.ndarray], rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=f"parameter {i}")
+
+
+# *** against torch, where the reference's formula is torch's ***
+
+TORCH_CASES = {
+    "sgd": (lambda p: optim.SGD(p, lr=0.1), lambda p: torch.optim.SGD(p, lr=0.1)),
+    "sgd_momentum_wd": (
+        lambda p: optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=0.1),
+        lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=0.1),
+    ),
+    "sgd_nesterov": (
+        lambda p: optim.SGD(p, lr=0.05, momentum=0.8, nesterov=True),
+        lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.8, nesterov=True),
+    ),
+    # classic momentum keeps lr * g in the buffer: the same steps as torch's while lr does not change
+    "sgd_classic": (
+        lambda p: optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=0.01, classic=True),
+        lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=0.01),
+    ),
+    "adam": (lambda p: optim.Adam(p, lr=0.01), lambda p: torch.optim.Adam(p, lr=0.01)),
+    "adam_betas": (
+        lambda p: optim.Adam(p, lr=0.02, b1=0.5, b2=0.9, eps=1e-6),
+        lambda p: torch.optim.Adam(p, lr=0.02, betas=(0.5, 0.9), eps=1e-6),
+    ),
+    "adamw": (
+        lambda p: optim.AdamW(p, lr=0.01, weight_decay=0.1),
+        lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1),
+    ),
+    "adamw_defaults": (lambda p: optim.AdamW(p), lambda p: torch.optim.AdamW(p)),
+}
+
+
+@pytest.mark.parametrize("case", TORCH_CASES)
+def test_matches_torch(case: str) -> None:
+    make_fusegrad, make_torch = TORCH_CASES[case]
+    got = train_fusegrad(make_fusegrad)
+    assert_close(got, train_torch(make_torch))
+    assert not np.allclose(got[0], INIT[0]), "the weights did not move"
+
+
+# *** against numpy re-implementations of the reference's formulas ***
+
+
+def numpy_train(update: Callable[[int, list[np.ndarray], list[np.ndarray], dict[str, Any]], None]) -> list[np.ndarray]:
+    """STEPS updates in float64: update(step, params, grads, state) changes params in place."""
+    params = [p.astype(np.float64) for p in INIT]
+    state: dict[str, Any] = {}
+    for step in range(STEPS):
+        update(step, params, torch_grads(params), state)
+    return params
+
+
+def numpy_lars(lr: float, momentum: float, wd: float, tcoef: float, nesterov: bool, classic: bool) -> list[np.ndarray]:
+    def update(step: int, params: list[np.ndarray], grads: list[np.ndarray], state: dict[str, Any]) -> None:
+        buffers = state.setdefault("b", [np.zeros_like(p) for p in params])
+        for i, (p, g) in enumerate(zip(params, grads, strict=True)):
+            wn, gn = np.linalg.norm(p), np.linalg.norm(g)
+            ratio = tcoef * wn / (gn + wd * wn) if wn > 0 and gn > 0 and tcoef else 1.0
+            g = (g + wd * p) * (ratio * lr if classic else 1.0)
+            buffers[i] = momentum * buffers[i] + g
+            g = g + momentum * buffers[i] if nesterov else buffers[i]
+            p -= g if classic else g * ratio * lr
+
+    return numpy_train(update)
+
+
+def numpy_lamb(lr: float, b1: float, b2: float, eps: float, wd: float, adam: bool) -> list[np.ndarray]:
+    def update(step: int, params: list[np.ndarray], grads: list[np.ndarray], state: dict[str, Any]) -> None:
+        m = state.setdefault("m", [np.zeros_like(p) for p in params])
+        v = state.setdefault("v", [np.zeros_like(p) for p in params])
+        for i, (p, g) in enumerate(zip(params, grads, strict=True)):
+            m[i] = b1 * m[i] + (1 - b1) * g
+            v[i] = b2 * v[i] + (1 - b2) * g * g
+            up = m[i] / (1 - b1 ** (step + 1)) / (np.sqrt(v[i] / (1 - b2 ** (step + 1))) + eps) + wd * p
+            wn, un = np.linalg.norm(p), np.linalg.norm(up)
+            ratio = wn / un if wn > 0 and un > 0 and not adam else 1.0
+            p -= lr * ratio * up
+
+    return numpy_train(update)
+
+
+def numpy_newton_schulz(x: np.ndarray, steps: int, coefficients: tuple[float, ...]) -> np.ndarray:
+    if x.shape[0] > x.shape[1]:
+        return numpy_newton_schulz(x.T, steps, coefficients).T
+    x = x / (np.linalg.norm(x) + 1e-7)
+    for _ in range(steps):
+        x = sum(c * np.linalg.matrix_power(x @ x.T, k) @ x for k, c in enumerate(coefficients))
+    return x
+
+
+def numpy_muon(lr: float, momentum: float, wd: float, steps: int, coefficients: tuple[float, ...]) -> list[np.ndarray]:
+    def update(step: int, params: list[np.ndarray], grads: list[np.ndarray], state: dict[str, Any]) -> None:
+        buffers = state.setdefault("b", [np.zeros_like(p) for p in params])
+        for i, (p, g) in enumerate(zip(params, grads, strict=True)):
+            buffers[i] = momentum * buffers[i] + g
+            u = g + momentum * buffers[i]  # nesterov
+            u = numpy_newton_schulz(u.reshape(u.shape[0], -1), steps, coefficients).reshape(u.shape)
+            p -= lr * u + wd * lr * p
+
+    return numpy_train(update)
+
+
+def test_lamb_matches_numpy() -> None:
+    got = train_fusegrad(lambda p: optim.LAMB(p, lr=0.05, weight_decay=0.1))
+    assert_close(got, numpy_lamb(0.05, 0.9, 0.999, 1e-6, 0.1, adam=False), rtol=1e-4, atol=1e-5)
+
+
+def test_lamb_adam_flag_is_adam() -> None:
+    got = train_fusegrad(lambda p: optim.LAMB(p, lr=0.01, eps=1e-8, adam=True))
+    assert_close(got, train_torch(lambda p: torch.optim.Adam(p, lr=0.01)))
+
+
+@pytest.mark.parametrize(
+    ("momentum", "nesterov", "classic", "tcoef"),
+    [(0.9, False, True, 0.001), (0.9, True, False, 0.01), (0.0, False, True, 0.02)],
+)
+def test_lars_matches_numpy(momentum: float, nesterov: bool, classic: bool, tcoef: float) -> None:
+    def make(p: list[Tensor]) -> optim.Optimizer:
+        return optim.LARS(
+            p, lr=0.5, momentum=momentum, weight_decay=1e-3, nesterov=nesterov, classic=classic, tcoef=tcoef
+        )
+
+    want = numpy_lars(0.5, momentum, 1e-3, tcoef, nesterov, classic)
+    assert_close(train_fusegrad(make), want, rtol=1e-4, atol=1e-6)
+
+
+def test_muon_matches_numpy() -> None:
+    got = train_fusegrad(lambda p: optim.Muon(p, lr=0.02))
+    assert_close(got, numpy_muon(0.02, 0.95, 0.1, 5, (3.4445, -4.775, 2.0315)), rtol=1e-4, atol=1e-5)
+
+
+def test_classic_momentum_with_changing_lr() -> None:
+    """Classic momentum stores lr * g, so a new lr acts on new gradients only (unlike torch's form)."""
+    lrs = [0.1, 0.1, 0.05, 0.02, 0.2]
+    got = train_fusegrad(lambda p: optim.SGD(p, lr=0.1, momentum=0.9, classic=True), lrs)
+    buffer: list[np.ndarray] = []
+    params = [p.astype(np.float64) for p in INIT]
+    for lr in lrs:
+        grads = torch_grads(params)
+        buffer = [0.9 * b + lr * g for b, g in zip(buffer or [0 * g for g in grads], grads, strict=True)]
+        params = [p - b for p, b in zip(params, buffer, strict=True)]
+    assert_close(got, params)
+
+
+# *** the step protocol ***
+
+
+def test_step_outside_training_raises() -> None:
+    w = Tensor([1.0, 2.0], requires_grad=True)
+    opt = optim.SGD([w], lr=0.1)
+    (w * w).sum().backward()
+    assert not Tensor.training
+    with pytest.raises(RuntimeError, match=r"SGD\.step: optimisers only step in training mode"):
+        opt.step()
+    assert w.tolist() == [1.0, 2.0]
+
+
+def test_step_without_gradient_raises() -> None:
+    w = Tensor([1.0, 2.0], requires_grad=True)
+    opt = optim.Adam([w])
+    with Tensor.train(), pytest.raises(RuntimeError, match=r"parameter 0 \(shape \(2,\)\) has no gradient"):
+        opt.step()
+
+
+def test_zero_grad_clears_grads() -> None:
+    w, b = Tensor([1.0, 2.0], requires_grad=True), Tensor([3.0], requires_grad=True)
+    opt = optim.SGD([w, b])
+    (w * b).sum().backward()
+    assert w.grad is not None
+    assert b.grad is not None
+    opt.zero_grad()
+    assert (w.grad, b.grad) == (None, None)
+    # the next backward starts from nothing instead of adding to the old gradient
+    (w * b).sum().backward()
+    assert w.grad is not None
+    assert w.grad.tolist() == [3.0, 3.0]
+
+
+def test_frozen_tensor_is_skipped_but_realized() -> None:
+    w = Tensor([1.0, 2.0], requires_grad=True)
+    frozen = Tensor([5.0, 6.0], requires_grad=False)
+    unset = Tensor([7.0, 8.0])
+    opt = optim.SGD([w, frozen, w, unset], lr=0.5)
+    assert opt.params == [w, unset]
+    assert opt.buffers == [frozen]
+    assert unset.requires_grad is True, "a tensor given to an optimiser without a say becomes a parameter"
+    with Tensor.train():
+        (w * frozen + unset).sum().backward()
+        assert frozen.grad is None
+        opt.step()
+    assert w.tolist() == [1.0 - 0.5 * 5.0, 2.0 - 0.5 * 6.0]
+    assert unset.tolist() == [6.5, 7.5]
+    assert frozen.tolist() == [5.0, 6.0]
+
+
+def test_updates_keep_parameter_buffers() -> None:
+    """Parameters and state are written in place: the same Buffer objects after every step (what TinyJit needs)."""
+    w = Tensor.randn(3, 4, requires_grad=True).realize()
+    opt = optim.Adam([w], lr=0.1)
+    x = Tensor.randn(2, 3).realize()
+    buffers = []
+    with Tensor.train():
+        for _ in range(3):
+            opt.zero_grad()
+            (x @ w).square().sum().backward()
+            opt.step()
+            buffers.append([t._buffer() for t in [w, opt.m[0], opt.v[0], opt.b1_t, opt.lr]])
+    assert all(b is first for later in buffers[1:] for b, first in zip(later, buffers[0], strict=True))
+    assert buffers[0][0] is w._buffer()
+
+
+def test_lr_write_is_in_place() -> None:
+    w = Tensor([1.0], requires_grad=True)
+    opt = optim.SGD([w], lr=0.5)
+    lr_buffer = opt.lr._buffer()
+    assert opt.lr.shape == (1,)
+    assert opt.lr.tolist() == [0.5]
+    opt.lr = 0.25
+    assert opt.lr.tolist() == [0.25]
+    assert opt.lr._buffer() is lr_buffer
+    opt.lr = Tensor(0.125)
+    assert opt.lr.tolist() == [0.125]
+    assert opt.lr._buffer() is lr_buffer
+    with Tensor.train():
+        (w * 4.0).sum().backward()
+        opt.step()
+    assert w.tolist() == [0.5]
+    with pytest.raises(ValueError, match=r"lr: invalid lr: got -1\.0, expected lr >= 0"):
+        opt.lr = -1.0
+    with pytest.raises(ValueError, match=r"got shape \(2,\), expected 1 element"):
+        opt.lr = Tensor([1.0, 2.0])
+
+
+def test_optimizer_group() -> None:
+    a, b = Tensor([1.0, 2.0], requires_grad=True), Tensor([3.0], requires_grad=True)
+    group = optim.OptimizerGroup(optim.SGD([a], lr=0.5), optim.SGD([b], lr=0.25, momentum=0.9))
+    assert group.params == [a, b]
+    assert isinstance(group[1], optim.SGD)
+    with Tensor.train():
+        for _ in range(2):
+            group.zero_grad()
+            (a.sum() * 2.0 + b.sum()).backward()
+            group.step()
+    assert a.grad is not None
+    np.testing.assert_allclose(a.numpy(), [1.0 - 2 * 0.5 * 2.0, 2.0 - 2 * 0.5 * 2.0])
+    np.testing.assert_allclose(b.numpy(), [3.0 - 0.25 * 1.0 - 0.25 * 1.9], rtol=1e-6)
+    with pytest.raises(ValueError, match="OptimizerGroup: no optimiser"):
+        optim.OptimizerGroup()
+
+
+def test_half_parameters_keep_their_dtype() -> None:
+    w = Tensor([1.0, -2.0], dtype=dtypes.float16, requires_grad=True)
+    opt = optim.Adam([w], lr=0.5)
+    with Tensor.train():
+        (w * w).sum().backward()
+        opt.step()
+    assert w.dtype == dtypes.float16
+    assert (opt.m[0].dtype, opt.lr.dtype) == (dtypes.float32, dtypes.float32), "state and lr stay float32"
+    np.testing.assert_allclose(w.numpy().astype(np.float32), [0.5, -1.5], rtol=1e-3)
+
+
+# *** argument errors ***
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "match"),
+    [
+        (lambda p: optim.SGD(p, lr=-0.1), ValueError, r"SGD: invalid lr: got -0\.1, expected lr >= 0"),
+        (lambda p: optim.SGD(p, lr=float("nan")), ValueError, r"SGD: invalid lr: got nan"),
+        (lambda p: optim.SGD(p, momentum=-1), ValueError, r"SGD: invalid momentum: got -1, expected momentum >= 0"),
+        (lambda p: optim.SGD(p, weight_decay=-0.5), ValueError, r"invalid weight_decay: got -0\.5"),
+        (lambda p: optim.SGD(p, nesterov=True), ValueError, r"SGD: nesterov needs momentum: got momentum=0\.0"),
+        (lambda p: optim.Adam(p, b1=1.0), ValueError, r"Adam: invalid b1: got 1\.0, expected 0 <= b1 < 1"),
+        (lambda p: optim.AdamW(p, b2=-0.1), ValueError, r"AdamW: invalid b2: got -0\.1, expected 0 <= b2 < 1"),
+        (lambda p: optim.Adam(p, eps=-1e-8), ValueError, r"Adam: invalid eps: got -1e-08, expected eps >= 0"),
+        (lambda p: optim.LAMB(p, weight_decay=-1), ValueError, r"LAMB: invalid weight_decay: got -1"),
+        (lambda p: optim.LARS(p, tcoef=-1), ValueError, r"LARS: invalid tcoef: got -1"),
+        (lambda p: optim.Muon(p, ns_steps=-2), ValueError, r"Muon: invalid ns_steps: got -2"),
+        (lambda p: optim.Adam(p, lr="0.1"), TypeError, r"Adam: lr must be a Python number: got str"),
+        (lambda p: optim.SGD([]), ValueError, r"SGD: no parameter to optimise: got 0 tensors"),
+        (lambda p: optim.SGD([Tensor([1.0], requires_grad=False)]), ValueError, r"no parameter to optimise"),
+        (lambda p: optim.SGD([np.ones(3)]), TypeError, r"SGD: params\[0\] is not a Tensor: got ndarray"),
+        (lambda p: optim.SGD([Tensor([1, 2])]), TypeError, r"SGD: parameter 0 is not a float tensor: got dtypes\.int"),
+        (lambda p: optim.Muon([Tensor(1.0)]), ValueError, r"Muon: Newton-Schulz needs parameters with a dimension"),
+    ],
+)
+def test_bad_arguments(make: Callable[[list[Tensor]], Any], error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        make([Tensor([1.0, 2.0], requires_grad=True)])
+
+
+def test_mis_shaped_gradient_raises() -> None:
+    w = Tensor([1.0, 2.0], requires_grad=True)
+    opt = optim.SGD([w])
+    w.grad = Tensor([1.0, 2.0, 3.0])
+    with Tensor.train(), pytest.raises(ValueError, match=r"gradient of parameter 0 has shape \(3,\): expected \(2,\)"):
+        opt.step()
+
+
+# *** kernels per step ***
+
+
+@pytest.mark.parametrize(
+    ("make", "kernels"),
+    [
+        (lambda p: optim.SGD(p, lr=0.1), lambda n: n),  # one fused kernel per parameter: w -= lr * g
+        (lambda p: optim.SGD(p, lr=0.1, momentum=0.9), lambda n: 2 * n),  # + the momentum buffer
+        (lambda p: optim.Adam(p), lambda n: 3 * n + 2),  # m, v and w per parameter; b1^t and b2^t
+    ],
+)
+def test_kernels_per_step(make: Callable[[list[Tensor]], optim.Optimizer], kernels: Callable[[int], int]) -> None:
+    """With the gradients realized, a step writes each parameter and state buffer once: one kernel each."""
+    n = 6
+    params = [Tensor.randn(5, 3, requires_grad=True).realize() for _ in range(n)]
+    opt = make(params)
+    with Tensor.train():
+        for _ in range(2):  # the second step runs on buffers that the first one created
+            opt.zero_grad()
+            sum((p * p).sum() for p in params).backward()  # type: ignore[union-attr]  # a sum of Tensors
+            Tensor.realize(*[p.grad for p in params if p.grad is not None])
+            GlobalCounters.reset()
+            opt.step()
+            assert GlobalCounters.kernel_count == kernels(n)
