@@ -15,6 +15,7 @@ import pytest
 
 from fusegrad import Tensor
 from fusegrad.dtype import dtypes
+from fusegrad.engine.jit import TinyJit
 from fusegrad.mixin.random import threefry2x32
 
 try:
@@ -121,6 +122,41 @@ def test_successive_draws_reuse_one_kernel() -> None:
     first = Tensor.rand(8, contiguous=False).schedule()
     second = Tensor.rand(8, contiguous=False).schedule()
     assert [item.ast for item in first] == [item.ast for item in second]
+
+
+def test_realization_order_does_not_change_the_numbers() -> None:
+    """Each draw copies the device state into its own key at once: realizing a later draw first changes nothing."""
+    Tensor.manual_seed(11)
+    first, second = Tensor.rand(6).numpy(), Tensor.rand(6).numpy()
+    Tensor.manual_seed(11)
+    a, b = Tensor.rand(6, contiguous=False), Tensor.rand(6, contiguous=False)
+    np.testing.assert_array_equal(b.numpy(), second)
+    np.testing.assert_array_equal(a.numpy(), first)
+
+
+def test_jitted_draws_advance_the_device_counter() -> None:
+    """A replay re-runs the counter's assign: fresh numbers each call, the same sequence as without the JIT."""
+
+    @TinyJit
+    def draw() -> Tensor:
+        return Tensor.rand(4).realize()
+
+    Tensor.manual_seed(5)
+    plain = [Tensor.rand(4).tolist() for _ in range(5)]
+    Tensor.manual_seed(5)
+    jitted = [draw().tolist() for _ in range(5)]
+    assert jitted == plain
+    assert len({tuple(x) for x in jitted[2:]}) == 3  # calls 3, 4, 5 are replays
+    Tensor.manual_seed(5)  # rewrites the state in place: the replays restart too
+    assert [draw().tolist() for _ in range(2)] == plain[:2]
+
+
+def test_jitted_dropout_draws_new_masks() -> None:
+    Tensor.training = True
+    step = TinyJit(lambda x: x.dropout(0.5).realize())
+    x = Tensor.ones(64).contiguous().realize()
+    masks = [tuple(step(x).numpy() == 0) for _ in range(5)]
+    assert len(set(masks)) == 5
 
 
 # *** distributions ***

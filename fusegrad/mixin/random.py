@@ -2,19 +2,23 @@
 
 Every random word is Threefry-2x32 (20 rounds; Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", 2011)
 of a counter: word 0 is the element's position (an IOTA), word 1 the call number, and the key is the seed. The values
-depend only on (seed, call, position), never on how the scheduler fuses kernels. Seed and call number reach the
-kernel through a 3-word input buffer, not as constants, so successive calls reuse one compiled kernel.
+depend only on (seed, call, position), never on how the scheduler fuses kernels. Seed and call number live on the
+device, in one 3-word uint32 state tensor per device; each draw copies it into its own key buffer and advances the
+call number with an `assign`, both as kernels, so successive calls reuse one compiled kernel and a TinyJit replay
+(which re-runs those kernels) draws fresh numbers.
 """
 
 from __future__ import annotations
 
 import math
+import struct
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fusegrad.dtype import DType, DTypeLike, dtypes, to_dtype
 from fusegrad.helpers import argfix, ceildiv, prod
+from fusegrad.uop import Ops
 
 if TYPE_CHECKING:
     from fusegrad.tensor import Tensor
@@ -28,10 +32,11 @@ _WORD = 0xFFFFFFFF
 
 @dataclass(slots=True)
 class _GeneratorState:
-    """The host side of the generator: the seed (None until first use) and how many calls drew numbers since."""
+    """The generator: the seed (None until first use) and, per device, the realized state tensor
+    (seed low, seed high, call number) that draws on that device read and advance."""
 
     seed: int | None = None
-    calls: int = 0
+    devices: dict[str | tuple[str, ...], Tensor] = field(default_factory=dict)
 
 
 _state = _GeneratorState()  # mutated in place by manual_seed and every draw
@@ -55,15 +60,28 @@ def threefry2x32(key: tuple[Tensor, Tensor], counter: tuple[Tensor, Tensor]) -> 
     return x0, x1
 
 
+def _seed_words(seed: int) -> list[int]:
+    """A fresh state: (seed low, seed high, call 0)."""
+    seed %= 1 << 64
+    return [seed & _WORD, seed >> 32, 0]
+
+
 def _next_key(device: str | tuple[str, ...] | None) -> Tensor:
-    """A uint32 buffer (seed low, seed high, call number) for one draw; advances the call number."""
+    """A uint32 buffer (seed low, seed high, call number) for one draw, copied from the device's state on the device;
+    the state's call number advances by an assign (two tiny kernels, run now so later draws never see stale state)."""
+    from fusegrad.device import Device, canonicalize_device
     from fusegrad.tensor import Tensor
 
     if _state.seed is None:
         _state.seed = int(time.time())  # unseeded: a new stream per process, as in the reference
-    seed, call = _state.seed % (1 << 64), _state.calls
-    _state.calls += 1
-    return Tensor([seed & _WORD, seed >> 32, call & _WORD], device=device, dtype=dtypes.uint32)
+    dev = canonicalize_device(device) if device is not None else Device.DEFAULT
+    if (state := _state.devices.get(dev)) is None:
+        state = _state.devices[dev] = Tensor(_seed_words(_state.seed), device=dev, dtype=dtypes.uint32)
+    key = state.contiguous()  # (3,): this draw's own copy; the draw's kernels read it, never the state
+    call_word = Tensor.arange(3, device=dev) == 2  # (3,): 0, 0, 1
+    state.assign(key + call_word.cast(dtypes.uint32))
+    Tensor.realize(key, state)
+    return key
 
 
 def _random_words(n: int, device: str | tuple[str, ...] | None) -> tuple[Tensor, Tensor]:
@@ -125,8 +143,16 @@ class RandomMixin:
 
     @staticmethod
     def manual_seed(seed: int = 0) -> None:
-        """Seed the generator and restart its call count: the same seed then gives the same numbers."""
-        _state.seed, _state.calls = int(seed), 0
+        """Seed the generator and restart its call count on every device: the same seed then gives the same numbers.
+
+        The device states are rewritten in place, so a TinyJit that draws numbers restarts the sequence too."""
+        _state.seed = int(seed)
+        for dev, state in list(_state.devices.items()):
+            if state.uop.base.op is Ops.BUFFER and state.uop.base.buffer.is_allocated():
+                words = struct.pack("<3I", *_seed_words(_state.seed))
+                state.uop.base.buffer.copyin(memoryview(words))
+            else:  # not plain memory (e.g. sharded): start a new state on the next draw
+                del _state.devices[dev]
 
     @staticmethod
     def rand(
