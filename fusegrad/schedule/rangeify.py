@@ -20,6 +20,10 @@ from fusegrad.uop.rewrite import graph_rewrite
 from fusegrad.uop.symbolic import sym
 
 
+# operations that cost several simple ones: counted 4x when deciding whether recomputing a value is dear
+_COSTLY_OPS = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.POW})
+
+
 @dataclass(frozen=True)
 class Kernel:
     """The arg of a KERNEL node: the kernel's AST and the tensor metadata of what it computes."""
@@ -73,6 +77,7 @@ class KernelBuilder:
     ranges: itertools.count[int] = field(default_factory=itertools.count)
     memo: dict[tuple[Any, ...], UOp] = field(default_factory=dict)
     memo_children: dict[tuple[UOp, Index], list[tuple[Any, ...]]] = field(default_factory=dict)
+    costly: dict[UOp, bool] = field(default_factory=dict)
 
     def new_range(self, size: int, axis_type: AxisType) -> UOp:
         return idx_const(0) if size == 1 else UOp.range(idx_const(size), next(self.ranges), axis_type)
@@ -131,8 +136,40 @@ class KernelBuilder:
                 self.flagged[node] = None
         else:
             seen.add((self.root, *key))
-            if len({k[1:] for k in seen if k[0] is self.root}) > 1:  # one kernel reads it at two places
+            read_twice = len({k[1:] for k in seen if k[0] is self.root}) > 1  # one kernel reads it at two places
+            if read_twice or (self.is_recomputed_in_reduce(node, idx, ctx) and self.is_costly(node)):
                 self.flagged[node] = None
+
+    def is_recomputed_in_reduce(self, node: UOp, idx: Index, ctx: frozenset[UOp]) -> bool:
+        """Read inside a reduce loop by an index that ignores one of the enclosing loops: each value is computed
+        again for every step of that loop (a matmul operand, once per output column)."""
+        if not any(r.arg[1] is AxisType.REDUCE for r in ctx):
+            return False
+        used = {u for i in idx for u in i.toposort() if u.op is Ops.RANGE}
+        return bool(ctx - used)
+
+    def is_costly(self, node: UOp) -> bool:
+        """Whether computing `node` inline costs more than a load: it reads 3+ buffers or does 8+ operations.
+
+        Cheap producers (a cast, a relu, a scale) stay fused into the reduce that reads them; costly ones are cheaper
+        to store once than to recompute per output element."""
+        if (cached := self.costly.get(node)) is not None:
+            return cached
+        loads: set[UOp] = set()
+        ops, stack, seen = 0, [node], {node}
+        while stack and len(loads) < 3 and ops < 8:
+            n = stack.pop()
+            if n is not node and (self.stored_node(n) is not None or n in self.flagged or n.op is Ops.REDUCE_AXIS):
+                loads.add(n.base)
+                continue
+            if n.op in GroupOp.ALU:
+                ops += 4 if n.op in _COSTLY_OPS else 1
+            for s in n.src:
+                if s not in seen:
+                    seen.add(s)
+                    stack.append(s)
+        self.costly[node] = result = len(loads) >= 3 or ops >= 8
+        return result
 
     def combine(self, node: UOp, srcs: list[UOp], idx: Index) -> UOp:
         if node.op in GroupOp.Movement:
