@@ -15,10 +15,10 @@ from typing import Any, Generic, TypeVar
 from fusegrad.device import Buffer
 from fusegrad.dtype import DType
 from fusegrad.engine.realize import ExecItem, capturing
-from fusegrad.helpers import DEBUG, JIT, colored
+from fusegrad.helpers import DEBUG, JIT, PROFILE, GlobalCounters, colored
 from fusegrad.tensor import Tensor, _all_tensors
 from fusegrad.uop import GroupOp, Ops
-from fusegrad.uop.ops import UOp, buffers
+from fusegrad.uop.ops import UOp, buffers, sym_infer
 
 R = TypeVar("R")
 Key = tuple[
@@ -229,14 +229,34 @@ class CapturedJit(Generic[R]):
         for inp, slots in zip(inputs, self.input_slots, strict=True):
             for j, i in slots:
                 self.items[j].bufs[i] = inp.buffer
-        for ei in self.items:
-            ei.run(jit=True)
+        if DEBUG.value >= 2 or PROFILE.value:
+            for ei in self.items:  # per-kernel lines and profile events
+                ei.run(jit=True)
+        else:
+            self._launch()
         for slots in self.input_slots:  # let go of the caller's memory
             for j, i in slots:
                 self.items[j].bufs[i] = None
         if self.returned_inputs:
             return _swap_returned(self.ret, self.returned_inputs, inputs)  # type: ignore[no-any-return]  # same shape as ret
         return self.ret
+
+    def _launch(self) -> None:
+        """Run every kernel straight through its runner, then add the whole replay to GlobalCounters at once."""
+        for ei in self.items:
+            assert ei.prg is not None, "TinyJit: a captured ExecItem was not lowered"
+            ei.prg(ei.bufs, ei.fixedvars)  # type: ignore[arg-type]  # every input slot was just filled
+        ops, mem = self._totals
+        GlobalCounters.kernel_count += len(self.items)
+        GlobalCounters.global_ops += ops
+        GlobalCounters.global_mem += mem
+
+    @functools.cached_property
+    def _totals(self) -> tuple[int, int]:
+        """(ops, bytes) of one replay, for GlobalCounters."""
+        progs = [(ei.prg, ei.fixedvars) for ei in self.items if ei.prg is not None]
+        ops = sum(sym_infer(prg.estimates.ops, var_vals) for prg, var_vals in progs)
+        return ops, sum(sym_infer(prg.estimates.mem, var_vals) for prg, var_vals in progs)
 
 
 def _swap_returned(ret: Any, returned: dict[int, int], inputs: list[JitInput]) -> Any:
