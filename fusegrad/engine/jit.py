@@ -136,9 +136,20 @@ def _returned_tensors(ret: object, where: str = "result", strict: bool = True) -
         )
 
 
-def _realize_outputs(ret: object, strict: bool) -> None:
-    if outs := [t for _, t in _returned_tensors(ret, strict=strict) if t.uop.base.op not in (Ops.BUFFER, Ops.CONST)]:
-        Tensor.realize(*outs)
+def _pending_writes() -> set[tuple[int, UOp]]:
+    return {(id(t), t.uop) for t in _live_tensors() if t.uop.op is Ops.ASSIGN}
+
+
+def _call_and_realize(fxn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any], strict: bool) -> R:
+    """Run the function, then realize its results and the assigns it left pending (e.g. a weight update nobody read):
+    a replay only re-runs kernels, so every side effect of the call must have run as one."""
+    before = _pending_writes()
+    ret = fxn(*args, **kwargs)
+    outs = [t for _, t in _returned_tensors(ret, strict=strict) if t.uop.base.op not in (Ops.BUFFER, Ops.CONST)]
+    writes = [t for t in _live_tensors() if t.uop.op is Ops.ASSIGN and (id(t), t.uop) not in before]
+    if outs or writes:
+        Tensor.realize(*outs, *writes)
+    return ret
 
 
 def _live_tensors() -> list[Tensor]:
@@ -316,8 +327,7 @@ class TinyJit(Generic[R]):
             )
         inputs = _collect_inputs(args, kwargs, self._names)
         if not JIT.value or self.cnt == 0:
-            ret = self.fxn(*args, **kwargs)
-            _realize_outputs(ret, strict=False)
+            ret = _call_and_realize(self.fxn, args, kwargs, strict=False)
         elif self.cnt == 1:
             ret = self._capture(args, kwargs, inputs)
         else:
@@ -336,12 +346,13 @@ class TinyJit(Generic[R]):
         names = [self._names[i] if i < len(self._names) else f"#{i}" for i in range(len(args))]
         objects = [(n, a) for n, a in zip(names, args, strict=True) if not isinstance(a, (Tensor, list, tuple, dict))]
         self._check_closure(inputs, objects)
+        if pending := [t for t in _live_tensors() if t.uop.op is Ops.ASSIGN]:
+            Tensor.realize(*pending)  # writes made before this call run once now, not on every replay
         self._items = []
         undo = _alias_inputs(inputs)
         capturing.append(self)
         try:
-            ret = self.fxn(*args, **kwargs)
-            _realize_outputs(ret, strict=True)
+            ret = _call_and_realize(self.fxn, args, kwargs, strict=True)
         finally:
             capturing.remove(self)
             _replace_in_tensors(undo)

@@ -202,6 +202,52 @@ def test_jitted_training_step_matches_eager() -> None:
     assert step.cnt == 6
 
 
+def test_pending_writes_run_once_or_every_call() -> None:
+    """An assign left pending by the function is realized (and replayed); one made before the capture is not."""
+    weights, outside = vec(0, 0), vec(5)
+
+    @TinyJit
+    def step(x: Tensor) -> Tensor:
+        weights.assign(weights + x)  # nobody reads it in here: the JIT realizes it anyway
+        return (x * outside).sum().realize()
+
+    step(vec(1, 1))
+    outside.assign(outside + 1)  # pending when the capture starts, and read by it
+    for _ in range(3):
+        assert step(vec(1, 2)).item() == 18
+    assert weights.tolist() == [4, 7]
+    assert outside.tolist() == [6]
+
+
+def test_debug_2_replays_through_exec_items(capsys: pytest.CaptureFixture[str]) -> None:
+    step = captured(lambda x: (x + 1).realize(), vec(1))
+    with Context(DEBUG=2):
+        assert step(vec(2)).tolist() == [3]
+    assert "JIT replayed 1 kernels" in capsys.readouterr().out
+
+
+def test_lazy_weight_updates_match_eager() -> None:
+    """The same MLP step without realizing the updated weights: the JIT realizes the pending assigns."""
+    eager_weights, jit_weights = mlp_weights(), mlp_weights()
+
+    def lazy_step(weights: list[Tensor], x: Tensor) -> Tensor:
+        loss = ((x @ weights[0] + weights[1]).relu() @ weights[2] + weights[3]).square().mean()
+        loss.backward()
+        for w in weights:
+            assert w.grad is not None
+            w.assign(w.detach() - w.grad * 0.05)
+            w.grad = None
+        return loss.realize()
+
+    step = TinyJit(lambda x: lazy_step(jit_weights, x))
+    for i in range(5):
+        x = np.full((2, 3), i / 5, dtype=np.float32)
+        lazy_step(eager_weights, Tensor(x))
+        step(Tensor(x))
+    for eager, jitted in zip(eager_weights, jit_weights, strict=True):
+        np.testing.assert_allclose(jitted.numpy(), eager.numpy(), rtol=1e-5, atol=1e-6)
+
+
 # *** footguns ***
 
 
