@@ -235,6 +235,7 @@ class CapturedJit(Generic[R]):
     specs: list[InputSpec]
     input_slots: list[list[tuple[int, int]]]
     returned_inputs: dict[int, int] = field(default_factory=dict)
+    plain: dict[Key, str] = field(default_factory=dict)
 
     def replay(self, inputs: list[JitInput]) -> R:
         for inp, slots in zip(inputs, self.input_slots, strict=True):
@@ -332,7 +333,7 @@ class TinyJit(Generic[R]):
             ret = self._capture(args, kwargs, inputs)
         else:
             assert self.captured is not None, "TinyJit: call 3+ without a capture"
-            self._check_inputs(inputs)
+            self._check_inputs(inputs, args, kwargs)
             start = time.perf_counter()
             ret = self.captured.replay(inputs)
             if DEBUG.value >= 1:
@@ -373,6 +374,7 @@ class TinyJit(Generic[R]):
             [i.spec for i in inputs],
             slots,
             _returned_inputs(ret, inputs, self._names),
+            _plain_arguments(args, kwargs),
         )
         for slot in slots:  # replays fill these; don't keep the capture call's inputs alive
             for j, i in slot:
@@ -391,8 +393,15 @@ class TinyJit(Generic[R]):
                 if t.uop.base.op is Ops.BUFFER and (key := memory.get(id(t.uop.base.buffer.base))) is not None:
                     raise _constant_error(key, f"the function's variable '{path}'", self._names)
 
-    def _check_inputs(self, inputs: list[JitInput]) -> None:
+    def _check_inputs(self, inputs: list[JitInput], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         assert self.captured is not None, "TinyJit: no capture to check against"
+        if (plain := _plain_arguments(args, kwargs)) != self.captured.plain:
+            key = next(k for k in {**plain, **self.captured.plain} if plain.get(k) != self.captured.plain.get(k))
+            raise JitError(
+                f"TinyJit: argument {_label(key, self._names)} changed since capture: got {plain.get(key, 'nothing')}, "
+                f"expected {self.captured.plain.get(key, 'nothing')}; Python values are baked into the captured "
+                "kernels: pass a Tensor, or call reset() to capture again"
+            )
         keys = [i.key for i in inputs]
         if keys != self.captured.keys:
             shown = ", ".join(_label(k, self._names) for k in keys)
@@ -404,6 +413,16 @@ class TinyJit(Generic[R]):
                     f"TinyJit: input {_label(inp.key, self._names)} changed since capture: got "
                     f"{inp.spec.describe()}, expected {spec.describe()}; call reset() to capture again"
                 )
+
+
+_PLAIN_TYPES = (int, float, bool, str, bytes, type(None))
+
+
+def _plain_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[Key, str]:
+    """{place: repr} of the arguments that are plain Python values (numbers, strings, None): a replay can't change
+    them, so a call with other values must not replay."""
+    top: list[tuple[Key, Any]] = [((i,), a) for i, a in enumerate(args)] + [((k,), v) for k, v in kwargs.items()]
+    return {key: f"{type(v).__name__} {v!r}" for key, v in top if isinstance(v, _PLAIN_TYPES)}
 
 
 def _positional_names(fxn: Callable[..., Any]) -> tuple[str, ...]:

@@ -179,12 +179,11 @@ def sgd_step(weights: list[Tensor], x: Tensor, y: Tensor) -> Tensor:
     """One SGD step of a 3-8-2 MLP with a squared loss; the update writes the weights in place."""
     w1, b1, w2, b2 = weights
     loss = (((x @ w1 + b1).relu() @ w2 + b2 - y) ** 2).mean()
-    loss.backward()
-    for w in weights:
-        assert w.grad is not None
-        w.assign(w.detach() - w.grad * 0.1)
-        w.grad = None
-    Tensor.realize(loss, *weights)
+    grads = loss.gradient(*weights)
+    Tensor.realize(loss, *grads)  # every gradient reads the old weights: compute them before any write
+    for w, g in zip(weights, grads, strict=True):
+        w.assign(w.detach() - g * 0.1)
+    Tensor.realize(*weights)
     return loss
 
 
@@ -232,12 +231,11 @@ def test_lazy_weight_updates_match_eager() -> None:
 
     def lazy_step(weights: list[Tensor], x: Tensor) -> Tensor:
         loss = ((x @ weights[0] + weights[1]).relu() @ weights[2] + weights[3]).square().mean()
-        loss.backward()
-        for w in weights:
-            assert w.grad is not None
-            w.assign(w.detach() - w.grad * 0.05)
-            w.grad = None
-        return loss.realize()
+        grads = loss.gradient(*weights)
+        Tensor.realize(loss, *grads)
+        for w, g in zip(weights, grads, strict=True):
+            w.assign(w.detach() - g * 0.05)  # left pending
+        return loss
 
     step = TinyJit(lambda x: lazy_step(jit_weights, x))
     for i in range(5):
@@ -275,6 +273,17 @@ def test_changed_shape_dtype_or_device() -> None:
     with pytest.raises(JitError, match=r"Tensor arguments changed since capture: got \['x' \(argument 0\), 'y' "):
         step(vec(1, 2), y=vec(3, 4))
     assert step(vec(1, 2), vec(3, 4)).tolist() == [4, 6]  # still usable
+
+
+def test_changed_python_arguments() -> None:
+    step = captured(lambda x, scale, label=None: (x * scale).realize(), vec(1, 2), 2.0)
+    assert step(vec(3, 4), 2.0).tolist() == [6, 8]
+    with pytest.raises(JitError, match=r"argument 'scale' \(argument 1\) changed since capture: got float 3.0, "
+                                       r"expected float 2.0; Python values are baked into"):  # fmt: skip
+        step(vec(3, 4), 3.0)
+    with pytest.raises(JitError, match=r"argument 'label' \(keyword\) changed since capture: got str 'a', expected "
+                                       r"nothing"):  # fmt: skip
+        step(vec(3, 4), 2.0, label="a")
 
 
 def test_changed_view_of_an_input() -> None:
