@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from fusegrad.device import Buffer
+from fusegrad.device import Buffer, BufferSpec
 from fusegrad.dtype import DType
 from fusegrad.engine.realize import ExecItem, capturing
-from fusegrad.helpers import DEBUG, JIT, PROFILE, GlobalCounters, colored
+from fusegrad.helpers import DEBUG, JIT, NO_MEMORY_PLANNER, PROFILE, GlobalCounters, colored
 from fusegrad.tensor import Tensor, _all_tensors
 from fusegrad.uop import GroupOp, Ops
 from fusegrad.uop.ops import UOp, buffers, sym_infer
@@ -367,6 +367,8 @@ class TinyJit(Generic[R]):
         slots = _input_slots(items, inputs, alias_of, self._names)
         if self.prune:
             items, slots = _prune(items, slots)
+        if not NO_MEMORY_PLANNER.value:
+            _plan_memory(items)
         self.captured = CapturedJit(
             ret,
             items,
@@ -475,6 +477,54 @@ def _returned_inputs(ret: object, inputs: list[JitInput], names: tuple[str, ...]
                 ".contiguous() of it"
             )
     return found
+
+
+def _held_buffers() -> set[int]:
+    """ids of the Buffers that live tensors reach (results, weights, lazy graphs): their memory outlives a call."""
+    live = [t.uop for t in _live_tensors()]
+    nodes = UOp.sink(*live).toposort() if live else {}
+    return {id(b.base) for u in nodes if u.op is Ops.BUFFER and (b := buffers.get(u)) is not None}
+
+
+def _buffer_lifetimes(items: list[ExecItem]) -> dict[int, tuple[Buffer, int, int]]:
+    """{id: (buffer, first, last item)} for buffers whose first use writes them whole: their old value is never read."""
+    spans: dict[int, tuple[Buffer, int, int]] = {}
+    skipped: set[int] = set()
+    for j, ei in enumerate(items):
+        assert ei.prg is not None, "TinyJit: a captured ExecItem was not lowered"
+        outs, ins = set(ei.prg.outputs), set(ei.prg.inputs)
+        for i, b in enumerate(ei.bufs):
+            if b is None or id(b) in skipped:
+                continue
+            if id(b) in spans:
+                spans[id(b)] = (b, spans[id(b)][1], j)
+            elif i in outs and i not in ins and b._base is None and b.options == BufferSpec():
+                spans[id(b)] = (b, j, j)
+            else:
+                skipped.add(id(b))
+    return spans
+
+
+def _plan_memory(items: list[ExecItem]) -> None:
+    """Let intermediates whose lifetimes (first write .. last use) don't overlap share one buffer of the same device,
+    dtype and size. Buffers that live tensors still reach are left alone."""
+    held = _held_buffers()
+    spans = sorted((v for k, v in _buffer_lifetimes(items).items() if k not in held), key=lambda v: v[1])
+    pools: dict[tuple[str, DType, int], list[list[Any]]] = {}  # key -> [[buffer, last use], ...]
+    replace: dict[int, Buffer] = {}
+    for b, first, last in spans:
+        pool = pools.setdefault((b.device, b.dtype, b.size), [])
+        if (free := next((entry for entry in pool if entry[1] < first), None)) is not None:
+            replace[id(b)] = free[0]
+            free[1] = last
+        else:
+            pool.append([b, last])
+    for ei in items:
+        ei.bufs = [replace.get(id(b), b) if b is not None else None for b in ei.bufs]
+    if DEBUG.value >= 1 and replace:
+        saved = sum(b.nbytes for b, _, _ in spans if id(b) in replace)
+        print(colored(f"JIT memory planner: {len(spans)} intermediates share {len(spans) - len(replace)} buffers, "
+                      f"{saved} bytes freed", "magenta"))  # fmt: skip
 
 
 def _prune(
