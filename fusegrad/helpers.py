@@ -139,6 +139,7 @@ CAPTURING = ContextVar("CAPTURING", 1)  # 0: JIT capture pauses (set internally 
 TRACEMETA = ContextVar("TRACEMETA", 1)  # 1: attach Tensor-call Metadata to UOps; 2: also record the caller's line
 NO_MEMORY_PLANNER = ContextVar("NO_MEMORY_PLANNER", 0)  # 1: give every scheduled buffer its own allocation
 RING = ContextVar("RING", 1)  # multi-device allreduce: 0 naive, 1 ring when large enough, 2 always ring
+RING_ALLREDUCE_THRESHOLD = ContextVar("RING_ALLREDUCE_THRESHOLD", 256_000)  # RING=1: ring from this many elements
 SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 1)  # 1: split very large reductions into two kernels
 CACHELEVEL = ContextVar("CACHELEVEL", 2)  # 0: disable the persistent compile cache (diskcache)
 CCACHE = ContextVar("CCACHE", 1)  # 0: recompile kernels even when the compiled binary is cached

@@ -279,7 +279,9 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
         return Tensor(self.uop.contiguous())
 
     def _buffer(self) -> Any:
-        """The realized, contiguous Buffer holding this tensor's values."""
+        """The realized, contiguous Buffer holding this tensor's values (a multi-device tensor: gathered first)."""
+        if isinstance(self.device, tuple):
+            return self.to(self.device[0])._buffer()
         t = (
             self
             if self.uop.op is Ops.BUFFER or (self.uop.op is Ops.RESHAPE and self.uop.src[0].op is Ops.BUFFER)
@@ -336,8 +338,28 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
         return self
 
     def to(self, device: str | tuple[str, ...] | None) -> Tensor:
+        """This tensor on `device`; a tuple of devices replicates it on each, one device gathers a multi-device one."""
         dev = _canonical_device(device)
         return self if dev == self.device else Tensor(self.uop.copy_to_device(dev))
+
+    def shard(self, devices: tuple[str, ...] | list[str], axis: builtins.int | None = None) -> Tensor:
+        """Split along `axis` into equal blocks, block d on `devices[d]` (axis None: replicate, like `to`).
+
+        The result is one logical tensor of the same shape whose device is the tuple; ops on it run on every device.
+        Raises ValueError when the axis does not divide evenly, IndexError for a bad axis.
+        Example: `Tensor.ones(4, 2).shard(("CPU:0", "CPU:1"), axis=0)`.
+        """
+        dev = _canonical_device(tuple(devices))
+        if not isinstance(dev, tuple) or axis is None:
+            return self.to(dev)
+        a = self._axis(axis, "shard")
+        if self.shape[a] % len(dev) != 0:
+            raise ValueError(
+                f"shard: axis {a} of shape {self.shape} does not split evenly: got size {self.shape[a]}, "
+                f"expected a multiple of the device count {len(dev)}"
+            )
+        x = self.to(self.device[0]) if isinstance(self.device, tuple) else self
+        return Tensor(UOp(Ops.COPY, x.dtype, (x.uop, UOp(Ops.DEVICE, arg=dev)), a))
 
     # *** autograd ***
     # requires_grad is None (unset), True or False on each Tensor and is not propagated by ops: backward() finds the
@@ -1119,6 +1141,8 @@ def _uop_from_data(data: Any, device: str | tuple[str, ...], dtype: DType | None
             "expected a number, list, tuple, numpy array, bytes or UOp"
         )
     arr = np.ascontiguousarray(arr).reshape(arr.shape)  # ascontiguousarray makes 0-d arrays 1-d
+    if isinstance(device, tuple):  # several devices: fill the first, replicate on realize
+        return _uop_from_data(arr, device[0], dt).copy_to_device(device)
     buf = UOp.new_buffer(device, arr.size, dt)
     if arr.size:
         buf.buffer.allocate().copyin(arr.reshape(-1).view(np.uint8).data)

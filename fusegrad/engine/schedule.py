@@ -1,12 +1,16 @@
 """From kernelized graph to run order: every `ASSIGN(BUFFER, KERNEL)` not yet run becomes an `ExecItem`.
 
 `create_schedule(sink)` walks the graph sources-first, so a kernel comes after the kernels whose buffers it reads.
+A kernel on several devices becomes one ExecItem per device (its MULTI range bound to the device's index); a
+multi-device COPY becomes one buffer copy per move (schedule/collectives.py).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from fusegrad.schedule.collectives import MultiCopy
+from fusegrad.schedule.multi import DEVICE_VAR, is_multi_range, multi_buffer
 from fusegrad.schedule.rangeify import Kernel, is_kernelized
 from fusegrad.uop import Ops
 from fusegrad.uop.ops import UOp
@@ -37,9 +41,55 @@ def create_schedule(sink: UOp) -> list[ExecItem]:
         kernel = u.src[1]
         info: Kernel = kernel.arg
         n_slots = _slot_count(info.ast, kernel)
-        bufs: list[Buffer | None] = [b.buffer for b in kernel_buffers(kernel)[:n_slots]]
-        items.append(ExecItem(info.ast, bufs, metadata=info.metadata))
+        slots = kernel_buffers(kernel)[:n_slots]
+        if isinstance(info.ast.arg, MultiCopy):
+            items.extend(_copy_items(info, slots))
+        elif isinstance(slots[0].device, tuple):
+            items.extend(_multi_kernel_items(info, slots))
+        else:
+            bufs: list[Buffer | None] = [b.buffer for b in slots]
+            items.append(ExecItem(info.ast, bufs, metadata=info.metadata))
     return items
+
+
+def _device_buffer(buf: UOp, device: int) -> Buffer:
+    return buf.buffer if device < 0 else multi_buffer(buf).bufs[device]
+
+
+def _view(buf: Buffer, offset: int, size: int) -> Buffer:
+    from fusegrad.device import Buffer
+
+    if offset == 0 and size == buf.size:
+        return buf
+    return Buffer(buf.device, size, buf.dtype, base=buf, offset=offset * buf.dtype.itemsize)
+
+
+def _copy_items(info: Kernel, slots: list[UOp]) -> list[ExecItem]:
+    """One buffer copy per move of a multi-device COPY."""
+    from fusegrad.engine.realize import ExecItem
+
+    dest, src = slots
+    items = []
+    for move in info.ast.arg.moves:
+        ast = UOp(Ops.COPY, dest.dtype, info.ast.src, move.size * dest.dtype.itemsize)
+        to = _view(_device_buffer(dest, move.dest), move.dest_offset, move.size)
+        bufs: list[Buffer | None] = [to, _view(_device_buffer(src, move.src), move.src_offset, move.size)]
+        items.append(ExecItem(ast, bufs, metadata=info.metadata))
+    return items
+
+
+def _multi_kernel_items(info: Kernel, slots: list[UOp]) -> list[ExecItem]:
+    """The kernel once per device: its MULTI range becomes a variable bound to the device index (one compile)."""
+    from fusegrad.engine.realize import ExecItem
+
+    n = len(slots[0].device)
+    ast = info.ast
+    if multi := [u for u in ast.toposort() if is_multi_range(u)]:
+        ast = ast.substitute({multi[0]: UOp.variable(DEVICE_VAR, 0, n - 1)})
+    held = [multi_buffer(b) for b in slots]
+    return [
+        ExecItem(ast, [h.bufs[d] for h in held], metadata=info.metadata, fixedvars={DEVICE_VAR: d}) for d in range(n)
+    ]
 
 
 def _slot_count(ast: UOp, kernel: UOp) -> int:

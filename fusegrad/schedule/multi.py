@@ -1,0 +1,305 @@
+"""Several devices at once: where a multi-device tensor's data lives, and the communication the scheduler inserts.
+
+A tensor on a device tuple is one logical tensor with its global shape; autograd and the Tensor API see nothing else.
+Its memory has a *placement*: replicated (every device holds all of it), sharded along an axis (device d holds the d-th
+of n equal blocks) or partial (every device holds a full-size partial reduce, until an allreduce combines them).
+`place_graph(sink)` runs before fusion: it gives every multi-device node a placement and inserts the COPY nodes that
+move data between placements. Kernels are then described once for all devices (rangeify.py): the device index is a RANGE
+of type MULTI, bound per device when the schedule is lowered (engine/schedule.py).
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from fusegrad.dtype import DType, dtypes
+from fusegrad.helpers import prod
+from fusegrad.uop import AxisType, GroupOp, Ops
+from fusegrad.uop.ops import UOp
+
+if TYPE_CHECKING:
+    from fusegrad.device import Buffer
+
+DEVICE_VAR = "_device_num"  # the variable a MULTI range becomes when a kernel is lowered for one device
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """How a multi-device node's elements are spread: `axis` sharded (None: replicated), or `partial` (a reduce op)."""
+
+    axis: int | None = None
+    partial: Ops | None = None
+
+    def __repr__(self) -> str:
+        if self.partial is not None:
+            return f"partial({self.partial.name})"
+        return "replicated" if self.axis is None else f"sharded({self.axis})"
+
+
+REPLICATED = Placement()
+
+
+class MultiBuffer:
+    """The memory of one multi-device BUFFER: a Buffer per device, holding the elements its placement gives it.
+
+    Replicated and partial buffers get storage rounded up to a multiple of the device count, so every ring-allreduce
+    chunk has the same size (the tail is never read as a value)."""
+
+    def __init__(self, devices: tuple[str, ...], size: int, dtype: DType, placement: Placement, shape: tuple[int, ...]):
+        self.devices, self.size, self.dtype, self.placement, self.shape = devices, size, dtype, placement, shape
+        n = len(devices)
+        self.local_size = size // n if placement.axis is not None else size
+        self.capacity = self.local_size if placement.axis is not None else -(-size // n) * n
+        self._bufs: list[Buffer] | None = None
+
+    @property
+    def bufs(self) -> list[Buffer]:
+        """The per-device Buffers (created on first use, allocated when a kernel first runs)."""
+        if self._bufs is None:
+            from fusegrad.device import Buffer
+
+            self._bufs = [Buffer(d, self.capacity, self.dtype) for d in self.devices]
+        return self._bufs
+
+    def shard_block(self) -> int:
+        """Elements per device along the sharded axis (the whole axis when not sharded)."""
+        if self.placement.axis is None:
+            return self.shape[0] if self.shape else 1
+        return self.shape[self.placement.axis] // len(self.devices)
+
+
+_multi_buffers: weakref.WeakKeyDictionary[UOp, MultiBuffer] = weakref.WeakKeyDictionary()
+
+
+def register_multi_buffer(buf: UOp, placement: Placement, shape: tuple[int, ...]) -> MultiBuffer:
+    assert isinstance(buf.device, tuple), f"register_multi_buffer: {buf.device} is one device"
+    assert prod(shape) == buf.arg, f"register_multi_buffer: shape {shape} does not hold {buf.arg} elements"
+    ret = _multi_buffers[buf] = MultiBuffer(buf.device, buf.arg, buf.dtype, placement, shape)
+    return ret
+
+
+def multi_buffer(buf: UOp) -> MultiBuffer:
+    """The MultiBuffer of a multi-device BUFFER node (one made by `Tensor.empty` is replicated)."""
+    if (ret := _multi_buffers.get(buf)) is None:
+        ret = register_multi_buffer(buf, REPLICATED, (buf.arg,))
+    return ret
+
+
+def devices_of(u: UOp) -> tuple[str, ...] | None:
+    """The device tuple of a tensor-level node, or None for a single device (or none)."""
+    if u.op in (Ops.SINK, Ops.KERNEL, Ops.DEFINE_VAR, Ops.BIND, Ops.UNIQUE):
+        return None
+    try:
+        device = u.device
+    except ValueError:  # a bare constant (no DEVICE source) is on no device
+        return None
+    return device if isinstance(device, tuple) else None
+
+
+def leading_block(shape: tuple[int, ...], axis: int) -> bool:
+    """Is each device's shard along `axis` one contiguous range of memory (every axis before it has size 1)?"""
+    return prod(shape[:axis]) == 1
+
+
+def reshaped_axis(in_shape: tuple[int, ...], axis: int, out_shape: tuple[int, ...], n: int) -> int | None:
+    """The axis of `out_shape` whose n blocks hold the same elements as `axis`'s n blocks of `in_shape`, if any.
+
+    Reshape keeps the flat order: the blocks match when the axes before have the same product (so each row of the
+    flat order is split the same way) and the new axis divides into n."""
+    before, acc = prod(in_shape[:axis]), 1
+    for j, s in enumerate(out_shape):
+        if acc == before and s % n == 0 and s > 1:
+            return j
+        acc *= s
+        if acc > before:
+            return None
+    return None
+
+
+def to_front(ndim: int, axis: int) -> tuple[int, ...]:
+    return (axis, *[i for i in range(ndim) if i != axis])
+
+
+def inverse(order: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(order.index(i) for i in range(len(order)))
+
+
+@dataclass
+class PlaceGraph:
+    """The state of `place_graph`: the placement of every multi-device node of the rewritten graph."""
+
+    placements: dict[UOp, Placement] = field(default_factory=dict)
+
+    def put(self, u: UOp, p: Placement) -> UOp:
+        self.placements[u] = p
+        return u
+
+    def copy_source(self, x: UOp) -> UOp:
+        """A COPY moves memory: its source must be stored contiguously (else a kernel makes it so first)."""
+        node = x
+        while node.op is Ops.RESHAPE:
+            node = node.src[0]
+        if node.op in (Ops.BUFFER, Ops.COPY, Ops.CONTIGUOUS) or (
+            node.op is Ops.ASSIGN and node.src[-1].op is Ops.KERNEL
+        ):
+            return x
+        return self.put(x.contiguous(), self.placements[x]) if devices_of(x) else x.contiguous()
+
+    def allgather(self, x: UOp) -> UOp:
+        """Sharded -> replicated; a shard that is not one contiguous range is moved to the front first."""
+        axis = self.placements[x].axis
+        assert axis is not None, "allgather: the source must be sharded"
+        devices = UOp(Ops.DEVICE, arg=x.device)
+        if leading_block(x.shape, axis):
+            return self.put(UOp(Ops.COPY, x.dtype, (self.copy_source(x), devices)), REPLICATED)
+        order = to_front(len(x.shape), axis)
+        front = self.put(self.put(x.permute(order), Placement(0)).contiguous(), Placement(0))
+        gathered = self.put(UOp(Ops.COPY, x.dtype, (front, devices)), REPLICATED)
+        return self.put(gathered.permute(inverse(order)), REPLICATED)
+
+    def allreduce(self, x: UOp) -> UOp:
+        """Partial -> replicated: a COPY of a partial node is an allreduce (naive or ring, see kernelize)."""
+        source = self.put(x.contiguous(), self.placements[x])
+        return self.put(UOp(Ops.COPY, x.dtype, (source, UOp(Ops.DEVICE, arg=x.device))), REPLICATED)
+
+    def convert(self, x: UOp, want: Placement) -> UOp:
+        """`x` with placement `want` (communicating as needed)."""
+        have = self.placements[x]
+        if have == want:
+            return x
+        if have.partial is not None:
+            x = self.allreduce(x)
+        elif have.axis is not None:
+            x = self.allgather(x)
+        if want.axis is None:
+            return x
+        # replicated -> sharded: each device keeps its block (a kernel, no communication)
+        return self.put(UOp(Ops.CONTIGUOUS, x.dtype, (x,), tag=("shard", want.axis)), want)
+
+    def gather(self, x: UOp, target: str) -> UOp:
+        """Multi-device `x` -> one device: the blocks of a shard, or one replica."""
+        have = self.placements[x]
+        if have.partial is not None:
+            x, have = self.allreduce(x), REPLICATED
+        devices = UOp(Ops.DEVICE, arg=target)
+        if have.axis is None or leading_block(x.shape, have.axis):
+            return UOp(Ops.COPY, x.dtype, (self.copy_source(x), devices))
+        order = to_front(len(x.shape), have.axis)
+        front = self.put(self.put(x.permute(order), Placement(0)).contiguous(), Placement(0))
+        # a COPY's result is contiguous memory (the prepare pass relies on it): the permuted view gets a kernel
+        return UOp(Ops.COPY, x.dtype, (front, devices)).permute(inverse(order)).contiguous()
+
+    def place_copy(self, u: UOp) -> UOp:
+        """COPY(x, devices, arg): arg None replicates, an int shards along that axis; a single target gathers."""
+        x, target = u.src[0], u.src[1].arg
+        source_devices = devices_of(x)
+        if not isinstance(target, tuple):
+            return u if source_devices is None else self.gather(x, target)
+        want = REPLICATED if u.arg is None else Placement(u.arg)
+        if source_devices == target:
+            return self.convert(x, want)
+        if source_devices is not None:  # another device set: through the first device of the source
+            x = self.gather(x, source_devices[0])
+        if want.axis is None or leading_block(x.shape, want.axis):
+            return self.put(u.replace(src=(x, u.src[1])), want)
+        order = to_front(len(x.shape), want.axis)
+        front = UOp(Ops.COPY, x.dtype, (x.permute(order).contiguous(), u.src[1]), 0)
+        back = self.put(self.put(front, Placement(0)).permute(inverse(order)), want)
+        return self.put(back.contiguous(), want)
+
+    def place_elementwise(self, u: UOp) -> UOp:
+        placed = [self.placements[s] for s in u.src if s in self.placements]
+        axes = [p.axis for p in placed if p.axis is not None]
+        want = Placement(axes[0]) if axes else REPLICATED
+        # a replicated source is read in place at any index; a partial one or one sharded elsewhere is moved
+        srcs = tuple(self.convert(s, want) if self._must_move(s, want) else s for s in u.src)
+        return self.put(u.replace(src=srcs), want)
+
+    def _must_move(self, x: UOp, want: Placement) -> bool:
+        have = self.placements.get(x)
+        return have is not None and have != want and (have.partial is not None or have.axis is not None)
+
+    def place_movement(self, u: UOp) -> UOp:  # one case per op: a dispatch table
+        x = u.src[0]
+        have = self.placements[x]
+        n = len(x.device)
+        if have.axis is None:
+            return self.put(u, have)
+        axis = have.axis
+        match u.op:
+            case Ops.PERMUTE:
+                return self.put(u, Placement(u.arg.index(axis)))
+            case Ops.EXPAND:
+                return self.put(u, have)
+            case Ops.RESHAPE:
+                in_shape = multi_buffer(x).shape if x.op is Ops.BUFFER else x.shape
+                if (new_axis := reshaped_axis(in_shape, axis, u.shape, n)) is not None:
+                    return self.put(u, Placement(new_axis))
+            case Ops.PAD if u.arg[axis] == (0, 0):
+                return self.put(u, have)
+            case Ops.SHRINK if u.arg[axis] == (0, x.shape[axis]):
+                return self.put(u, have)
+            case Ops.FLIP if not u.arg[axis]:
+                return self.put(u, have)
+        # the shard axis moves across devices: gather it everywhere first
+        return self.put(u.replace(src=(self.convert(x, REPLICATED),)), REPLICATED)
+
+    def place_reduce(self, u: UOp) -> UOp:
+        have = self.placements[u.src[0]]
+        if have.axis is None or have.axis not in u.arg[1]:
+            return self.put(u, have)
+        self.put(u, Placement(partial=u.arg[0]))
+        return self.allreduce(u)
+
+    def place(self, u: UOp) -> UOp:
+        """The node standing for `u` (sources already placed), with its placement recorded."""
+        if u.op is Ops.COPY:
+            return self.place_copy(u)
+        if devices_of(u) is None:
+            return u
+        if u.op is Ops.BUFFER:
+            return self.put(u, multi_buffer(u).placement)
+        if u.op is Ops.ASSIGN and u.src[1].op is Ops.KERNEL:
+            return self.put(u, multi_buffer(u.src[0]).placement)
+        if u.op in (Ops.CONST, Ops.IOTA, Ops.DEVICE):
+            return self.put(u, REPLICATED)
+        if u.op in GroupOp.Movement:
+            return self.place_movement(u)
+        if u.op is Ops.REDUCE_AXIS:
+            return self.place_reduce(u)
+        if u.op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD, Ops.AFTER):
+            return self.put(u, self.placements[u.src[0]])
+        if u.op is Ops.ASSIGN:
+            want = self.placements[u.src[0]]
+            return self.put(u.replace(src=(u.src[0], self.convert(u.src[1], want))), want)
+        if u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST):
+            return self.place_elementwise(u)
+        raise NotImplementedError(f"multi: {u.op} is not supported on several devices")
+
+
+def place_graph(sink: UOp) -> tuple[UOp, dict[UOp, UOp], dict[UOp, Placement]]:
+    """Give every multi-device node a placement, inserting the COPYs that move data between placements.
+
+    Returns the new sink, old node -> new node for every node, and the placements of the new graph's nodes."""
+    state = PlaceGraph()
+    new: dict[UOp, UOp] = {}
+    for u in sink.toposort():
+        srcs = tuple(new[s] for s in u.src)
+        node = u if srcs == u.src else u.replace(src=srcs)
+        new[u] = state.place(node)
+    return new[sink], new, state.placements
+
+
+def has_multi(topo: dict[UOp, None]) -> bool:
+    return any(u.op is Ops.DEVICE and isinstance(u.arg, tuple) for u in topo)
+
+
+def multi_range(n: int) -> UOp:
+    """The device index of a kernel described once for n devices."""
+    return UOp.range(UOp.const(dtypes.index, n), -1, AxisType.MULTI)
+
+
+def is_multi_range(u: UOp) -> bool:
+    return u.op is Ops.RANGE and u.arg[1] is AxisType.MULTI

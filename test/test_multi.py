@@ -1,0 +1,258 @@
+"""Several devices at once (fusegrad/schedule/multi.py, collectives.py and the multi-device paths of rangeify.py,
+kernelize.py and engine/schedule.py): shard/replicate/gather, ops on sharded tensors, allreduce (naive and ring),
+autograd and a data-parallel training step, each checked against numpy, torch or the same work on one device."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from fusegrad.dtype import dtypes
+from fusegrad.helpers import Context
+from fusegrad.schedule.multi import REPLICATED, Placement, multi_buffer, reshaped_axis
+from fusegrad.tensor import Tensor
+from fusegrad.uop import AxisType, Ops
+
+CPUS = {n: tuple(f"CPU:{i}" for i in range(n)) for n in (2, 3, 4)}
+D4 = CPUS[4]
+D4_NAMES = ("CPU", "CPU:1", "CPU:2", "CPU:3")  # canonical: "CPU:0" is "CPU"
+
+
+def rand(*shape: int, seed: int = 0) -> np.ndarray[Any, Any]:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def placement(t: Tensor) -> Placement:
+    """Where a realized multi-device tensor's memory lives."""
+    t.realize()
+    return multi_buffer(t.uop.base).placement
+
+
+# *** placing data ***
+
+
+def test_shard_and_replicate_keep_the_logical_tensor() -> None:
+    a = rand(8, 3)
+    sharded, replicated = Tensor(a).shard(D4, axis=0), Tensor(a).to(D4)
+    assert sharded.device == D4_NAMES
+    assert replicated.device == D4_NAMES
+    assert sharded.shape == replicated.shape == (8, 3)
+    np.testing.assert_array_equal(sharded.numpy(), a)
+    np.testing.assert_array_equal(replicated.numpy(), a)
+    assert sharded.tolist() == a.tolist()
+    assert placement(sharded) == Placement(0)
+    assert placement(replicated) == REPLICATED
+    assert multi_buffer(sharded.uop.base).bufs[1].size == 6  # each device holds its 2 x 3 block
+
+
+def test_shard_devices_hold_their_blocks() -> None:
+    a = np.arange(12, dtype=np.int32).reshape(4, 3)
+    t = Tensor(a).shard(CPUS[2], axis=0).realize()
+    blocks = [b.numpy().view(np.int32).reshape(2, 3) for b in multi_buffer(t.uop.base).bufs]
+    np.testing.assert_array_equal(blocks[0], a[:2])
+    np.testing.assert_array_equal(blocks[1], a[2:])
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, -1])
+def test_shard_any_axis_round_trips(axis: int) -> None:
+    a = rand(4, 6, 2 * 3)
+    t = Tensor(a).shard(CPUS[2], axis=axis)
+    assert placement(t) == Placement(axis % 3)
+    np.testing.assert_array_equal(t.numpy(), a)
+    np.testing.assert_array_equal(t.to("CPU:1").numpy(), a)
+
+
+def test_gather_and_move_between_device_sets() -> None:
+    a = rand(6, 4)
+    t = Tensor(a).shard(CPUS[3], axis=0)
+    np.testing.assert_array_equal(t.to(CPUS[2]).numpy(), a)
+    np.testing.assert_array_equal(t.shard(CPUS[2], axis=1).numpy(), a)
+    assert placement(t.shard(CPUS[2], axis=1)) == Placement(1)
+
+
+def test_uneven_shard_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"shard: axis 0 of shape \(10, 2\) does not split evenly: got size 10, "
+                       r"expected a multiple of the device count 4"):  # fmt: skip
+        Tensor.ones(10, 2).shard(D4, axis=0)
+    with pytest.raises(IndexError, match=r"shard: axis 2 out of range"):
+        Tensor.ones(4, 2).shard(D4, axis=2)
+
+
+def test_mismatched_devices_name_both_and_suggest_to() -> None:
+    with pytest.raises(ValueError, match=r"add: tensors on different devices \('CPU', 'CPU:1'\) and CPU; use \.to\(\)"):
+        Tensor.ones(4).to(CPUS[2]) + Tensor.ones(4)
+    with pytest.raises(ValueError, match=r"mul: tensors on different devices .*CPU:1.* and .*CPU:2.*; use \.to\(\)"):
+        Tensor.ones(4).to(CPUS[2]) * Tensor.ones(4).to(CPUS[3])
+    assert (Tensor.ones(4).to(CPUS[2]) + Tensor.ones(4).to(CPUS[2])).tolist() == [2.0] * 4  # .to() fixes it
+
+
+# *** ops ***
+
+
+def test_elementwise_sharded_with_sharded_and_replicated() -> None:
+    a, b, c = rand(8, 4), rand(8, 4, seed=1), rand(4, seed=2)
+    x, y, z = Tensor(a).shard(D4, 0), Tensor(b).shard(D4, 0), Tensor(c).to(D4)
+    out = (x * y + z).exp()
+    np.testing.assert_allclose(out.numpy(), np.exp(a * b + c), rtol=1e-5)
+    assert placement(out) == Placement(0)
+    # shards along different axes: one is regathered, the result is still right
+    np.testing.assert_allclose((x + Tensor(b).shard(D4, 1)).numpy(), a + b, rtol=1e-6)
+
+
+def test_kernel_is_described_once_with_a_multi_range() -> None:
+    a = rand(8, 4)
+    # arange is replicated and computed inline: each device needs the global row index of its block
+    out = Tensor(a).shard(D4, 0).realize() + Tensor.arange(8, device=D4).reshape(8, 1).cast(dtypes.float32)
+    items = out.schedule()
+    assert len(items) == 4
+    assert len({ei.ast for ei in items}) == 1  # one program for all devices
+    assert [ei.fixedvars for ei in items] == [{"_device_num": d} for d in range(4)]
+    kernel = out.uop.base.src[1].arg.ast
+    assert [u.arg[1] for u in kernel.toposort() if u.op is Ops.RANGE].count(AxisType.MULTI) == 1
+    np.testing.assert_array_equal(out.numpy(), a + np.arange(8, dtype=np.float32).reshape(8, 1))
+
+
+def test_reduce_over_unsharded_axis_stays_sharded() -> None:
+    a = rand(8, 5)
+    s = Tensor(a).shard(D4, 0).sum(1)
+    np.testing.assert_allclose(s.numpy(), a.sum(1), rtol=1e-5)
+    assert placement(s) == Placement(0)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+@pytest.mark.parametrize("ring", [0, 2])
+@pytest.mark.parametrize("cols", [1, 7, 33])
+def test_allreduce_matches_numpy(n: int, ring: int, cols: int) -> None:
+    a = rand(2 * n, cols, seed=n * 100 + cols)
+    with Context(RING=ring):
+        t = Tensor(a).shard(CPUS[n], 0).realize()
+        total = t.sum(0)
+        copies = [ei for ei in total.schedule() if ei.ast.op is Ops.COPY]
+        np.testing.assert_allclose(total.numpy(), a.sum(0), rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(Tensor(a).shard(CPUS[n], 0).max(0).numpy(), a.max(0))
+    assert placement(total) == REPLICATED
+    # naive: every device copies the n-1 others; ring: n copies per step, 2(n-1) steps
+    assert len(copies) == (n * (n - 1) if ring == 0 else 2 * n * (n - 1))
+
+
+def test_ring_is_chosen_by_size() -> None:
+    t = Tensor(rand(4, 16)).shard(D4, 0).realize()
+    with Context(RING=1, RING_ALLREDUCE_THRESHOLD=16):
+        ring = sum(ei.ast.op is Ops.COPY for ei in t.sum(0).schedule())
+    with Context(RING=1, RING_ALLREDUCE_THRESHOLD=17):
+        naive = sum(ei.ast.op is Ops.COPY for ei in t.sum(0).schedule())
+    assert (ring, naive) == (2 * 4 * 3, 4 * 3)
+
+
+def test_matmul_data_parallel_and_weight_sharded() -> None:
+    x, w = rand(8, 6), rand(6, 4, seed=1)
+    data_parallel = Tensor(x).shard(D4, 0) @ Tensor(w).to(D4)
+    np.testing.assert_allclose(data_parallel.numpy(), x @ w, rtol=1e-5, atol=1e-5)
+    assert placement(data_parallel) == Placement(0)
+    column_split = Tensor(x).to(D4) @ Tensor(w).shard(D4, 1)
+    np.testing.assert_allclose(column_split.numpy(), x @ w, rtol=1e-5, atol=1e-5)
+    assert placement(column_split) == Placement(1)
+    contraction_split = Tensor(x).shard(CPUS[2], 1) @ Tensor(w).shard(CPUS[2], 0)  # partial sums, allreduced
+    np.testing.assert_allclose(contraction_split.numpy(), x @ w, rtol=1e-5, atol=1e-5)
+    assert placement(contraction_split) == REPLICATED
+
+
+def test_movement_ops_on_sharded() -> None:
+    a = rand(8, 6)
+    t = Tensor(a).shard(D4, 0)
+    cases = {
+        "permute": (t.permute(1, 0), a.T),
+        "reshape keeps blocks": (t.reshape(4, 12), a.reshape(4, 12)),
+        "reshape flat": (t.reshape(48), a.reshape(48)),
+        "reshape across blocks": (t.reshape(6, 8), a.reshape(6, 8)),
+        "expand": (t.reshape(8, 1, 6).expand(8, 3, 6), np.broadcast_to(a.reshape(8, 1, 6), (8, 3, 6))),
+        "getitem within a shard": (t[2:4], a[2:4]),
+        "getitem across shards": (t[1:7:2, ::-1], a[1:7:2, ::-1]),
+        "shrink other axis": (t[:, 1:4], a[:, 1:4]),
+        "pad": (t.pad(((1, 1), (0, 2))), np.pad(a, ((1, 1), (0, 2)))),
+        "flip": (t.flip(0), a[::-1]),
+    }
+    for name, (got, expected) in cases.items():
+        np.testing.assert_array_equal(got.numpy(), expected, err_msg=name)
+    assert placement(t.permute(1, 0).contiguous()) == Placement(1)
+    assert placement(t.reshape(4, 12).contiguous()) == Placement(0)
+
+
+def test_reshaped_axis() -> None:
+    assert reshaped_axis((8, 6), 0, (48,), 4) == 0
+    assert reshaped_axis((8, 6), 0, (4, 12), 4) == 0
+    assert reshaped_axis((8, 6), 0, (6, 8), 4) is None
+    assert reshaped_axis((2, 8), 1, (2, 2, 4), 2) == 1
+    assert reshaped_axis((2, 8), 1, (16,), 2) is None
+
+
+def test_assign_into_sharded_and_replicated() -> None:
+    a, b = rand(8, 2), rand(8, 2, seed=1)
+    t = Tensor(a).shard(D4, 0).realize()
+    buffer = t.uop.base
+    t.assign(t * 2 + Tensor(b).shard(D4, 0)).realize()
+    assert t.uop.base is buffer  # written in place
+    np.testing.assert_allclose(t.numpy(), a * 2 + b, rtol=1e-6)
+    r = Tensor(a).to(D4).realize()
+    r += 1
+    np.testing.assert_allclose(r.numpy(), a + 1, rtol=1e-6)
+
+
+def test_autograd_through_sharded_ops() -> None:
+    x, w = rand(8, 5), rand(5, 3, seed=1)
+    xt, wt = Tensor(x).shard(D4, 0).requires_grad_(), Tensor(w).to(D4).requires_grad_()
+    (xt @ wt).relu().sum(1).square().mean().backward()
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    (tx @ tw).relu().sum(1).square().mean().backward()
+    assert wt.grad is not None
+    assert xt.grad is not None
+    assert wt.grad.device == D4_NAMES
+    np.testing.assert_allclose(wt.grad.numpy(), tw.grad.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(xt.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def _train(devices: tuple[str, ...] | None, steps: int = 2) -> tuple[np.ndarray[Any, Any], ...]:
+    """A small MLP trained by hand-written SGD; data sharded along the batch, weights replicated."""
+    rng = np.random.default_rng(0)
+    x, y = Tensor(rng.standard_normal((16, 6)).astype(np.float32)), Tensor(rng.integers(0, 3, 16).astype(np.int32))
+    w1, w2 = Tensor(rand(6, 8, seed=1) * 0.3), Tensor(rand(8, 3, seed=2) * 0.3)
+    if devices is not None:
+        x, y, w1, w2 = x.shard(devices, 0), y.shard(devices, 0), w1.to(devices), w2.to(devices)
+    Tensor.realize(w1, w2)
+    for _ in range(steps):
+        w1.requires_grad_()
+        w2.requires_grad_()
+        (x @ w1).relu().matmul(w2).sparse_categorical_crossentropy(y).backward()
+        assert w1.grad is not None
+        assert w2.grad is not None
+        w1.assign(w1.detach() - 0.1 * w1.grad)
+        w2.assign(w2.detach() - 0.1 * w2.grad)
+        w1.grad = w2.grad = None
+        Tensor.realize(w1, w2)
+    return w1.numpy(), w2.numpy()
+
+
+def test_data_parallel_training_step_matches_one_device() -> None:
+    for single, multi in zip(_train(None), _train(D4), strict=True):
+        np.testing.assert_allclose(multi, single, rtol=1e-5, atol=1e-6)
+
+
+def test_null_devices_run_with_the_right_shapes() -> None:
+    null = tuple(f"NULL:{i}" for i in range(4))
+    w1, w2 = _train(null, steps=1)
+    assert w1.shape == (6, 8)
+    assert w2.shape == (8, 3)
+    t = Tensor.empty(8, 4, device="NULL").shard(null, 0)
+    assert (t.sum(0) + 1).numpy().shape == (4,)
+    assert t.permute(1, 0).to("NULL").numpy().shape == (4, 8)
+
+
+def test_int_and_bool_dtypes() -> None:
+    a = np.arange(12, dtype=np.int32).reshape(4, 3)
+    t = Tensor(a).shard(CPUS[2], 0)
+    assert (t.sum(0)).tolist() == a.sum(0).tolist()
+    assert (t > 5).to("CPU").dtype == dtypes.bool
+    assert (t > 5).tolist() == (a > 5).tolist()
