@@ -21,9 +21,8 @@ from fusegrad.uop import GroupOp, Ops
 from fusegrad.uop.ops import UOp, buffers, sym_infer
 
 R = TypeVar("R")
-Key = tuple[
-    int | str, ...
-]  # where an input sits in the call: (0,) first argument, ("lr",) keyword, (1, 2) item 2 of arg 1
+# where an input sits in a call: (0,) the first argument, ("lr",) a keyword, (1, 2) item 2 of argument 1
+Key = tuple[int | str, ...]
 
 
 class JitError(RuntimeError):
@@ -440,7 +439,7 @@ def _constant_error(key: Key, how: str, names: tuple[str, ...]) -> JitError:
     return JitError(
         f"TinyJit: input {_label(key, names)} is also read without being passed, through {how}: got one "
         "buffer on two paths, expected inputs to reach the kernels only as arguments (a replay would "
-        "swap both reads to the new input); pass it as an argument only, or pass .clone() of it"
+        "swap both reads to the new input); pass it as an argument only, or pass a copy (.contiguous())"
     )
 
 

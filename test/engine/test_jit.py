@@ -279,6 +279,25 @@ def captured(fn: Any, *args: Tensor) -> TinyJit[Any]:
     return jit
 
 
+def test_an_error_while_capturing_leaves_nothing_behind() -> None:
+    fail = [False, True]
+
+    @TinyJit
+    def step(x: Tensor) -> Tensor:
+        out = (x + 1).realize()
+        if fail and fail.pop(0):
+            raise ValueError("boom")
+        return out
+
+    x = vec(1, 2)
+    step(x)
+    with pytest.raises(ValueError, match="boom"):
+        step(x)
+    assert x.uop.op.name == "BUFFER"  # the capture alias is undone
+    assert step.cnt == 1  # the next call captures again
+    assert [step(vec(i, i)).tolist() for i in range(3)] == [[1, 1], [2, 2], [3, 3]]
+
+
 def test_jit_error_is_a_runtime_error() -> None:
     assert issubclass(JitError, RuntimeError)
 
