@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fusegrad.helpers import TRACK_MATCH_STATS, pluralize, prod
-from fusegrad.schedule.collectives import allreduce_kernel, multi_copy_kernel
-from fusegrad.schedule.multi import Placement, devices_of, has_multi, place_graph
+from fusegrad.schedule.ordering import add_dependencies, run_order, snapshot
 from fusegrad.schedule.rangeify import (
     Kernel,
     build_kernel,
@@ -92,7 +91,7 @@ pm_prepare_realize = PatternMatcher(
 )
 
 
-def find_realizes(sink: UOp, placements: dict[UOp, Placement] | None = None) -> dict[UOp, None]:
+def find_realizes(sink: UOp) -> dict[UOp, None]:
     """Grow the initial realize set until no kernel would recompute a reduce or read a node at two places."""
     realized = {u: None for u in initial_realizes(sink) if prod(u.shape) != 0}  # empty results need no kernel
     while True:
@@ -102,7 +101,7 @@ def find_realizes(sink: UOp, placements: dict[UOp, Placement] | None = None) -> 
         for root in roots:  # grows while we walk: a reduce that needs its own kernel is built in this same pass
             if root.op is Ops.COPY:
                 continue
-            build_kernel(root, realized, {}, reads, flagged, None, placements)
+            build_kernel(root, realized, {}, reads, flagged, None)
             for u in flagged:
                 if u.op is Ops.REDUCE_AXIS and u not in realized and prod(u.shape) != 0:
                     realized[u] = None
@@ -125,20 +124,25 @@ def kernelize(sink: UOp) -> KernelizeResult:
     """Build the kernels for every node `sink` needs realized; see the module docstring."""
     prepare_map = graph_rewrite_map(sink, pm_prepare_realize, name="prepare for realize")
     prepared = prepare_map[sink]
-    topo = prepared.toposort()
-    placements: dict[UOp, Placement] | None = None
-    if has_multi(topo):  # several devices: give every node a placement, insert the communication (multi.py)
-        prepared, multi_map, placements = place_graph(prepared)
-        prepare_map = {old: multi_map.get(new, new) for old, new in prepare_map.items()}
-        topo = prepared.toposort()
-    realized = find_realizes(prepared, placements)
-    order = [u for u in topo if u in realized]
+    realized = find_realizes(prepared)
+    run = run_order(prepared.toposort(), realized)
     buffer_of: dict[UOp, UOp] = {}
     kernels: list[UOp] = []
-    for root in order:
-        stored = _kernel_for(root, realized, buffer_of, placements)
+    snapshots: dict[UOp, UOp] = {}  # written BUFFER -> its copy, for reads that can't run before the write
+    for write in run.after:
+        buf, snap = snapshot(write)
+        buffer_of[buf] = snapshots[buf] = _kernel_for(snap, realized, buffer_of)
+        kernels.append(snapshots[buf])
+    for root in run.roots:
+        stored = _kernel_for(root, realized, buffer_of)
+        deps = [buffer_of[r] for r in run.before.get(root, ())]
+        if root in run.after:
+            deps.append(snapshots[snapshot(root)[0]])
+        stored = add_dependencies(stored, deps)
         buffer_of[root] = stored
         kernels.append(stored)
+    for buf in snapshots:  # the redirect was for building kernels; the buffer itself stays what tensors hold
+        del buffer_of[buf]
     becomes = _becomes_map(sink, prepare_map, buffer_of)
     if TRACK_MATCH_STATS.value >= 2 and kernels:  # a step showing the kernel graph: VIZ links each KERNEL to its code
         graph_rewrite(UOp.sink(*kernels), _pm_nothing, name="kernel graph")
@@ -148,9 +152,7 @@ def kernelize(sink: UOp) -> KernelizeResult:
 _pm_nothing = PatternMatcher([])
 
 
-def _kernel_for(
-    root: UOp, realized: dict[UOp, None], buffer_of: dict[UOp, UOp], placements: dict[UOp, Placement] | None
-) -> UOp:
+def _kernel_for(root: UOp, realized: dict[UOp, None], buffer_of: dict[UOp, UOp]) -> UOp:
     metadata = all_metadata.get(root, ())
     if root.op is Ops.COPY:
         src = root.src[0]
@@ -158,15 +160,10 @@ def _kernel_for(
         while node.op is Ops.RESHAPE:
             node = node.src[0]
         stored = buffer_of.get(node, node)
-        if placements is not None and (devices_of(root) is not None or devices_of(node) is not None):
-            held = placements.get(node)
-            if held is not None and held.partial is not None:
-                return allreduce_kernel(root, stored, held.partial, metadata)
-            return multi_copy_kernel(root, stored, placements.get(root), metadata)
         out = UOp.new_buffer(root.device, prod(root.shape), root.dtype)
         kernel = UOp(Ops.KERNEL, src=(out, stored), arg=Kernel(copy_kernel(root), metadata))
         return UOp(Ops.ASSIGN, out.dtype, (out, kernel))
-    built = build_kernel(root, realized, buffer_of, {}, {}, None, placements)
+    built = build_kernel(root, realized, buffer_of, {}, {}, None)
     deps: tuple[UOp, ...] = ()
     if root.op is Ops.ASSIGN:
         target = root.src[0].base
