@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fusegrad.helpers import TRACK_MATCH_STATS, pluralize, prod
+from fusegrad.schedule.collectives import allreduce_kernel, multi_copy_kernel
+from fusegrad.schedule.multi import Placement, devices_of, has_multi, place_graph
 from fusegrad.schedule.ordering import add_dependencies, run_order, snapshot
 from fusegrad.schedule.rangeify import (
     Kernel,
@@ -91,7 +93,7 @@ pm_prepare_realize = PatternMatcher(
 )
 
 
-def find_realizes(sink: UOp) -> dict[UOp, None]:
+def find_realizes(sink: UOp, placements: dict[UOp, Placement] | None = None) -> dict[UOp, None]:
     """Grow the initial realize set until no kernel would recompute a reduce or read a node at two places."""
     realized = {u: None for u in initial_realizes(sink) if prod(u.shape) != 0}  # empty results need no kernel
     while True:
@@ -101,7 +103,7 @@ def find_realizes(sink: UOp) -> dict[UOp, None]:
         for root in roots:  # grows while we walk: a reduce that needs its own kernel is built in this same pass
             if root.op is Ops.COPY:
                 continue
-            build_kernel(root, realized, {}, reads, flagged, None)
+            build_kernel(root, realized, {}, reads, flagged, None, placements)
             for u in flagged:
                 if u.op is Ops.REDUCE_AXIS and u not in realized and prod(u.shape) != 0:
                     realized[u] = None
@@ -124,17 +126,23 @@ def kernelize(sink: UOp) -> KernelizeResult:
     """Build the kernels for every node `sink` needs realized; see the module docstring."""
     prepare_map = graph_rewrite_map(sink, pm_prepare_realize, name="prepare for realize")
     prepared = prepare_map[sink]
-    realized = find_realizes(prepared)
-    run = run_order(prepared.toposort(), realized)
+    topo = prepared.toposort()
+    placements: dict[UOp, Placement] | None = None
+    if has_multi(topo):  # several devices: give every node a placement, insert the communication (multi.py)
+        prepared, multi_map, placements = place_graph(prepared)
+        prepare_map = {old: multi_map.get(new, new) for old, new in prepare_map.items()}
+        topo = prepared.toposort()
+    realized = find_realizes(prepared, placements)
+    run = run_order(topo, realized)
     buffer_of: dict[UOp, UOp] = {}
     kernels: list[UOp] = []
     snapshots: dict[UOp, UOp] = {}  # written BUFFER -> its copy, for reads that can't run before the write
     for write in run.after:
         buf, snap = snapshot(write)
-        buffer_of[buf] = snapshots[buf] = _kernel_for(snap, realized, buffer_of)
+        buffer_of[buf] = snapshots[buf] = _kernel_for(snap, realized, buffer_of, placements)
         kernels.append(snapshots[buf])
     for root in run.roots:
-        stored = _kernel_for(root, realized, buffer_of)
+        stored = _kernel_for(root, realized, buffer_of, placements)
         deps = [buffer_of[r] for r in run.before.get(root, ())]
         if root in run.after:
             deps.append(snapshots[snapshot(root)[0]])
@@ -152,7 +160,9 @@ def kernelize(sink: UOp) -> KernelizeResult:
 _pm_nothing = PatternMatcher([])
 
 
-def _kernel_for(root: UOp, realized: dict[UOp, None], buffer_of: dict[UOp, UOp]) -> UOp:
+def _kernel_for(
+    root: UOp, realized: dict[UOp, None], buffer_of: dict[UOp, UOp], placements: dict[UOp, Placement] | None
+) -> UOp:
     metadata = all_metadata.get(root, ())
     if root.op is Ops.COPY:
         src = root.src[0]
@@ -160,10 +170,15 @@ def _kernel_for(root: UOp, realized: dict[UOp, None], buffer_of: dict[UOp, UOp])
         while node.op is Ops.RESHAPE:
             node = node.src[0]
         stored = buffer_of.get(node, node)
+        if placements is not None and (devices_of(root) is not None or devices_of(node) is not None):
+            held = placements.get(node)
+            if held is not None and held.partial is not None:
+                return allreduce_kernel(root, stored, held.partial, metadata)
+            return multi_copy_kernel(root, stored, placements.get(root), metadata)
         out = UOp.new_buffer(root.device, prod(root.shape), root.dtype)
         kernel = UOp(Ops.KERNEL, src=(out, stored), arg=Kernel(copy_kernel(root), metadata))
         return UOp(Ops.ASSIGN, out.dtype, (out, kernel))
-    built = build_kernel(root, realized, buffer_of, {}, {}, None)
+    built = build_kernel(root, realized, buffer_of, {}, {}, None, placements)
     deps: tuple[UOp, ...] = ()
     if root.op is Ops.ASSIGN:
         target = root.src[0].base

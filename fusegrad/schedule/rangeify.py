@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fusegrad.helpers import prod
-from fusegrad.schedule.indexing import Index, idx_const, linearize_index, source_index
+from fusegrad.schedule.indexing import Index, idx_const, linearize_index, simplify_index, source_index
+from fusegrad.schedule.multi import Placement, devices_of, multi_buffer, multi_range, register_multi_buffer
 from fusegrad.uop import AxisType, GroupOp, Ops
 from fusegrad.uop.ops import UOp
 from fusegrad.uop.rewrite import graph_rewrite
@@ -76,6 +77,14 @@ class KernelBuilder:
     ranges: itertools.count[int] = field(default_factory=itertools.count)
     memo: dict[tuple[Any, ...], UOp] = field(default_factory=dict)
     memo_children: dict[tuple[UOp, Index], list[tuple[Any, ...]]] = field(default_factory=dict)
+    placements: dict[UOp, Placement] | None = None  # set for a multi-device kernel (multi.py)
+    device_index: UOp | None = None  # its MULTI range: the device a copy of the kernel runs on
+
+    def block(self, size: int) -> int:
+        """Elements of a sharded axis of `size` that one device holds."""
+        assert self.device_index is not None, "block: not a multi-device kernel"
+        return size // int(self.device_index.src[0].arg)
+
     costly: dict[UOp, bool] = field(default_factory=dict)
 
     def new_range(self, size: int, axis_type: AxisType) -> UOp:
@@ -95,11 +104,49 @@ class KernelBuilder:
         buf = stored.src[0] if is_kernelized(stored) else stored.src[0] if stored.op is Ops.ASSIGN else stored
         slot = 0 if buf is self.out_buf else self.loads.setdefault(stored, len(self.loads) + 1)
         size = buf.arg if buf.op is Ops.BUFFER else prod(node.shape)
-        glob = UOp(Ops.DEFINE_GLOBAL, node.dtype.ptr(size), arg=slot)
         shape = (size,) if (buf.op is Ops.BUFFER and node.op is Ops.BUFFER) or is_kernelized(node) else node.shape
-        flat = linearize_index(idx, shape)
+        if self.device_index is not None:
+            flat, size = self.local_index(buf, node, idx, shape, valid)
+        else:
+            flat = linearize_index(idx, shape)
+        glob = UOp(Ops.DEFINE_GLOBAL, node.dtype.ptr(size), arg=slot)
         index = glob.index(flat, valid) if valid is not None else glob.index(flat)
         return index.load(dtype=node.dtype)
+
+    def local_index(
+        self, buf: UOp, node: UOp, idx: Index, shape: tuple[int, ...], valid: UOp | None
+    ) -> tuple[UOp, int]:
+        """(flat index into this device's memory, its size) for reading `node` at global `idx` in a multi kernel."""
+        assert self.placements is not None, "local_index: not a multi kernel"
+        assert self.device_index is not None, "local_index: no device index"
+        if buf.op is Ops.BUFFER:
+            held = multi_buffer(buf)
+            placement, full, size = held.placement, held.shape, held.capacity
+        else:  # realized in this schedule, its buffer not made yet
+            placement, full, size = self.placements[node], node.shape, prod(node.shape)
+        if placement.axis is None:
+            return linearize_index(idx, shape), size
+        axis = placement.axis
+        s = self.block(full[axis])
+        if shape != full:  # a flat read: recover the shard axis' index from the flat one
+            flat = linearize_index(idx, shape)
+            idx = tuple(flat // prod(full[i + 1 :]) % full[i] for i in range(len(full)))
+            idx = simplify_index(idx)
+        local_idx = tuple(i - self.device_index * s if a == axis else i for a, i in enumerate(idx))
+        local_axis = simplify_index(local_idx)[axis]
+        if valid is None and not (local_axis.vmin >= 0 and local_axis.vmax < s):
+            raise RuntimeError(f"multi: a kernel reads outside this device's shard of axis {axis} of {full}: "
+                               f"index {local_axis.render()}, expected 0..{s - 1}")  # fmt: skip
+        local_shape = tuple(s if a == axis else d for a, d in enumerate(full))
+        return linearize_index(local_idx, local_shape), prod(local_shape)
+
+    def reduce_range(self, node: UOp, axis: int, size: int) -> UOp:
+        """The loop a reduce runs over `axis`: over this device's block when the source is sharded along it."""
+        if self.placements is not None and self.placements.get(node.src[0], Placement()).axis == axis:
+            s = self.block(size)
+            assert self.device_index is not None, "reduce_range: no device index"
+            return self.device_index * s + self.new_range(s, AxisType.REDUCE)
+        return self.new_range(size, AxisType.REDUCE)
 
     def children(self, node: UOp, idx: Index, valid: UOp | None, ctx: frozenset[UOp]) -> list[tuple[Any, ...]]:
         """(source, index, valid, active ranges) for each source `node` reads while computed at `idx`."""
@@ -108,9 +155,10 @@ class KernelBuilder:
             return [(node.src[0], src_idx, src_valid, ctx)]
         if node.op is Ops.REDUCE_AXIS:
             axes = node.arg[1]
-            new = tuple(self.new_range(s, AxisType.REDUCE) if i in axes else r
+            new = tuple(self.reduce_range(node, i, s) if i in axes else r
                         for i, (r, s) in enumerate(zip(idx, node.src[0].shape, strict=True)))  # fmt: skip
-            return [(node.src[0], new, valid, ctx | {r for r in new if r.op is Ops.RANGE})]
+            loops = {r for r in new if r.op is Ops.RANGE} | {r for i in axes for r in _loops(new[i])}
+            return [(node.src[0], new, valid, ctx | loops)]
         if node.op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD):
             return [(node.src[0], idx, valid, ctx)]
         if node.op is Ops.ASSIGN:
@@ -176,7 +224,8 @@ class KernelBuilder:
         match node.op:
             case Ops.REDUCE_AXIS:
                 src_idx = self.memo_children[(node, idx)][0][1]
-                rngs = tuple(r for r in src_idx if r.op is Ops.RANGE and r.arg[1] is AxisType.REDUCE and r not in idx)
+                loops = [r for a in node.arg[1] for r in _loops(src_idx[a])]
+                rngs = tuple(r for r in loops if r.arg[1] is AxisType.REDUCE and r not in idx)
                 return UOp(Ops.REDUCE, node.dtype, (srcs[0], *rngs), node.arg[0]) if rngs else srcs[0]
             case Ops.CONTIGUOUS | Ops.DETACH | Ops.CONTIGUOUS_BACKWARD | Ops.ASSIGN:
                 return srcs[0]
@@ -227,6 +276,15 @@ class KernelBuilder:
         return self.memo[(node, idx, valid)]
 
 
+def _loops(i: UOp) -> list[UOp]:
+    """The loop RANGEs in index `i` (a range itself, or a device block's offset plus a range)."""
+    if i.op is Ops.RANGE:
+        return [] if i.arg[1] is AxisType.MULTI else [i]
+    if i.op is Ops.CONST:
+        return []
+    return [u for u in i.toposort() if u.op is Ops.RANGE and u.arg[1] is not AxisType.MULTI]
+
+
 def _store_index(target: UOp, idx: Index) -> tuple[UOp, UOp]:
     """Where an ASSIGN to view `target` writes element `idx`: (its BUFFER, the flat index)."""
     node, valid = target, None
@@ -251,22 +309,45 @@ class BuiltKernel:
     inputs: list[UOp]  # stored nodes read, in slot order (slot 1 onwards)
 
 
+def _output_index(kb: KernelBuilder, root: UOp) -> tuple[Index, Index, tuple[int, ...]]:
+    """(global index the kernel computes, its loop ranges, the shape they span): a sharded output loops over one
+    device's block and offsets the shard axis by the device index."""
+    placement = kb.placements[root] if kb.placements is not None else Placement()
+    axis = placement.axis
+    local_shape = tuple(kb.block(s) if a == axis else s for a, s in enumerate(root.shape))
+    loops = tuple(kb.new_range(s, AxisType.LOOP) for s in local_shape)
+    if axis is None or kb.device_index is None:
+        return loops, loops, local_shape
+    offset = kb.device_index * local_shape[axis]
+    return tuple(offset + r if a == axis else r for a, r in enumerate(loops)), loops, local_shape
+
+
 def build_kernel(root: UOp, realized: dict[UOp, None], buffer_of: dict[UOp, UOp], reads: dict[UOp, set[Any]],
-                 flagged: dict[UOp, None], device_buffer: UOp | None) -> BuiltKernel:  # fmt: skip
-    """The kernel computing realized node `root` into `device_buffer` (a fresh BUFFER when None)."""
+                 flagged: dict[UOp, None], device_buffer: UOp | None,
+                 placements: dict[UOp, Placement] | None = None) -> BuiltKernel:  # fmt: skip
+    """The kernel computing realized node `root` into `device_buffer` (a fresh BUFFER when None).
+
+    With `placements` (a graph on several devices), the kernel is described once: its device index is a MULTI range."""
     kb = KernelBuilder(root, realized, buffer_of, reads, flagged)
-    out_idx = tuple(kb.new_range(s, AxisType.LOOP) for s in root.shape)
-    ctx = frozenset(r for r in out_idx if r.op is Ops.RANGE)
+    if placements is not None and (devices := devices_of(root)) is not None:
+        kb.placements, kb.device_index = placements, multi_range(len(devices))
+    out_idx, loops, loop_shape = _output_index(kb, root)
+    ctx = frozenset(r for r in loops if r.op is Ops.RANGE)
     if root.op is Ops.ASSIGN:
         target_node, flat = _store_index(root.src[0], out_idx)
         out_buf = kb.out_buf = target_node.src[0] if is_kernelized(target_node) else target_node
+        if kb.device_index is not None:
+            flat, _ = kb.local_index(out_buf, out_buf, (flat,), (out_buf.arg,), None)
         value = kb.emit(root.src[1], out_idx, None, ctx)
     else:
         size = prod(root.shape)
         out_buf = device_buffer if device_buffer is not None else UOp.new_buffer(root.device, size, root.dtype)
-        flat = linearize_index(out_idx, root.shape)
+        if kb.placements is not None and kb.device_index is not None:
+            register_multi_buffer(out_buf, kb.placements[root], root.shape)
+        flat = linearize_index(loops, loop_shape)
         value = kb.emit(root, out_idx, None, ctx)
-    glob = UOp(Ops.DEFINE_GLOBAL, out_buf.dtype.ptr(out_buf.arg), arg=0)
+    out_size = multi_buffer(out_buf).capacity if kb.device_index is not None else out_buf.arg
+    glob = UOp(Ops.DEFINE_GLOBAL, out_buf.dtype.ptr(out_size), arg=0)
     ast = UOp.sink(glob.index(flat).store(value))
     inputs = sorted(kb.loads, key=lambda u: kb.loads[u])
     return BuiltKernel(root, ast, out_buf, inputs)
