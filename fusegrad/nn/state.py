@@ -13,6 +13,7 @@ import json
 import os
 import pathlib
 import pickle
+import shutil
 import struct
 import tempfile
 import zipfile
@@ -188,7 +189,7 @@ def _open(source: Tensor | PathLike, op: str) -> _File:
 def safe_save(tensors: dict[str, Tensor], fn: PathLike, metadata: dict[str, str] | None = None) -> None:
     """Write `tensors` as a safetensors file: an 8-byte little-endian header length, a JSON header of dtype, shape and
     data_offsets per tensor (plus `__metadata__`, str to str), then the raw little-endian data in the dict's order.
-    The file is written beside its destination and moved over it, so a failed save leaves the old file intact.
+    The data is staged in a temporary file first, so tensors loaded from the destination itself can be saved to it.
     Raises TypeError for a dtype safetensors lacks or non-str metadata. Example: `safe_save({"w": w}, "w.safetensors")`.
     """
     header: dict[str, Any] = {}
@@ -208,17 +209,17 @@ def safe_save(tensors: dict[str, Tensor], fn: PathLike, metadata: dict[str, str]
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # the data starts 8-aligned, as the safetensors library writes it
     path = os.path.abspath(os.fspath(fn))
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".safe_save.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(struct.pack("<Q", len(raw)) + raw)
-            for t in tensors.values():
-                if t.numel():
-                    f.write(t.data())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    with tempfile.TemporaryFile(dir=os.path.dirname(path)) as staged:
+        staged.write(struct.pack("<Q", len(raw)) + raw)
+        for t in tensors.values():
+            if t.numel():
+                staged.write(t.data())
+        staged.seek(0)
+        # copied over the old file in place, not renamed over it: DISK tensors of this file read one file (a rename
+        # would leave their open mapping on the old one, and a later load through it would read stale bytes)
+        with open(path, "r+b" if os.path.exists(path) else "wb") as f:
+            shutil.copyfileobj(staged, f)
+            f.truncate()
 
 
 def safe_load_metadata(fn: Tensor | PathLike) -> tuple[Tensor, int, dict[str, Any]]:

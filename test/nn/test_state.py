@@ -259,6 +259,17 @@ def test_corrupt_files_name_the_file_and_the_problem(
         safe_load_metadata(str(path))
 
 
+def test_saving_over_a_loaded_file(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "w.safetensors"
+    safe_save({"a": Tensor([1.0, 2.0]), "b": Tensor([3, 4])}, path)
+    loaded = safe_load(path)
+    safe_save({"b": loaded["b"], "a": loaded["a"]}, path)  # the file's own tensors, in another order
+    assert {k: v.to("CPU").tolist() for k, v in safe_load(path).items()} == {"b": [3, 4], "a": [1.0, 2.0]}
+    safe_save({"a": Tensor([5.0, 6.0, 7.0])}, path)  # while `loaded` still holds the file open
+    assert safe_load(path)["a"].to("CPU").tolist() == [5.0, 6.0, 7.0]  # not the stale bytes of the old file
+    assert loaded["a"].device == f"DISK:{path}"
+
+
 def test_save_errors(tmp_path: pathlib.Path) -> None:
     with pytest.raises(TypeError, match=r"safe_save: metadata must map str to str"):
         safe_save({"a": Tensor([1.0])}, tmp_path / "x.safetensors", metadata={"n": 1})  # type: ignore[dict-item]
