@@ -268,6 +268,42 @@ def test_lazy_weight_updates_match_eager() -> None:
         np.testing.assert_allclose(jitted.numpy(), eager.numpy(), rtol=1e-5, atol=1e-6)
 
 
+def run_with_optimizer(use_jit: bool, dropout: float, steps: int = 5) -> list[np.ndarray]:
+    """Train a Linear-dropout-Linear model with nn.optim.Adam from fixed weights and seed; the final weights."""
+    from fusegrad import nn
+    from fusegrad.nn import optim
+
+    Tensor.manual_seed(0)
+    rng = np.random.default_rng(2)
+    layers = [nn.Linear(3, 8), nn.Linear(8, 2)]
+    params = [p for layer in layers for p in (layer.weight, layer.bias) if p is not None]
+    for p in params:
+        p.assign(Tensor(rng.standard_normal(p.shape).astype(np.float32))).realize()
+    opt = optim.Adam(params, lr=0.01)
+
+    def step(x: Tensor, y: Tensor) -> Tensor:
+        with Tensor.train():
+            opt.zero_grad()
+            loss = (layers[1](layers[0](x).relu().dropout(dropout)) - y).square().mean()
+            loss.backward()
+            opt.step()
+        return loss.realize()
+
+    run = TinyJit(step) if use_jit else step
+    for i in range(steps):
+        x = Tensor(np.full((4, 3), i / steps, dtype=np.float32) + np.eye(4, 3, dtype=np.float32))
+        run(x, Tensor(np.ones((4, 2), dtype=np.float32)))
+    return [p.numpy() for p in params]
+
+
+@pytest.mark.parametrize("dropout", [0.0, pytest.param(0.3, marks=pytest.mark.slow)])
+def test_jitted_optimizer_step_matches_eager(dropout: float) -> None:
+    """nn.optim.Adam's moments and step count (and dropout's device counter) all advance on replay."""
+    eager_weights, jit_weights = run_with_optimizer(False, dropout), run_with_optimizer(True, dropout)
+    for eager, jitted in zip(eager_weights, jit_weights, strict=True):
+        np.testing.assert_allclose(jitted, eager, rtol=1e-5, atol=1e-6)
+
+
 # *** footguns ***
 
 
