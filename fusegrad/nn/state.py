@@ -112,16 +112,7 @@ def load_state_dict(
     model_state = get_state_dict(model)
     missing = [k for k in model_state if k not in state_dict]
     unexpected = [k for k in state_dict if k not in model_state]
-    problems = [
-        f"shape mismatch for {k!r}: got {state_dict[k].shape}, expected {v.shape}"
-        for k, v in model_state.items()
-        if k in state_dict and state_dict[k].shape != v.shape
-    ]
-    if strict and missing:
-        problems.insert(0, f"{len(missing)} missing keys: {', '.join(missing)}")
-    if strict and unexpected:
-        problems.insert(int(strict and bool(missing)), f"{len(unexpected)} unexpected keys: {', '.join(unexpected)}")
-    if problems:
+    if problems := _fit_problems(model_state, state_dict, missing if strict else [], unexpected if strict else []):
         raise ValueError("load_state_dict: the state dict does not fit the model: " + "; ".join(problems))
     if verbose and (missing or unexpected):
         print(f"load_state_dict: skipped {len(missing)} missing keys {missing} and unexpected keys {unexpected}")
@@ -129,16 +120,29 @@ def load_state_dict(
     for key, target in model_state.items():
         if key not in state_dict:
             continue
-        value = state_dict[key]
-        if not isinstance(value, Tensor):
-            raise TypeError(f"load_state_dict: value for {key!r} is not a Tensor: got {type(value).__name__}")
-        target.assign(value.to(target.device).cast(target.dtype))
+        target.assign(state_dict[key].to(target.device).cast(target.dtype))
         loaded.append(target)
         if consume:
             del state_dict[key]
     if realize and loaded:
         Tensor.realize(*loaded)
     return loaded
+
+
+def _fit_problems(
+    model_state: dict[str, Tensor], state_dict: dict[str, Tensor], missing: list[str], unexpected: list[str]
+) -> list[str]:
+    """Every reason the state dict can't be loaded: the listed missing and unexpected keys, then shape mismatches."""
+    for key in model_state:
+        if key in state_dict and not isinstance(value := state_dict[key], Tensor):
+            raise TypeError(f"load_state_dict: value for {key!r} is not a Tensor: got {type(value).__name__}")
+    problems = [f"{len(missing)} missing keys: {', '.join(missing)}"] if missing else []
+    problems += [f"{len(unexpected)} unexpected keys: {', '.join(unexpected)}"] if unexpected else []
+    return problems + [
+        f"shape mismatch for {k!r}: got {state_dict[k].shape}, expected {v.shape}"
+        for k, v in model_state.items()
+        if k in state_dict and state_dict[k].shape != v.shape
+    ]
 
 
 # *** files on the DISK device ***

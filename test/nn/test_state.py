@@ -147,6 +147,8 @@ def test_non_strict_load_skips_missing_and_unexpected(capsys: pytest.CaptureFixt
     assert [id(t) for t in loaded] == [id(model.weight)]
     assert model.weight.tolist() == [[1, 1], [1, 1]]
     assert "skipped 1 missing keys ['bias'] and unexpected keys ['other']" in capsys.readouterr().out
+    with pytest.raises(TypeError, match=r"load_state_dict: value for 'weight' is not a Tensor: got list"):
+        load_state_dict(model, {"weight": [[1.0, 2.0], [3.0, 4.0]], "step": 3}, strict=False)  # type: ignore[dict-item]
 
 
 # *** safetensors ***
