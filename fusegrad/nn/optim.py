@@ -54,7 +54,7 @@ class Optimizer:
     Example: `opt = SGD([w], lr=0.1)`, then per batch `opt.zero_grad(); loss.backward(); opt.step()` in training mode.
     """
 
-    def __init__(self, params: Sequence[Tensor], lr: float, device: Device | None = None) -> None:
+    def __init__(self, params: Sequence[Tensor], lr: float, device: Device | None = None, fused: bool = False) -> None:
         op = type(self).__name__
         lr = _check_nonnegative(op, "lr", lr)
         for i, t in enumerate(params):
@@ -74,6 +74,9 @@ class Optimizer:
                 raise TypeError(f"{op}: parameter {i} is not a float tensor: got {t.dtype}, expected a float dtype")
         self.buffers: list[Tensor] = dedup(t for t in params if not t.requires_grad)
         self.device: Device = device if device is not None else self.params[0].device
+        self.fused = fused
+        if fused:
+            self._check_fusable(op)
         # a buffer, not a constant: a new value is a write, so compiled kernels (and TinyJit replays) read it
         self._lr = Tensor([lr], device=self.device, dtype=least_upper_dtype(dtypes.default_float, dtypes.float32))
 
@@ -92,8 +95,16 @@ class Optimizer:
             new = Tensor([_check_nonnegative("lr", "lr", value)], device=self._lr.device, dtype=self._lr.dtype)
         self._lr.assign(new).realize()
 
+    def _check_fusable(self, op: str) -> None:
+        """`fused` concatenates every parameter into one vector: they must share the optimiser's single device."""
+        if isinstance(self.device, tuple) or any(t.device != self.device for t in self.params):
+            devices = sorted({str(t.device) for t in self.params})
+            raise ValueError(f"{op}: fused needs every parameter on one device: got {devices}, expected {self.device}")
+
     def _new_state(self) -> list[Tensor]:
-        """One float32 zero tensor per parameter (momentum, moments), on the optimiser's device."""
+        """One float32 zero tensor per parameter (momentum, moments), on the optimiser's device; one in all if fused."""
+        if self.fused:
+            return [Tensor.zeros(sum(t.numel() for t in self.params), dtype=dtypes.float32, device=self.device)]
         if isinstance(self.device, tuple):
             return [t.zeros_like(dtype=dtypes.float32) for t in self.params]
         return [Tensor.zeros(*t.shape, dtype=dtypes.float32, device=self.device) for t in self.params]
@@ -119,10 +130,24 @@ class Optimizer:
         # TODO(#7): the scheduler can order a kernel that reads a parameter (here: another parameter's gradient) after
         # that parameter's write in the same schedule; realizing the gradients first keeps every step correct
         Tensor.realize(*grads)
-        updates, state = self._step(self.params, grads)
+        updates, state = self._fused_step(grads) if self.fused else self._step(self.params, grads)
         for t, update in zip(self.params, updates, strict=True):
             t.assign(t.detach() - update.to(t.device))
         return [*state, *self.params, *self.buffers]
+
+    def _fused_step(self, grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+        """One update on all parameters concatenated (one kernel per state buffer), then sliced back per parameter."""
+        flat_params = Tensor.cat(*[t.detach().flatten() for t in self.params])  # (total,)
+        flat_grads = Tensor.cat(*[g.flatten() for g in grads])  # (total,)
+        (flat_update,), state = self._step([flat_params], [flat_grads])
+        # realized before any parameter is written: it reads them all (weight decay), and a slice of a lazy
+        # concatenation reads the wrong elements today (TODO(#7): Tensor.cat(a, b)[0:n] != a in the scheduler)
+        flat_update = flat_update.contiguous().realize()
+        updates, start = [], 0
+        for t in self.params:
+            updates.append(flat_update[start : start + t.numel()].reshape(t.shape).cast(t.dtype))
+            start += t.numel()
+        return updates, state
 
     def _grad_of(self, op: str, i: int, t: Tensor) -> Tensor:
         if t.grad is None:
@@ -188,6 +213,7 @@ class LARS(Optimizer):
         pre_wd: bool = True,
         tcoef: float = 0.001,
         device: Device | None = None,
+        fused: bool = False,
     ) -> None:
         op = type(self).__name__
         self.momentum = _check_nonnegative(op, "momentum", momentum)
@@ -197,7 +223,12 @@ class LARS(Optimizer):
             raise ValueError(f"{op}: nesterov needs momentum: got momentum={momentum}, expected momentum > 0")
         if isinstance(ns_steps, bool) or not isinstance(ns_steps, int) or ns_steps < 0:
             raise ValueError(f"{op}: invalid ns_steps: got {ns_steps!r}, expected an int >= 0")
-        super().__init__(params, lr, device)
+        if fused and (self.tcoef or ns_coefficients):
+            raise ValueError(
+                f"{op}: fused would share one trust ratio or Newton-Schulz step across all parameters: "
+                f"got tcoef={tcoef}, ns_coefficients={ns_coefficients}, expected 0 and None"
+            )
+        super().__init__(params, lr, device, fused)
         if ns_coefficients:
             for i, t in enumerate(self.params):
                 if t.ndim == 0:
@@ -254,8 +285,9 @@ class SGD(LARS):
         nesterov: bool = False,
         classic: bool = False,
         device: Device | None = None,
+        fused: bool = False,
     ) -> None:
-        super().__init__(params, lr, momentum, weight_decay, 0, None, nesterov, classic, True, 0.0, device)
+        super().__init__(params, lr, momentum, weight_decay, 0, None, nesterov, classic, True, 0.0, device, fused)
 
 
 class Muon(LARS):
@@ -317,12 +349,15 @@ class LAMB(Optimizer):
         weight_decay: float = 0.0,
         adam: bool = False,
         device: Device | None = None,
+        fused: bool = False,
     ) -> None:
         op = type(self).__name__
         self.b1, self.b2 = _check_beta(op, "b1", b1), _check_beta(op, "b2", b2)
         self.eps = _check_nonnegative(op, "eps", eps)
         self.wd = _check_nonnegative(op, "weight_decay", weight_decay)
-        super().__init__(params, lr, device)
+        if fused and not adam:
+            raise ValueError(f"{op}: fused would share one trust ratio across all parameters: got adam=False")
+        super().__init__(params, lr, device, fused)
         self.adam = adam
         # b1^t and b2^t, kept on the device so a step is the same kernels every time (TinyJit replays it)
         self.b1_t = Tensor([1.0], dtype=dtypes.float32, device=self.device, requires_grad=False)
@@ -339,7 +374,9 @@ class LAMB(Optimizer):
             v.assign((self.b2 * v + (1.0 - self.b2) * (g * g)).cast(v.dtype))
             m_hat = m / (1.0 - self.b1_t)
             v_hat = v / (1.0 - self.b2_t)
-            step = m_hat / (v_hat.sqrt() + self.eps) + self.wd * t.detach()
+            step = m_hat / (v_hat.sqrt() + self.eps)
+            if self.wd:  # skipped at 0: a read of w costs memory traffic (and float 0 * w is not folded away)
+                step = step + self.wd * t.detach()
             updates.append((self.lr * self._trust_ratio(t, step) * step).cast(t.dtype))
         return updates, [self.b1_t, self.b2_t, *self.m, *self.v]
 
@@ -366,8 +403,9 @@ class AdamW(LAMB):
         eps: float = 1e-8,
         weight_decay: float = 0.01,
         device: Device | None = None,
+        fused: bool = False,
     ) -> None:
-        super().__init__(params, lr, b1, b2, eps, weight_decay, adam=True, device=device)
+        super().__init__(params, lr, b1, b2, eps, weight_decay, adam=True, device=device, fused=fused)
 
 
 class Adam(LAMB):
@@ -384,5 +422,6 @@ class Adam(LAMB):
         b2: float = 0.999,
         eps: float = 1e-8,
         device: Device | None = None,
+        fused: bool = False,
     ) -> None:
-        super().__init__(params, lr, b1, b2, eps, 0.0, adam=True, device=device)
+        super().__init__(params, lr, b1, b2, eps, 0.0, adam=True, device=device, fused=fused)

@@ -94,6 +94,15 @@ TORCH_CASES = {
         lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1),
     ),
     "adamw_defaults": (lambda p: optim.AdamW(p), lambda p: torch.optim.AdamW(p)),
+    # fused: one update over all parameters concatenated, the same numbers
+    "sgd_fused": (
+        lambda p: optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.1, fused=True),
+        lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.1),
+    ),
+    "adamw_fused": (
+        lambda p: optim.AdamW(p, lr=0.01, weight_decay=0.1, fused=True),
+        lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1),
+    ),
 }
 
 
@@ -191,6 +200,7 @@ def test_lars_matches_numpy(momentum: float, nesterov: bool, classic: bool, tcoe
     assert_close(train_fusegrad(make), want, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow  # five Newton-Schulz iterations per tensor: many kernels to compile on a cold cache
 def test_muon_matches_numpy() -> None:
     got = train_fusegrad(lambda p: optim.Muon(p, lr=0.02))
     assert_close(got, numpy_muon(0.02, 0.95, 0.1, 5, (3.4445, -4.775, 2.0315)), rtol=1e-4, atol=1e-5)
@@ -349,6 +359,8 @@ def test_half_parameters_keep_their_dtype() -> None:
         (lambda p: optim.SGD([np.ones(3)]), TypeError, r"SGD: params\[0\] is not a Tensor: got ndarray"),
         (lambda p: optim.SGD([Tensor([1, 2])]), TypeError, r"SGD: parameter 0 is not a float tensor: got dtypes\.int"),
         (lambda p: optim.Muon([Tensor(1.0)]), ValueError, r"Muon: Newton-Schulz needs parameters with a dimension"),
+        (lambda p: optim.LAMB(p, fused=True), ValueError, r"LAMB: fused would share one trust ratio"),
+        (lambda p: optim.LARS(p, fused=True), ValueError, r"LARS: fused would share .*got tcoef=0\.001"),
     ],
 )
 def test_bad_arguments(make: Callable[[list[Tensor]], Any], error: type[Exception], match: str) -> None:
@@ -373,6 +385,9 @@ def test_mis_shaped_gradient_raises() -> None:
         (lambda p: optim.SGD(p, lr=0.1), lambda n: n),  # one fused kernel per parameter: w -= lr * g
         (lambda p: optim.SGD(p, lr=0.1, momentum=0.9), lambda n: 2 * n),  # + the momentum buffer
         (lambda p: optim.Adam(p), lambda n: 3 * n + 2),  # m, v and w per parameter; b1^t and b2^t
+        # fused: one buffer per state in all, plus the concatenated update, then one write per parameter
+        (lambda p: optim.SGD(p, lr=0.1, momentum=0.9, fused=True), lambda n: n + 2),
+        (lambda p: optim.Adam(p, fused=True), lambda n: n + 5),
     ],
 )
 def test_kernels_per_step(make: Callable[[list[Tensor]], optim.Optimizer], kernels: Callable[[int], int]) -> None:
