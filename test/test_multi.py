@@ -256,3 +256,24 @@ def test_int_and_bool_dtypes() -> None:
     assert (t.sum(0)).tolist() == a.sum(0).tolist()
     assert (t > 5).to("CPU").dtype == dtypes.bool
     assert (t > 5).tolist() == (a > 5).tolist()
+
+
+def test_adam_on_replicated_weights_matches_one_device() -> None:
+    from fusegrad.nn import optim
+
+    x, y = rand(8, 6), np.arange(8, dtype=np.int32) % 3
+
+    def train(devices: tuple[str, ...] | None) -> np.ndarray[Any, Any]:
+        w = Tensor(rand(6, 3, seed=5), requires_grad=True)
+        xt, yt = Tensor(x), Tensor(y)
+        if devices is not None:
+            w, xt, yt = w.to(devices).realize().requires_grad_(), xt.shard(devices, 0), yt.shard(devices, 0)
+        opt = optim.Adam([w], lr=0.1)
+        with Tensor.train():
+            for _ in range(2):
+                opt.zero_grad()
+                (xt @ w).sparse_categorical_crossentropy(yt).backward()
+                opt.step()
+        return w.numpy()
+
+    np.testing.assert_allclose(train(CPUS[2]), train(None), rtol=1e-5, atol=1e-6)

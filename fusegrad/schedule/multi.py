@@ -63,12 +63,6 @@ class MultiBuffer:
             self._bufs = [Buffer(d, self.capacity, self.dtype) for d in self.devices]
         return self._bufs
 
-    def shard_block(self) -> int:
-        """Elements per device along the sharded axis (the whole axis when not sharded)."""
-        if self.placement.axis is None:
-            return self.shape[0] if self.shape else 1
-        return self.shape[self.placement.axis] // len(self.devices)
-
 
 _multi_buffers: weakref.WeakKeyDictionary[UOp, MultiBuffer] = weakref.WeakKeyDictionary()
 
