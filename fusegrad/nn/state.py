@@ -340,6 +340,21 @@ _TORCH_STORAGES: dict[str, DType] = {
     "ByteStorage": dtypes.uint8,
     "BoolStorage": dtypes.bool,
 }
+_TORCH_DTYPES: dict[str, DType] = {
+    "float64": dtypes.float64,
+    "float32": dtypes.float32,
+    "float16": dtypes.float16,
+    "bfloat16": dtypes.bfloat16,
+    "int64": dtypes.int64,
+    "int32": dtypes.int32,
+    "int16": dtypes.int16,
+    "int8": dtypes.int8,
+    "uint8": dtypes.uint8,
+    "uint16": dtypes.uint16,
+    "uint32": dtypes.uint32,
+    "uint64": dtypes.uint64,
+    "bool": dtypes.bool,
+}
 _LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 
 
@@ -372,13 +387,22 @@ class _RestrictedUnpickler(pickle.Unpickler):
             return OrderedDict
         if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
             return self.rebuild_tensor
+        if (module, name) == ("torch._utils", "_rebuild_tensor_v3"):
+            return self.rebuild_tensor_v3
+        if (module, name) == ("torch.storage", "UntypedStorage"):
+            return _StorageType(dtypes.uint8)  # bytes: _rebuild_tensor_v3 names the dtype
         if (module, name) == ("torch._utils", "_rebuild_parameter"):
             return _rebuild_parameter
         if module == "torch" and name in _TORCH_STORAGES:
             return _StorageType(_TORCH_STORAGES[name])
+        if (module, name) == ("torch", "Size"):
+            return tuple  # a tuple subclass: torch.Size((2, 3)) -> (2, 3)
+        if module == "torch" and name in _TORCH_DTYPES:
+            return _TORCH_DTYPES[name]  # a dtype as a value, e.g. in a checkpoint's config
         raise ValueError(
             f"torch_load: {self.file.path}: refusing the pickled global {module}.{name}: expected only "
-            "torch._utils._rebuild_tensor_v2 and _rebuild_parameter, torch storages and collections.OrderedDict"
+            "torch._utils._rebuild_tensor_v2/_v3 and _rebuild_parameter, torch storages, dtypes and Size, "
+            "collections.OrderedDict"
         )
 
     def persistent_load(self, pid: Any) -> _Storage:
@@ -399,6 +423,14 @@ class _RestrictedUnpickler(pickle.Unpickler):
         if not self.build:
             return None
         return _strided_tensor(self.file, storage, offset, tuple(size), tuple(stride))
+
+    def rebuild_tensor_v3(self, storage: Any, offset: Any, size: Any, stride: Any, *args: Any) -> Tensor | None:
+        """torch._utils._rebuild_tensor_v3: as v2, over an untyped (byte) storage with the dtype given after the
+        hooks: (storage, offset, size, stride, requires_grad, backward_hooks, dtype[, metadata])."""
+        dt = args[2] if len(args) >= 3 else None
+        if not isinstance(dt, DType) or not isinstance(storage, _Storage) or storage.dtype != dtypes.uint8:
+            raise ValueError(f"torch_load: {self.file.path}: bad tensor: got dtype {dt!r} for storage {storage!r}")
+        return self.rebuild_tensor(_Storage(dt, storage.offset, storage.numel // dt.itemsize), offset, size, stride)
 
 
 def _rebuild_parameter(data: Tensor, requires_grad: Any, backward_hooks: Any, *_: Any) -> Tensor:

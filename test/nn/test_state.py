@@ -329,6 +329,25 @@ def test_torch_checkpoints_load_with_equal_values(tmp_path: pathlib.Path, zip_fo
     assert loaded["tensors"]["float"].device == f"DISK:{path}"  # contiguous tensors are read only when used
 
 
+def test_parameters_sizes_dtypes_and_unsigned_tensors(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "misc.pt"
+    saved = {
+        "param": torch.nn.Parameter(torch.arange(3.0)),  # _rebuild_parameter
+        "size": torch.Size([2, 3]),
+        "dtype": torch.float16,
+        "u16": torch.arange(5).to(torch.uint16)[1:],  # _rebuild_tensor_v3 over an untyped storage
+        "u32_t": torch.arange(6).to(torch.uint32).reshape(2, 3).t(),
+    }
+    torch.save(saved, path)
+    loaded = torch_load(path)
+    assert loaded["param"].tolist() == [0.0, 1.0, 2.0]
+    assert loaded["size"] == (2, 3)
+    assert loaded["dtype"] == dtypes.float16
+    assert loaded["u16"].dtype == dtypes.uint16
+    assert loaded["u16"].to("CPU").tolist() == [1, 2, 3, 4]
+    assert loaded["u32_t"].to("CPU").tolist() == [[0, 3], [1, 4], [2, 5]]
+
+
 def test_torch_load_does_not_import_torch(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "plain.pt"
     torch.save({"w": torch.arange(4.0)}, path)
