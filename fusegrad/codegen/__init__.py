@@ -11,6 +11,7 @@ from typing import Any
 
 from fusegrad.codegen.gates import pm_simplify_gates
 from fusegrad.codegen.linearize import AccumulatorContext, linearize, pm_reduce_to_accumulator, range_key
+from fusegrad.codegen.opt import apply_opts, choose_opts
 from fusegrad.helpers import to_function_name
 from fusegrad.renderer import ProgramSpec, Renderer
 from fusegrad.uop import Ops
@@ -73,12 +74,22 @@ def full_rewrite(ast: UOp, renderer: Renderer) -> list[UOp]:
     if ast.op is not Ops.SINK:
         raise ValueError(f"full_rewrite: a kernel AST is a SINK of STOREs, got {ast.op}")
     sink = graph_rewrite(ast, sym, name="simplify indexing")
+    sink = optimize(sink, renderer)
     sink = graph_rewrite(sink, pm_simplify_gates, name="simplify gates")
     sink = graph_rewrite(sink, pm_reduce_to_accumulator, ctx=AccumulatorContext.of(sink), name="reduce to accumulators")
     if renderer.extra_matcher is not None:
         sink = graph_rewrite(sink, renderer.extra_matcher, name="renderer decompositions")
     sink = name_kernel(sink, ast)
     return linearize(sink)
+
+
+def optimize(sink: UOp, renderer: Renderer) -> UOp:
+    """The kernel with its opts (codegen/opt.py) applied and recorded in its KernelInfo's applied_opts."""
+    info = sink.arg if isinstance(sink.arg, KernelInfo) else KernelInfo()
+    if not (opts := choose_opts(sink, info.opts_to_apply, renderer)):
+        return sink
+    applied = dataclasses.replace(info, applied_opts=(*info.applied_opts, *opts), opts_to_apply=None)
+    return apply_opts(sink, opts).replace(arg=applied)
 
 
 def to_program(ast: UOp, renderer: Renderer) -> ProgramSpec:

@@ -8,7 +8,9 @@ of the STOREs among them, which is how a reduce's result leaves its loops.
 
 from __future__ import annotations
 
+import functools
 import heapq
+import math
 from dataclasses import dataclass, field
 
 from fusegrad.dtype import AddrSpace, ConstType, dtypes
@@ -23,8 +25,11 @@ REDUCE_AXES = frozenset({AxisType.REDUCE, AxisType.GROUP_REDUCE, AxisType.UNROLL
 
 
 def range_key(rng: UOp) -> tuple[int, int]:
-    """The preferred nesting: output loops outside reduce loops, each in axis_id order."""
+    """The preferred nesting: output loops outside reduce loops, each in axis_id order; upcast loops innermost (a
+    reduce updates its upcast accumulators in a loop inside its own, see `reduce_to_accumulator`)."""
     axis_id, axis_type = rng.arg
+    if axis_type is AxisType.UPCAST:
+        return (2, axis_id)
     return (1 if axis_type in REDUCE_AXES else 0, axis_id)
 
 
@@ -64,12 +69,24 @@ class AccumulatorContext:
     register id and the scopes seen so far."""
 
     enclosing: Scopes
+    next_axis: int
     next_reg: int = 0
     scopes: Scopes = field(default_factory=dict)
 
     @staticmethod
     def of(sink: UOp) -> AccumulatorContext:
-        return AccumulatorContext(nest_loops(sink).enclosing)
+        nodes = sink.toposort()
+        axes = [u.arg[0] for u in nodes if u.op is Ops.RANGE]
+        registers = [int(u.arg) for u in nodes if u.op is Ops.DEFINE_REG]  # made by opts (GROUP's partials)
+        return AccumulatorContext(nest_loops(sink).enclosing, max(axes, default=-1) + 1, max(registers, default=-1) + 1)
+
+    def fresh_copies(self, ranges: list[UOp]) -> dict[UOp, UOp]:
+        """A new RANGE (new axis id, same end and type) for each of `ranges`: a loop over the same values elsewhere."""
+        ret = {}
+        for r in ranges:
+            ret[r] = UOp.range(r.src[0], self.next_axis, r.arg[1])
+            self.next_axis += 1
+        return ret
 
 
 def reduce_identity(op: Ops, value: UOp) -> ConstType:
@@ -84,21 +101,42 @@ def reduce_identity(op: Ops, value: UOp) -> ConstType:
     raise ValueError(f"reduce: no accumulator for {op}: expected Ops.ADD, Ops.MUL or Ops.MAX")
 
 
+def flat_index(ranges: list[UOp]) -> UOp:
+    """The row-major position of `ranges` (each 0 <= r < its constant end) in an array of all their combinations."""
+    terms, stride = [], 1
+    for r in reversed(ranges):
+        terms.append(r * stride if stride != 1 else r)
+        stride *= int(r.src[0].arg)
+    return functools.reduce(lambda x, y: y + x, terms) if terms else UOp.const(dtypes.index, 0)
+
+
 def reduce_to_accumulator(ctx: AccumulatorContext, red: UOp) -> UOp:
-    """REDUCE(value, *ranges) -> an accumulator register set before the loops, updated in them, read after them."""
+    """REDUCE(value, *ranges) -> an accumulator register set before the loops, updated in them, read after them.
+
+    Upcast loops among the result's loops become positions in an array of accumulators instead of loops around the
+    reduce: the array is set in a loop of its own, updated in a copy of the upcast loops inside the reduce's loops
+    (i-k-j order: `for k: for j: acc[j] += a[k] * b[k, j]`) and read in the upcast loops themselves.
+    """
     value, reduced = red.src[0], red.src[1:]
     if not reduced:
         return value
     # the loops the result lives in: those of the value, less the ones this reduce closes
-    outer = sorted(loop_scopes(red, ctx.scopes, ctx.enclosing)[red], key=range_key)
-    acc = UOp(Ops.DEFINE_REG, red.dtype.ptr(1, AddrSpace.REG), arg=ctx.next_reg)
+    scope = sorted(loop_scopes(red, ctx.scopes, ctx.enclosing)[red], key=range_key)
+    outer = [r for r in scope if r.arg[1] is not AxisType.UPCAST]
+    upcast = [r for r in scope if r.arg[1] is AxisType.UPCAST]
+    init_ranges, update_ranges = ctx.fresh_copies(upcast), ctx.fresh_copies(upcast)
+    size = math.prod(int(r.src[0].arg) for r in upcast)
+    acc = UOp(Ops.DEFINE_REG, red.dtype.ptr(size, AddrSpace.REG), arg=ctx.next_reg)
     ctx.next_reg += 1
-    zero = UOp.const(dtypes.index, 0)
-    fresh = UOp(Ops.AFTER, acc.dtype, (acc, *outer)) if outer else acc  # reset once per iteration of the outer loops
-    init = fresh.index(zero).store(UOp.const(red.dtype, reduce_identity(red.arg, value)))
-    running = UOp(Ops.AFTER, acc.dtype, (acc, init, *outer, *reduced)).index(zero)  # inside every loop of the reduce
-    update = running.store(running.load().alu(red.arg, value))
-    return UOp(Ops.AFTER, acc.dtype, (acc, update, *outer)).index(zero).load()
+    position = flat_index(upcast)
+    # reset once per iteration of the outer loops
+    fresh = UOp(Ops.AFTER, acc.dtype, (acc, *outer, *init_ranges.values())) if scope else acc
+    init = fresh.index(position.substitute(init_ranges)).store(UOp.const(red.dtype, reduce_identity(red.arg, value)))
+    # inside every loop of the reduce
+    running = UOp(Ops.AFTER, acc.dtype, (acc, init, *outer, *reduced, *update_ranges.values()))
+    running = running.index(position.substitute(update_ranges))
+    update = running.store(running.load().alu(red.arg, value.substitute(update_ranges)))
+    return UOp(Ops.AFTER, acc.dtype, (acc, update, *outer, *upcast)).index(position).load()
 
 
 # lowers every REDUCE; sources are rewritten first, so an inner reduce is lowered before the one around it

@@ -16,7 +16,7 @@ from fusegrad.codegen.linearize import REDUCE_AXES
 from fusegrad.dtype import AddrSpace, ConstType, DType, PtrDType, dtypes, truncate
 from fusegrad.helpers import strip_parens, to_function_name
 from fusegrad.renderer import Renderer
-from fusegrad.uop import GroupOp, Ops
+from fusegrad.uop import AxisType, GroupOp, Ops
 from fusegrad.uop.ops import PatternMatcher, UOp, UPat
 
 # *** per-kernel render state ***
@@ -362,7 +362,9 @@ class _LoopShapes:
             elif u.op is Ops.DEFINE_REG:
                 declared_in[u] = len(open_loops)
             if u.op is Ops.STORE and (reg := _base_buffer(u.src[0].src[0])) in declared_in:
-                ret.carrying.update(open_loops[declared_in[reg] :])
+                # a loop whose range picks the element stored (acc[j] in the j loop) writes a new one each iteration
+                picked = u.src[0].src[1].toposort() if len(u.src[0].src) > 1 else {}
+                ret.carrying.update(r for r in open_loops[declared_in[reg] :] if r not in picked)
                 if open_loops:
                     ret.updates.setdefault(open_loops[-1], []).append((reg, u.src[1].op))
             if open_loops and (u.op in GroupOp.ALU or u.op in (Ops.LOAD, Ops.STORE)):
@@ -428,6 +430,9 @@ class ClangRenderer(CStyleLanguage):
                 ret[rng] = f"#pragma omp simd reduction({_SIMD_REDUCTIONS[op]}:acc{reg.arg})"
         for rng in (u for u in uops if u.op is Ops.RANGE and u.arg[1] not in REDUCE_AXES):
             if rng in shapes.carrying:
+                continue
+            if rng.arg[1] is AxisType.UPCAST and rng not in shapes.innermost:  # unrolled, its accumulators stay in
+                ret[rng] = f"#pragma GCC unroll {rng.src[0].arg}"  # registers (a loop would index them in memory)
                 continue
             threads = shapes.work.get(rng, 0) >= self.parallel_threshold
             clauses = (["parallel for"] if threads else []) + (["simd"] if rng in shapes.innermost else [])

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from fusegrad.codegen import KernelInfo, full_rewrite, get_kernel_name, kernel_names, to_program
 from fusegrad.codegen.linearize import linearize, loop_scopes
 from fusegrad.dtype import AddrSpace, DType, PtrDType, dtypes
+from fusegrad.helpers import Context
 from fusegrad.renderer import Renderer
 from fusegrad.renderer.cstyle import ClangRenderer
 from fusegrad.uop import AxisType, Ops
@@ -71,8 +74,11 @@ ASTS = {"matmul": matmul_ast, "sum": sum_ast, "padded": padded_ast, "symbolic": 
 
 
 @pytest.fixture(autouse=True)
-def _fresh_kernel_names() -> None:
+def _fresh_kernel_names_and_no_opts() -> Iterator[None]:
+    """These tests pin the lowering of §2 itself: no opts (test_opt.py covers them and how they lower)."""
     kernel_names.clear()
+    with Context(NOOPT=1):
+        yield
 
 
 # *** the contract of §2 ***

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from fusegrad.codegen import KernelInfo, kernel_names, to_program
 from fusegrad.dtype import DType, _to_np_dtype, dtypes
-from fusegrad.helpers import getenv
+from fusegrad.helpers import Context, getenv
 from fusegrad.renderer import ProgramSpec
 from fusegrad.renderer.cstyle import ClangRenderer
 from fusegrad.uop import AxisType, Ops
@@ -261,6 +261,7 @@ def test_parallel_pragma_only_on_big_outer_output_loops() -> None:
     assert "    #pragma omp simd reduction(+:acc" in src  # the inner sum may be reordered into SIMD lanes
 
 
+@Context(NOOPT=1)  # the pragmas of the plain lowering; GROUP's split is tested in test/codegen/test_opt.py
 def test_full_reduce_gets_a_simd_reduction_and_no_threads() -> None:
     r0 = rng(1 << 20, 0, AxisType.REDUCE)
     total = glob(1, 1 << 20).index(r0).load().reduce(r0, arg=Ops.ADD)
@@ -269,6 +270,7 @@ def test_full_reduce_gets_a_simd_reduction_and_no_threads() -> None:
     assert "parallel" not in src
 
 
+@Context(NOOPT=1)  # the pragmas of the plain lowering; GROUP's split is tested in test/codegen/test_opt.py
 def test_max_reduce_keeps_its_order() -> None:
     """MAX propagates NaN in our C; an OpenMP max reduction need not, so max loops get no reduction pragma."""
     r0 = rng(1 << 20, 0, AxisType.REDUCE)

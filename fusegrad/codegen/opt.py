@@ -1,0 +1,226 @@
+"""Kernel optimisations, between the scheduler's kernel AST and reduce lowering: loop transformations (`Opt`) picked
+by `hand_coded_opts` or given in `KernelInfo.opts_to_apply` (`choose_opts`), applied by `apply_opts`.
+
+UPCAST splits an output axis into an outer loop and an inner upcast loop: a reduce's accumulator becomes an array over
+the upcast loop, updated innermost (`for k: for j: acc[j] += a[k] * b[k, j]`), which the C compiler vectorises and
+keeps in registers; every accumulator still sums in the reduce's own order. GROUP splits a full reduction into
+partial reductions over contiguous chunks that run on all cores, then combines the partials in a fixed order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum, auto
+from typing import TYPE_CHECKING
+
+from fusegrad.dtype import AddrSpace
+from fusegrad.helpers import NOOPT
+from fusegrad.uop import AxisType, Ops
+from fusegrad.uop.ops import PatternMatcher, UOp, UPat, graph_rewrite
+from fusegrad.uop.symbolic import split_uop, sym
+
+if TYPE_CHECKING:
+    from fusegrad.renderer import Renderer
+
+__all__ = ["Opt", "OptOps", "apply_opts", "choose_opts", "hand_coded_opts"]
+
+
+class OptOps(Enum):
+    """What an `Opt` does to its axis."""
+
+    UPCAST = auto()  # output axis of size n -> an outer loop of n/arg iterations around an upcast loop of arg
+    GROUP = auto()  # reduce axis of size n -> arg partial reductions of n/arg elements each, then their combination
+
+
+@dataclass(frozen=True, slots=True)
+class Opt:
+    """One loop transformation: `op` on the RANGE with axis id `axis`, by `arg` (a divisor of the axis size)."""
+
+    op: OptOps
+    axis: int
+    arg: int
+
+
+# accumulator bytes an upcast may take: 64 floats, 8 AVX2 registers of the 16, leaves room for the operands
+UPCAST_BYTES = 256
+VECTOR_AMOUNTS = (16, 8, 4, 2)  # tried in order for the axis the loads are contiguous in
+REUSE_AMOUNTS = (8, 4, 2)  # and for an axis some loads don't depend on (each load serves every row of it)
+GROUP_PARTS = 16  # partial reductions of a split full reduce: enough chunks for every core, summed in order
+GROUP_MIN_SIZE = 1 << 16  # reduce size from which the split pays for the threads
+
+
+# *** applying opts ***
+
+
+def _replace_node(ctx: dict[UOp, UOp], x: UOp) -> UOp | None:
+    return ctx.get(x)
+
+
+# every node in ctx becomes its replacement; the replacements are new nodes, so this reaches a fixed point at once
+pm_replace_nodes = PatternMatcher([
+    (UPat((Ops.RANGE, Ops.REDUCE), name="x"), _replace_node),  # r -> ctx[r]
+])  # fmt: skip
+
+
+def _find_range(sink: UOp, axis: int) -> UOp:
+    found = [u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[0] == axis]
+    if len(found) != 1:
+        raise ValueError(f"opt: no single loop with axis id {axis}: got {len(found)}, expected 1")
+    return found[0]
+
+
+def _check_split(opt: Opt, rng: UOp, axis_type: AxisType) -> int:
+    """The axis size; raises ValueError unless `opt` can split `rng` (a RANGE of `axis_type` with a constant end)."""
+    if rng.arg[1] is not axis_type:
+        raise ValueError(f"opt: {opt.op.name} needs a {axis_type.name} axis: got axis {opt.axis} of {rng.arg[1].name}")
+    if rng.src[0].op is not Ops.CONST:
+        raise ValueError(f"opt: {opt.op.name} needs a constant axis size: got {rng.src[0].render()}")
+    size = int(rng.src[0].arg)
+    if opt.arg < 2 or size % opt.arg:
+        raise ValueError(f"opt: {opt.op.name} by {opt.arg} of axis {opt.axis}: got size {size}, expected a multiple")
+    return size
+
+
+def upcast(sink: UOp, opt: Opt, new_axis: int) -> UOp:
+    """r -> outer * arg + inner, with inner a new UPCAST range of `arg` iterations (outer gone when arg is the size)."""
+    rng = _find_range(sink, opt.axis)
+    size = _check_split(opt, rng, AxisType.LOOP)
+    inner = UOp.range(opt.arg, new_axis, AxisType.UPCAST)
+    outer = UOp.range(size // opt.arg, opt.axis, AxisType.LOOP)
+    replacement = inner if size == opt.arg else outer * opt.arg + inner
+    return graph_rewrite(sink, pm_replace_nodes, ctx={rng: replacement}, name="upcast")
+
+
+def group(sink: UOp, opt: Opt, new_axis: int, new_reg: int) -> UOp:
+    """REDUCE(x, r) -> partial[p] = REDUCE(x[r = p * chunk + q], q) in a loop over p; then REDUCE(partial[p'], p').
+
+    The partials live in a register array private to the kernel's output loops; the p loop writes disjoint elements,
+    so it may run in parallel, and the combination reads them in order.
+    """
+    rng = _find_range(sink, opt.axis)
+    size = _check_split(opt, rng, AxisType.REDUCE)
+    (red,) = [u for u in sink.toposort() if u.op is Ops.REDUCE and rng in u.src[1:]]
+    chunk = size // opt.arg
+    parts = UOp.range(opt.arg, new_axis, AxisType.LOOP)
+    within = UOp.range(chunk, opt.axis, AxisType.REDUCE)
+    others = [r for r in red.src[1:] if r is not rng]
+    partial_value = red.src[0].substitute({rng: parts * chunk + within}).reduce(within, *others, arg=red.arg)
+    partials = UOp(Ops.DEFINE_REG, red.dtype.ptr(opt.arg, AddrSpace.REG), arg=new_reg)
+    outer = sorted({r for r in red.src[0].toposort() if r.op is Ops.RANGE} - set(red.src[1:]), key=lambda r: r.arg)
+    written = partials.index(parts).store(partial_value)
+    combine = UOp.range(opt.arg, new_axis + 1, AxisType.REDUCE)
+    combined = UOp(Ops.AFTER, partials.dtype, (partials, written, *outer)).index(combine).load()
+    return graph_rewrite(sink, pm_replace_nodes, ctx={red: combined.reduce(combine, arg=red.arg)}, name="group")
+
+
+def apply_opts(sink: UOp, opts: tuple[Opt, ...]) -> UOp:
+    """The kernel with each of `opts` applied in order (then its indexes simplified); its KernelInfo records them.
+    Raises ValueError for an opt that doesn't fit the kernel."""
+    for opt in opts:
+        nodes = sink.toposort()
+        new_axis = max((u.arg[0] for u in nodes if u.op is Ops.RANGE), default=-1) + 1
+        match opt.op:
+            case OptOps.UPCAST:
+                sink = upcast(sink, opt, new_axis)
+            case OptOps.GROUP:
+                new_reg = max((u.arg for u in nodes if u.op is Ops.DEFINE_REG), default=-1) + 1
+                sink = group(sink, opt, new_axis, new_reg)
+    return graph_rewrite(sink, sym, name="simplify optimized indexing") if opts else sink
+
+
+# *** the heuristic ***
+
+
+def stride(idx: UOp, rng: UOp) -> int | None:
+    """How far `idx` moves when `rng` steps by one: the constant c of its term `rng * c` (None: `rng` is elsewhere,
+    e.g. inside a div or mod, so the step is not one constant)."""
+    ret = 0
+    for term in split_uop(idx, Ops.ADD):
+        if term is rng:
+            ret += 1
+        elif term.op is Ops.MUL and term.src[0] is rng and term.src[1].op is Ops.CONST:
+            ret += int(term.src[1].arg)
+        elif rng in term.toposort():
+            return None
+    return ret
+
+
+def _first_divisor(size: int, amounts: tuple[int, ...], limit: int) -> int | None:
+    return next((a for a in amounts if a <= min(size, limit) and size % a == 0), None)
+
+
+def _reduce_loads(nodes: dict[UOp, None]) -> list[UOp]:
+    """The global loads inside reduces: the ones an upcast can reuse or vectorise."""
+    reduced = {r for u in nodes if u.op is Ops.REDUCE for r in u.src[1:]}
+    loads = [u for u in nodes if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
+    loads = [u for u in loads if u.src[0].src[0].op is Ops.DEFINE_GLOBAL]
+    return [u for u in loads if reduced & {r for r in u.src[0].toposort() if r.op is Ops.RANGE}]
+
+
+def upcast_opts(loops: list[UOp], loads: list[UOp], acc_bytes: int) -> list[Opt]:
+    """A vector axis (some load contiguous in it, none strided) upcast by up to 16, then a reuse axis (loads that don't
+    depend on it serve all its rows) by up to 8, within UPCAST_BYTES of accumulators. When no load is contiguous, two
+    reuse axes by up to 4 each (a tile of scalar accumulators: each load serves a row or a column of it)."""
+    strides = {r: [stride(ld.src[0].src[1], r) for ld in loads] for r in loops}
+    budget = UPCAST_BYTES // acc_bytes
+    vector: list[Opt] = []
+    candidates = [r for r in loops if 1 in strides[r] and all(s in (0, 1) for s in strides[r])]
+    contiguous = set(range(len(loads)))  # the loads a reuse axis should save first: the vector loads
+    if candidates and (amount := _first_divisor(int(candidates[-1].src[0].arg), VECTOR_AMOUNTS, budget)) is not None:
+        vector.append(Opt(OptOps.UPCAST, candidates[-1].arg[0], amount))
+        contiguous = {i for i, s in enumerate(strides[candidates[-1]]) if s == 1}
+        budget //= amount
+    opts: list[Opt] = []
+    slots = 2 - len(vector)
+    candidates = [r for r in loops if r.arg[0] not in {o.axis for o in vector} and 0 in strides[r]]
+    # best first: the most vector loads saved, then the most loads saved, then the innermost axis
+    candidates.sort(key=lambda r: (sum(strides[r][i] == 0 for i in contiguous), strides[r].count(0), r.arg[0]))
+    for r in reversed(candidates):
+        amount = _first_divisor(int(r.src[0].arg), REUSE_AMOUNTS, budget if vector else 4)
+        if slots == 0 or amount is None:
+            continue
+        opts.append(Opt(OptOps.UPCAST, r.arg[0], amount))
+        budget //= amount
+        slots -= 1
+    return [*opts, *vector]  # the vector axis last: the innermost upcast loop, the one the compiler vectorises
+
+
+def group_opts(nodes: dict[UOp, None]) -> list[Opt]:
+    """A full reduction (no output loops) of at least GROUP_MIN_SIZE elements split into GROUP_PARTS partials."""
+    reduces = [u for u in nodes if u.op is Ops.REDUCE]
+    if len(reduces) != 1:
+        return []
+    for rng in sorted(reduces[0].src[1:], key=lambda r: r.arg):
+        size = int(rng.src[0].arg) if rng.src[0].op is Ops.CONST else 0
+        parts = _first_divisor(size, (GROUP_PARTS, 8, 4, 2), GROUP_PARTS)
+        if size >= GROUP_MIN_SIZE and parts is not None:
+            return [Opt(OptOps.GROUP, rng.arg[0], parts)]
+    return []
+
+
+def hand_coded_opts(sink: UOp) -> list[Opt]:
+    """The opts for a kernel with one STORE and a reduce: upcasts when it has output loops, else a GROUP."""
+    nodes = sink.toposort()
+    reduces = [u for u in nodes if u.op is Ops.REDUCE]
+    if len([u for u in sink.src if u.op is Ops.STORE]) != 1 or not reduces:
+        return []
+    loops = [u for u in nodes if u.op is Ops.RANGE and u.arg[1] is AxisType.LOOP]
+    if not loops:
+        return group_opts(nodes)
+    # an upcast only pays where a reduce sits inside output loops (a reduce outside them already runs once)
+    inside = {r for red in reduces for r in red.src[0].toposort() if r.op is Ops.RANGE and r.arg[1] is AxisType.LOOP}
+    if not inside:
+        return []
+    sized = sorted((r for r in loops if r.src[0].op is Ops.CONST), key=lambda r: r.arg)
+    acc_bytes = max(u.dtype.itemsize for u in reduces)
+    return upcast_opts(sized, _reduce_loads(nodes), acc_bytes)
+
+
+def choose_opts(sink: UOp, given: tuple[Opt, ...] | None, renderer: Renderer) -> tuple[Opt, ...]:
+    """`given` (a KernelInfo's opts_to_apply) when set, else (unless NOOPT) the heuristic's, on renderers whose loops
+    stay loops (no local/group launch dimensions: the CPU and PYTHON devices)."""
+    if given is not None:
+        return tuple(given)
+    if NOOPT.value or renderer.has_local:
+        return ()
+    return tuple(hand_coded_opts(sink))

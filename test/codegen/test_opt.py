@@ -1,0 +1,307 @@
+"""Kernel opts (fusegrad/codegen/opt.py): every transformation run on the CPU and PYTHON devices against numpy and
+against the same kernel without opts, on odd sizes and float32/float16/int32; what the heuristic picks; the C shape."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from fusegrad.codegen import KernelInfo, full_rewrite, kernel_names, to_program
+from fusegrad.codegen.opt import Opt, OptOps, hand_coded_opts, stride
+from fusegrad.device import Buffer, Device
+from fusegrad.dtype import DType, _to_np_dtype, dtypes
+from fusegrad.engine.realize import CompiledRunner
+from fusegrad.helpers import Context
+from fusegrad.renderer.cstyle import ClangRenderer
+from fusegrad.uop import AxisType, Ops
+from fusegrad.uop.ops import UOp
+
+DEVICES = ["CPU", "PYTHON"]
+PYTHON_WORK = 50_000  # output size x input size up to which a kernel is also interpreted without opts
+
+
+@pytest.fixture(autouse=True)
+def _fresh_kernel_names() -> None:
+    kernel_names.clear()
+
+
+def glob(slot: int, size: int, dt: DType) -> UOp:
+    return UOp(Ops.DEFINE_GLOBAL, dt.ptr(size), arg=slot)
+
+
+def loop(end: int, axis: int) -> UOp:
+    return UOp.range(end, axis, AxisType.LOOP)
+
+
+def red(end: int, axis: int) -> UOp:
+    return UOp.range(end, axis, AxisType.REDUCE)
+
+
+def with_opts(ast: UOp, opts: tuple[Opt, ...] | None) -> UOp:
+    return ast if opts is None else ast.replace(arg=KernelInfo(opts_to_apply=opts))
+
+
+def run(ast: UOp, inputs: list[np.ndarray], out_size: int, dt: DType, device: str) -> np.ndarray:
+    """The kernel run on `device`: inputs by slot from 1 (all of dtype `dt`), the output (slot 0) as a flat array."""
+    prg = to_program(ast, Device[device].renderer)
+    out = Buffer(device, out_size, dt).allocate()
+    bufs = [Buffer(device, x.size, dt).allocate().copyin(memoryview(np.ascontiguousarray(x).ravel())) for x in inputs]
+    CompiledRunner(prg)([out, *bufs], {}, wait=True)
+    return out.numpy().copy()
+
+
+def data(shape: tuple[int, ...], dt: DType, seed: int = 0) -> np.ndarray:
+    rand = np.random.default_rng(seed)
+    if dtypes.is_int(dt):
+        return rand.integers(-5, 6, shape).astype(_to_np_dtype(dt))
+    return rand.standard_normal(shape).astype(_to_np_dtype(dt))
+
+
+# *** kernels: (AST, inputs, numpy reference of the output, output size) ***
+
+Case = tuple[UOp, list[np.ndarray], np.ndarray]
+
+
+def matmul(m: int, k: int, n: int, dt: DType) -> Case:
+    """out (m, n) = a (m, k) @ b (k, n)."""
+    r0, r1, r2 = loop(m, 0), loop(n, 1), red(k, 2)
+    product = glob(1, m * k, dt).index(r0 * k + r2).load() * glob(2, k * n, dt).index(r2 * n + r1).load()
+    ast = UOp.sink(glob(0, m * n, dt).index(r0 * n + r1).store(product.reduce(r2, arg=Ops.ADD)))
+    a, b = data((m, k), dt), data((k, n), dt, 1)
+    return ast, [a, b], (a.astype(np.float64) @ b.astype(np.float64)).ravel()
+
+
+def matmul_transposed(m: int, k: int, n: int, dt: DType) -> Case:
+    """out (m, n) = a (m, k) @ b (n, k).T: no load contiguous in an output axis."""
+    r0, r1, r2 = loop(m, 0), loop(n, 1), red(k, 2)
+    product = glob(1, m * k, dt).index(r0 * k + r2).load() * glob(2, k * n, dt).index(r1 * k + r2).load()
+    ast = UOp.sink(glob(0, m * n, dt).index(r0 * n + r1).store(product.reduce(r2, arg=Ops.ADD)))
+    a, b = data((m, k), dt), data((n, k), dt, 1)
+    return ast, [a, b], (a.astype(np.float64) @ b.astype(np.float64).T).ravel()
+
+
+def conv1d(batch: int, cin: int, cout: int, width: int, dt: DType) -> Case:
+    """out (batch, cout, width) = conv of x (batch, cin, width) padded by 1 on each side with w (cout, cin, 3)."""
+    n, o, x, c, k = loop(batch, 0), loop(cout, 1), loop(width, 2), red(cin, 3), red(3, 4)
+    pos = x + k - 1
+    inp = glob(1, batch * cin * width, dt).index(n * (cin * width) + c * width + pos, (pos >= 0) & (pos < width))
+    weight = glob(2, cout * cin * 3, dt).index(o * (cin * 3) + c * 3 + k)
+    value = (inp.load() * weight.load()).reduce(c, k, arg=Ops.ADD)
+    ast = UOp.sink(glob(0, batch * cout * width, dt).index(n * (cout * width) + o * width + x).store(value))
+    xs, ws = data((batch, cin, width), dt), data((cout, cin, 3), dt, 1)
+    padded = np.pad(xs.astype(np.float64), ((0, 0), (0, 0), (1, 1)))
+    windows = np.stack([padded[:, :, i : i + width] for i in range(3)], -1)  # (batch, cin, width, 3)
+    return ast, [xs, ws], np.einsum("ncxk,ock->nox", windows, ws.astype(np.float64)).ravel()
+
+
+def max_columns(rows: int, cols: int, dt: DType) -> Case:
+    """out (cols,) = a (rows, cols).max(0)."""
+    r0, r1 = loop(cols, 0), red(rows, 1)
+    value = glob(1, rows * cols, dt).index(r1 * cols + r0).load().reduce(r1, arg=Ops.MAX)
+    a = data((rows, cols), dt)
+    return UOp.sink(glob(0, cols, dt).index(r0).store(value)), [a], a.max(0).astype(np.float64)
+
+
+def nested(rows: int, inner: int, cols: int, dt: DType) -> Case:
+    """out (cols,) = sum_r a[r, j] * sum_s b[r, s, j]: a reduce inside a reduce, both per output column."""
+    j, r, s = loop(cols, 0), red(rows, 1), red(inner, 2)
+    inner_sum = glob(2, rows * inner * cols, dt).index(r * (inner * cols) + s * cols + j).load().reduce(s, arg=Ops.ADD)
+    value = (glob(1, rows * cols, dt).index(r * cols + j).load() * inner_sum).reduce(r, arg=Ops.ADD)
+    a, b = data((rows, cols), dt), data((rows, inner, cols), dt, 1)
+    expected = (a.astype(np.float64) * b.astype(np.float64).sum(1)).sum(0)
+    return UOp.sink(glob(0, cols, dt).index(j).store(value)), [a, b], expected
+
+
+def broadcast_sum(batch: int, rows: int, cols: int, dt: DType) -> Case:
+    """out (batch, cols) = a (rows, cols).sum(0) for every batch row: the reduce does not depend on axis 0."""
+    n, j, r = loop(batch, 0), loop(cols, 1), red(rows, 2)
+    value = glob(1, rows * cols, dt).index(r * cols + j).load().reduce(r, arg=Ops.ADD)
+    a = data((rows, cols), dt)
+    expected = np.broadcast_to(a.astype(np.float64).sum(0), (batch, cols)).ravel()
+    return UOp.sink(glob(0, batch * cols, dt).index(n * cols + j).store(value)), [a], expected
+
+
+def full_sum(size: int, dt: DType) -> Case:
+    r0 = red(size, 0)
+    value = glob(1, size, dt).index(r0).load().reduce(r0, arg=Ops.ADD)
+    a = data((size,), dt)
+    return (
+        UOp.sink(glob(0, 1, dt).index(UOp.const(dtypes.index, 0)).store(value)),
+        [a],
+        a.astype(np.float64).sum().reshape(1),
+    )
+
+
+def check(case: Case, dt: DType, device: str, opts: tuple[Opt, ...] | None, exact: bool = False) -> None:
+    """Against numpy (dtype-aware tolerance) and, with `exact` (or an int dtype), bit for bit against the PYTHON
+    device running the kernel without opts, one op at a time in order: upcasts keep every accumulator's order. A
+    GROUP reorders a sum, and so does the C of a plain reduce loop (`simd reduction`): those get a tolerance only."""
+    ast, inputs, expected = case
+    got = run(with_opts(ast, opts), inputs, expected.size, dt, device)
+    tolerance = {dtypes.float16: 2e-2, dtypes.float32: 1e-4}.get(dt, 0)
+    np.testing.assert_allclose(got.astype(np.float64), expected, rtol=tolerance, atol=tolerance * 10)
+    if not (exact or dtypes.is_int(dt)) or expected.size * max(x.size for x in inputs) > PYTHON_WORK:
+        return  # too slow to interpret
+    with Context(NOOPT=1):
+        plain = run(ast, inputs, expected.size, dt, "PYTHON")
+    np.testing.assert_array_equal(got, plain)
+
+
+DTYPES = [dtypes.float32, dtypes.float16, dtypes.int32]
+
+
+# *** explicit opts: each transformation on its own and combined ***
+
+UPCASTS: list[tuple[str, Callable[[DType], Case], tuple[Opt, ...]]] = [
+    ("matmul vector", lambda dt: matmul(3, 7, 16, dt), (Opt(OptOps.UPCAST, 1, 8),)),
+    ("matmul vector whole", lambda dt: matmul(3, 7, 16, dt), (Opt(OptOps.UPCAST, 1, 16),)),
+    ("matmul both", lambda dt: matmul(6, 17, 8, dt), (Opt(OptOps.UPCAST, 0, 3), Opt(OptOps.UPCAST, 1, 4))),
+    ("matmul size 1", lambda dt: matmul(1, 1, 2, dt), (Opt(OptOps.UPCAST, 1, 2),)),
+    ("transposed", lambda dt: matmul_transposed(4, 3, 6, dt), (Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 3))),
+    ("conv gated", lambda dt: conv1d(2, 3, 4, 7, dt), (Opt(OptOps.UPCAST, 1, 2), Opt(OptOps.UPCAST, 2, 7))),
+    ("max", lambda dt: max_columns(7, 6, dt), (Opt(OptOps.UPCAST, 0, 3),)),
+    ("nested", lambda dt: nested(3, 5, 4, dt), (Opt(OptOps.UPCAST, 0, 4),)),
+    ("broadcast", lambda dt: broadcast_sum(4, 3, 6, dt), (Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 2))),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dt", DTYPES, ids=str)
+@pytest.mark.parametrize(("name", "make", "opts"), UPCASTS, ids=[u[0] for u in UPCASTS])
+def test_upcast(name: str, make: Callable[[DType], Case], opts: tuple[Opt, ...], dt: DType, device: str) -> None:
+    check(make(dt), dt, device, opts, exact=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dt", DTYPES, ids=str)
+@pytest.mark.parametrize(("size", "parts"), [(3, 3), (17 * 2, 2), (1000, 8)])
+def test_group(size: int, parts: int, dt: DType, device: str) -> None:
+    check(full_sum(size, dt), dt, device, (Opt(OptOps.GROUP, 0, parts),))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_group_of_one_reduce_axis_among_several(device: str) -> None:
+    r0, r1 = red(6, 0), red(4, 1)  # sum over both axes of (6, 4), split along axis 0
+    a = data((6, 4), dtypes.float32)
+    value = glob(1, 24, dtypes.float32).index(r0 * 4 + r1).load().reduce(r0, r1, arg=Ops.ADD)
+    ast = UOp.sink(glob(0, 1, dtypes.float32).index(UOp.const(dtypes.index, 0)).store(value))
+    check((ast, [a], a.astype(np.float64).sum().reshape(1)), dtypes.float32, device, (Opt(OptOps.GROUP, 0, 3),))
+
+
+@pytest.mark.parametrize(
+    ("opt", "match"),
+    [(Opt(OptOps.UPCAST, 1, 3), "UPCAST by 3 of axis 1: got size 16, expected a multiple"),
+     (Opt(OptOps.UPCAST, 2, 7), "UPCAST needs a LOOP axis: got axis 2 of REDUCE"),
+     (Opt(OptOps.GROUP, 0, 2), "GROUP needs a REDUCE axis: got axis 0 of LOOP"),
+     (Opt(OptOps.UPCAST, 9, 2), "no single loop with axis id 9: got 0, expected 1"),
+     (Opt(OptOps.UPCAST, 1, 1), "UPCAST by 1 of axis 1")],
+)  # fmt: skip
+def test_bad_opts_are_errors(opt: Opt, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        full_rewrite(with_opts(matmul(3, 7, 16, dtypes.float32)[0], (opt,)), ClangRenderer())
+
+
+def test_symbolic_size_cannot_be_upcast() -> None:
+    n = UOp.variable("n", 1, 64)
+    r0, r1 = loop(8, 0), UOp.range(n, 1, AxisType.LOOP)
+    value = glob(1, 64, dtypes.float32).index(r1).load().reduce(red(4, 2), arg=Ops.ADD)
+    ast = UOp.sink(glob(0, 512, dtypes.float32).index(r0 * 64 + r1).store(value))
+    with pytest.raises(ValueError, match="UPCAST needs a constant axis size"):
+        full_rewrite(with_opts(ast, (Opt(OptOps.UPCAST, 1, 2),)), ClangRenderer())
+
+
+# *** the heuristic ***
+
+HEURISTIC_SIZES = [1, 3, 7, 17, 1000]
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=str)
+@pytest.mark.parametrize("size", HEURISTIC_SIZES)
+def test_heuristic_cpu_odd_sizes(size: int, dt: DType) -> None:
+    cases = [matmul(size, 7, 16, dt), matmul(4, 5, size, dt), matmul_transposed(4, size, 8, dt),
+             conv1d(2, 3, 8, size, dt), max_columns(5, size, dt)]  # fmt: skip
+    if dt != dtypes.float16:  # a half accumulator over 70000 elements is far from numpy's float64 sum
+        cases.append(full_sum(size * 70, dt))
+    for case in cases:
+        check(case, dt, "CPU", None)
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=str)
+@pytest.mark.parametrize("size", [1, 3, 7, 17])
+def test_heuristic_python_odd_sizes(size: int, dt: DType) -> None:
+    for case in (matmul(size, 3, 16, dt), conv1d(1, 2, 8, size, dt), nested(2, 3, size, dt)):
+        check(case, dt, "PYTHON", None)
+
+
+def test_heuristic_matmul_picks_a_vector_and_a_reuse_axis() -> None:
+    assert hand_coded_opts(matmul(1024, 1024, 1024, dtypes.float32)[0]) == [
+        Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16)]  # fmt: skip
+    assert hand_coded_opts(matmul(64, 8, 56, dtypes.float32)[0]) == [
+        Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 8)]  # fmt: skip
+    # float64 accumulators take twice the bytes: half the tile
+    assert hand_coded_opts(matmul(64, 8, 64, dtypes.float64)[0]) == [
+        Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 16)]  # fmt: skip
+
+
+def test_heuristic_conv_vectorises_width_and_reuses_inputs_across_output_channels() -> None:
+    assert hand_coded_opts(conv1d(8, 64, 64, 56, dtypes.float32)[0]) == [
+        Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 2, 8)]  # fmt: skip
+
+
+def test_heuristic_without_contiguous_loads_tiles_both_axes() -> None:
+    assert hand_coded_opts(matmul_transposed(64, 64, 64, dtypes.float32)[0]) == [
+        Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 4)]  # fmt: skip
+
+
+def test_heuristic_groups_big_full_reductions_only() -> None:
+    assert hand_coded_opts(full_sum(1 << 20, dtypes.float32)[0]) == [Opt(OptOps.GROUP, 0, 16)]
+    assert hand_coded_opts(full_sum(1000, dtypes.float32)[0]) == []  # too small to pay for threads
+    assert hand_coded_opts(full_sum((1 << 16) + 1, dtypes.float32)[0]) == []  # odd: no even split
+
+
+def test_heuristic_leaves_kernels_without_reduce_or_reuse_alone() -> None:
+    r0, r1 = loop(64, 0), red(64, 1)  # a row sum: no load is contiguous in or independent of the output axis
+    row_sum = glob(1, 4096, dtypes.float32).index(r0 * 64 + r1).load().reduce(r1, arg=Ops.ADD)
+    assert hand_coded_opts(UOp.sink(glob(0, 64, dtypes.float32).index(r0).store(row_sum))) == []
+    r0 = loop(64, 0)
+    copy = glob(0, 64, dtypes.float32).index(r0).store(glob(1, 64, dtypes.float32).index(r0).load())
+    assert hand_coded_opts(UOp.sink(copy)) == []
+
+
+def test_noopt_and_applied_opts() -> None:
+    ast = matmul(64, 8, 64, dtypes.float32)[0]
+    assert full_rewrite(ast, ClangRenderer())[-1].arg.applied_opts == (
+        Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16))  # fmt: skip
+    with Context(NOOPT=1):
+        assert full_rewrite(ast, ClangRenderer())[-1].arg.applied_opts == ()
+        given = (Opt(OptOps.UPCAST, 1, 2),)
+        assert full_rewrite(with_opts(ast, given), ClangRenderer())[-1].arg.applied_opts == given
+
+
+def test_stride() -> None:
+    r0, r1, r2 = loop(4, 0), loop(8, 1), red(3, 2)
+    assert [stride(r0 * 24 + r1 * 3 + r2, r) for r in (r0, r1, r2)] == [24, 3, 1]
+    assert stride(r0 * 8 + r2, r1) == 0
+    assert stride((r0 * 8 + r1) // 3, r1) is None
+
+
+# *** the C it renders ***
+
+
+def test_matmul_renders_the_i_k_j_order() -> None:
+    src = to_program(matmul(64, 32, 64, dtypes.float32)[0], ClangRenderer()).src
+    body = src[src.index("void") :]
+    assert "float acc0[64];" in body
+    k_loop = body.index("for (long long ridx2 = 0; ridx2 < 32")
+    assert body.index("#pragma GCC unroll 4", k_loop) < body.index("#pragma omp simd", k_loop)
+    assert "reduction" not in body  # the k loop carries the accumulators in order
+
+
+def test_group_renders_parallel_partials() -> None:
+    src = to_program(full_sum(1 << 20, dtypes.float32)[0], ClangRenderer()).src
+    body = src[src.index("void") :]
+    assert "float acc0[16];" in body
+    assert body.index("#pragma omp parallel for") < body.index("#pragma omp simd reduction(+:acc1)")
+    assert "acc0[ridx1] = acc1;" in body
