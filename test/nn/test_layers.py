@@ -158,6 +158,42 @@ def test_instancenorm() -> None:
     compare(nn.InstanceNorm(3), module, ["weight", "bias"], rand(2, 3, 4, 4))
 
 
+F16 = {"rtol": 2e-2, "atol": 2e-2}
+
+
+@pytest.mark.parametrize(
+    ("make", "module", "names", "shape"),
+    [
+        (lambda: nn.Linear(6, 3), torch.nn.Linear(6, 3), ["weight", "bias"], (4, 6)),
+        (lambda: nn.Conv2d(2, 3, 3, padding=1), torch.nn.Conv2d(2, 3, 3, padding=1), ["weight", "bias"], (2, 2, 4, 4)),
+        (lambda: nn.LayerNorm(6), torch.nn.LayerNorm(6), ["weight", "bias"], (4, 6)),
+        (lambda: nn.GroupNorm(2, 4), torch.nn.GroupNorm(2, 4), ["weight", "bias"], (2, 4, 3)),
+    ],
+)
+def test_half_layers_against_float32(
+    make: Any, module: torch.nn.Module, names: list[str], shape: tuple[int, ...]
+) -> None:
+    """Half weights and input; torch computes in float32 from the same (half-rounded) values."""
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name in names:
+            getattr(module, name).copy_(getattr(module, name).half().float())
+    layer = make()
+    for name in names:
+        setattr(layer, name, Tensor(getattr(module, name).detach().numpy().astype(np.float16)))
+    x = rand(*shape).astype(np.float16)
+    xt, xs = Tensor(x), torch.tensor(x.astype(np.float32), requires_grad=True)
+    out, want = layer(xt), module(xs)
+    upstream = rand(*want.shape, seed=7).astype(np.float16)
+    (want * torch.from_numpy(upstream.astype(np.float32))).sum().backward()
+    grads = (out * Tensor(upstream)).sum().gradient(xt, *[getattr(layer, n) for n in names])
+    assert out.dtype == dtypes.float16
+    check_close(out, want, "half output", F16)
+    for name, g, w in zip(["x", *names], grads, [xs.grad, *[getattr(module, n).grad for n in names]], strict=True):
+        assert g.dtype == dtypes.float16
+        check_close(g, w, f"half grad of {name}", F16)  # type: ignore[arg-type]
+
+
 def test_embedding() -> None:
     torch.manual_seed(0)
     layer, module = nn.Embedding(7, 3), torch.nn.Embedding(7, 3)
