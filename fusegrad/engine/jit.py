@@ -21,6 +21,9 @@ from fusegrad.uop import GroupOp, Ops
 from fusegrad.uop.ops import UOp, buffers, sym_infer
 
 R = TypeVar("R")
+# where an input's memory is used: (item, buffer slot, None) for the buffer itself, or with (size, dtype, byte offset)
+# for a view of it that a kernel reads (e.g. one shard's part of a copy to several devices)
+Slot = tuple[int, int, tuple[int, DType, int] | None]
 # where an input sits in a call: (0,) the first argument, ("lr",) a keyword, (1, 2) item 2 of argument 1
 Key = tuple[int | str, ...]
 
@@ -99,6 +102,11 @@ def _collect_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[
     inputs: list[JitInput] = []
     seen: dict[int, Key] = {}
     for key, t in found:
+        if isinstance(t.device, tuple):
+            raise JitError(
+                f"TinyJit: input {_label(key, names)} is on several devices: got {t.device}, expected one device "
+                "(multi-device inputs are not supported yet)"
+            )
         if (base := t.uop.base).op is not Ops.BUFFER:
             raise JitError(
                 f"TinyJit: input {_label(key, names)} is not in memory: got a {base.op.name} tensor "
@@ -151,6 +159,15 @@ def _call_and_realize(fxn: Callable[..., R], args: tuple[Any, ...], kwargs: dict
     return ret
 
 
+def _memory_id(t: Tensor) -> int | None:
+    """id of the base Buffer a single-device tensor's memory lives in; None for constants, lazy and multi-device ones
+    (inputs are single-device, so those never share an input's memory)."""
+    base = t.uop.base
+    if base.op is not Ops.BUFFER or isinstance(base.device, tuple):
+        return None
+    return id(base.buffer.base)
+
+
 def _live_tensors() -> list[Tensor]:
     return [t for ref in list(_all_tensors) if (t := ref()) is not None]
 
@@ -166,11 +183,11 @@ def _replace_in_tensors(mapping: dict[UOp, UOp]) -> None:
 
 
 def _alias_inputs(inputs: list[JitInput]) -> dict[UOp, UOp]:
-    """Give each input tensor a fresh BUFFER node over the same memory (a Buffer view) for the capture call.
+    """Give each input tensor a fresh BUFFER node and memory, holding a copy of its values, for the capture call.
 
     Kernels that read an input through the argument then name the alias; a kernel that names the original buffer
     reached that memory another way (a global or attribute holding the same tensor or a view of it): a replay would
-    leave that read on the old memory. Returns {alias: original} to undo it afterwards.
+    leave that read on the old memory. Returns {alias: original}; `_undo_aliases` copies writes back and undoes it.
     """
     undo: dict[UOp, UOp] = {}
     for inp in inputs:
@@ -178,10 +195,17 @@ def _alias_inputs(inputs: list[JitInput]) -> dict[UOp, UOp]:
         if base.arg == 0:
             continue  # an empty buffer: no kernel reads it
         alias = UOp.new_buffer(base.src[1].arg, base.arg, base.dtype)
-        buffers[alias] = inp.buffer.view(inp.buffer.size, inp.buffer.dtype, 0)
+        buffers[alias] = Buffer(inp.buffer.device, inp.buffer.size, inp.buffer.dtype).allocate().copy_from(inp.buffer)
         inp.tensor.uop = inp.tensor.uop.substitute({base: alias})
         undo[alias] = base
     return undo
+
+
+def _undo_aliases(undo: dict[UOp, UOp]) -> None:
+    """Copy what the call wrote into each alias back to the input's memory, and point every tensor at it again."""
+    for alias, base in undo.items():
+        base.buffer.copy_from(buffers[alias])
+    _replace_in_tensors(undo)
 
 
 def _function_globals(fxn: Callable[..., Any]) -> Iterator[tuple[str, object]]:
@@ -232,21 +256,21 @@ class CapturedJit(Generic[R]):
     items: list[ExecItem]
     keys: list[Key]
     specs: list[InputSpec]
-    input_slots: list[list[tuple[int, int]]]
+    input_slots: list[list[Slot]]
     returned_inputs: dict[int, int] = field(default_factory=dict)
     plain: dict[Key, str] = field(default_factory=dict)
 
     def replay(self, inputs: list[JitInput]) -> R:
         for inp, slots in zip(inputs, self.input_slots, strict=True):
-            for j, i in slots:
-                self.items[j].bufs[i] = inp.buffer
+            for j, i, view in slots:
+                self.items[j].bufs[i] = inp.buffer if view is None else inp.buffer.view(*view).ensure_allocated()
         if DEBUG.value >= 2 or PROFILE.value:
             for ei in self.items:  # per-kernel lines and profile events
                 ei.run(jit=True)
         else:
             self._launch()
         for slots in self.input_slots:  # let go of the caller's memory
-            for j, i in slots:
+            for j, i, _ in slots:
                 self.items[j].bufs[i] = None
         if self.returned_inputs:
             return _swap_returned(self.ret, self.returned_inputs, inputs)  # type: ignore[no-any-return]  # same shape as ret
@@ -355,7 +379,7 @@ class TinyJit(Generic[R]):
             ret = _call_and_realize(self.fxn, args, kwargs, strict=True)
         finally:
             capturing.remove(self)
-            _replace_in_tensors(undo)
+            _undo_aliases(undo)
         items, self._items = self._items, []
         if not items:
             raise JitError(
@@ -378,7 +402,7 @@ class TinyJit(Generic[R]):
             _plain_arguments(args, kwargs),
         )
         for slot in slots:  # replays fill these; don't keep the capture call's inputs alive
-            for j, i in slot:
+            for j, i, _ in slot:
                 items[j].bufs[i] = None
         if DEBUG.value >= 1:
             print(colored(f"JIT captured {len(items)} kernels with {len(inputs)} inputs", "magenta"))
@@ -388,10 +412,10 @@ class TinyJit(Generic[R]):
         """JitError when an input is also a global or closure variable of the function: a replay could not tell the
         argument's reads (new input) from the variable's (old memory)."""
         assert self.fxn is not None, "TinyJit: no function"
-        memory = {id(inp.buffer.base): inp.key for inp in inputs}
+        memory: dict[int | None, Key] = {id(inp.buffer.base): inp.key for inp in inputs}
         for name, value in [*_function_globals(self.fxn), *objects]:
             for path, t in _reachable_tensors(name, value):
-                if t.uop.base.op is Ops.BUFFER and (key := memory.get(id(t.uop.base.buffer.base))) is not None:
+                if (key := memory.get(_memory_id(t))) is not None:
                     raise _constant_error(key, f"the function's variable '{path}'", self._names)
 
     def _check_inputs(self, inputs: list[JitInput], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -445,16 +469,16 @@ def _constant_error(key: Key, how: str, names: tuple[str, ...]) -> JitError:
 
 def _input_slots(
     items: list[ExecItem], inputs: list[JitInput], alias_of: dict[int, int], names: tuple[str, ...]
-) -> list[list[tuple[int, int]]]:
-    """For each input, the (item, slot) pairs that read it through the argument; JitError for other paths."""
-    slots: list[list[tuple[int, int]]] = [[] for _ in inputs]
+) -> list[list[Slot]]:
+    """For each input, the buffer slots that use its memory through the argument; JitError for other paths."""
+    slots: list[list[Slot]] = [[] for _ in inputs]
     memory = {id(inp.buffer.base): k for k, inp in enumerate(inputs)}
     for j, ei in enumerate(items):
         for i, b in enumerate(ei.bufs):
             if b is None:
                 continue
-            if (k := alias_of.get(id(b))) is not None:
-                slots[k].append((j, i))
+            if (k := alias_of.get(id(b.base))) is not None:
+                slots[k].append((j, i, None if b is b.base else (b.size, b.dtype, b.offset)))
             elif (k := memory.get(id(b.base))) is not None:
                 raise _constant_error(
                     inputs[k].key, f"kernel {j} ({ei.prg.display_name if ei.prg else ei.ast.op})", names
@@ -465,11 +489,11 @@ def _input_slots(
 def _returned_inputs(ret: object, inputs: list[JitInput], names: tuple[str, ...]) -> dict[int, int]:
     """{id(result tensor): input index} for results that are input tensors; JitError for views of an input."""
     found: dict[int, int] = {}
-    memory = {id(inp.buffer.base): k for k, inp in enumerate(inputs)}
+    memory: dict[int | None, int] = {id(inp.buffer.base): k for k, inp in enumerate(inputs)}
     for where, t in _returned_tensors(ret):
         if (k := next((k for k, inp in enumerate(inputs) if inp.tensor is t), None)) is not None:
             found[id(t)] = k
-        elif t.uop.base.op is Ops.BUFFER and (k := memory.get(id(t.uop.base.buffer.base))) is not None:
+        elif (k := memory.get(_memory_id(t))) is not None:
             raise JitError(
                 f"TinyJit: {where} is a view of input {_label(inputs[k].key, names)}: got a result that "
                 "shares the input's memory, expected the input itself or a new tensor: return "
@@ -479,16 +503,21 @@ def _returned_inputs(ret: object, inputs: list[JitInput], names: tuple[str, ...]
 
 
 def _held_buffers() -> set[int]:
-    """ids of the Buffers that live tensors reach (results, weights, lazy graphs): their memory outlives a call."""
-    live = [t.uop for t in _live_tensors()]
-    nodes = UOp.sink(*live).toposort() if live else {}
-    return {id(b.base) for u in nodes if u.op is Ops.BUFFER and (b := buffers.get(u)) is not None}
+    """ids of the Buffers some live BUFFER node still names (results, weights, lazy graphs; per-device buffers of
+    multi-device nodes too): their memory outlives the call, so the planner leaves them alone."""
+    from fusegrad.schedule.multi import _multi_buffers  # the scheduler's registry of multi-device memory
+
+    held = {id(b.base) for b in list(buffers.values())}
+    for multi in list(_multi_buffers.values()):
+        held |= {id(b.base) for b in multi.bufs}
+    return held
 
 
 def _buffer_lifetimes(items: list[ExecItem]) -> dict[int, tuple[Buffer, int, int]]:
-    """{id: (buffer, first, last item)} for buffers whose first use writes them whole: their old value is never read."""
+    """{id: (buffer, first, last item)} for buffers whose first use writes them whole: their old value is never read.
+    A buffer that any kernel reaches through a view is left out (the view would keep naming the old memory)."""
     spans: dict[int, tuple[Buffer, int, int]] = {}
-    skipped: set[int] = set()
+    skipped = {id(b.base) for ei in items for b in ei.bufs if b is not None and b._base is not None}
     for j, ei in enumerate(items):
         assert ei.prg is not None, "TinyJit: a captured ExecItem was not lowered"
         outs, ins = set(ei.prg.outputs), set(ei.prg.inputs)
@@ -526,11 +555,9 @@ def _plan_memory(items: list[ExecItem]) -> None:
                       f"{saved} bytes freed", "magenta"))  # fmt: skip
 
 
-def _prune(
-    items: list[ExecItem], slots: list[list[tuple[int, int]]]
-) -> tuple[list[ExecItem], list[list[tuple[int, int]]]]:
+def _prune(items: list[ExecItem], slots: list[list[Slot]]) -> tuple[list[ExecItem], list[list[Slot]]]:
     """Keep only the kernels that (transitively) depend on an input; the rest already ran at capture."""
-    reads_input = {j for slot in slots for j, _ in slot}
+    reads_input = {j for slot in slots for j, _, _ in slot}
     needed: set[int] = set()
     kept: list[int] = []
     for j, ei in enumerate(items):
@@ -541,4 +568,4 @@ def _prune(
     renumber = {j: n for n, j in enumerate(kept)}
     if DEBUG.value >= 1:
         print(colored(f"JIT pruned {len(items)} -> {len(kept)} kernels", "magenta"))
-    return [items[j] for j in kept], [[(renumber[j], i) for j, i in slot] for slot in slots]
+    return [items[j] for j in kept], [[(renumber[j], i, view) for j, i, view in slot] for slot in slots]

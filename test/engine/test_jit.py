@@ -162,6 +162,26 @@ def test_copies_replay() -> None:
         assert out.tolist() == [2 * i, 10]
 
 
+def test_multi_device_work_inside_replays() -> None:
+    """Sharding an input inside copies views of it to each device: replays copy views of the new input."""
+    devices = ("CPU", "CPU:1")
+    weight = Tensor([1.0, 2.0, 3.0, 4.0]).shard(devices, axis=0).realize()
+
+    def step(x: Tensor) -> tuple[Tensor, Tensor]:
+        product = (x.shard(devices, axis=0) * weight).realize()  # dies after the call: the planner may reuse it
+        hidden = (product + 1).realize()
+        return (hidden * 2).realize(), hidden.sum().realize()  # the sum's allreduce reads views of its partials
+
+    jitted = TinyJit(step)
+    for i in range(5):
+        out, total = jitted(vec(i, i, i, i))
+        assert out.device == devices
+        assert out.tolist() == [2 * (i * w + 1) for w in (1, 2, 3, 4)]
+        assert total.item() == sum(i * w + 1 for w in (1, 2, 3, 4))
+    with pytest.raises(JitError, match=r"input 'x' \(argument 0\) is on several devices: got \('CPU', 'CPU:1'\)"):
+        jitted(vec(1, 2, 3, 4).shard(devices, axis=0))
+
+
 def test_reset_and_jit_off() -> None:
     fn = Counted()
     step = TinyJit(fn)
