@@ -127,8 +127,8 @@ class Optimizer:
         op = f"{type(self).__name__}.step"
         _check_training(op)
         grads = [self._grad_of(op, i, t) for i, t in enumerate(self.params)]
-        # TODO(#7): the scheduler can order a kernel that reads a parameter (here: another parameter's gradient) after
-        # that parameter's write in the same schedule; realizing the gradients first keeps every step correct
+        # finished gradients first: otherwise a gradient that reads another parameter's old value (every layer below
+        # the last) makes the scheduler snapshot that parameter before writing it (2-layer MLP, Adam: 21 vs 25 kernels)
         Tensor.realize(*grads)
         updates, state = self._fused_step(grads) if self.fused else self._step(self.params, grads)
         for t, update in zip(self.params, updates, strict=True):

@@ -403,3 +403,35 @@ def test_kernels_per_step(make: Callable[[list[Tensor]], optim.Optimizer], kerne
             GlobalCounters.reset()
             opt.step()
             assert GlobalCounters.kernel_count == kernels(n)
+
+
+def test_jitted_step_sees_new_lr() -> None:
+    """A TinyJit replay reads lr from its buffer: writing opt.lr between calls changes the replayed update."""
+    from fusegrad.engine.jit import TinyJit
+
+    rng = np.random.default_rng(3)
+    w_init = rng.standard_normal((6, 2)).astype(np.float32)
+    batches = [(rng.standard_normal((8, 6), np.float32), rng.standard_normal((8, 2), np.float32)) for _ in range(5)]
+    lrs = [0.1, 0.05, 0.2, 0.01, 0.1]
+    w = Tensor(w_init.copy(), requires_grad=True).realize()
+    opt = optim.Adam([w], lr=0.1)
+
+    @TinyJit
+    def train_step(x: Tensor, y: Tensor) -> Tensor:
+        opt.zero_grad()
+        loss = ((x @ w - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss.realize()
+
+    tw = torch.tensor(w_init, requires_grad=True)
+    topt = torch.optim.Adam([tw], lr=0.1)
+    with Tensor.train():
+        for lr, (x_np, y_np) in zip(lrs, batches, strict=True):
+            opt.lr = lr
+            train_step(Tensor(x_np).realize(), Tensor(y_np).realize())
+            topt.param_groups[0]["lr"] = lr
+            topt.zero_grad()
+            ((torch.tensor(x_np) @ tw - torch.tensor(y_np)) ** 2).mean().backward()
+            topt.step()
+    np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-5, atol=1e-5)
