@@ -160,13 +160,6 @@ class _File:
         self.tensor = Tensor.empty(self.size, dtype=dtypes.uint8, device=f"DISK:{self.path}")
         self.base: Buffer = self.tensor.uop.base.buffer
 
-    @staticmethod
-    def of_tensor(t: Tensor, op: str) -> _File:
-        """The file behind a uint8 DISK tensor (as the reference accepts one in place of a path)."""
-        if not isinstance(t.device, str) or not t.device.startswith("DISK:") or t.dtype != dtypes.uint8:
-            raise TypeError(f"{op}: expected a path or a uint8 DISK tensor: got a {t.dtype} tensor on {t.device}")
-        return _File(t.device.partition(":")[2], op)
-
     def read(self, offset: int, count: int) -> bytes:
         """count bytes at offset (the caller has checked they lie inside the file)."""
         if count == 0:
@@ -183,8 +176,36 @@ class _File:
         return Tensor(node.reshape(shape))
 
 
-def _open(source: Tensor | PathLike, op: str) -> _File:
-    return _File.of_tensor(source, op) if isinstance(source, Tensor) else _File(source, op)
+class _Bytes(_File):
+    """A file already in memory as a 1-d uint8 tensor (not on DISK): its tensors are copies on that tensor's device."""
+
+    def __init__(self, t: Tensor) -> None:  # no file to open, so no _File.__init__
+        assert isinstance(t.device, str), "checked by _open"
+        self.path, self.device = f"<uint8 tensor {t.shape} on {t.device}>", t.device
+        self.tensor, self.memory = t, bytes(t.data()) if t.numel() else b""
+        self.size = len(self.memory)
+
+    def read(self, offset: int, count: int) -> bytes:
+        return self.memory[offset : offset + count]
+
+    def tensor_at(self, offset: int, dtype: DType, shape: tuple[int, ...]) -> Tensor:
+        node = UOp.new_buffer(self.device, prod(shape), dtype)
+        if prod(shape):
+            node.buffer.allocate().copyin(memoryview(self.memory)[offset : offset + prod(shape) * dtype.itemsize])
+        return Tensor(node.reshape(shape))
+
+
+def _open(source: Tensor | PathLike, op: str, in_memory: bool) -> _File:
+    """A path, the file behind a uint8 DISK tensor, or (if in_memory) the bytes of a 1-d uint8 tensor elsewhere."""
+    if not isinstance(source, Tensor):
+        return _File(source, op)
+    on_disk = isinstance(source.device, str) and source.device.startswith("DISK:")
+    if source.dtype == dtypes.uint8 and on_disk:
+        return _File(str(source.device).partition(":")[2], op)
+    if source.dtype == dtypes.uint8 and source.ndim == 1 and isinstance(source.device, str) and in_memory:
+        return _Bytes(source)
+    expected = "a path or a 1-d uint8 tensor" if in_memory else "a path or a uint8 DISK tensor"
+    raise TypeError(f"{op}: expected {expected}: got a {source.dtype} tensor {source.shape} on {source.device}")
 
 
 # *** safetensors ***
@@ -232,7 +253,7 @@ def safe_load_metadata(fn: Tensor | PathLike) -> tuple[Tensor, int, dict[str, An
     The header's entries are checked against the file: ValueError names the file and what is wrong (too short, a
     header that is not JSON, an unknown dtype, offsets that disagree with the shape, overlap or run past the end).
     """
-    file = _open(fn, "safe_load")
+    file = _open(fn, "safe_load", in_memory=True)
     header = _read_header(file)
     _check_entries(file, header, file.size - 8 - _header_length(file))
     return file.tensor, _header_length(file), header
@@ -242,7 +263,7 @@ def safe_load(fn: Tensor | PathLike) -> dict[str, Tensor]:
     """The tensors of a safetensors file, in header order, as DISK views of the file: move them with `.to(device)`.
     Raises ValueError for a corrupt or truncated file (see safe_load_metadata). Example: `safe_load("w.safetensors")`.
     """
-    file = _open(fn, "safe_load")
+    file = _open(fn, "safe_load", in_memory=True)
     header = _read_header(file)
     entries = _check_entries(file, header, file.size - 8 - _header_length(file))
     start = 8 + _header_length(file)
@@ -472,7 +493,7 @@ def torch_load(fn: Tensor | PathLike) -> Any:
     runs. Contiguous tensors are DISK views of the file (move them with `.to(device)`); strided ones are read at once.
     Example: `load_state_dict(model, torch_load("model.pt"))`.
     """
-    file = _open(fn, "torch_load")
+    file = _open(fn, "torch_load", in_memory=False)
     if zipfile.is_zipfile(file.path):
         return _load_zip(file)
     return _load_legacy(file)

@@ -202,6 +202,22 @@ def test_library_files_load_in_ours(tmp_path: pathlib.Path) -> None:
     assert header_length == struct.unpack("<Q", path.read_bytes()[:8])[0]
 
 
+def test_load_from_tensors_of_the_file(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "bytes.safetensors"
+    safetensors.numpy.save_file({"a": np.arange(6, dtype=np.int32).reshape(2, 3), "b": np.ones(2)}, str(path))
+    in_memory = safe_load(Tensor(path.read_bytes()))  # the reference takes the file's bytes as a tensor too
+    assert in_memory["a"].device == "CPU"
+    assert in_memory["a"].tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert in_memory["b"].tolist() == [1.0, 1.0]
+    on_disk = safe_load(Tensor.empty(path.stat().st_size, dtype=dtypes.uint8, device=f"DISK:{path}"))
+    assert on_disk["a"].device == f"DISK:{path}"
+    assert on_disk["a"].to("CPU").tolist() == [[0, 1, 2], [3, 4, 5]]
+    with pytest.raises(TypeError, match=r"safe_load: expected a path or a 1-d uint8 tensor: got a dtypes.float tensor \(1,\)"):
+        safe_load(Tensor([1.0]))
+    with pytest.raises(TypeError, match=r"torch_load: expected a path or a uint8 DISK tensor: got a dtypes.uchar tensor"):
+        torch_load(Tensor(path.read_bytes()))
+
+
 def write_safetensors(path: pathlib.Path, header: Any, data: bytes, length: int | None = None) -> pathlib.Path:
     raw = header if isinstance(header, bytes) else json.dumps(header).encode()
     path.write_bytes(struct.pack("<Q", len(raw) if length is None else length) + raw + data)
