@@ -361,6 +361,19 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
         x = self.to(self.device[0]) if isinstance(self.device, tuple) else self
         return Tensor(UOp(Ops.COPY, x.dtype, (x.uop, UOp(Ops.DEVICE, arg=dev)), a))
 
+    def to_(self, device: str | tuple[str, ...] | None) -> Tensor:
+        """In place: this tensor (and its gradient) now lives on `device`; returns self."""
+        return self._moved_in_place(self.to(device), None if self.grad is None else self.grad.to(device))
+
+    def shard_(self, devices: tuple[str, ...] | list[str], axis: builtins.int | None = None) -> Tensor:
+        """In place: this tensor (and its gradient) is now sharded like `shard(devices, axis)`; returns self."""
+        grad = None if self.grad is None else self.grad.shard(devices, axis)
+        return self._moved_in_place(self.shard(devices, axis), grad)
+
+    def _moved_in_place(self, moved: Tensor, grad: Tensor | None) -> Tensor:
+        self.uop, self.grad = moved.uop, grad
+        return self
+
     # *** autograd ***
     # requires_grad is None (unset), True or False on each Tensor and is not propagated by ops: backward() finds the
     # tensors that need a gradient by looking for their nodes in the loss's graph (the graph is the record of ops).

@@ -277,3 +277,17 @@ def test_adam_on_replicated_weights_matches_one_device() -> None:
         return w.numpy()
 
     np.testing.assert_allclose(train(CPUS[2]), train(None), rtol=1e-5, atol=1e-6)
+
+
+def test_in_place_moves_carry_the_gradient() -> None:
+    a = rand(4, 2)
+    t = Tensor(a, requires_grad=True)
+    t.grad = Tensor.ones(4, 2)
+    assert t.shard_(CPUS[2], axis=0) is t
+    assert t.device == ("CPU", "CPU:1")
+    assert t.grad is not None
+    assert t.grad.device == ("CPU", "CPU:1")
+    assert placement(t) == Placement(0)
+    t.to_("CPU:1")
+    assert t.device == "CPU:1"
+    np.testing.assert_array_equal(t.numpy(), a)
