@@ -117,6 +117,19 @@ def test_values_do_not_depend_on_the_device() -> None:
     np.testing.assert_array_equal(Tensor.rand(9, device="PYTHON").numpy(), cpu)
 
 
+def test_multi_device_draws_and_reseeding() -> None:
+    devices = ("CPU", "CPU:1")
+    Tensor.manual_seed(9)
+    first = Tensor.rand(6, device=devices)
+    assert first.device == devices
+    values = first.numpy()
+    assert not np.isin(Tensor.rand(6, device=devices).numpy(), values).any()
+    Tensor.manual_seed(9)  # rewrites the multi-device state with a kernel
+    np.testing.assert_array_equal(Tensor.rand(6, device=devices).numpy(), values)
+    Tensor.manual_seed(9)
+    np.testing.assert_array_equal(Tensor.rand(6).numpy(), values)  # the same stream as one device
+
+
 def test_successive_draws_reuse_one_kernel() -> None:
     """Seed and call number are an input buffer, not constants: the kernel ASTs are the same objects."""
     first = Tensor.rand(8, contiguous=False).schedule()

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from fusegrad.dtype import DType, DTypeLike, dtypes, to_dtype
 from fusegrad.helpers import argfix, ceildiv, prod
-from fusegrad.uop import Ops
 
 if TYPE_CHECKING:
     from fusegrad.tensor import Tensor
@@ -146,13 +145,15 @@ class RandomMixin:
         """Seed the generator and restart its call count on every device: the same seed then gives the same numbers.
 
         The device states are rewritten in place, so a TinyJit that draws numbers restarts the sequence too."""
+        from fusegrad.tensor import Tensor
+
         _state.seed = int(seed)
-        for dev, state in list(_state.devices.items()):
-            if state.uop.base.op is Ops.BUFFER and state.uop.base.buffer.is_allocated():
-                words = struct.pack("<3I", *_seed_words(_state.seed))
-                state.uop.base.buffer.copyin(memoryview(words))
-            else:  # not plain memory (e.g. sharded): start a new state on the next draw
-                del _state.devices[dev]
+        words = _seed_words(_state.seed)
+        for dev, state in _state.devices.items():
+            if isinstance(dev, tuple):  # a copy on every device: write it with a kernel
+                state.assign(Tensor(words, device=dev, dtype=dtypes.uint32)).realize()
+            else:
+                state.uop.base.buffer.ensure_allocated().copyin(memoryview(struct.pack("<3I", *words)))
 
     @staticmethod
     def rand(
