@@ -1,7 +1,8 @@
 """Optimisers: turn each parameter's `.grad` into an in-place update (`Tensor.assign`) that runs as a few fused kernels.
 
-Entry points: `SGD`, `Adam`, `AdamW`, `LAMB`, `LARS` and `OptimizerGroup`; `opt.step()` realizes one update. Formulas
-and defaults follow the reference system (tinygrad's `nn.optim`); SGD and LARS are one rule, as are Adam and LAMB.
+Entry points: `SGD`, `Adam`, `AdamW`, `LAMB`, `LARS`, `Muon` and `OptimizerGroup`; `opt.step()` realizes one update.
+Formulas and defaults follow the reference system (tinygrad's `nn.optim`): SGD and Muon are LARS rules, Adam and AdamW
+are LAMB rules. `fused=True` updates all parameters as one concatenated vector (fewer kernels per step).
 """
 
 from __future__ import annotations
@@ -35,6 +36,18 @@ def _check_beta(op: str, name: str, value: object) -> float:
     if not 0 <= (number := _check_number(op, name, value)) < 1:
         raise ValueError(f"{op}: invalid {name}: got {value}, expected 0 <= {name} < 1")
     return number
+
+
+def _check_newton_schulz(op: str, steps: int, coefficients: tuple[float, ...] | None) -> None:
+    if isinstance(steps, bool) or not isinstance(steps, int):
+        raise TypeError(f"{op}: ns_steps must be an int: got {type(steps).__name__}, expected int")
+    if steps < 0:
+        raise ValueError(f"{op}: invalid ns_steps: got {steps}, expected ns_steps >= 0")
+    if coefficients is not None:
+        if not isinstance(coefficients, (tuple, list)) or not coefficients:
+            raise ValueError(f"{op}: invalid ns_coefficients: got {coefficients!r}, expected a non-empty tuple")
+        for c in coefficients:
+            _check_number(op, "ns_coefficients item", c)
 
 
 def _check_training(op: str) -> None:
@@ -153,7 +166,9 @@ class Optimizer:
         if t.grad is None:
             raise RuntimeError(f"{op}: parameter {i} (shape {t.shape}) has no gradient: call backward() before step()")
         if t.grad.shape != t.shape:
-            raise ValueError(f"{op}: gradient of parameter {i} has shape {t.grad.shape}: expected {t.shape}")
+            raise ValueError(
+                f"{op}: gradient shape differs from parameter {i}'s: got {t.grad.shape}, expected {t.shape}"
+            )
         return t.grad if t.grad.device == self.device else t.grad.to(self.device)
 
     def _step(self, params: list[Tensor], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
@@ -179,6 +194,16 @@ class OptimizerGroup(Optimizer):
 
     def __getitem__(self, i: int) -> Optimizer:
         return self.optimizers[i]
+
+    @property
+    def lr(self) -> Tensor:
+        """Members keep their own lr: read `group[i].lr`; `group.lr = x` writes x into every member's lr."""
+        raise AttributeError("OptimizerGroup.lr: each member has its own lr: got the group, expected group[i].lr")
+
+    @lr.setter
+    def lr(self, value: float | Tensor) -> None:
+        for o in self.optimizers:
+            o.lr = value
 
     def zero_grad(self) -> None:
         for o in self.optimizers:
@@ -221,8 +246,7 @@ class LARS(Optimizer):
         self.tcoef = _check_nonnegative(op, "tcoef", tcoef)
         if nesterov and self.momentum == 0:
             raise ValueError(f"{op}: nesterov needs momentum: got momentum={momentum}, expected momentum > 0")
-        if isinstance(ns_steps, bool) or not isinstance(ns_steps, int) or ns_steps < 0:
-            raise ValueError(f"{op}: invalid ns_steps: got {ns_steps!r}, expected an int >= 0")
+        _check_newton_schulz(op, ns_steps, ns_coefficients)
         if fused and (self.tcoef or ns_coefficients):
             raise ValueError(
                 f"{op}: fused would share one trust ratio or Newton-Schulz step across all parameters: "
@@ -310,8 +334,9 @@ class Muon(LARS):
         device: Device | None = None,
     ) -> None:
         # popular (not classic) momentum, weight decay after the momentum, no trust ratio
-        coefficients = ns_coefficients
-        super().__init__(params, lr, momentum, weight_decay, ns_steps, coefficients, nesterov, False, False, 0, device)
+        super().__init__(
+            params, lr, momentum, weight_decay, ns_steps, ns_coefficients, nesterov, False, False, 0.0, device
+        )
 
 
 def _newton_schulz(x: Tensor, steps: int, coefficients: tuple[float, ...], eps: float = 1e-7) -> Tensor:

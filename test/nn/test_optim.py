@@ -321,6 +321,10 @@ def test_optimizer_group() -> None:
     assert a.grad is not None
     np.testing.assert_allclose(a.numpy(), [1.0 - 2 * 0.5 * 2.0, 2.0 - 2 * 0.5 * 2.0])
     np.testing.assert_allclose(b.numpy(), [3.0 - 0.25 * 1.0 - 0.25 * 1.9], rtol=1e-6)
+    group.lr = 0.125
+    assert [o.lr.item() for o in group.optimizers] == [0.125, 0.125]
+    with pytest.raises(AttributeError, match=r"OptimizerGroup\.lr: each member has its own lr"):
+        _ = group.lr
     with pytest.raises(ValueError, match="OptimizerGroup: no optimiser"):
         optim.OptimizerGroup()
 
@@ -353,6 +357,8 @@ def test_half_parameters_keep_their_dtype() -> None:
         (lambda p: optim.LAMB(p, weight_decay=-1), ValueError, r"LAMB: invalid weight_decay: got -1"),
         (lambda p: optim.LARS(p, tcoef=-1), ValueError, r"LARS: invalid tcoef: got -1"),
         (lambda p: optim.Muon(p, ns_steps=-2), ValueError, r"Muon: invalid ns_steps: got -2"),
+        (lambda p: optim.Muon(p, ns_steps=2.5), TypeError, r"Muon: ns_steps must be an int: got float"),
+        (lambda p: optim.Muon(p, ns_coefficients=()), ValueError, r"Muon: invalid ns_coefficients: got \(\)"),
         (lambda p: optim.Adam(p, lr="0.1"), TypeError, r"Adam: lr must be a Python number: got str"),
         (lambda p: optim.SGD([]), ValueError, r"SGD: no parameter to optimise: got 0 tensors"),
         (lambda p: optim.SGD([Tensor([1.0], requires_grad=False)]), ValueError, r"no parameter to optimise"),
@@ -372,7 +378,10 @@ def test_mis_shaped_gradient_raises() -> None:
     w = Tensor([1.0, 2.0], requires_grad=True)
     opt = optim.SGD([w])
     w.grad = Tensor([1.0, 2.0, 3.0])
-    with Tensor.train(), pytest.raises(ValueError, match=r"gradient of parameter 0 has shape \(3,\): expected \(2,\)"):
+    with (
+        Tensor.train(),
+        pytest.raises(ValueError, match=r"gradient shape differs from parameter 0's: got \(3,\), expected \(2,\)"),
+    ):
         opt.step()
 
 
