@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import inspect
 import time
+import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -222,7 +223,9 @@ def _function_globals(fxn: Callable[..., Any]) -> Iterator[tuple[str, object]]:
     yield from ((name, module[name]) for name in code.co_names if name in module)
 
 
-_SKIPPED_TYPES = (type, type(functools), str, bytes, int, float, bool, type(None))
+# values whose attributes hold no tensors of the program's state (modules and functions hold globals, scanned apart)
+_SKIPPED_TYPES = (type, types.ModuleType, types.FunctionType, types.MethodType, types.BuiltinFunctionType, str, bytes,
+                  int, float, bool, type(None))  # fmt: skip
 
 
 def _reachable_tensors(name: str, value: object, depth: int = 3) -> Iterator[tuple[str, Tensor]]:
@@ -231,7 +234,7 @@ def _reachable_tensors(name: str, value: object, depth: int = 3) -> Iterator[tup
     seen: set[int] = set()
     while stack:
         path, x, left = stack.pop()
-        if id(x) in seen or isinstance(x, _SKIPPED_TYPES) or (callable(x) and not isinstance(x, Tensor)):
+        if id(x) in seen or isinstance(x, _SKIPPED_TYPES):
             continue
         seen.add(id(x))
         if isinstance(x, Tensor):
@@ -325,7 +328,7 @@ class TinyJit(Generic[R]):
         self._items: list[ExecItem] = []
         self._names: tuple[str, ...] = _positional_names(fxn) if fxn is not None else ()
         if fxn is not None:
-            functools.update_wrapper(self, fxn)
+            functools.update_wrapper(self, fxn, updated=())  # name and docstring; never the function's attributes
 
     def reset(self) -> None:
         """Forget the capture: the next call runs eagerly again (then captures, then replays)."""
@@ -424,8 +427,8 @@ class TinyJit(Generic[R]):
             key = next(k for k in {**plain, **self.captured.plain} if plain.get(k) != self.captured.plain.get(k))
             raise JitError(
                 f"TinyJit: argument {_label(key, self._names)} changed since capture: got {plain.get(key, 'nothing')}, "
-                f"expected {self.captured.plain.get(key, 'nothing')}; Python values are baked into the captured "
-                "kernels: pass a Tensor, or call reset() to capture again"
+                f"expected {self.captured.plain.get(key, 'nothing')}; Python values and objects are baked into the "
+                "captured kernels: pass a Tensor, use one TinyJit per object, or call reset() to capture again"
             )
         keys = [i.key for i in inputs]
         if keys != self.captured.keys:
@@ -444,10 +447,14 @@ _PLAIN_TYPES = (int, float, bool, str, bytes, type(None))
 
 
 def _plain_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[Key, str]:
-    """{place: repr} of the arguments that are plain Python values (numbers, strings, None): a replay can't change
-    them, so a call with other values must not replay."""
+    """{place: description} of the arguments that are not Tensors or containers: plain values (numbers, strings, None)
+    by value, other objects (a model, `self`) by identity. A replay can't follow them, so other ones must not replay."""
     top: list[tuple[Key, Any]] = [((i,), a) for i, a in enumerate(args)] + [((k,), v) for k, v in kwargs.items()]
-    return {key: f"{type(v).__name__} {v!r}" for key, v in top if isinstance(v, _PLAIN_TYPES)}
+    return {
+        key: f"{type(v).__name__} {v!r}" if isinstance(v, _PLAIN_TYPES) else f"{type(v).__name__} object {id(v):#x}"
+        for key, v in top
+        if not isinstance(v, (Tensor, list, tuple, dict))
+    }
 
 
 def _positional_names(fxn: Callable[..., Any]) -> tuple[str, ...]:

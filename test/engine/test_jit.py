@@ -106,6 +106,8 @@ def test_method_and_prune_decorator_forms() -> None:
     model = Model()
     for i in range(4):
         assert model(vec(i, i, i)).tolist() == [i, 2 * i, 3 * i]
+    with pytest.raises(JitError, match=r"argument 'self' \(argument 0\) changed since capture: got Model object 0x"):
+        Model()(vec(1, 1, 1))  # the JIT lives on the class: its capture holds the first model's weights
 
     @TinyJit(prune=True)
     def pruned(x: Tensor) -> Tensor:
@@ -376,7 +378,7 @@ def test_changed_python_arguments() -> None:
     step = captured(lambda x, scale, label=None: (x * scale).realize(), vec(1, 2), 2.0)
     assert step(vec(3, 4), 2.0).tolist() == [6, 8]
     with pytest.raises(JitError, match=r"argument 'scale' \(argument 1\) changed since capture: got float 3.0, "
-                                       r"expected float 2.0; Python values are baked into"):  # fmt: skip
+                                       r"expected float 2.0; Python values and objects are baked"):  # fmt: skip
         step(vec(3, 4), 3.0)
     with pytest.raises(JitError, match=r"argument 'label' \(keyword\) changed since capture: got str 'a', expected "
                                        r"nothing"):  # fmt: skip
@@ -451,6 +453,24 @@ def test_input_also_read_as_a_global() -> None:
                                        r"function's variable 'weight'"):  # fmt: skip
         step(weight)
     assert step.captured is None
+
+
+def test_input_also_read_as_an_attribute_of_self() -> None:
+    class Model:
+        def __init__(self) -> None:
+            self.layers = [Holder(vec(1, 2))]
+
+        def __call__(self, x: Tensor) -> Tensor:
+            return x * self.layers[0].t
+
+        @TinyJit
+        def forward(self, x: Tensor) -> Tensor:
+            return self(x).realize()
+
+    model = Model()
+    model.forward(vec(3, 4))
+    with pytest.raises(JitError, match=r"through the function's variable 'self.layers\[0\].t'"):
+        model.forward(model.layers[0].t)
 
 
 def test_input_also_read_through_another_tensor() -> None:
