@@ -212,6 +212,7 @@ def test_embedding_index_out_of_range_gives_zeros() -> None:
     assert layer(Tensor([4, -1])).tolist() == [[0.0, 0.0], [0.0, 0.0]]  # as the reference: a row of zeros
 
 
+@pytest.mark.slow  # about 5 s: several kernels compile on a cold cache
 @pytest.mark.parametrize("with_state", [True, False])
 def test_lstm_cell(with_state: bool) -> None:
     torch.manual_seed(0)

@@ -86,6 +86,7 @@ def test_state_dict_keys_follow_the_model() -> None:
     assert get_state_dict(model, prefix="net.")["net.layers.0.bias"] is model.layers[0].bias
 
 
+@pytest.mark.slow  # importing the reference system takes about 4 s
 def test_state_dict_keys_match_the_reference() -> None:
     tinygrad_state = pytest.importorskip("tinygrad.nn.state")
     import tinygrad.nn as tiny_nn
@@ -422,6 +423,7 @@ def test_not_a_checkpoint(tmp_path: pathlib.Path) -> None:
 # *** round trips ***
 
 
+@pytest.mark.slow  # about 5 s: several kernels compile on a cold cache
 def test_model_round_trip_through_safetensors(tmp_path: pathlib.Path) -> None:
     model = Model()
     idx = Tensor([[1], [4], [0]]).reshape(3)
