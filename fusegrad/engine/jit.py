@@ -1,6 +1,6 @@
-"""Stage 9 (engine): `TinyJit` runs a function eagerly once, records every kernel its second call runs, and from the
-third call on replays those kernels with the new inputs' buffers swapped in: no Python, tracing or scheduling.
-Entry point: `@TinyJit def step(x): ...`. Misuse that would make a replay compute something else raises `JitError`.
+"""Stage 9 (engine): `TinyJit` runs a function eagerly once, records every kernel its second call runs (run_schedule
+shows it each ExecItem), and from the third call on replays them with the new inputs' buffers swapped in: no Python,
+tracing or scheduling. Entry point: `@TinyJit def step(x): ...`; misuse that would replay something else: `JitError`.
 """
 
 from __future__ import annotations
@@ -311,14 +311,19 @@ def _swap_returned(ret: Any, returned: dict[int, int], inputs: list[JitInput]) -
 class TinyJit(Generic[R]):
     """Capture a function's kernels and replay them. Call 1 runs `fxn` eagerly, call 2 runs it while recording every
     kernel (ExecItem) it runs, calls 3+ replay those kernels on the new inputs and return the same output tensors,
-    refilled. Inputs are the Tensor arguments (also one level inside lists/tuples/dicts), realized before the call;
-    they must keep their shape, dtype, device and view. Everything else the function reads (weights, optimizer state,
-    Python numbers) is frozen at capture; `assign`s to it run again on replay. Symbolic (bound) variables are not
-    supported. `prune=True` replays only kernels that depend on the inputs (the others ran once at capture).
+    refilled. Each call also realizes its results and the assigns it left pending, so weight and optimizer updates
+    (and the random generator's device counter) run again on every replay.
 
-    Raises JitError (a RuntimeError) for changed inputs, constant or duplicate inputs, non-Tensor results, a capture
-    that ran no kernels, a nested TinyJit call and an input also read without being passed. Example:
-    `step = TinyJit(lambda x: (x * 2).realize()); [step(Tensor.rand(3)) for _ in range(4)]`.
+    Inputs are the Tensor arguments (also one level inside lists/tuples/dicts), realized before the call; they must
+    keep their shape, dtype, device and view, and other arguments must stay equal (plain values) or the same objects.
+    Everything else the function reads (weights, Python numbers, tensors made from data) is frozen at capture.
+    Intermediates stay allocated between calls, sharing buffers where their lifetimes allow (NO_MEMORY_PLANNER=1
+    turns that off). Symbolic (bound) variables and multi-device inputs are not supported. `prune=True` (also as
+    `@TinyJit(prune=True)`) replays only the kernels that depend on the inputs; the others ran once at capture.
+
+    Raises JitError (a RuntimeError) for changed inputs or arguments, constant or duplicate inputs, non-Tensor
+    results, a capture that ran no kernels, a nested TinyJit call and an input also read without being passed.
+    Example: `step = TinyJit(lambda x: (x * 2).realize()); [step(Tensor.rand(3)) for _ in range(4)]`.
     """
 
     def __init__(self, fxn: Callable[..., R] | None = None, *, prune: bool = False) -> None:
