@@ -228,11 +228,12 @@ _SKIPPED_TYPES = (type, types.ModuleType, types.FunctionType, types.MethodType, 
                   int, float, bool, type(None))  # fmt: skip
 
 
-def _reachable_tensors(name: str, value: object, depth: int = 3) -> Iterator[tuple[str, Tensor]]:
-    """Tensors reachable from a value through containers and object attributes, `depth` levels deep."""
+def _reachable_tensors(name: str, value: object, depth: int = 6) -> Iterator[tuple[str, Tensor]]:
+    """Tensors reachable from a value through containers and object attributes, `depth` levels deep (a model's
+    `self.blocks[0].attn.query.weight` is 5), visiting at most 100k objects."""
     stack: list[tuple[str, object, int]] = [(name, value, depth)]
     seen: set[int] = set()
-    while stack:
+    while stack and len(seen) < 100_000:
         path, x, left = stack.pop()
         if id(x) in seen or isinstance(x, _SKIPPED_TYPES):
             continue
