@@ -90,23 +90,30 @@ class Optimizer:
         self.fused = fused
         if fused:
             self._check_fusable(op)
-        # a buffer, not a constant: a new value is a write, so compiled kernels (and TinyJit replays) read it
-        self._lr = Tensor([lr], device=self.device, dtype=least_upper_dtype(dtypes.default_float, dtypes.float32))
+        # a buffer, not a constant: a new value is a write, so compiled kernels (and TinyJit replays) read it.
+        # It lives in the instance dict under "lr" (the property below reads it), so state dicts name it "lr".
+        dt = least_upper_dtype(dtypes.default_float, dtypes.float32)
+        self.__dict__["lr"] = Tensor([lr], device=self.device, dtype=dt)
 
     @property
     def lr(self) -> Tensor:
-        """The learning rate, a (1,) float32 Tensor; `opt.lr = 0.01` writes the new value into it (same buffer)."""
-        return self._lr
+        """The learning rate, a (1,) float32 Tensor; `opt.lr = 0.01` writes the new value into it (same buffer).
+
+        A float must be >= 0 (ValueError); a one-element Tensor is taken as given (ValueError for any other size).
+        """
+        lr: Tensor = self.__dict__["lr"]
+        return lr
 
     @lr.setter
     def lr(self, value: float | Tensor) -> None:
+        current = self.lr
         if isinstance(value, Tensor):
             if value.numel() != 1:
                 raise ValueError(f"lr: a learning rate has one element: got shape {value.shape}, expected 1 element")
-            new = value.reshape(1).cast(self._lr.dtype).to(self._lr.device)
+            new = value.reshape(1).cast(current.dtype).to(current.device)
         else:
-            new = Tensor([_check_nonnegative("lr", "lr", value)], device=self._lr.device, dtype=self._lr.dtype)
-        self._lr.assign(new).realize()
+            new = Tensor([_check_nonnegative("lr", "lr", value)], device=current.device, dtype=current.dtype)
+        current.assign(new).realize()
 
     def _check_fusable(self, op: str) -> None:
         """`fused` concatenates every parameter into one vector: they must share the optimiser's single device."""
