@@ -45,6 +45,7 @@ class Opt:
 UPCAST_BYTES = 256
 VECTOR_AMOUNTS = (16, 8, 4, 2)  # tried in order for the axis the loads are contiguous in
 REUSE_AMOUNTS = (8, 4, 2)  # and for an axis some loads don't depend on (each load serves every row of it)
+HOIST_MAX = 256  # iterations of an upcast loop that only stores a reduce's result (no accumulators)
 GROUP_PARTS = 16  # partial reductions of a split full reduce: enough chunks for every core, summed in order
 GROUP_MIN_SIZE = 1 << 16  # reduce size from which the split pays for the threads
 
@@ -158,31 +159,26 @@ def _reduce_loads(nodes: dict[UOp, None]) -> list[UOp]:
 
 
 def upcast_opts(loops: list[UOp], loads: list[UOp], acc_bytes: int) -> list[Opt]:
-    """A vector axis (some load contiguous in it, none strided) upcast by up to 16, then a reuse axis (loads that don't
-    depend on it serve all its rows) by up to 8, within UPCAST_BYTES of accumulators. When no load is contiguous, two
-    reuse axes by up to 4 each (a tile of scalar accumulators: each load serves a row or a column of it)."""
+    """A vector axis (some load contiguous in it, none strided) upcast by up to 16, then a reuse axis (the vector
+    loads don't depend on it, so each serves all its rows) by up to 8, within UPCAST_BYTES of accumulators.
+
+    Without a vector axis nothing: the reduce loop stays innermost (vectorised as a `simd reduction` where its loads
+    are contiguous); a tile of scalar accumulators would turn its loads into gathers.
+    """
     strides = {r: [stride(ld.src[0].src[1], r) for ld in loads] for r in loops}
-    budget = UPCAST_BYTES // acc_bytes
-    vector: list[Opt] = []
     candidates = [r for r in loops if 1 in strides[r] and all(s in (0, 1) for s in strides[r])]
-    contiguous = set(range(len(loads)))  # the loads a reuse axis should save first: the vector loads
-    if candidates and (amount := _first_divisor(int(candidates[-1].src[0].arg), VECTOR_AMOUNTS, budget)) is not None:
-        vector.append(Opt(OptOps.UPCAST, candidates[-1].arg[0], amount))
-        contiguous = {i for i, s in enumerate(strides[candidates[-1]]) if s == 1}
-        budget //= amount
-    opts: list[Opt] = []
-    slots = 2 - len(vector)
-    candidates = [r for r in loops if r.arg[0] not in {o.axis for o in vector} and 0 in strides[r]]
-    # best first: the most vector loads saved, then the most loads saved, then the innermost axis
-    candidates.sort(key=lambda r: (sum(strides[r][i] == 0 for i in contiguous), strides[r].count(0), r.arg[0]))
-    for r in reversed(candidates):
-        amount = _first_divisor(int(r.src[0].arg), REUSE_AMOUNTS, budget if vector else 4)
-        if slots == 0 or amount is None:
-            continue
-        opts.append(Opt(OptOps.UPCAST, r.arg[0], amount))
-        budget //= amount
-        slots -= 1
-    return [*opts, *vector]  # the vector axis last: the innermost upcast loop, the one the compiler vectorises
+    budget = UPCAST_BYTES // acc_bytes
+    if not candidates or (amount := _first_divisor(int(candidates[-1].src[0].arg), VECTOR_AMOUNTS, budget)) is None:
+        return []
+    vector = Opt(OptOps.UPCAST, candidates[-1].arg[0], amount)
+    contiguous = [i for i, s in enumerate(strides[candidates[-1]]) if s == 1]
+    # best reuse axis: the most vector loads saved, then the most loads saved, then the innermost axis
+    reuse = [r for r in loops if r is not candidates[-1] and any(strides[r][i] == 0 for i in contiguous)]
+    reuse.sort(key=lambda r: (sum(strides[r][i] == 0 for i in contiguous), strides[r].count(0), r.arg[0]))
+    for r in reversed(reuse):
+        if (amount := _first_divisor(int(r.src[0].arg), REUSE_AMOUNTS, budget // vector.arg)) is not None:
+            return [Opt(OptOps.UPCAST, r.arg[0], amount), vector]  # the vector axis innermost: it is vectorised
+    return [vector]
 
 
 def group_opts(nodes: dict[UOp, None]) -> list[Opt]:
@@ -212,8 +208,18 @@ def hand_coded_opts(sink: UOp) -> list[Opt]:
     if not inside:
         return []
     sized = sorted((r for r in loops if r.src[0].op is Ops.CONST), key=lambda r: r.arg)
+    # an output loop no reduce depends on, around one they do, would repeat them: inside all of them, they run once
+    hoist = [r for r in sized if r not in inside and any(r.arg[0] < x.arg[0] for x in inside)]
+    opts = [Opt(OptOps.UPCAST, r.arg[0], amount) for r in hoist if (amount := _largest_divisor(r)) is not None]
     acc_bytes = max(u.dtype.itemsize for u in reduces)
-    return upcast_opts(sized, _reduce_loads(nodes), acc_bytes)
+    rest = [r for r in sized if r.arg[0] not in {o.axis for o in opts}]
+    return opts + upcast_opts(rest, _reduce_loads(nodes), acc_bytes)
+
+
+def _largest_divisor(rng: UOp, limit: int = HOIST_MAX) -> int | None:
+    """The largest divisor of the axis size up to `limit` (None: only 1)."""
+    size = int(rng.src[0].arg)
+    return next((d for d in range(min(size, limit), 1, -1) if size % d == 0), None)
 
 
 def choose_opts(sink: UOp, given: tuple[Opt, ...] | None, renderer: Renderer) -> tuple[Opt, ...]:

@@ -221,7 +221,7 @@ HEURISTIC_SIZES = [1, 3, 7, 17, 1000]
 @pytest.mark.parametrize("size", HEURISTIC_SIZES)
 def test_heuristic_cpu_odd_sizes(size: int, dt: DType) -> None:
     cases = [matmul(size, 7, 16, dt), matmul(4, 5, size, dt), matmul_transposed(4, size, 8, dt),
-             conv1d(2, 3, 8, size, dt), max_columns(5, size, dt)]  # fmt: skip
+             conv1d(2, 3, 8, size, dt), max_columns(5, size, dt), broadcast_sum(size, 3, 5, dt)]  # fmt: skip
     if dt != dtypes.float16:  # a half accumulator over 70000 elements is far from numpy's float64 sum
         cases.append(full_sum(size * 70, dt))
     for case in cases:
@@ -231,7 +231,12 @@ def test_heuristic_cpu_odd_sizes(size: int, dt: DType) -> None:
 @pytest.mark.parametrize("dt", DTYPES, ids=str)
 @pytest.mark.parametrize("size", [1, 3, 7, 17])
 def test_heuristic_python_odd_sizes(size: int, dt: DType) -> None:
-    for case in (matmul(size, 3, 16, dt), conv1d(1, 2, 8, size, dt), nested(2, 3, size, dt)):
+    for case in (
+        matmul(size, 3, 16, dt),
+        conv1d(1, 2, 8, size, dt),
+        nested(2, 3, size, dt),
+        broadcast_sum(size, 2, 3, dt),
+    ):
         check(case, dt, "PYTHON", None)
 
 
@@ -250,9 +255,19 @@ def test_heuristic_conv_vectorises_width_and_reuses_inputs_across_output_channel
         Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 2, 8)]  # fmt: skip
 
 
-def test_heuristic_without_contiguous_loads_tiles_both_axes() -> None:
-    assert hand_coded_opts(matmul_transposed(64, 64, 64, dtypes.float32)[0]) == [
-        Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 4)]  # fmt: skip
+def test_heuristic_without_contiguous_output_axis_keeps_the_reduce_innermost() -> None:
+    assert hand_coded_opts(matmul_transposed(64, 64, 64, dtypes.float32)[0]) == []  # a @ b.T: a simd reduction over k
+
+
+def test_heuristic_moves_loops_a_reduce_does_not_depend_on_inside() -> None:
+    # out (4, 6) = a (3, 6).sum(0) for every row: the sum runs once per column, not once per (row, column)
+    # (and the column axis, contiguous in a, is the vector axis)
+    assert hand_coded_opts(broadcast_sum(4, 3, 6, dtypes.float32)[0]) == [
+        Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 2)]  # fmt: skip
+    assert hand_coded_opts(broadcast_sum(1000, 3, 7, dtypes.float32)[0]) == [Opt(OptOps.UPCAST, 0, 250)]
+    r0, r1, r2 = loop(64, 0), loop(16, 1), red(8, 2)  # out[i, j] = sum_k a[i, k]: j is inside already
+    value = glob(1, 512, dtypes.float32).index(r0 * 8 + r2).load().reduce(r2, arg=Ops.ADD)
+    assert hand_coded_opts(UOp.sink(glob(0, 1024, dtypes.float32).index(r0 * 16 + r1).store(value))) == []
 
 
 def test_heuristic_groups_big_full_reductions_only() -> None:
