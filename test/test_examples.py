@@ -16,10 +16,10 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted(m.name for m in pkgutil.iter_modules(fusegrad.examples.__path__) if not m.name.startswith("_"))
 
 
-def run_module(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+def run_module(name: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run([sys.executable, "-m", f"fusegrad.examples.{name}", *args], capture_output=True, text=True,
-                          env=env, cwd=REPO, timeout=120)  # fmt: skip
+                          env=env, cwd=REPO, timeout=timeout)  # fmt: skip
 
 
 def test_examples_are_found() -> None:
@@ -58,3 +58,33 @@ def test_linreg_trains() -> None:
     losses = [float(line.split()[-1]) for line in proc.stdout.splitlines() if line.startswith("step")]
     assert losses[-1] < losses[0] * 1e-3, losses
     assert "max |w - w_true|" in proc.stdout
+
+
+GPT_TINY = ("--batch-size", "2", "--context", "8", "--dim", "16", "--heads", "2", "--layers", "1",
+            "--corpus-bytes", "60000", "--eval-batches", "1", "--sample", "12")  # fmt: skip
+
+
+@pytest.mark.slow
+def test_gpt_trains_saves_and_resumes(tmp_path: Path) -> None:
+    checkpoint = str(tmp_path / "gpt.safetensors")
+    proc = run_module("gpt", *GPT_TINY, "--steps", "4", "--checkpoint", checkpoint, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "held-out loss" in proc.stdout
+    assert "unigram baseline" in proc.stdout
+    assert "sample:" in proc.stdout
+    assert "(step 4)" in proc.stdout
+    proc = run_module("gpt", *GPT_TINY, "--steps", "2", "--checkpoint", checkpoint, "--resume", timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "(step 6)" in proc.stdout
+
+
+def test_gpt_rejects_heads_that_do_not_divide_the_width() -> None:
+    proc = run_module("gpt", "--dim", "10", "--heads", "3")
+    assert proc.returncode == 2
+    assert "must be a multiple of --heads" in proc.stderr
+
+
+def test_gpt_resume_without_a_checkpoint_says_so(tmp_path: Path) -> None:
+    proc = run_module("gpt", "--resume", "--checkpoint", str(tmp_path / "missing.safetensors"), "--steps", "1")
+    assert proc.returncode != 0
+    assert "missing.safetensors" in proc.stderr
