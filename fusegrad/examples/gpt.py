@@ -13,7 +13,6 @@ import argparse
 import json
 import math
 import pathlib
-import sys
 import time
 from dataclasses import asdict, dataclass
 
@@ -238,4 +237,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
