@@ -15,6 +15,7 @@ import pathlib
 import pickle
 import shutil
 import struct
+import tarfile
 import tempfile
 import zipfile
 from collections import OrderedDict
@@ -496,6 +497,8 @@ def torch_load(fn: Tensor | PathLike) -> Any:
     file = _open(fn, "torch_load", in_memory=False)
     if zipfile.is_zipfile(file.path):
         return _load_zip(file)
+    if tarfile.is_tarfile(file.path):
+        raise ValueError(f"torch_load: {file.path} is a tar checkpoint (torch < 0.4): expected zip or pickle")
     return _load_legacy(file)
 
 

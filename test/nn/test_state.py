@@ -11,6 +11,7 @@ import pathlib
 import struct
 import subprocess
 import sys
+import tarfile
 from collections import namedtuple
 from typing import Any
 
@@ -413,6 +414,10 @@ def test_not_a_checkpoint(tmp_path: pathlib.Path) -> None:
     path.write_bytes(b"definitely not a pickle")
     with pytest.raises(ValueError, match=r"torch_load: .*junk\.pt is not a PyTorch checkpoint"):
         torch_load(path)
+    with tarfile.open(tmp_path / "old.pt", "w") as tar:
+        tar.add(path, arcname="storages")
+    with pytest.raises(ValueError, match=r"old\.pt is a tar checkpoint \(torch < 0\.4\): expected zip or pickle"):
+        torch_load(tmp_path / "old.pt")
     truncated = tmp_path / "short.pt"
     torch.save({"w": torch.ones(64)}, truncated, _use_new_zipfile_serialization=False)
     truncated.write_bytes(truncated.read_bytes()[:-16])
