@@ -30,6 +30,9 @@ __all__ = [
     "LayerNorm2d",
     "Linear",
     "RMSNorm",
+    "datasets",
+    "optim",
+    "state",
 ]
 
 
@@ -396,3 +399,8 @@ class LSTMCell:
         new_c = f.sigmoid() * c + i.sigmoid() * g.tanh()
         new_h = o.sigmoid() * new_c.tanh()
         return new_h.contiguous(), new_c.contiguous()
+
+
+# the reference's layout: `from fusegrad.nn import optim, state, datasets` next to the layers (imported last: the
+# submodules import the layers above)
+from fusegrad.nn import datasets, optim, state  # noqa: E402
