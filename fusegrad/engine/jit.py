@@ -263,11 +263,13 @@ class CapturedJit(Generic[R]):
     input_slots: list[list[Slot]]
     returned_inputs: dict[int, int] = field(default_factory=dict)
     plain: dict[Key, str] = field(default_factory=dict)
+    _copies: dict[int, Buffer] = field(default_factory=dict)
 
     def replay(self, inputs: list[JitInput]) -> R:
-        for inp, slots in zip(inputs, self.input_slots, strict=True):
+        for k, (inp, slots) in enumerate(zip(inputs, self.input_slots, strict=True)):
+            buf = self._private_copy(k, inp.buffer) if id(inp.buffer.base) in self._written else inp.buffer
             for j, i, view in slots:
-                self.items[j].bufs[i] = inp.buffer if view is None else inp.buffer.view(*view).ensure_allocated()
+                self.items[j].bufs[i] = buf if view is None else buf.view(*view).ensure_allocated()
         if DEBUG.value >= 2 or PROFILE.value:
             for ei in self.items:  # per-kernel lines and profile events
                 ei.run(jit=True)
@@ -279,6 +281,18 @@ class CapturedJit(Generic[R]):
         if self.returned_inputs:
             return _swap_returned(self.ret, self.returned_inputs, inputs)  # type: ignore[no-any-return]  # same shape as ret
         return self.ret
+
+    @functools.cached_property
+    def _written(self) -> set[int]:
+        """ids of the memory the captured kernels write besides their inputs (outputs, intermediates, weights)."""
+        return {id(b.base) for ei in self.items if ei.prg for i in ei.prg.outputs if (b := ei.bufs[i]) is not None}
+
+    def _private_copy(self, k: int, buf: Buffer) -> Buffer:
+        """Input k's values in memory of its own: an input that is also memory the kernels write (e.g. the last
+        call's output fed back in) would be overwritten while it is still being read."""
+        if (copy := self._copies.get(k)) is None or copy.nbytes != buf.nbytes:
+            copy = self._copies[k] = Buffer(buf.device, buf.size, buf.dtype).allocate()
+        return copy.copy_from(buf)
 
     def _launch(self) -> None:
         """Run every kernel straight through its runner, then add the whole replay to GlobalCounters at once."""

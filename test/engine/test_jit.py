@@ -67,6 +67,15 @@ def test_unrealized_inputs_are_realized_and_intermediates_persist() -> None:
         np.testing.assert_allclose(step(x).numpy(), (np.arange(1, 4) + i) ** 2 + np.arange(1, 4) + i)
 
 
+def test_an_output_fed_back_as_the_input() -> None:
+    """`x = step(x)`: on replay the input is the memory the kernels write; it is read from a copy."""
+    step = TinyJit(lambda x: (x.flip(0) * 2).realize())
+    x, expected = Tensor(np.arange(1000, dtype=np.float32)), np.arange(1000, dtype=np.float32)
+    for _ in range(5):
+        x, expected = step(x), expected[::-1] * 2
+        np.testing.assert_array_equal(x.numpy(), expected)
+
+
 def test_keyword_and_container_inputs() -> None:
     @TinyJit
     def step(xs: list[Tensor], scale: dict[str, Tensor], *, bias: Tensor) -> dict[str, Any]:
