@@ -358,8 +358,8 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
                 f"shard: axis {a} of shape {self.shape} does not split evenly: got size {self.shape[a]}, "
                 f"expected a multiple of the device count {len(dev)}"
             )
-        x = self.to(self.device[0]) if isinstance(self.device, tuple) else self
-        return Tensor(UOp(Ops.COPY, x.dtype, (x.uop, UOp(Ops.DEVICE, arg=dev)), a))
+        # from several devices too: the scheduler keeps blocks in place where it can (schedule/multi.py)
+        return Tensor(UOp(Ops.COPY, self.dtype, (self.uop, UOp(Ops.DEVICE, arg=dev)), a))
 
     def to_(self, device: str | tuple[str, ...] | None) -> Tensor:
         """In place: this tensor (and its gradient) now lives on `device`; returns self."""

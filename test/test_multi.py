@@ -291,3 +291,21 @@ def test_in_place_moves_carry_the_gradient() -> None:
     t.to_("CPU:1")
     assert t.device == "CPU:1"
     np.testing.assert_array_equal(t.numpy(), a)
+
+
+def test_reshard_in_place_and_from_numpy_directly() -> None:
+    a = np.arange(16, dtype=np.float32).reshape(4, 4)
+    sharded = Tensor(a).shard(CPUS[2], 0)
+    # a numpy array is scattered straight from its memory: one copy per device, no staging copy on the host
+    assert [[b.device for b in ei.bufs] for ei in sharded.schedule()] == [["CPU", "NPY"], ["CPU:1", "NPY"]]
+    replicated = Tensor(a).to(CPUS[2]).realize()
+    resharded = replicated.shard(CPUS[2], 1)
+    # replicated -> sharded on the same devices: each device keeps its block, nothing is copied
+    assert all(ei.ast.op is Ops.SINK for ei in resharded.schedule())
+    assert placement(resharded) == Placement(1)
+    np.testing.assert_array_equal(resharded.numpy(), a)
+    np.testing.assert_array_equal(sharded.shard(CPUS[2], 1).numpy(), a)
+    again = Tensor(a).shard(CPUS[2], 1)
+    again.schedule()  # kernelized but not run: the stored buffer keeps the shape its shard axis refers to
+    np.testing.assert_array_equal((again.reshape(16) + 1).numpy(), a.reshape(16) + 1)
+    np.testing.assert_array_equal(again.numpy(), a)

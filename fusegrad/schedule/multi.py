@@ -112,6 +112,11 @@ def reshaped_axis(in_shape: tuple[int, ...], axis: int, out_shape: tuple[int, ..
     return None
 
 
+def is_stored_write(u: UOp) -> bool:
+    """ASSIGN(BUFFER, KERNEL): a buffer whose kernel is built (rangeify.is_kernelized, which imports this module)."""
+    return u.op is Ops.ASSIGN and len(u.src) == 2 and u.src[1].op is Ops.KERNEL
+
+
 def to_front(ndim: int, axis: int) -> tuple[int, ...]:
     return (axis, *[i for i in range(ndim) if i != axis])
 
@@ -135,9 +140,7 @@ class PlaceGraph:
         node = x
         while node.op is Ops.RESHAPE:
             node = node.src[0]
-        if node.op in (Ops.BUFFER, Ops.COPY, Ops.CONTIGUOUS) or (
-            node.op is Ops.ASSIGN and node.src[-1].op is Ops.KERNEL
-        ):
+        if node.op in (Ops.BUFFER, Ops.COPY, Ops.CONTIGUOUS) or is_stored_write(node):
             return x
         return self.put(x.contiguous(), self.placements[x]) if devices_of(x) else x.contiguous()
 
@@ -197,6 +200,8 @@ class PlaceGraph:
         if source_devices is not None:  # another device set: through the first device of the source
             x = self.gather(x, source_devices[0])
         if want.axis is None or leading_block(x.shape, want.axis):
+            if x.op is Ops.COPY and devices_of(x.src[0]) is None:  # copied from another device first (a numpy
+                x = x.src[0]  # array, say): copy from the original, no staging copy
             return self.put(u.replace(src=(x, u.src[1])), want)
         order = to_front(len(x.shape), want.axis)
         front = UOp(Ops.COPY, x.dtype, (x.permute(order).contiguous(), u.src[1]), 0)
@@ -228,7 +233,11 @@ class PlaceGraph:
             case Ops.EXPAND:
                 return self.put(u, have)
             case Ops.RESHAPE:
-                in_shape = multi_buffer(x).shape if x.op is Ops.BUFFER else x.shape
+                # a buffer is flat: its shard axis refers to the shape it was stored with
+                stored = x
+                while stored.op is Ops.AFTER or is_stored_write(stored):  # memory after writes: the BUFFER below
+                    stored = stored.src[0]
+                in_shape = multi_buffer(stored).shape if stored.op is Ops.BUFFER else x.shape
                 if (new_axis := reshaped_axis(in_shape, axis, u.shape, n)) is not None:
                     return self.put(u, Placement(new_axis))
             case Ops.PAD if u.arg[axis] == (0, 0):
@@ -255,7 +264,7 @@ class PlaceGraph:
             return u
         if u.op is Ops.BUFFER:
             return self.put(u, multi_buffer(u).placement)
-        if u.op is Ops.ASSIGN and u.src[1].op is Ops.KERNEL:
+        if is_stored_write(u):
             return self.put(u, multi_buffer(u.src[0]).placement)
         if u.op in (Ops.CONST, Ops.IOTA, Ops.DEVICE):
             return self.put(u, REPLICATED)
