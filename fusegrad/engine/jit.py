@@ -210,7 +210,9 @@ def _undo_aliases(undo: dict[UOp, UOp]) -> None:
 
 
 def _function_globals(fxn: Callable[..., Any]) -> Iterator[tuple[str, object]]:
-    """Names a function reads without being passed them: its closure cells and the module globals it mentions."""
+    """Names a function reads without being passed them: its closure cells and the module globals it mentions
+    (looking through decorators such as `Tensor.train()` to the function they wrap)."""
+    fxn = inspect.unwrap(fxn)
     code = getattr(fxn, "__code__", None)
     if code is None:
         return

@@ -463,6 +463,15 @@ def test_input_also_read_as_a_global() -> None:
         step(weight)
     assert step.captured is None
 
+    @TinyJit
+    @Tensor.train()
+    def decorated(x: Tensor) -> Tensor:
+        return (x + weight).realize()
+
+    decorated(weight)
+    with pytest.raises(JitError, match="through the function's variable 'weight'"):
+        decorated(weight)
+
 
 def test_input_also_read_as_an_attribute_of_self() -> None:
     class Model:
