@@ -476,3 +476,26 @@ def test_jitted_step_sees_new_lr() -> None:
             ((torch.tensor(x_np) @ tw - torch.tensor(y_np)) ** 2).mean().backward()
             topt.step()
     np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow  # allreduce and per-device kernels to compile
+def test_data_parallel_step_matches_torch() -> None:
+    """Weights replicated on two devices and a batch split across them: lr and state follow the weights' devices."""
+    devices = ("CPU:0", "CPU:1")
+    w_np, x_np = INIT[2], RNG.standard_normal((8, 8)).astype(np.float32)
+    w = Tensor(w_np.copy(), requires_grad=True).shard(devices).realize()
+    x = Tensor(x_np).shard(devices, axis=0).realize()
+    opt = optim.Adam([w], lr=0.1)
+    tw = torch.tensor(w_np, requires_grad=True)
+    topt = torch.optim.Adam([tw], lr=0.1)
+    with Tensor.train():
+        for _ in range(3):
+            opt.zero_grad()
+            (x @ w).square().mean().backward()
+            opt.step()
+            topt.zero_grad()
+            (torch.tensor(x_np) @ tw).square().mean().backward()
+            topt.step()
+    assert w.device == opt.lr.device == opt.m[0].device
+    assert isinstance(w.device, tuple)
+    np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-5, atol=1e-5)
