@@ -309,3 +309,16 @@ def test_reshard_in_place_and_from_numpy_directly() -> None:
     again.schedule()  # kernelized but not run: the stored buffer keeps the shape its shard axis refers to
     np.testing.assert_array_equal((again.reshape(16) + 1).numpy(), a.reshape(16) + 1)
     np.testing.assert_array_equal(again.numpy(), a)
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_updates_reading_each_others_old_values(axis: int | None) -> None:
+    """a <- b + 1 and b <- a + 1 realized together: one of them reads a snapshot copy (per device, of its memory)."""
+    a0, b0 = np.arange(4, dtype=np.float32).reshape(2, 2), np.arange(4, dtype=np.float32).reshape(2, 2) * 10
+    a, b = Tensor(a0).shard(CPUS[2], axis).realize(), Tensor(b0).shard(CPUS[2], axis).realize()
+    new_a, new_b = b + 1, a + 1
+    a.assign(new_a)
+    b.assign(new_b)
+    Tensor.realize(a, b)
+    np.testing.assert_array_equal(a.numpy(), b0 + 1)
+    np.testing.assert_array_equal(b.numpy(), a0 + 1)
