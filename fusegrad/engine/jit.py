@@ -584,16 +584,31 @@ def _plan_memory(items: list[ExecItem]) -> None:
                       f"{saved} bytes freed", "magenta"))  # fmt: skip
 
 
+def _accesses(ei: ExecItem) -> tuple[set[int], set[int]]:
+    """(read, written) memory of one captured kernel, as ids of base Buffers."""
+    assert ei.prg is not None, "TinyJit: a captured ExecItem was not lowered"
+    read = {id(b.base) for i in ei.prg.inputs if (b := ei.bufs[i]) is not None}
+    return read, {id(b.base) for i in ei.prg.outputs if (b := ei.bufs[i]) is not None}
+
+
 def _prune(items: list[ExecItem], slots: list[list[Slot]]) -> tuple[list[ExecItem], list[list[Slot]]]:
-    """Keep only the kernels that (transitively) depend on an input; the rest already ran at capture."""
-    reads_input = {j for slot in slots for j, _, _ in slot}
-    needed: set[int] = set()
-    kept: list[int] = []
-    for j, ei in enumerate(items):
-        bufs = {id(b) for b in ei.bufs if b is not None}
-        if j in reads_input or not bufs.isdisjoint(needed):
-            kept.append(j)
-            needed |= bufs
+    """Keep the kernels whose work changes from call to call: those that read an input, update memory that outlives
+    the call (read before it is written, like an optimizer's state or the random counter), or read what a kept
+    kernel writes. The others computed the same values every call, and already ran at capture."""
+    access = [_accesses(ei) for ei in items]
+    first_write: dict[int, int] = {}
+    for j, (_, written) in enumerate(access):
+        for b in written:
+            first_write.setdefault(b, j)
+    state = {b for j, (read, _) in enumerate(access) for b in read if first_write.get(b, -1) >= j}
+    keep = {j for slot in slots for j, _, _ in slot} | {j for j, (_, w) in enumerate(access) if not w.isdisjoint(state)}
+    changed = True
+    while changed:  # whatever reads memory that a kept kernel writes is kept too
+        dirty = {b for j in keep for b in access[j][1]}
+        grown = {j for j, (read, _) in enumerate(access) if not read.isdisjoint(dirty)}
+        changed = not grown <= keep
+        keep |= grown
+    kept = sorted(keep)
     renumber = {j: n for n, j in enumerate(kept)}
     if DEBUG.value >= 1:
         print(colored(f"JIT pruned {len(items)} -> {len(kept)} kernels", "magenta"))

@@ -140,6 +140,13 @@ def test_prune_keeps_only_input_kernels() -> None:
     assert len(pruned.captured.items) == len(full.captured.items) - 1
 
 
+def test_prune_keeps_state_updates() -> None:
+    """The random counter's kernels read no input but update memory that outlives the call: they stay."""
+    step = TinyJit(lambda x: (x + Tensor.rand(3)).realize(), prune=True)
+    draws = [tuple(step(vec(0, 0, 0)).tolist()) for _ in range(5)]
+    assert len(set(draws)) == 5
+
+
 def chain(x: Tensor, kept: list[Tensor]) -> Tensor:
     """Ten realized steps; the first intermediate is kept by the caller, the others die."""
     for i in range(10):
