@@ -49,9 +49,11 @@ def make_input(shape: tuple[int, ...], kind: Kind, seed: int) -> np.ndarray:
     raise ValueError(f"make_input: unknown kind {kind!r}")
 
 
-def tensor(arr: np.ndarray, **kwargs: Any) -> Tensor:
-    """Tensor(arr) that also takes a 0-d array (built from one element and reshaped)."""
-    return Tensor(arr, **kwargs) if arr.ndim else Tensor(arr.reshape(1), **kwargs).reshape(())
+def tensor(arr: np.ndarray, requires_grad: bool | None = None) -> Tensor:
+    """Tensor(arr) that also takes a 0-d array (built from one element and reshaped: the 0-d view is the leaf)."""
+    if arr.ndim:
+        return Tensor(arr, requires_grad=requires_grad)
+    return Tensor(arr.reshape(1)).reshape(()).requires_grad_(bool(requires_grad))
 
 
 def assert_close(got: Tensor, want: torch.Tensor, dtype: DType, what: str) -> None:
@@ -197,6 +199,211 @@ MATMUL: dict[str, Case] = {
 }
 
 
+F = torch.nn.functional
+IDX = np.array([[0, 2, 1, 0], [2, 2, 0, 1]])  # (2, 4) indices into an axis of size 3 (with duplicates)
+SCATTER_IDX = np.array([[0, 2, 1], [2, 1, 0]])  # no duplicates: torch sends the gradient to every duplicate, even
+# the ones the forward pass overwrote, fusegrad only to the value that was written
+CLASS_WEIGHTS, POS_WEIGHTS = np.array([0.5, 2.0, 1.5]), np.array([0.5, 1.0, 2.0, 3.0])  # torch: not differentiable
+
+# the Tensor methods of fusegrad/mixin/*: reductions, movement and nn functionals built from the core ops
+MIXIN_REDUCE: dict[str, Case] = {
+    "var_mean": (lambda a: sum_pair(a.var_mean(1)), lambda a: sum_pair(torch.var_mean(a, 1)), [(C3, "any")]),
+    "std_mean": (lambda a: sum_pair(a.std_mean((0, 2))), lambda a: sum_pair(torch.std_mean(a, (0, 2))), [(C3, "any")]),
+    "logsumexp": (lambda a: a.logsumexp((0, 2)), lambda a: a.logsumexp((0, 2)), [(C3, "any")]),
+    "cumprod": (lambda a: a.cumprod(1), lambda a: a.cumprod(1), [(C3, "nonzero")]),
+    "cummax": (lambda a: a.cummax(2)[0], lambda a: a.cummax(2)[0], [(C3, "any")]),
+    "cummin": (lambda a: a.cummin(0)[0], lambda a: a.cummin(0)[0], [(C3, "any")]),
+    "sort": (lambda a: a.sort(1, descending=True)[0], lambda a: a.sort(1, descending=True)[0], [(C3, "any")]),
+    "topk": (lambda a: a.topk(2, 2)[0], lambda a: a.topk(2, 2)[0], [(C3, "any")]),
+    "softmin": (lambda a: a.softmin(0), lambda a: F.softmin(a, 0), [(C3, "any")]),
+}
+MIXIN_MOVEMENT: dict[str, Case] = {
+    "repeat": (lambda a: a.repeat(2, 1, 2), lambda a: a.repeat(2, 1, 2), [(A, "any")]),
+    "repeat_interleave": (lambda a: a.repeat_interleave(2, 1), lambda a: a.repeat_interleave(2, 1), [(A, "any")]),
+    "stack": (lambda a, b: a.stack(b, b, dim=1), lambda a, b: torch.stack([a, b, b], 1), [(A, "any"), (A, "any")]),
+    "split": (lambda a: a.split([1, 3], 1)[1] * 2, lambda a: a.split([1, 3], 1)[1] * 2, [(A, "any")]),
+    "chunk": (lambda a: a.chunk(2, 0)[1], lambda a: a.chunk(2, 0)[1], [(A, "any")]),
+    "tril_triu": (lambda a: a.tril(-1) * 2 + a.triu(2), lambda a: a.tril(-1) * 2 + a.triu(2), [(A, "any")]),
+    "diag": (lambda a: a.diag(), lambda a: a.diag(), [(B, "any")]),
+    "pad_to": (lambda a: a.pad_to(5, 6), lambda a: F.pad(a, (0, 2, 0, 2)), [(A, "any")]),
+    "pad_replicate": (
+        lambda a: a.pad((2, 1, 1, 0), mode="replicate"),
+        lambda a: F.pad(a[None], (2, 1, 1, 0), mode="replicate")[0],
+        [(C3, "any")],
+    ),
+    "pad_circular": (
+        lambda a: a.pad((2, -1, 1, 1), mode="circular"),
+        lambda a: F.pad(a[None], (2, -1, 1, 1), mode="circular")[0],
+        [(C3, "any")],
+    ),
+    "unflatten": (lambda a: a.unflatten(1, (2, 2)) * 3, lambda a: a.unflatten(1, (2, 2)) * 3, [(A, "any")]),
+    "scatter": (
+        lambda a, b: a.scatter(0, Tensor(SCATTER_IDX), b),
+        lambda a, b: a.scatter(0, torch.tensor(SCATTER_IDX), b),
+        [((3, 3), "any"), ((2, 3), "any")],
+    ),
+    "scatter_reduce_sum": (
+        lambda a, b: a.scatter_reduce(1, Tensor(IDX), b, "sum"),
+        lambda a, b: a.scatter_reduce(1, torch.tensor(IDX), b, "sum"),
+        [((2, 3), "any"), ((2, 4), "any")],
+    ),
+    "scatter_reduce_amax": (
+        lambda a, b: a.scatter_reduce(1, Tensor(IDX), b, "amax", include_self=False),
+        lambda a, b: a.scatter_reduce(1, torch.tensor(IDX), b, "amax", include_self=False),
+        [((2, 3), "any"), ((2, 4), "any")],
+    ),
+    "masked_fill": (lambda a: a.masked_fill(a > 0.5, 2.0), lambda a: a.masked_fill(a > 0.5, 2.0), [(A, "any")]),
+    "gather": (
+        lambda a: a.gather(1, Tensor(IDX[:, :3].T.copy())),
+        lambda a: a.gather(1, torch.tensor(IDX[:, :3].T.copy())),
+        [(A, "any")],
+    ),
+}
+MIXIN_NN: dict[str, Case] = {
+    "conv_transpose2d": (
+        lambda x, w: x.conv_transpose2d(w, stride=2, padding=1, output_padding=1),
+        lambda x, w: F.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1),
+        [((1, 2, 3, 3), "any"), ((2, 3, 3, 3), "any")],
+    ),
+    "conv2d_dilated_same": (
+        lambda x, w, b: x.conv2d(w, b, padding="same", dilation=2),
+        lambda x, w, b: F.conv2d(x, w, b, padding="same", dilation=2),
+        [((1, 2, 5, 5), "any"), ((3, 2, 3, 3), "any"), ((3,), "any")],
+    ),
+    "max_pool2d": (lambda x: x.max_pool2d(), lambda x: F.max_pool2d(x, 2), [((1, 2, 4, 4), "any")]),
+    "max_unpool2d": (
+        lambda x: Tensor.max_unpool2d(*x.max_pool2d(return_indices=True)),
+        lambda x: F.max_unpool2d(*F.max_pool2d(x, 2, return_indices=True), 2),
+        [((1, 2, 4, 4), "any")],
+    ),
+    "interpolate_linear": (
+        lambda x: x.interpolate((5, 7)),
+        lambda x: F.interpolate(x, (5, 7), mode="bilinear"),
+        [((1, 2, 3, 4), "any")],
+    ),
+    "interpolate_nearest": (
+        lambda x: x.interpolate((5, 7), mode="nearest"),
+        lambda x: F.interpolate(x, (5, 7), mode="nearest"),
+        [((1, 2, 3, 4), "any")],
+    ),
+    "batchnorm": (
+        lambda x, w, b, m, v: x.batchnorm(w, b, m, v.rsqrt()),
+        lambda x, w, b, m, v: (x - m[:, None]) * w[:, None] * v.rsqrt()[:, None] + b[:, None],
+        [(C3, "any"), ((3,), "any"), ((3,), "any"), ((3,), "any"), ((3,), "pos")],
+    ),
+    "sdpa_mask": (
+        lambda q, k, v, m: q.scaled_dot_product_attention(k, v, m),
+        lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, m),
+        [((2, 3, 4), "any"), ((2, 5, 4), "any"), ((2, 5, 2), "any"), ((3, 5), "any")],
+    ),
+    "sdpa_causal": (
+        lambda q, k, v: q.scaled_dot_product_attention(k, v, is_causal=True),
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        [((2, 4, 4), "any"), ((2, 4, 4), "any"), ((2, 4, 3), "any")],
+    ),
+    "nll_loss_weighted": (
+        lambda x: x.log_softmax(1).nll_loss(Tensor(IDX[:, :3]), _like(x, CLASS_WEIGHTS)),
+        lambda x: F.nll_loss(x.log_softmax(1), torch.tensor(IDX[:, :3]), _like(x, CLASS_WEIGHTS)),
+        [((2, 3, 3), "any")],
+    ),
+    "sparse_categorical_crossentropy": (
+        lambda x: x.sparse_categorical_crossentropy(Tensor(IDX), label_smoothing=0.2),
+        lambda x: F.cross_entropy(x.permute(0, 2, 1), torch.tensor(IDX), label_smoothing=0.2),
+        [((2, 4, 3), "any")],
+    ),
+    "cross_entropy_probabilities": (
+        lambda x, y: x.cross_entropy(y.softmax(1), reduction="none"),
+        lambda x, y: F.cross_entropy(x, y.softmax(1), reduction="none"),
+        [(A, "any"), (A, "any")],
+    ),
+    "binary_crossentropy": (
+        lambda p, y: p.sigmoid().binary_crossentropy(y.sigmoid()),
+        lambda p, y: F.binary_cross_entropy(p.sigmoid(), y.sigmoid()),
+        [(A, "any"), (A, "any")],
+    ),
+    "binary_crossentropy_logits": (
+        lambda x, y: x.binary_crossentropy_logits(y.sigmoid(), pos_weight=_like(x, POS_WEIGHTS)),
+        lambda x, y: F.binary_cross_entropy_with_logits(x, y.sigmoid(), pos_weight=_like(x, POS_WEIGHTS)),
+        [(A, "any"), (A, "any")],
+    ),
+    "linear": (
+        lambda x, w, b: x.linear(w, b).gelu(),
+        lambda x, w, b: F.gelu(x @ w + b, approximate="tanh"),
+        [(A, "any"), ((4, 5), "any"), ((5,), "any")],
+    ),
+    "einsum": (
+        lambda a, b: Tensor.einsum("bij,jk->bki", a, b),
+        lambda a, b: torch.einsum("bij,jk->bki", a, b),
+        [(C3, "any"), ((4, 5), "any")],
+    ),
+}
+MIXIN_CASES = {**MIXIN_REDUCE, **MIXIN_MOVEMENT, **MIXIN_NN}
+
+
+def _like(x: Any, arr: np.ndarray) -> Any:
+    """A constant array as a Tensor (or torch tensor) of x's dtype."""
+    if isinstance(x, Tensor):
+        return Tensor(arr).cast(x.dtype)
+    return torch.tensor(arr, dtype=x.dtype)
+
+
+def sum_pair(pair: Any) -> Any:
+    """(var, mean) -> var + 2 * mean: both results reach the gradient."""
+    return pair[0] + 2 * pair[1]
+
+
+@pytest.mark.parametrize("name", MIXIN_CASES)
+def test_mixin_op_matches_torch(name: str) -> None:
+    check_against_torch(MIXIN_CASES[name])
+
+
+@pytest.mark.parametrize(
+    "name", ["logsumexp", "sort", "stack", "interpolate_linear", "sdpa_causal", "linear", "einsum"]
+)
+def test_mixin_op_float16_matches_torch(name: str) -> None:
+    check_against_torch(MIXIN_CASES[name], dtypes.float16)
+
+
+# shapes with size-0 and size-1 axes and scalars: forward and backward still match torch
+EDGE_SHAPES = [(), (1,), (0,), (3, 1), (2, 0, 3)]
+EDGE_OPS: dict[str, tuple[Callable[..., Tensor], Callable[..., torch.Tensor]]] = {
+    "exp_mul": (lambda a: a.exp() * a, lambda a: a.exp() * a),
+    "sum": (lambda a: a.sum(), lambda a: a.sum()),
+    "mean_last": (lambda a: a.mean(-1), lambda a: a.mean(-1)),
+    "softmax_last": (lambda a: a.softmax(-1), lambda a: a.softmax(-1)),
+    "logsumexp_last": (lambda a: a.logsumexp(-1), lambda a: a.logsumexp(-1)),
+    "cumsum_first": (lambda a: a.cumsum(0), lambda a: a.cumsum(0)),
+    "flip_pad": (lambda a: a.flip(-1).pad([None] * (a.ndim - 1) + [(1, 2)]), None),  # type: ignore[dict-item]
+    "gelu_sigmoid": (lambda a: a.gelu() + a.sigmoid(), lambda a: F.gelu(a, approximate="tanh") + a.sigmoid()),
+}
+
+
+def _flip_pad_torch(a: torch.Tensor) -> torch.Tensor:
+    return F.pad(a.flip(-1), (1, 2)) if a.ndim else a
+
+
+@pytest.mark.parametrize("shape", EDGE_SHAPES, ids=str)
+@pytest.mark.parametrize("name", EDGE_OPS)
+def test_edge_shapes_match_torch(name: str, shape: tuple[int, ...]) -> None:
+    fg_fn, torch_fn = EDGE_OPS[name]
+    if name == "flip_pad":
+        if not shape:
+            pytest.skip("flip and pad need an axis")
+        torch_fn = _flip_pad_torch
+    if not shape and name in ("mean_last", "softmax_last", "logsumexp_last"):
+        fg_fn, torch_fn = _scalar_variant(name)
+    check_against_torch((fg_fn, torch_fn, [(shape, "any")]))
+
+
+def _scalar_variant(name: str) -> tuple[Callable[..., Tensor], Callable[..., torch.Tensor]]:
+    """A 0-d tensor reduces over no axes: the ops take axis=None (torch: dim=()) instead of -1."""
+    return {
+        "mean_last": (lambda a: a.mean(), lambda a: a.mean()),
+        "softmax_last": (lambda a: a.softmax(0), lambda a: a.softmax(0)),
+        "logsumexp_last": (lambda a: a.logsumexp(), lambda a: a.logsumexp(())),
+    }[name]
+
+
 @pytest.mark.parametrize("name", ELEMENTWISE)
 def test_elementwise_matches_torch(name: str) -> None:
     check_against_torch(ELEMENTWISE[name])
@@ -283,6 +490,25 @@ FINITE_DIFFERENCE: dict[str, tuple[Callable[..., Tensor], list[tuple[tuple[int, 
     "log_softmax": (lambda a: a.log_softmax(-2), [((2, 3), "any")]),
     "matmul": (lambda a, b: (a @ b).relu() @ b.transpose(-1, -2), [((2, 3), "any"), ((3, 3), "any")]),
     "movement": (lambda a: pad_last(a, (1, 2))[..., ::2].flip(-1) * a[..., ::-1, :1], [((2, 3), "any")]),
+    # the mixin methods (fusegrad/mixin/*)
+    "gelu_softplus_erf": (lambda a: a.gelu() * a.softplus() + a.erf() + a.mish(), [((2, 3), "any")]),
+    "inverse_trig": (lambda a: (a * 0.4).asin() + a.atan() + (a.abs() + 1.5).acosh() + a.sinh(), [((2, 3), "any")]),
+    "logsumexp_cumsum": (lambda a: a.logsumexp(-1, keepdim=True) * a.cumsum(-1), [((2, 3), "any")]),
+    "cumprod_logcumsumexp": (lambda a: a.cumprod(-1) + a.logcumsumexp(-2), [((2, 3), "nonzero")]),
+    "layernorm_softmin_std": (lambda a: a.layernorm() + a.softmin(-1) * a.std(-1, keepdim=True), [((2, 3), "any")]),
+    "sort_topk": (lambda a: a.sort(-1)[0] * a.topk(2)[0].sum(-1, keepdim=True), [((2, 3), "any")]),
+    "einsum": (lambda a, b: Tensor.einsum("...ij,...jk->...ki", a, b), [((2, 3), "any"), ((3, 4), "any")]),
+    "attention": (lambda q, k: q.scaled_dot_product_attention(k, k * 2), [((2, 3), "any"), ((4, 3), "any")]),
+    "interpolate_linear": (lambda a: a.interpolate((5,)), [((2, 3), "any")]),
+    "bce_logits": (lambda a, b: a.binary_crossentropy_logits(b.sigmoid(), reduction="none"), [((2, 3), "any")] * 2),
+    "pow_lerp_copysign": (
+        lambda a, b: (a.abs() + 0.5).pow(b) + a.lerp(b, 0.3) + a.copysign(b) + a.logaddexp(b),
+        [((2, 3), "nonzero"), ((3,), "nonzero")],
+    ),
+    "pad_modes_repeat": (
+        lambda a: a.pad((2, 1), mode="reflect") * 2 + a.pad((1, 1), mode="circular").repeat_interleave(2, -1)[..., :6],
+        [((2, 3), "any")],
+    ),
 }
 
 

@@ -443,21 +443,55 @@ def test_rounding_and_integer_ops_on_python_device() -> None:
 # *** backward (where autograd exists) ***
 
 needs_backward = pytest.mark.skipif(not hasattr(Tensor, "backward"), reason="Tensor.backward is not implemented yet")
-BACKWARD_OPS = ["cos", "atan", "erf", "sinh", "gelu", "mish", "softplus", "logsigmoid", "elu", "hardswish", "asinh"]
+BACKWARD_OPS = [name for name in UNARY if name not in BOOL_OUT]  # rounding and sign: a zero gradient, as torch
 
 
 @needs_backward
 @pytest.mark.parametrize("name", BACKWARD_OPS)
 def test_backward_matches_torch(name: str) -> None:
-    fg_op, torch_op, _, _ = UNARY[name]
-    arr = np.random.default_rng(3).uniform(-2.5, 2.5, size=SHAPE).astype(np.float32)
+    fg_op, torch_op, (low, high), _ = UNARY[name]
+    margin = (high - low) / 20  # stay off the ends of the domain (asin at +-1, rsqrt at 0)
+    arr = np.random.default_rng(3).uniform(low + margin, high - margin, size=SHAPE).astype(np.float32)
+    upstream = np.random.default_rng(4).uniform(-1, 1, size=SHAPE).astype(np.float32)
     x = Tensor(arr, requires_grad=True)
-    fg_op(x).sum().backward()
+    (fg_op(x) * Tensor(upstream)).sum().backward()
     tx = torch.from_numpy(arr.copy()).requires_grad_()
-    torch_op(tx).sum().backward()
+    (torch_op(tx) * torch.from_numpy(upstream)).sum().backward()
     assert x.grad is not None
     assert tx.grad is not None
     check(x.grad, tx.grad, dtypes.float32, rtol=1e-4, atol=1e-5)
+
+
+# (fusegrad op, torch op) of two float tensors; `b` is bounded away from zero (a divisor)
+BINARY_BACKWARD: dict[str, tuple[Callable[[Tensor, Tensor], Tensor], Callable[[Any, Any], Any]]] = {
+    "copysign": (lambda a, b: a.copysign(b), torch.copysign),
+    "logaddexp": (lambda a, b: a.logaddexp(b), torch.logaddexp),
+    "lerp": (lambda a, b: a.lerp(b, a.sigmoid()), lambda a, b: torch.lerp(a, b, a.sigmoid())),
+    "lerp_const": (lambda a, b: a.lerp(b, 0.75), lambda a, b: torch.lerp(a, b, 0.75)),
+    "clamp": (lambda a, b: a.clamp(b - 1, b + 1), lambda a, b: a.clamp(b - 1, b + 1)),
+    "fmod": (lambda a, b: a.fmod(b), torch.fmod),
+    "floor_mod": (lambda a, b: a % b, torch.remainder),
+    "maximum": (lambda a, b: a.maximum(b), torch.maximum),
+    "minimum": (lambda a, b: a.minimum(b), torch.minimum),
+}
+
+
+@needs_backward
+@pytest.mark.parametrize("name", BINARY_BACKWARD)
+def test_binary_backward_matches_torch(name: str) -> None:
+    fg_op, torch_op = BINARY_BACKWARD[name]
+    rng = np.random.default_rng(5)
+    a = rng.uniform(-3, 3, size=SHAPE).astype(np.float32)
+    b = (rng.uniform(0.5, 2, size=SHAPE) * rng.choice([-1, 1], size=SHAPE)).astype(np.float32)
+    upstream = rng.uniform(-1, 1, size=SHAPE).astype(np.float32)
+    x, y = Tensor(a, requires_grad=True), Tensor(b, requires_grad=True)
+    (fg_op(x, y) * Tensor(upstream)).sum().backward()
+    tx, ty = torch.from_numpy(a.copy()).requires_grad_(), torch.from_numpy(b.copy()).requires_grad_()
+    (torch_op(tx, ty) * torch.from_numpy(upstream)).sum().backward()
+    for ours, theirs in ((x, tx), (y, ty)):
+        assert ours.grad is not None
+        assert theirs.grad is not None
+        check(ours.grad, theirs.grad, dtypes.float32, rtol=1e-4, atol=1e-5)
 
 
 @needs_backward
@@ -472,3 +506,19 @@ def test_pow_backward_matches_torch() -> None:
     assert e.grad is not None
     check(b.grad, tb.grad, dtypes.float32, rtol=1e-4, atol=1e-5)
     check(e.grad, te.grad, dtypes.float32, rtol=1e-4, atol=1e-5)
+
+
+@needs_backward
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.float16], ids=str)
+def test_sigmoid_based_activations_have_finite_gradients_far_out(dtype: DType) -> None:
+    """exp(-x) overflows far below zero; the gradient must be 0 there (torch's), not 0 * inf = NaN."""
+    values = [-100.0, -30.0, -12.0, 0.0, 12.0, 30.0]
+    for name in ("silu", "gelu", "quick_gelu"):
+        fg_op, torch_op, _, _ = UNARY[name]
+        x = Tensor(values, dtype=dtype, requires_grad=True)
+        fg_op(x).sum().backward()
+        tx = torch.tensor(values, requires_grad=True)
+        torch_op(tx).sum().backward()
+        assert x.grad is not None
+        assert tx.grad is not None
+        check(x.grad, tx.grad, dtype, atol=1e-3)

@@ -251,6 +251,160 @@ def test_unknown_device() -> None:
         Tensor([1.0], device="FOO")
 
 
+# *** the Tensor methods of fusegrad/mixin: each names itself, then the inner op, with the offending values ***
+
+A23, A43 = (2, 3), (4, 3)
+MIXIN_BROADCAST: dict[str, Callable[[Tensor, Tensor], Any]] = {
+    "copysign": lambda a, b: a.copysign(b),
+    "logaddexp": lambda a, b: a.logaddexp(b),
+    "isclose": lambda a, b: a.isclose(b),
+    "allclose": lambda a, b: a.allclose(b),
+    "pow": lambda a, b: a.pow(b),
+    "fmod": lambda a, b: a.fmod(b),
+    "lerp": lambda a, b: a.lerp(b, 0.5),
+    "clamp": lambda a, b: a.clamp(b, None),
+    "masked_fill": lambda a, b: a.masked_fill(b > 0, 1.0),
+    "binary_crossentropy": lambda a, b: a.binary_crossentropy(b),
+    "binary_crossentropy_logits": lambda a, b: a.binary_crossentropy_logits(b),
+    "lshift": lambda a, b: a.int() << b.int(),
+}
+
+
+@pytest.mark.parametrize("op", list(MIXIN_BROADCAST))
+def test_mixin_broadcast_mismatch_names_op_and_shapes(op: str) -> None:
+    with pytest.raises(ValueError, match=shapes_pattern(op, A23, A43)):
+        MIXIN_BROADCAST[op](Tensor.ones(*A23), Tensor.ones(*A43))
+
+
+def test_mixin_errors_are_named_once_and_without_tracemeta() -> None:
+    """The outermost method names the error (not every method on the way down), also with TRACEMETA=0."""
+    with Context(TRACEMETA=0), pytest.raises(ValueError, match=r"^lerp: sub: cannot broadcast shapes \(4, 3\)"):
+        Tensor.ones(*A23).lerp(Tensor.ones(*A43), 0.5)
+    with pytest.raises(IndexError, match=r"^softmin: softmax: axis 2 out of range") as info:
+        Tensor.ones(*A23).softmin(2)
+    assert isinstance(info.value.__cause__, IndexError), "the inner error is kept as the cause"
+    with pytest.raises(ValueError, match=r"^cross_entropy: label_smoothing must be in \[0, 1\], got 2"):
+        Tensor.ones(*A23).cross_entropy(Tensor([0, 1]), label_smoothing=2.0)
+
+
+MIXIN_AXIS: dict[str, Callable[[Tensor, int], Any]] = {
+    "argmax": lambda t, a: t.argmax(a),
+    "argmin": lambda t, a: t.argmin(a),
+    "any": lambda t, a: t.any(a),
+    "all": lambda t, a: t.all(a),
+    "var": lambda t, a: t.var(a),
+    "std": lambda t, a: t.std(a),
+    "var_mean": lambda t, a: t.var_mean(a),
+    "logsumexp": lambda t, a: t.logsumexp(a),
+    "softmin": lambda t, a: t.softmin(a),
+    "cumsum": lambda t, a: t.cumsum(a),
+    "cumprod": lambda t, a: t.cumprod(a),
+    "cummax": lambda t, a: t.cummax(a),
+    "logcumsumexp": lambda t, a: t.logcumsumexp(a),
+    "sort": lambda t, a: t.sort(a),
+    "argsort": lambda t, a: t.argsort(a),
+    "topk": lambda t, a: t.topk(1, a),
+    "cat": lambda t, a: t.cat(t, dim=a),
+    "split": lambda t, a: t.split(1, a),
+    "chunk": lambda t, a: t.chunk(2, a),
+    "roll": lambda t, a: t.roll(1, a),
+    "unflatten": lambda t, a: t.unflatten(a, (1,)),
+    "gather": lambda t, a: t.gather(a, Tensor([[0], [0]])),
+    "scatter": lambda t, a: t.scatter(a, Tensor([[0], [0]]), 1.0),
+    "diagonal": lambda t, a: t.diagonal(0, 0, a),
+    "repeat_interleave": lambda t, a: t.repeat_interleave(2, a),
+    "unfold": lambda t, a: t.unfold(a, 1, 1),
+    "layernorm": lambda t, a: t.layernorm(a),
+    "batchnorm": lambda t, a: t.batchnorm(None, None, Tensor.ones(3), Tensor.ones(3), axis=a),
+}
+
+
+@pytest.mark.parametrize("op", list(MIXIN_AXIS))
+@pytest.mark.parametrize("axis", [2, -3])
+def test_mixin_axis_out_of_range(op: str, axis: int) -> None:
+    with pytest.raises(IndexError, match=rf"^{op}: (\w+: )?axis {axis} out of range for 2-d tensor \(-2\.\.1\)"):
+        MIXIN_AXIS[op](Tensor.ones(*A23), axis)
+
+
+def test_stack_dim_out_of_range() -> None:
+    with pytest.raises(IndexError, match=r"^stack: dim 3 out of range for 3-d result \(-3\.\.2\)"):
+        Tensor.ones(2, 3).stack(Tensor.ones(2, 3), dim=3)
+
+
+MIXIN_CROSS_DEVICE: dict[str, Callable[[Tensor, Tensor], Any]] = {
+    "copysign": lambda a, b: a.copysign(b),
+    "logaddexp": lambda a, b: a.logaddexp(b),
+    "lerp": lambda a, b: a.lerp(b, 0.5),
+    "cat": lambda a, b: a.cat(b),
+    "stack": lambda a, b: a.stack(b),
+    "einsum": lambda a, b: Tensor.einsum("ij,ij", a, b),
+    "gather": lambda a, b: a.gather(1, b.int()),
+    "scatter": lambda a, b: a.scatter(1, Tensor([[0], [1]]), b[:, :1]),
+    "masked_fill": lambda a, b: a.masked_fill(b > 0, 1.0),
+    "linear": lambda a, b: a.linear(b.T),
+    "conv2d": lambda a, b: a.reshape(1, 1, 2, 2).conv2d(b.reshape(1, 1, 2, 2)),
+    "cross_entropy": lambda a, b: a.cross_entropy(b.argmax(1)),
+    "scaled_dot_product_attention": lambda a, b: a[None].scaled_dot_product_attention(b[None], b[None]),
+}
+
+
+@pytest.mark.parametrize("op", list(MIXIN_CROSS_DEVICE))
+def test_mixin_different_devices(op: str) -> None:
+    a, b = Tensor.ones(2, 2), Tensor.ones(2, 2, device="PYTHON")
+    with pytest.raises(ValueError, match=rf"^{op}: .*(CPU.*PYTHON|PYTHON.*CPU).*\.to\(\)"):
+        MIXIN_CROSS_DEVICE[op](a, b)
+
+
+@pytest.mark.parametrize(
+    ("fn", "pattern"),
+    [
+        (lambda: Tensor.ones(2).bitwise_not(), r"^bitwise_not: expected an integer or bool tensor, got dtypes.float"),
+        (lambda: ~Tensor.ones(2), r"^bitwise_not: .* got dtypes.float"),
+        (lambda: Tensor.ones(2) << 1, r"^lshift: shifts need integer tensors, got dtypes.float"),
+        (lambda: Tensor([1.5]) >> 1, r"^rshift: shifts need integer tensors, got dtypes.float"),
+        (lambda: Tensor.ones(2).one_hot(3), r"^one_hot: expected an integer tensor, got dtypes.float"),
+        (lambda: Tensor.ones(2, 2).gather(1, Tensor([[0.0]] * 2)), r"^gather: index must be an integer tensor"),
+        (lambda: Tensor.ones(2, 2).scatter(1, Tensor([[0.0]] * 2), 1.0), r"^scatter: index must be an integer"),
+        (lambda: Tensor([1, 2]).pow(-1), r"^pow: an integer tensor needs a non-negative integer exponent, got -1"),
+        (
+            lambda: Tensor.ones(1, 1, 2, 2).max_unpool2d(Tensor.ones(1, 1, 2, 2)),
+            r"^max_unpool2d: indices must be an integer tensor, got dtypes.float",
+        ),
+    ],
+    ids=["bitwise_not", "invert", "lshift", "rshift", "one_hot", "gather", "scatter", "pow", "max_unpool2d"],
+)
+def test_mixin_op_on_unsupported_dtype(fn: Callable[[], Any], pattern: str) -> None:
+    with pytest.raises(TypeError, match=pattern):
+        fn()
+
+
+@pytest.mark.parametrize(
+    ("fn", "pattern"),
+    [
+        (lambda: Tensor.einsum("ij,jk", Tensor.ones(2, 3), Tensor.ones(2, 3)), r"^einsum: subscript 'j' has size 3"),
+        (lambda: Tensor.ones(1, 2, 3, 3).conv2d(Tensor.ones(1, 1, 2, 2)), r"^conv2d: input \(1, 2, 3, 3\) has 2"),
+        (lambda: Tensor.ones(2, 3).linear(Tensor.ones(2, 2)), r"^linear: matmul: .*\(2, 3\) @ \(2, 2\)"),
+        (
+            lambda: Tensor.ones(2, 3, 4).scaled_dot_product_attention(Tensor.ones(2, 3, 5), Tensor.ones(2, 3, 4)),
+            r"^scaled_dot_product_attention: matmul: inner dimensions differ",
+        ),
+        (lambda: Tensor.ones(2, 3).topk(5), r"^topk: k=5 out of range for dim -1 of size 3 \(0\.\.3\)"),
+        (lambda: Tensor.ones(2, 3).stack(Tensor.ones(4, 3)), r"^stack: .* got \(2, 3\) and \(4, 3\)"),
+        (lambda: Tensor.ones(2, 3).repeat(2), r"^repeat: .* for shape \(2, 3\), got \(2,\)"),
+        (lambda: Tensor.ones(2, 3).pad_to(1, 3), r"^pad_to: cannot pad shape \(2, 3\) to \(1, 3\)"),
+        (
+            lambda: Tensor.ones(2, 3).batchnorm(None, None, Tensor.ones(4), Tensor.ones(3)),
+            r"^batchnorm: reshape: cannot reshape \(4,\)",
+        ),
+        (lambda: Tensor.ones(2, 3).cross_entropy(Tensor.ones(2, 4)), r"^cross_entropy: target shape \(2, 4\)"),
+    ],
+    ids=["einsum", "conv2d", "linear", "sdpa", "topk", "stack", "repeat", "pad_to", "batchnorm", "cross_entropy"],
+)
+def test_mixin_shape_errors(fn: Callable[[], Any], pattern: str) -> None:
+    with pytest.raises(ValueError, match=pattern):
+        fn()
+
+
 # *** dtypes ***
 
 
@@ -352,6 +506,6 @@ def test_failed_allocation_names_bytes_and_device(monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(Device["CPU"].allocator, "_alloc", fail)
     with pytest.raises(MemoryError, match=r"out of memory on CPU: 4444 bytes"):
-        Tensor(np.ones(1111, np.float32))
+        Tensor(np.ones(1111, np.float32)).realize()  # a numpy array is copied to the device when realized
     with pytest.raises(MemoryError, match=r"out of memory on CPU: 49380 bytes"):
         (Tensor.ones(12345) + 1).realize()

@@ -1,5 +1,54 @@
 """Families of Tensor methods, one module each; `Tensor` inherits them all (see fusegrad/tensor.py).
 
 Methods here are written against the core Tensor (`self: Tensor`): they build on its primitives (elementwise ops,
-reductions, movement ops) and never touch UOps directly unless a new primitive is needed.
+reductions, movement ops) and never touch UOps directly unless a new primitive is needed. `traced` labels the nodes a
+public method builds with its name, so kernels and VIZ show `softmax`, not the `exp` and `sum` inside it, and puts
+that name in front of the errors its inner ops raise.
 """
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from fusegrad.helpers import _METADATA, TRACEMETA, Metadata
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# the user-facing op being run: set by the outermost traced call, so nested ones leave labels and errors alone
+_OUTER_OP: contextvars.ContextVar[str | None] = contextvars.ContextVar("_OUTER_OP", default=None)
+# input errors (see STYLE.md): re-raised with the user-facing op in front, as the same type
+_INPUT_ERRORS = (ValueError, TypeError, IndexError)
+
+
+def traced(fn: F) -> F:
+    """Records which Tensor method (and which user line) created a node, for kernel names and VIZ labels, and names
+    that method in the errors raised inside it: `x.lerp(y, w)` with mismatched shapes raises "lerp: sub: cannot
+    broadcast shapes ...", not just "sub: ...".
+
+    The outermost traced call wins: inside `cross_entropy`, the `log_softmax` and `sum` it calls add no labels of their
+    own. With TRACEMETA=0 no labels are recorded (errors are still named). Example: `@traced def gelu(self, ...)`.
+    """
+    op = fn.__name__.strip("_")  # __setitem__ -> setitem, as its messages spell it
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if _OUTER_OP.get() is not None or _METADATA.get() is not None:  # inside another traced method
+            return fn(*args, **kwargs)
+        frame = sys._getframe(1)  # the user's line that called the method
+        meta = Metadata(fn.__name__, f"{frame.f_code.co_filename}:{frame.f_lineno}") if TRACEMETA.value else None
+        op_token, meta_token = _OUTER_OP.set(op), _METADATA.set(meta)
+        try:
+            return fn(*args, **kwargs)
+        except _INPUT_ERRORS as e:
+            if type(e) not in _INPUT_ERRORS or str(e).startswith(f"{op}:"):
+                raise
+            raise type(e)(f"{op}: {e}") from e
+        finally:
+            _METADATA.reset(meta_token)
+            _OUTER_OP.reset(op_token)
+
+    return wrapper  # type: ignore[return-value]  # same signature as fn (functools.wraps keeps it for inspect)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal
 
 from fusegrad.dtype import ConstType, DType, dtypes, least_upper_dtype, least_upper_float
+from fusegrad.mixin import traced
 from fusegrad.uop import Ops
 
 if TYPE_CHECKING:
@@ -76,6 +77,13 @@ def _asin_small(x: Tensor) -> Tensor:
 def _atan_small(x: Tensor) -> Tensor:
     """atan(x) for |x| <= tan(pi/8)."""
     return x * _poly(x * x, _ATAN)
+
+
+def _sigmoid(x: Tensor) -> Tensor:
+    """1 / (1 + exp(-x)) from e = exp(-|x|) <= 1, which never overflows: Tensor.sigmoid's exp(-x) is inf below
+    x = -88 (float32) or -11 (float16), and its gradient there is 0 * inf = NaN; this one's stays finite."""
+    e = (-x.abs()).exp()
+    return (x < 0).where(e, 1) / (1 + e)
 
 
 def _is_negative(x: Tensor) -> Tensor:
@@ -144,6 +152,7 @@ class ElementwiseMixin:
 
     # *** rounding and sign ***
 
+    @traced
     def sign(self: Tensor) -> Tensor:
         """-1, 0 or 1 in self's dtype; NaN gives 0, like torch (tinygrad gives 1).
         Example: `Tensor([-2.0, 0.0, 3.0]).sign()` -> [-1., 0., 1.]."""
@@ -151,6 +160,7 @@ class ElementwiseMixin:
             return self
         return (self > 0).where(1, (self < 0).where(-1, 0)).cast(self.dtype)
 
+    @traced
     def ceil(self: Tensor) -> Tensor:
         """Round toward +inf; integer and bool tensors are returned as they are.
         Example: `Tensor([-1.5]).ceil()` -> [-1.]."""
@@ -159,6 +169,7 @@ class ElementwiseMixin:
         t = self.trunc()
         return (self > t).where(t + 1, t)
 
+    @traced
     def floor(self: Tensor) -> Tensor:
         """Round toward -inf; integer and bool tensors are returned as they are.
         Example: `Tensor([-1.5]).floor()` -> [-2.]."""
@@ -167,6 +178,7 @@ class ElementwiseMixin:
         t = self.trunc()
         return (self < t).where(t - 1, t)
 
+    @traced
     def round(self: Tensor) -> Tensor:
         """Round half to even, like torch and numpy; integer and bool tensors are returned as they are.
         Example: `Tensor([0.5, 1.5, 2.5, -0.5]).round()` -> [0., 2., 2., -0.]."""
@@ -180,11 +192,13 @@ class ElementwiseMixin:
 
     # *** classification ***
 
+    @traced
     def isnan(self: Tensor) -> Tensor:
         """True where self is NaN (a bool tensor of self's shape).
         Example: `Tensor([1.0, math.nan]).isnan()` -> [False, True]."""
         return self != self
 
+    @traced
     def isinf(self: Tensor, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
         """True where self is +inf (if `detect_positive`) or -inf (if `detect_negative`). Example:
         `Tensor([math.inf, -math.inf, 1.0]).isinf(detect_negative=False)` -> [T, F, F]."""
@@ -197,6 +211,7 @@ class ElementwiseMixin:
             ret = ret | (self == -math.inf)
         return ret
 
+    @traced
     def isfinite(self: Tensor) -> Tensor:
         """True where self is neither inf nor NaN.
         Example: `Tensor([1.0, math.inf, math.nan]).isfinite()` -> [True, False, False]."""
@@ -204,6 +219,7 @@ class ElementwiseMixin:
             return self.full_like(True, dtype=dtypes.bool)
         return self.abs() < math.inf  # NaN compares False
 
+    @traced
     def isclose(
         self: Tensor, other: Tensor | ConstType, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False
     ) -> Tensor:
@@ -216,6 +232,7 @@ class ElementwiseMixin:
         close = (a == b) | (a.isfinite() & b.isfinite() & ((a - b).abs() <= atol + rtol * b.abs()))
         return close | (a.isnan() & b.isnan()) if equal_nan else close
 
+    @traced
     def allclose(
         self: Tensor, other: Tensor, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False
     ) -> Tensor:
@@ -228,6 +245,7 @@ class ElementwiseMixin:
 
     # *** bitwise ***
 
+    @traced
     def bitwise_not(self: Tensor) -> Tensor:
         """~self for integer tensors, logical not for bools; `~t` calls it. Raises TypeError for floats.
         Example: `Tensor([0, -3]).bitwise_not()` -> [-1, 2]."""
@@ -237,12 +255,14 @@ class ElementwiseMixin:
             raise TypeError(f"bitwise_not: expected an integer or bool tensor, got {self.dtype}")
         return self ^ (dtypes.max(self.dtype) if dtypes.is_unsigned(self.dtype) else -1)
 
+    @traced
     def lshift(self: Tensor, x: Tensor | int, reverse: bool = False) -> Tensor:
         """self << x for integer tensors (shifts by the bit width or more are undefined). Raises TypeError for floats
         and bools.
         Example: `Tensor([1, 3]).lshift(2)` -> [4, 12]."""
         return _shift(self, Ops.SHL, x, "lshift", reverse)
 
+    @traced
     def rshift(self: Tensor, x: Tensor | int, reverse: bool = False) -> Tensor:
         """self >> x for integer tensors, arithmetic for signed ones. Raises TypeError for floats and bools.
         Example: `Tensor([-8, 13]).rshift(2)` -> [-2, 3]."""
@@ -265,15 +285,18 @@ class ElementwiseMixin:
 
     # *** trigonometric and hyperbolic ***
 
+    @traced
     def cos(self: Tensor) -> Tensor:
         """Cosine, as 1 - 2 sin(x/2)^2: halving is exact, so large arguments stay accurate.
         Example: `Tensor([0.0]).cos()` -> [1.]."""
         return _in_float(self, lambda x: 1 - 2 * (x * 0.5).sin().square())
 
+    @traced
     def tan(self: Tensor) -> Tensor:
         """Tangent. Example: `Tensor([0.0, math.pi / 4]).tan()` -> [0., 1.]."""
         return _in_float(self, lambda x: x.sin() / x.cos())
 
+    @traced
     def asin(self: Tensor) -> Tensor:
         """Arcsine in [-pi/2, pi/2]; NaN outside [-1, 1]. Example: `Tensor([1.0]).asin()` -> [1.5708]."""
 
@@ -284,6 +307,7 @@ class ElementwiseMixin:
 
         return _in_float(self, asin)
 
+    @traced
     def acos(self: Tensor) -> Tensor:
         """Arccosine in [0, pi]; NaN outside [-1, 1]. Example: `Tensor([-1.0]).acos()` -> [3.1416]."""
 
@@ -294,6 +318,7 @@ class ElementwiseMixin:
 
         return _in_float(self, acos)
 
+    @traced
     def atan(self: Tensor) -> Tensor:
         """Arctangent in (-pi/2, pi/2). Example: `Tensor([1.0]).atan()` -> [0.7854]."""
 
@@ -307,6 +332,7 @@ class ElementwiseMixin:
 
         return _in_float(self, atan)
 
+    @traced
     def sinh(self: Tensor) -> Tensor:
         """Hyperbolic sine. Example: `Tensor([1.0]).sinh()` -> [1.1752]."""
 
@@ -317,6 +343,7 @@ class ElementwiseMixin:
 
         return _in_float(self, sinh)
 
+    @traced
     def cosh(self: Tensor) -> Tensor:
         """Hyperbolic cosine. Example: `Tensor([0.0]).cosh()` -> [1.]."""
 
@@ -326,6 +353,7 @@ class ElementwiseMixin:
 
         return _in_float(self, cosh)
 
+    @traced
     def atanh(self: Tensor) -> Tensor:
         """Inverse hyperbolic tangent; +-inf at +-1, NaN outside. Example: `Tensor([0.5]).atanh()` -> [0.5493]."""
 
@@ -336,6 +364,7 @@ class ElementwiseMixin:
 
         return _in_float(self, atanh)
 
+    @traced
     def asinh(self: Tensor) -> Tensor:
         """Inverse hyperbolic sine. Example: `Tensor([1.0]).asinh()` -> [0.8814]."""
 
@@ -347,6 +376,7 @@ class ElementwiseMixin:
 
         return _in_float(self, asinh)
 
+    @traced
     def acosh(self: Tensor) -> Tensor:
         """Inverse hyperbolic cosine; NaN below 1. Example: `Tensor([2.0]).acosh()` -> [1.317]."""
 
@@ -358,14 +388,17 @@ class ElementwiseMixin:
 
     # *** exponential family ***
 
+    @traced
     def rsqrt(self: Tensor) -> Tensor:
         """1 / sqrt(self). Example: `Tensor([4.0]).rsqrt()` -> [0.5]."""
         return self.sqrt().reciprocal()
 
+    @traced
     def log10(self: Tensor) -> Tensor:
         """Base-10 logarithm. Example: `Tensor([100.0]).log10()` -> [2.]."""
         return self.log2() * math.log10(2)
 
+    @traced
     def erf(self: Tensor) -> Tensor:
         """The error function. Example: `Tensor([0.0, 1.0]).erf()` -> [0., 0.8427]."""
 
@@ -377,17 +410,20 @@ class ElementwiseMixin:
 
         return _in_float(self, erf)
 
+    @traced
     def copysign(self: Tensor, other: Tensor | ConstType) -> Tensor:
         """The magnitude of self with the sign of `other` (including -0.0); the dtype follows broadcasting, so two
         integer tensors give an integer result (torch always returns float). Example: `Tensor([1, 2]).copysign(-1)`."""
         a, b = self._broadcasted(other, "copysign")
         negative = _is_negative(b) if dtypes.is_float(b.dtype) else b < 0
-        magnitude = a.abs()
-        if dtypes.is_float(a.dtype):  # clear the sign bit: abs() keeps -0.0 and the sign of NaN
+        magnitude = a.abs()  # differentiable: d|a| = sign(a), so the gradient is sign(a) * sign(other), as torch's
+        if dtypes.is_float(a.dtype):  # abs() keeps -0.0 and the sign of NaN: there, clear the sign bit instead
             bits = dtypes.fields()[f"int{a.dtype.itemsize * 8}"]
-            magnitude = (a.bitcast(bits) & dtypes.max(bits)).bitcast(a.dtype)
+            cleared = (a.bitcast(bits) & dtypes.max(bits)).bitcast(a.dtype)
+            magnitude = ((a == 0) | a.isnan()).where(cleared, magnitude)
         return negative.where(-magnitude, magnitude)
 
+    @traced
     def logaddexp(self: Tensor, other: Tensor | ConstType) -> Tensor:
         """log(exp(self) + exp(other)) without overflow. Example: `Tensor([0.0]).logaddexp(0.0)` -> [0.6931]."""
         a, b = self._broadcasted(other, "logaddexp")
@@ -399,6 +435,7 @@ class ElementwiseMixin:
 
         return _in_float(a, logaddexp)
 
+    @traced
     def lerp(self: Tensor, end: Tensor, weight: Tensor | ConstType) -> Tensor:
         """self + weight * (end - self); weight 1 gives `end` exactly, like torch.
         Example: `Tensor([1.0]).lerp(Tensor([3.0]), 0.5)` -> [2.]."""
@@ -410,6 +447,7 @@ class ElementwiseMixin:
 
     # *** power ***
 
+    @traced
     def pow(self: Tensor, x: Tensor | ConstType, reverse: bool = False) -> Tensor:
         """self ** x (or x ** self with `reverse`). Integer tensors stay integer (wrapping like torch) and need
         non-negative Python exponents (TypeError otherwise); a negative float base needs an integer exponent (else NaN);
@@ -435,6 +473,7 @@ class ElementwiseMixin:
 
     # *** clamping ***
 
+    @traced
     def clamp(self: Tensor, min_: Tensor | ConstType | None = None, max_: Tensor | ConstType | None = None) -> Tensor:
         """Limit values to [min_, max_] (either may be None, not both: ValueError); NaN stays NaN.
         Example: `Tensor([-2.0, 0.5, 3.0]).clamp(-1, 1)` -> [-1., 0.5, 1.]."""
@@ -443,6 +482,7 @@ class ElementwiseMixin:
         ret = self if min_ is None else (self < min_).where(min_, self)
         return ret if max_ is None else (ret > max_).where(max_, ret)
 
+    @traced
     def clip(self: Tensor, min_: Tensor | ConstType | None = None, max_: Tensor | ConstType | None = None) -> Tensor:
         """Alias of `clamp`."""
         return self.clamp(min_, max_)
@@ -476,6 +516,7 @@ class ElementwiseMixin:
             return ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
         return a - a._div_rounded(b, rounding_mode="floor") * b
 
+    @traced
     def fmod(self: Tensor, x: Tensor | ConstType) -> Tensor:
         """C remainder (the sign of the dividend), for integers and floats.
         Example: `Tensor([-7, 7]).fmod(3)` -> [-1, 1]."""
@@ -486,10 +527,12 @@ class ElementwiseMixin:
 
     # *** activations ***
 
+    @traced
     def relu6(self: Tensor) -> Tensor:
         """min(max(self, 0), 6). Example: `Tensor([-1.0, 3.0, 9.0]).relu6()` -> [0., 3., 6.]."""
         return self.hardtanh(0, 6)
 
+    @traced
     def hardtanh(self: Tensor, min_val: float = -1, max_val: float = 1) -> Tensor:
         """Clamp to [min_val, max_val] with zero gradient at the bounds, like torch; NaN stays NaN.
         Example: `Tensor([-2.0, 0.5]).hardtanh()` -> [-1., 0.5]."""
@@ -497,47 +540,56 @@ class ElementwiseMixin:
         at_max = (self > max_val) | (self == max_val)
         return at_min.where(min_val, at_max.where(max_val, self))
 
+    @traced
     def leaky_relu(self: Tensor, neg_slope: float = 0.01) -> Tensor:
         """self where positive, neg_slope * self elsewhere.
         Example: `Tensor([-2.0, 2.0]).leaky_relu()` -> [-0.02, 2.]."""
         return (self > 0).where(self, self * neg_slope)
 
+    @traced
     def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
         """self where positive, alpha * (exp(self) - 1) elsewhere. Example: `Tensor([-1.0]).elu()` -> [-0.6321]."""
         return (self > 0).where(self, alpha * _in_float(self, _expm1))
 
+    @traced
     def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
         """self where positive, alpha * (exp(self / alpha) - 1) elsewhere.
         Example: `Tensor([-1.0]).celu()` -> [-0.6321]."""
         return (self > 0).where(self, alpha * _in_float(self / alpha, _expm1))
 
+    @traced
     def selu(self: Tensor, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor:
         """gamma * elu(self, alpha). Example: `Tensor([1.0]).selu()` -> [1.0507]."""
         return gamma * self.elu(alpha)
 
+    @traced
     def gelu(self: Tensor, approximate: str = "tanh") -> Tensor:
         """GELU; `approximate="tanh"` (the default, as in tinygrad) or `"none"` (exact, with erf). Raises ValueError
         for other values. Example: `Tensor([1.0]).gelu()` -> [0.8412]."""
         if approximate == "tanh":
             # 0.5 * (1 + tanh(u)) == sigmoid(2u): no cancellation for negative inputs
             inner = (2 * math.sqrt(2 / math.pi)) * (self + 0.044715 * self * self * self)
-            return self * inner.sigmoid()
+            return self * _sigmoid(inner)
         if approximate == "none":
             return self * 0.5 * (1 + (self * (1 / math.sqrt(2))).erf())
         raise ValueError(f"gelu: unknown approximate={approximate!r}, expected 'tanh' or 'none'")
 
+    @traced
     def quick_gelu(self: Tensor) -> Tensor:
         """self * sigmoid(1.702 * self). Example: `Tensor([1.0]).quick_gelu()` -> [0.8458]."""
-        return self * (self * 1.702).sigmoid()
+        return self * _sigmoid(self * 1.702)
 
+    @traced
     def silu(self: Tensor) -> Tensor:
         """self * sigmoid(self). Example: `Tensor([1.0]).silu()` -> [0.7311]."""
-        return self * self.sigmoid()
+        return self * _sigmoid(self._as_float())
 
+    @traced
     def swish(self: Tensor) -> Tensor:
         """Alias of `silu`."""
         return self.silu()
 
+    @traced
     def mish(self: Tensor) -> Tensor:
         """self * tanh(softplus(self)). Example: `Tensor([1.0]).mish()` -> [0.8651]."""
 
@@ -547,14 +599,17 @@ class ElementwiseMixin:
 
         return _in_float(self, mish)
 
+    @traced
     def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
         """clamp(alpha * self + beta, 0, 1). Example: `Tensor([0.0, 6.0]).hardsigmoid()` -> [0.5, 1.]."""
         return (alpha * self + beta).hardtanh(0, 1)
 
+    @traced
     def hardswish(self: Tensor) -> Tensor:
         """self * relu6(self + 3) / 6. Example: `Tensor([1.0]).hardswish()` -> [0.6667]."""
         return self * (self + 3).relu6() * (1 / 6)
 
+    @traced
     def softplus(self: Tensor, beta: float = 1.0) -> Tensor:
         """log(1 + exp(beta * self)) / beta without overflow. Example: `Tensor([0.0]).softplus()` -> [0.6931]."""
 
@@ -564,10 +619,12 @@ class ElementwiseMixin:
 
         return _in_float(self, softplus)
 
+    @traced
     def softsign(self: Tensor) -> Tensor:
         """self / (1 + |self|). Example: `Tensor([1.0]).softsign()` -> [0.5]."""
         return self / (1 + self.abs())
 
+    @traced
     def logsigmoid(self: Tensor) -> Tensor:
         """log(sigmoid(self)) without overflow. Example: `Tensor([0.0]).logsigmoid()` -> [-0.6931]."""
         return _in_float(self, lambda x: x.minimum(0) - _log1p((-x.abs()).exp()))

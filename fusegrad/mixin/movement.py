@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from fusegrad.dtype import ConstType, DTypeLike, dtypes, least_upper_dtype, to_dtype
 from fusegrad.helpers import argfix, ceildiv
+from fusegrad.mixin import traced
 from fusegrad.mixin.indexing import (
     broadcast_shapes,
     broadcast_to,
@@ -100,6 +101,7 @@ class MovementMixin:
 
     # *** tiling and padding ***
 
+    @traced
     def repeat(self: Tensor, repeats: Any, *args: int) -> Tensor:
         """Tile along each axis: (2, 3).repeat(2, 1, 2) -> (2, 4, 6). Leading repeats add axes."""
         reps = tuple(argfix(repeats, *args))
@@ -112,6 +114,7 @@ class MovementMixin:
         x = x.expand(*[d for r, s in zip(reps, shape, strict=True) for d in (r, s)])  # (r0, s0, r1, s1, ...)
         return x.reshape(*[r * s for r, s in zip(reps, shape, strict=True)])
 
+    @traced
     def repeat_interleave(self: Tensor, repeats: int, dim: int | None = None) -> Tensor:
         """Repeat each element `repeats` times along dim (flattened first when dim is None): [1 2] -> [1 1 2 2]."""
         if not isinstance(repeats, int) or repeats < 0:
@@ -122,6 +125,7 @@ class MovementMixin:
         x = x.reshape(*s[: d + 1], 1, *s[d + 1 :]).expand(*s[: d + 1], repeats, *s[d + 1 :])
         return x.reshape(*s[:d], s[d] * repeats, *s[d + 1 :])
 
+    @traced
     def pad_to(self: Tensor, shape: Any, *args: int | None, value: ConstType = 0) -> Tensor:
         """Pad at the end of each axis up to `shape` (None keeps an axis). Raises ValueError when shrinking."""
         target = tuple(argfix(shape, *args))
@@ -154,6 +158,7 @@ class MovementMixin:
                 x = narrow(x, axis, max(0, -before), x.shape[axis] - max(0, -after))
         return x
 
+    @traced
     def roll(self: Tensor, shifts: int | tuple[int, ...], dims: int | tuple[int, ...] | None = None) -> Tensor:
         """Shift elements circularly along dims (the flattened tensor when None): [1 2 3].roll(1) -> [3 1 2]."""
         if dims is None:
@@ -175,6 +180,7 @@ class MovementMixin:
 
     # *** joining and splitting ***
 
+    @traced
     def cat(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:
         """Join tensors along an existing axis; dtypes promote. (2, 3).cat((4, 3)) -> (6, 3)."""
         from fusegrad.tensor import Tensor
@@ -205,6 +211,7 @@ class MovementMixin:
         assert out is not None, "cat: at least self is joined"
         return out
 
+    @traced
     def stack(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:
         """Join equal-shaped tensors along a new axis: three (2, 3) tensors stacked at dim 1 -> (2, 3, 3)."""
         for t in args:
@@ -217,6 +224,7 @@ class MovementMixin:
         d = dim % (self.ndim + 1)
         return self.unsqueeze(d).cat(*[t.unsqueeze(d) for t in args], dim=d)
 
+    @traced
     def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
         """Pieces of `sizes` elements along dim (an int: equal pieces, the last may be smaller)."""
         d = self._axis(dim, "split")
@@ -230,6 +238,7 @@ class MovementMixin:
         starts = [sum(sizes[:i]) for i in range(len(sizes))]
         return tuple(narrow(self, d, s, s + n) for s, n in zip(starts, sizes, strict=True))
 
+    @traced
     def chunk(self: Tensor, chunks: int, dim: int = 0) -> list[Tensor]:
         """At most `chunks` pieces of ceil(size / chunks) elements along dim (the last may be smaller)."""
         if chunks <= 0:
@@ -238,6 +247,7 @@ class MovementMixin:
         size = self.shape[d]
         return list(self.split(ceildiv(size, chunks), d)) if size else [self] * chunks
 
+    @traced
     def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:
         """Sliding windows: dim becomes (size - window) // step + 1 windows and a new last axis holds each window."""
         if self.ndim == 0:
@@ -255,6 +265,7 @@ class MovementMixin:
         x = narrow(x, x.ndim - 1, 0, n - size + 1)[..., ::step]  # (..., size, windows)
         return x.permute(*range(d), x.ndim - 1, *range(d, x.ndim - 2), x.ndim - 2)
 
+    @traced
     def unflatten(self: Tensor, dim: int, sizes: tuple[int, ...]) -> Tensor:
         """Split one axis into `sizes` (one may be -1): (2, 12).unflatten(1, (3, 4)) -> (2, 3, 4)."""
         d = self._axis(dim, "unflatten")
@@ -270,14 +281,17 @@ class MovementMixin:
         keep = offset >= diagonal if keep_above else offset <= diagonal
         return keep.where(self, const_like(self, 0))
 
+    @traced
     def tril(self: Tensor, diagonal: int = 0) -> Tensor:
         """Zero the elements above `diagonal` of the last two axes (column - row > diagonal)."""
         return self._triangle(False, diagonal, "tril")
 
+    @traced
     def triu(self: Tensor, diagonal: int = 0) -> Tensor:
         """Zero the elements below `diagonal` of the last two axes (column - row < diagonal)."""
         return self._triangle(True, diagonal, "triu")
 
+    @traced
     def diag(self: Tensor) -> Tensor:
         """A 1-d tensor (n,) -> the (n, n) matrix with it on the diagonal."""
         if self.ndim != 1:
@@ -286,6 +300,7 @@ class MovementMixin:
         # (n, 1) padded to (n, n + 1), read as (n, n): element i lands at row i, column i
         return self.reshape(n, 1).pad([None, (0, n)]).flatten().shrink([(0, n * n)]).reshape(n, n)
 
+    @traced
     def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
         """The diagonal of the (dim1, dim2) planes as a new last axis; offset > 0 is above the main diagonal."""
         a, b = self._axis(dim1, "diagonal"), self._axis(dim2, "diagonal")
@@ -304,6 +319,7 @@ class MovementMixin:
         # rows of n + 1: element (i, i) of the square is at column 0 of row i
         return pad_axis(x, len(lead), 0, n).reshape(*lead, n, n + 1)[..., 0]
 
+    @traced
     def meshgrid(self: Tensor, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
         """Coordinate grids of 0-d/1-d tensors; 'xy' swaps the first two output axes (Cartesian)."""
         if indexing not in ("ij", "xy"):
@@ -323,6 +339,7 @@ class MovementMixin:
         return tuple(out)
 
     @staticmethod
+    @traced
     def linspace(
         start: int | float, stop: int | float, steps: int, dtype: DTypeLike | None = None, **kwargs: Any
     ) -> Tensor:
@@ -341,6 +358,7 @@ class MovementMixin:
         return Tensor(values.cast(dt).uop, **kwargs)
 
     @staticmethod
+    @traced
     def eye(n: int, m: int | None = None, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
         """The (n, m) identity: ones on the main diagonal. Example: `Tensor.eye(2).tolist() == [[1, 0], [0, 1]]`."""
         from fusegrad.tensor import Tensor
@@ -355,6 +373,7 @@ class MovementMixin:
 
     # *** gather and scatter ***
 
+    @traced
     def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
         """out[..., i, ...] = self[..., index[..., i, ...], ...] along dim; out has index's shape.
 
@@ -375,6 +394,7 @@ class MovementMixin:
         onehot = index.unsqueeze(-1) == iota(size, self).reshape((1,) * self.ndim + (size,))
         return pick(onehot, x, (-1,))
 
+    @traced
     def scatter(
         self: Tensor,
         dim: int,
@@ -403,6 +423,7 @@ class MovementMixin:
         hit = scatter_back(self, mask.cast(dtypes.int32).sum(-2) > 0, order)
         return hit.where(scatter_back(self, chosen, order), self)
 
+    @traced
     def scatter_reduce(
         self: Tensor,
         dim: int,
@@ -442,10 +463,12 @@ class MovementMixin:
             best = self.maximum(best) if reduce == "amax" else self.minimum(best)
         return hit.where(best, self)
 
+    @traced
     def masked_fill(self: Tensor, mask: Tensor, value: Tensor | ConstType) -> Tensor:
         """`value` where mask is True, self elsewhere (broadcasting; dtypes promote as in `where`)."""
         return mask.where(value, self)
 
+    @traced
     def masked_select(self: Tensor, mask: Tensor, size: int | None = None, fill_value: ConstType = 0) -> Tensor:
         """The elements where mask is True, flattened in order (1-d).
 
@@ -471,6 +494,7 @@ class MovementMixin:
         out = pick(m.reshape(1, n) & (rank.reshape(1, n) == slot), x.reshape(1, n), (1,))
         return out if size is None else (iota(total, x) < selected).where(out, const_like(out, fill_value))
 
+    @traced
     def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
         """(...,) integer classes -> (..., num_classes) of int32 0/1; -1 means max + 1 (realizes the max)."""
         if not dtypes.is_int(self.dtype):
@@ -514,6 +538,7 @@ class MovementMixin:
         out = pick(mask, values, tuple(range(len(batch) + len(rest), len(batch) + len(rest) + k)))
         return place_batch(out, len(batch), tensors)
 
+    @traced
     def __setitem__(self: Tensor, indices: Any, v: Tensor | ConstType | list[Any] | tuple[Any, ...]) -> None:
         """Write v (broadcast) into the indexed elements, in place when self is realized.
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 from fusegrad.dtype import DTypeLike, dtypes, least_upper_dtype
 from fusegrad.helpers import ceildiv, prod
+from fusegrad.mixin import traced
 
 if TYPE_CHECKING:
     from fusegrad.tensor import Tensor
@@ -95,6 +96,7 @@ class NNMixin:
 
     # *** convolution ***
 
+    @traced
     def conv2d(
         self: Tensor,
         weight: Tensor,
@@ -148,6 +150,7 @@ class NNMixin:
         ret = (x * w).sum(tuple(range(-1 - n, 0)), dtype=dtype).reshape(B, c_out, *out)  # (B, C_out, *out)
         return ret if bias is None else ret + bias.reshape(1, c_out, *[1] * n)
 
+    @traced
     def conv_transpose2d(
         self: Tensor,
         weight: Tensor,
@@ -184,6 +187,7 @@ class NNMixin:
 
     # *** pooling ***
 
+    @traced
     def avg_pool2d(
         self: Tensor,
         kernel_size: int | tuple[int, ...] = (2, 2),
@@ -210,6 +214,7 @@ class NNMixin:
         ones = ones.pad([(b - cb, a - ca) for (b, a), (cb, ca) in zip(pads, counted, strict=True)])
         return windows.sum(axes) / ones._pool(k_, s_, d_).sum(axes)
 
+    @traced
     def max_pool2d(
         self: Tensor,
         kernel_size: int | tuple[int, ...] = (2, 2),
@@ -237,6 +242,7 @@ class NNMixin:
         indices = (windows == best).where(flat, plane).min(axes)
         return best.reshape(best.shape[: -len(k_)]), indices
 
+    @traced
     def max_unpool2d(
         self: Tensor,
         indices: Tensor,
@@ -253,6 +259,8 @@ class NNMixin:
         """
         if indices.shape != self.shape:
             raise ValueError(f"max_unpool2d: indices shape {indices.shape} does not match values shape {self.shape}")
+        if not dtypes.is_int(indices.dtype):
+            raise TypeError(f"max_unpool2d: indices must be an integer tensor, got {indices.dtype}")
         B, C, *pooled = self.shape
         if output_size is None:
             n = len(pooled)
@@ -301,6 +309,7 @@ class NNMixin:
 
     # *** resampling ***
 
+    @traced
     def interpolate(self: Tensor, size: tuple[int, ...], mode: str = "linear", align_corners: bool = False) -> Tensor:
         """Resample the trailing len(size) axes to `size`: mode "linear" (bilinear, trilinear for 2 or 3 axes),
         "nearest" or "nearest-exact", as torch's F.interpolate. Raises ValueError for a bad size or mode.
@@ -356,12 +365,14 @@ class NNMixin:
 
     # *** normalisation and attention ***
 
+    @traced
     def layernorm(self: Tensor, axis: int | tuple[int, ...] = -1, eps: float = 1e-5) -> Tensor:
         """(x - mean) / sqrt(var + eps) over `axis` (biased variance), without weight or bias.
         Example: `Tensor.randn(2, 8).layernorm().mean(-1)` is about 0."""
         centred = self - self.mean(axis, keepdim=True)
         return centred * ((centred * centred).mean(axis, keepdim=True) + eps).sqrt().reciprocal()
 
+    @traced
     def batchnorm(
         self: Tensor,
         weight: Tensor | None,
@@ -380,6 +391,7 @@ class NNMixin:
         x = x * (invstd.reshape(shape) if invstd.ndim == len(axes) else invstd)
         return x if bias is None else x + bias.reshape(shape)
 
+    @traced
     def scaled_dot_product_attention(
         self: Tensor,
         key: Tensor,
@@ -416,6 +428,7 @@ class NNMixin:
 
     # *** losses ***
 
+    @traced
     def cross_entropy(
         self: Tensor, Y: Tensor, reduction: ReductionStr = "mean", label_smoothing: float = 0.0
     ) -> Tensor:
@@ -437,6 +450,7 @@ class NNMixin:
         target = Y * (1 - label_smoothing) + label_smoothing / classes
         return _reduce_loss("cross_entropy", -(self.log_softmax(class_axis) * target).sum(class_axis), reduction)
 
+    @traced
     def sparse_categorical_crossentropy(
         self: Tensor, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0, reduction: ReductionStr = "mean"
     ) -> Tensor:
@@ -458,6 +472,7 @@ class NNMixin:
             return -per_item.sum() / keep.sum()
         return _reduce_loss("sparse_categorical_crossentropy", -per_item, reduction)
 
+    @traced
     def nll_loss(
         self: Tensor,
         Y: Tensor,
@@ -486,11 +501,13 @@ class NNMixin:
             return nll.sum() / item_weight.sum()
         return _reduce_loss("nll_loss", nll, reduction)
 
+    @traced
     def binary_crossentropy(self: Tensor, Y: Tensor, reduction: ReductionStr = "mean") -> Tensor:
         """-(Y log p + (1-Y) log(1-p)) for probabilities p = self, as torch's BCELoss without its log clamp.
         Example: `Tensor([0.5]).binary_crossentropy(Tensor([1.0]))`."""
         return _reduce_loss("binary_crossentropy", -Y * self.log() - (1 - Y) * (1 - self).log(), reduction)
 
+    @traced
     def binary_crossentropy_logits(
         self: Tensor, Y: Tensor, reduction: ReductionStr = "mean", pos_weight: Tensor | None = None
     ) -> Tensor:
@@ -500,8 +517,46 @@ class NNMixin:
             positive = positive * pos_weight
         return _reduce_loss("binary_crossentropy_logits", -(positive + (1 - Y) * _log_sigmoid(-self)), reduction)
 
+    # *** einsum ***
+
+    @staticmethod
+    @traced
+    def einsum(formula: str, *operands: Tensor | Sequence[Tensor], dtype: DTypeLike | None = None) -> Tensor:
+        """Einstein summation, as torch.einsum: "ij,jk->ik" is a matmul, "ii->i" a diagonal, "...ij->...ji" a batched
+        transpose. Without "->" the output holds the ellipsis axes, then the letters used once, in alphabetical order.
+        Letters of size 1 broadcast; operands may be passed as one list; `dtype` is the accumulation dtype.
+
+        One fused kernel: every operand is laid out over all the formula's letters and the broadcast product is summed
+        over the letters missing from the output. Raises ValueError for a malformed formula, a wrong operand count or
+        rank, or sizes that differ for one letter. Example: `Tensor.einsum("ij,j->i", a, v)` is `a @ v`.
+        """
+        from fusegrad.tensor import Tensor
+
+        tensors = [t for op in operands for t in (op if isinstance(op, (list, tuple)) else (op,))]
+        if not all(isinstance(t, Tensor) for t in tensors):
+            raise TypeError(f"einsum: operands must be Tensors, got {[type(t).__name__ for t in tensors]}")
+        inputs, output = _einsum_parse(formula, tensors)
+        views = [_einsum_diagonals(t, labels, formula) for t, labels in zip(tensors, inputs, strict=True)]
+        sizes = _einsum_sizes(formula, views)
+        summed = [label for label in sizes if label not in output]
+        order = [*output, *summed]
+        # each operand: (its letters) -> permuted to `order`, with a size-1 axis for every letter it lacks
+        laid_out = []
+        for t, labels in views:
+            x = t.permute(*sorted(range(len(labels)), key=lambda a: order.index(labels[a])))
+            present = sorted(labels, key=order.index)
+            laid_out.append(x.reshape(*[x.shape[present.index(c)] if c in present else 1 for c in order]))
+        product = laid_out[0]
+        for x in laid_out[1:]:
+            product = product * x
+        product = product.expand(*[sizes[c] for c in order])
+        if summed:
+            return product.sum(tuple(range(len(output), len(order))), dtype=dtype)
+        return product if dtype is None else product.cast(dtype)
+
     # *** composition ***
 
+    @traced
     def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None, dtype: DTypeLike | None = None) -> Tensor:
         """self @ weight + bias (weight (in, out), unlike torch's (out, in)); a 1-d weight scales elementwise.
         Example: `Tensor([[1.0, 2.0]]).linear(Tensor([[1.0], [1.0]])).tolist() == [[3.0]]`."""
@@ -578,6 +633,68 @@ def _check_conv(op: str, x: Tensor, weight: Tensor, bias: Tensor | None, groups:
         )
     if bias is not None and bias.shape != (c_out,):
         raise ValueError(f"{op}: bias shape {bias.shape} does not match the {c_out} output channels")
+
+
+def _einsum_parse(formula: str, tensors: Sequence[Tensor]) -> tuple[list[list[str]], list[str]]:
+    """The letters of each input and of the output; "..." becomes one label per broadcast axis ("...0", "...1")."""
+    spec = formula.replace(" ", "")
+    lhs, arrow, rhs = spec.partition("->")
+    parts = lhs.split(",")
+    if len(parts) != len(tensors):
+        raise ValueError(f"einsum: formula {formula!r} has {len(parts)} inputs, got {len(tensors)} operands")
+    for part in [*parts, rhs]:
+        letters = part.replace("...", "")
+        if part.count("...") > 1 or (letters and not letters.isalpha()):
+            raise ValueError(f"einsum: subscripts must be letters (and one '...'), got {part!r} in {formula!r}")
+    named = [len(p.replace("...", "")) for p in parts]
+    for i, (part, n, t) in enumerate(zip(parts, named, tensors, strict=True)):
+        if ("..." in part and n > t.ndim) or ("..." not in part and n != t.ndim):
+            raise ValueError(f"einsum: operand {i} has shape {t.shape}, but subscripts {part!r} name {n} axes")
+    width = max((t.ndim - n for p, n, t in zip(parts, named, tensors, strict=True) if "..." in p), default=0)
+    dots = [f"...{k}" for k in range(width)]
+    inputs = []
+    for part, n, t in zip(parts, named, tensors, strict=True):
+        before, _, after = part.partition("...")
+        inputs.append([*before, *dots[width - (t.ndim - n) :], *after] if "..." in part else list(part))
+    if arrow:
+        before, _, after = rhs.partition("...")
+        output = [*before, *(dots if "..." in rhs else []), *after]
+    else:
+        named_letters = [c for p in parts for c in p.replace("...", "")]
+        output = [*dots, *sorted(c for c in set(named_letters) if named_letters.count(c) == 1)]
+    used = {c for labels in inputs for c in labels}
+    if len(set(output)) != len(output) or not set(output) <= used:
+        raise ValueError(
+            f"einsum: output subscripts {rhs!r} must be distinct letters used by the inputs of {formula!r}"
+        )
+    return inputs, output
+
+
+def _einsum_diagonals(t: Tensor, labels: list[str], formula: str) -> tuple[Tensor, list[str]]:
+    """A letter repeated within one operand ("ii") selects that operand's diagonal; returns (view, its letters)."""
+    labels = list(labels)
+    while (repeated := next((c for c in labels if labels.count(c) > 1), None)) is not None:
+        a, b = (i for i, c in enumerate(labels) if c == repeated)
+        if t.shape[a] != t.shape[b]:
+            raise ValueError(
+                f"einsum: subscript {repeated!r} repeats in {formula!r} on axes of sizes {t.shape[a]} and {t.shape[b]}"
+            )
+        t = t.diagonal(0, a, b)  # the diagonal becomes the last axis
+        labels = [c for i, c in enumerate(labels) if i not in (a, b)] + [repeated]
+    return t, labels
+
+
+def _einsum_sizes(formula: str, views: list[tuple[Tensor, list[str]]]) -> dict[str, int]:
+    """The size of every letter; sizes of one letter must agree, except that 1 broadcasts."""
+    sizes: dict[str, int] = {}
+    for i, (t, labels) in enumerate(views):
+        for c, size in zip(labels, t.shape, strict=True):
+            known = sizes.get(c, 1)
+            if size != 1 and known != 1 and size != known:
+                name = "the ellipsis" if c.startswith("...") else f"subscript {c!r}"
+                raise ValueError(f"einsum: {name} has size {known} before operand {i} of {formula!r} but {size} in it")
+            sizes[c] = size if size != 1 else sizes.get(c, 1)
+    return sizes
 
 
 def _one_hot(labels: Tensor, classes: int, axis: int) -> Tensor:

@@ -13,7 +13,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from fusegrad.dtype import ConstType, DType, DTypeLike, dtypes, least_upper_dtype, least_upper_float, sum_acc_dtype
+from fusegrad.dtype import (
+    ConstType,
+    DType,
+    DTypeLike,
+    dtypes,
+    least_upper_dtype,
+    least_upper_float,
+    sum_acc_dtype,
+    to_dtype,
+)
+from fusegrad.mixin import traced
+from fusegrad.uop import Ops
 
 if TYPE_CHECKING:
     from fusegrad.tensor import Tensor
@@ -46,6 +57,16 @@ _SCAN_MUL = _Scan(lambda r, m: m.where(r, 1).prod(-1), lambda x, y: x * y, lambd
 _SCAN_MAX = _Scan(lambda r, m: m.where(r, dtypes.min(r.dtype)).max(-1), lambda x, y: x.maximum(y), dtypes.min)
 _SCAN_MIN = _Scan(lambda r, m: m.where(r, dtypes.max(r.dtype)).min(-1), lambda x, y: x.minimum(y), dtypes.max)
 _SCAN_LSE = _Scan(_lse_rows, lambda x, y: x.logaddexp(y), lambda dt: -math.inf)
+
+
+def _float_input(x: Tensor, dtype: DTypeLike | None, op: str) -> Tensor:
+    """x cast to `dtype` (which must be a float dtype), or to its own float dtype when None."""
+    if dtype is None:
+        return x.cast(least_upper_float(x.dtype))
+    dt = to_dtype(dtype)
+    if not dtypes.is_float(dt):
+        raise TypeError(f"{op}: dtype must be a float dtype, got {dt}, expected e.g. dtypes.float32")
+    return x.cast(dt)
 
 
 def _masked_scan(x: Tensor, op: _Scan) -> Tensor:
@@ -164,6 +185,35 @@ def _bitonic_sort(x: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
     return values.shrink(keep), idx.shrink(keep).cast(dtypes.int32)
 
 
+# softmax, log_softmax and prod with `dtype=` as the reference has them. Tensor's own methods in fusegrad/tensor.py
+# lack `dtype` and cannot be overridden from a mixin (a subclass method wins), so they are written as functions here
+# for Tensor.softmax / log_softmax / prod to delegate to: `return softmax(self, axis, dtype)`.
+
+
+def softmax(x: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
+    """exp(x) / sum(exp(x)) along `axis`, shifted by the max so nothing overflows; computed in `dtype` (a float dtype,
+    TypeError otherwise) when given, else in x's float dtype. Example: `softmax(Tensor([0.0, 0.0]))` -> [0.5, 0.5]."""
+    x._resolve_axes(axis, "softmax")
+    xf = _float_input(x, dtype, "softmax")
+    e = (xf - xf.max(axis, keepdim=True)).exp()
+    return e / e.sum(axis, keepdim=True)
+
+
+def log_softmax(x: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
+    """log(softmax(x)) along `axis` without underflow; `dtype` as in `softmax`.
+    Example: `log_softmax(Tensor([0.0, 0.0]))` -> [-0.6931, -0.6931]."""
+    x._resolve_axes(axis, "log_softmax")
+    xf = _float_input(x, dtype, "log_softmax")
+    shifted = xf - xf.max(axis, keepdim=True)
+    return shifted - shifted.exp().sum(axis, keepdim=True).log()
+
+
+def prod(x: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DTypeLike | None = None) -> Tensor:
+    """Product along `axis` (all axes when None) in x's dtype, like the reference (torch widens integers to int64),
+    or cast to `dtype` first; 1 for empty axes. Example: `prod(Tensor([1, 2, 3]))` -> 6."""
+    return (x if dtype is None else x.cast(dtype))._reduce(Ops.MUL, axis, keepdim, "prod")
+
+
 class ReduceMixin:
     """Mixed into Tensor; see the module docstring."""
 
@@ -171,11 +221,13 @@ class ReduceMixin:
 
     # *** boolean reductions ***
 
+    @traced
     def any(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
         """True where any element along `axis` (all axes when None) is nonzero; False for empty axes.
         Example: `Tensor([[0, 1], [0, 0]]).any(1)` -> [True, False]."""
         return self.bool().max(axis, keepdim)
 
+    @traced
     def all(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
         """True where every element along `axis` is nonzero; True for empty axes.
         Example: `Tensor([[1, 1], [0, 1]]).all(1)` -> [True, False]."""
@@ -183,11 +235,13 @@ class ReduceMixin:
 
     # *** arg reductions ***
 
+    @traced
     def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
         """The index (int32) of the first maximum along `axis`, of the flattened tensor when None; NaN counts as the
         maximum. Raises ValueError for an empty axis. Example: `Tensor([[1, 3, 3]]).argmax(1)` -> [1]."""
         return self._arg_extreme(axis, keepdim, "argmax")
 
+    @traced
     def argmin(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
         """The index (int32) of the first minimum along `axis`, of the flattened tensor when None; NaN counts as the
         minimum. Raises ValueError for an empty axis. Example: `Tensor([[2, 1, 1]]).argmin(1)` -> [1]."""
@@ -207,6 +261,7 @@ class ReduceMixin:
 
     # *** statistics ***
 
+    @traced
     def var(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1) -> Tensor:
         """Variance sum((x - mean)^2) / max(N - correction, 0) along `axis`; float32 for integer inputs. NaN for one
         element with correction 1 (like torch). Example: `Tensor([1.0, 2.0, 3.0]).var()` -> 1.0."""
@@ -217,22 +272,26 @@ class ReduceMixin:
         squares = (x - x.mean(axis, keepdim=True)).square().sum(axis, keepdim)
         return (squares / max(count - correction, 0)).cast(out_dt)
 
+    @traced
     def std(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1) -> Tensor:
         """Standard deviation: sqrt of `var`. Example: `Tensor([1.0, 3.0]).std()` -> 1.4142."""
         return self.var(axis, keepdim, correction).sqrt()
 
+    @traced
     def var_mean(
         self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1
     ) -> tuple[Tensor, Tensor]:
         """(var, mean), like torch.var_mean."""
         return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
 
+    @traced
     def std_mean(
         self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1
     ) -> tuple[Tensor, Tensor]:
         """(std, mean), like torch.std_mean."""
         return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
 
+    @traced
     def logsumexp(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
         """log(sum(exp(x))) along `axis` without overflow; -inf for empty axes.
         Example: `Tensor([0.0, 0.0]).logsumexp()` -> 0.6931."""
@@ -243,6 +302,7 @@ class ReduceMixin:
         ret = ((x - m).exp().sum(axis, keepdim=True).log() + m).cast(least_upper_float(self.dtype))
         return ret if keepdim else ret.reshape(*[s for a, s in enumerate(self.shape) if a not in axes])
 
+    @traced
     def softmin(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
         """softmax(-self) along `axis`, computed in `dtype` when given. Example: `Tensor([0.0, 0.0]).softmin()`."""
         x = -self.cast(least_upper_float(self.dtype))
@@ -250,22 +310,26 @@ class ReduceMixin:
 
     # *** cumulative ***
 
+    @traced
     def cumsum(self: Tensor, axis: int = 0) -> Tensor:
         """Running sum along `axis`; integers and bools accumulate in at least int32, float16 in float32.
         Example: `Tensor([1, 2, 3]).cumsum()` -> [1, 3, 6]."""
         out_dt = self.dtype if self.dtype in (dtypes.float16, dtypes.bfloat16) else sum_acc_dtype(self.dtype)
         return _scan(self.cast(sum_acc_dtype(self.dtype)), axis, _SCAN_ADD, "cumsum").cast(out_dt)
 
+    @traced
     def cumprod(self: Tensor, axis: int) -> Tensor:
         """Running product along `axis`, in self's dtype. Example: `Tensor([1, 2, 3]).cumprod(0)` -> [1, 2, 6]."""
         x = self.cast(sum_acc_dtype(self.dtype)) if dtypes.is_float(self.dtype) else self
         return _scan(x, axis, _SCAN_MUL, "cumprod").cast(self.dtype)
 
+    @traced
     def cummax(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
         """(running max, int32 index of it) along `axis`; ties and NaNs take the latest index, like torch.
         Example: `Tensor([1, 3, 2, 3]).cummax()` -> ([1, 3, 3, 3], [0, 1, 1, 3])."""
         return self._cumulative_extreme(axis, _SCAN_MAX, "cummax")
 
+    @traced
     def cummin(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
         """(running min, int32 index of it) along `axis`; ties and NaNs take the latest index, like torch.
         Example: `Tensor([3, 1, 2, 1]).cummin()` -> ([3, 1, 1, 1], [0, 1, 1, 3])."""
@@ -281,6 +345,7 @@ class ReduceMixin:
         positions = is_record.where(_positions(self, ax), 0)
         return values, _scan(positions, ax, _SCAN_MAX, name).cast(dtypes.int32)
 
+    @traced
     def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:
         """log(cumsum(exp(x))) along `axis` without overflow or underflow.
         Example: `Tensor([0.0, 0.0]).logcumsumexp()` -> [0., 0.6931]."""
@@ -289,6 +354,7 @@ class ReduceMixin:
 
     # *** sorting ***
 
+    @traced
     def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
         """(sorted values, int32 indices) along `dim`; stable (equal elements keep their order), NaN sorts as the
         largest value. Example: `Tensor([3, 1, 2]).sort()` -> ([1, 2, 3], [1, 2, 0])."""
@@ -299,10 +365,12 @@ class ReduceMixin:
         values, idx = (_rank_sort if x.shape[-1] <= RANK_SORT_MAX else _bitonic_sort)(x, descending)
         return values.transpose(ax, -1), idx.transpose(ax, -1)
 
+    @traced
     def argsort(self: Tensor, dim: int = -1, descending: bool = False) -> Tensor:
         """The int32 indices that sort `dim` (stable). Example: `Tensor([3, 1, 2]).argsort()` -> [1, 2, 0]."""
         return self.sort(dim, descending)[1]
 
+    @traced
     def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Tensor, Tensor]:
         """(the k largest (or smallest) values, their int32 indices) along `dim`, in sorted order (also when
         `sorted_` is False); equal values keep their order. Raises ValueError unless 0 <= k <= size of `dim`.
