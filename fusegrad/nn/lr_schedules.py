@@ -66,7 +66,7 @@ def cosine_with_warmup(step: int, total: int, warmup: int, lr_max: float, lr_min
     if step < warmup:
         return lr_max * step / warmup
     progress = min(1.0, (step - warmup) / (total - warmup))  # 0 at the end of warmup, 1 at `total`
-    return lr_min + (lr_max - lr_min) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    return _cosine_between(lr_max, lr_min, progress)
 
 
 def step_decay(step: int, lr: float, step_size: int, gamma: float = 0.1) -> float:
@@ -117,5 +117,6 @@ def one_cycle(
 
 
 def _cosine_between(start: float, end: float, fraction: float) -> float:
-    """start at fraction 0, end at fraction 1, along half a cosine."""
-    return end + (start - end) * 0.5 * (1.0 + math.cos(math.pi * fraction))
+    """start at fraction 0, end at fraction 1, along half a cosine (both ends exact)."""
+    weight = 0.5 * (1.0 + math.cos(math.pi * fraction))  # 1 -> 0
+    return start * weight + end * (1.0 - weight)

@@ -124,3 +124,13 @@ def test_schedule_drives_training_like_torch() -> None:
         scheduler.step()
     np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-5, atol=1e-6)
     assert opt.lr.item() == pytest.approx(lr_schedules.cosine_with_warmup(total - 1, total, 0, 0.2, 0.01), rel=1e-6)
+
+
+def test_cycle_ends_are_exact() -> None:
+    """The documented end points hold exactly (no rounding drift at the start or end of a cosine)."""
+    assert lr_schedules.one_cycle(0, 100, lr_max=0.1) == 0.1 / 25
+    assert lr_schedules.one_cycle(99, 100, lr_max=0.1) == 0.1 / 25 / 1e4
+    assert lr_schedules.one_cycle(29, 100, lr_max=0.1) == 0.1
+    assert lr_schedules.cosine_with_warmup(10, total=10, warmup=2, lr_max=0.1, lr_min=0.001) == 0.001
+    assert lr_schedules.cosine_with_warmup(2, total=10, warmup=2, lr_max=0.1, lr_min=0.001) == 0.1
+    assert lr_schedules.step_decay(25, 1.0, 10, 0.5) == 0.25
