@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fusegrad.dtype import dtypes
 from fusegrad.helpers import Context
@@ -322,3 +324,47 @@ def test_updates_reading_each_others_old_values(axis: int | None) -> None:
     Tensor.realize(a, b)
     np.testing.assert_array_equal(a.numpy(), b0 + 1)
     np.testing.assert_array_equal(b.numpy(), a0 + 1)
+
+
+def _random_op(draw: Any, t: Tensor, a: np.ndarray[Any, Any]) -> tuple[Tensor, np.ndarray[Any, Any]]:
+    """One random op on a (possibly sharded) tensor and on the array: movement, elementwise, reduce or realize."""
+    kind = draw(st.sampled_from(["reshape", "permute", "expand", "pad", "shrink", "flip", "add", "sum", "contiguous"]))
+    axis = draw(st.integers(0, a.ndim - 1))
+    if kind == "reshape":
+        d = draw(st.sampled_from([d for d in range(1, a.size + 1) if a.size % d == 0]))
+        return t.reshape(d, a.size // d), a.reshape(d, a.size // d)
+    if kind == "permute":
+        order = draw(st.permutations(list(range(a.ndim))))
+        return t.permute(order), a.transpose(order)
+    if kind == "expand":
+        grown = (*a.shape[:axis], 2, *a.shape[axis:])
+        return t.unsqueeze(axis).expand(*grown), np.repeat(np.expand_dims(a, axis), 2, axis)
+    if kind == "pad":
+        pads = [(draw(st.integers(0, 1)), draw(st.integers(0, 1))) if i == axis else (0, 0) for i in range(a.ndim)]
+        return t.pad(pads), np.pad(a, pads)
+    if kind == "shrink" and a.shape[axis] > 1:
+        lo = draw(st.integers(0, a.shape[axis] - 1))
+        hi = draw(st.integers(lo + 1, a.shape[axis]))
+        bounds = [(lo, hi) if i == axis else None for i in range(a.ndim)]
+        return t.shrink(bounds), a[tuple(slice(lo, hi) if i == axis else slice(None) for i in range(a.ndim))]
+    if kind == "flip":
+        return t.flip(axis), np.flip(a, axis)
+    if kind == "sum" and a.ndim > 1:
+        return t.sum(axis), a.sum(axis)
+    if kind == "contiguous":
+        return t.contiguous(), a
+    return t * 2 + 1, a * 2 + 1
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_random_chains_on_sharded_match_numpy(data: Any) -> None:
+    shape = data.draw(st.sampled_from([(4, 6), (2, 4, 2), (8,), (6, 2, 2)]))
+    a = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    axis = data.draw(st.sampled_from([None, *[i for i, s in enumerate(shape) if s % 2 == 0]]))
+    t = Tensor(a).shard(CPUS[2], axis)
+    for _ in range(3):
+        if a.size > 96:
+            break
+        t, a = _random_op(data.draw, t, a)
+    np.testing.assert_array_equal(t.numpy(), a)
