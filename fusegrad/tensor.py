@@ -9,6 +9,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import functools
+import itertools
 import math
 import sys
 import time
@@ -38,6 +39,8 @@ from fusegrad.uop import Ops
 from fusegrad.uop.ops import UOp, all_metadata
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+_contiguous_ids = itertools.count()  # makes each Tensor.contiguous() node distinct (see there)
 
 # every live Tensor, so realized results can be swapped into all of them (weak: never keeps a Tensor alive)
 _all_tensors: dict[weakref.ReferenceType[Tensor], None] = {}
@@ -276,7 +279,12 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
         return self
 
     def contiguous(self) -> Tensor:
-        return Tensor(self.uop.contiguous())
+        """This tensor's values in memory of its own, row-major. A realized buffer is returned as it is; otherwise each
+        call makes a distinct node, so two `Tensor.ones(3).contiguous()` realized together still get two buffers and
+        an assign into one never shows in the other. Example: `w = Tensor.zeros(4).contiguous().realize()`."""
+        if self.uop.op is Ops.BUFFER:
+            return self
+        return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,), arg=next(_contiguous_ids)))
 
     def _buffer(self) -> Any:
         """The realized, contiguous Buffer holding this tensor's values (a multi-device tensor: gathered first)."""

@@ -345,3 +345,16 @@ def test_train_mode_context_and_decorator():
         return Tensor.training
 
     assert step() and not Tensor.training
+
+
+def test_contiguous_results_realized_together_do_not_share_memory():
+    a, b = Tensor.ones(3).contiguous(), Tensor.ones(3).contiguous()
+    Tensor.realize(a, b)
+    a.assign(Tensor([5.0, 6.0, 7.0])).realize()
+    np.testing.assert_equal(a.numpy(), [5, 6, 7])
+    np.testing.assert_equal(b.numpy(), [1, 1, 1])
+
+
+def test_contiguous_of_a_realized_buffer_is_itself():
+    a = Tensor([1.0, 2.0]).contiguous().realize()
+    assert a.contiguous() is a
