@@ -1,6 +1,7 @@
 """Op speed, side by side in one process: fusegrad vs torch (CPU, 2 threads) vs tinygrad (reference).
 
-Cases: matmul 1024x1024 and 2048x2048 (2*n^3 flops), conv2d forward (batch 8, 64 -> 64 channels, 56x56, 3x3,
+Cases: matmul 1024x1024 and 2048x2048 (2*n^3 flops), the small matmuls of a tiny transformer ((512, 128) @ (128, 128)
+and a batched (16, 4, 64, 32) @ (16, 4, 32, 64)), conv2d forward (batch 8, 64 -> 64 channels, 56x56, 3x3,
 padding 1), conv2d forward + backward (the sum of the output, gradients of input and weight; counted as 3x the
 forward's flops: the forward, d/dinput and d/dweight), and scaled_dot_product_attention forward on (4, 8, 256, 64).
 Inputs are realized float32 tensors built beforehand; each timed run builds the graph and realizes the result.
@@ -28,11 +29,14 @@ import numpy as np
 os.environ.setdefault("DEV", "CPU")  # the reference system may pick another backend otherwise
 
 MATMUL_SIZES = (1024, 2048)
+SMALL_MATMULS = {"mm 512x128@128": ((512, 128), (128, 128)),  # a tiny transformer's projection
+                 "bmm 64x32@32x64": ((16, 4, 64, 32), (16, 4, 32, 64))}  # and its attention  # fmt: skip
 CONV_X, CONV_W = (8, 64, 56, 56), (64, 64, 3, 3)
 SDPA_SHAPE = (4, 8, 256, 64)
 CONV_FLOPS = 2 * CONV_X[0] * CONV_W[0] * CONV_X[2] * CONV_X[3] * CONV_W[1] * CONV_W[2] * CONV_W[3]
 FLOPS: dict[str, float | None] = {
     **{f"matmul {n}x{n}": 2.0 * n**3 for n in MATMUL_SIZES},
+    **{name: 2.0 * float(np.prod(a)) * b[-1] for name, (a, b) in SMALL_MATMULS.items()},
     "conv2d fwd": CONV_FLOPS,
     "conv2d fwd+bwd": 3.0 * CONV_FLOPS,
     "sdpa fwd": None,  # reported in ms only
@@ -77,6 +81,8 @@ def make_inputs(rng: np.random.Generator) -> Inputs:
     inputs = {}
     for n in MATMUL_SIZES:
         inputs[f"a{n}"], inputs[f"b{n}"] = (rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
+    for name, shapes in SMALL_MATMULS.items():
+        inputs[f"{name} a"], inputs[f"{name} b"] = (rng.standard_normal(shape, dtype=np.float32) for shape in shapes)
     inputs["x"], inputs["w"] = (rng.standard_normal(shape, dtype=np.float32) for shape in (CONV_X, CONV_W))
     inputs["q"], inputs["k"], inputs["v"] = (rng.standard_normal(SDPA_SHAPE, dtype=np.float32) for _ in range(3))
     return inputs
@@ -89,6 +95,7 @@ def cases_tensor(tensor: Any, inp: Inputs, names: list[str], **grad_kwargs: Any)
     has no such flag (its backward fills `.grad` of every float tensor in the graph).
     """
     mm = {n: (tensor(inp[f"a{n}"]).realize(), tensor(inp[f"b{n}"]).realize()) for n in MATMUL_SIZES}
+    small = {name: (tensor(inp[f"{name} a"]).realize(), tensor(inp[f"{name} b"]).realize()) for name in SMALL_MATMULS}
     x, w = tensor(inp["x"]).realize(), tensor(inp["w"]).realize()
     xg, wg = (tensor(inp[name], **grad_kwargs).realize() for name in "xw")
     q, k, v = (tensor(inp[name]).realize() for name in "qkv")
@@ -101,6 +108,7 @@ def cases_tensor(tensor: Any, inp: Inputs, names: list[str], **grad_kwargs: Any)
 
     cases: Cases = {
         **{f"matmul {n}x{n}": (lambda a=a, b=b: (a @ b).realize()) for n, (a, b) in mm.items()},
+        **{name: (lambda a=a, b=b: (a @ b).realize()) for name, (a, b) in small.items()},
         "conv2d fwd": lambda: x.conv2d(w, padding=1).realize(),
         "conv2d fwd+bwd": conv_fwd_bwd,
         "sdpa fwd": lambda: q.scaled_dot_product_attention(k, v).realize(),
@@ -135,6 +143,7 @@ def cases_torch(inp: Inputs, names: list[str]) -> Cases:
 
     cases: Cases = {
         **{f"matmul {n}x{n}": (lambda n=n: t[f"a{n}"] @ t[f"b{n}"]) for n in MATMUL_SIZES},
+        **{name: (lambda name=name: t[f"{name} a"] @ t[f"{name} b"]) for name in SMALL_MATMULS},
         "conv2d fwd": lambda: F.conv2d(t["x"], t["w"], padding=1),
         "conv2d fwd+bwd": conv_fwd_bwd,
         "sdpa fwd": lambda: F.scaled_dot_product_attention(t["q"], t["k"], t["v"]),

@@ -43,7 +43,7 @@ class Opt:
 
 # accumulator bytes an upcast may take: 64 floats, 8 AVX2 registers of the 16, leaves room for the operands
 UPCAST_BYTES = 256
-VECTOR_AMOUNTS = (16, 8, 4, 2)  # tried in order for the axis the loads are contiguous in
+VECTOR_AMOUNTS = (8, 4, 2)  # tried in order for the axis the loads are contiguous in (8 floats: one AVX2 register)
 REUSE_AMOUNTS = (8, 4, 2)  # and for an axis some loads don't depend on (each load serves every row of it)
 HOIST_MAX = 256  # iterations of an upcast loop that only stores a reduce's result (no accumulators)
 GROUP_PARTS = 16  # partial reductions of a split full reduce: enough chunks for every core, summed in order
@@ -159,7 +159,7 @@ def _reduce_loads(nodes: dict[UOp, None]) -> list[UOp]:
 
 
 def upcast_opts(loops: list[UOp], loads: list[UOp], acc_bytes: int) -> list[Opt]:
-    """A vector axis (some load contiguous in it, none strided) upcast by up to 16, then a reuse axis (the vector
+    """A vector axis (some load contiguous in it, none strided) upcast by up to 8, then a reuse axis (the vector
     loads don't depend on it, so each serves all its rows) by up to 8, within UPCAST_BYTES of accumulators.
 
     Without a vector axis nothing: the reduce loop stays innermost (vectorised as a `simd reduction` where its loads

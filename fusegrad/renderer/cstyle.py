@@ -337,10 +337,12 @@ def _shortest_float32(x: float) -> str:
 @dataclass
 class _LoopShapes:
     """What decides a loop's pragmas: work inside each outermost loop (ops x trip counts), the loops holding no other
-    loop, and the loops that carry a value between iterations (an accumulator declared outside them)."""
+    loop, the loops inside a reduce loop, and the loops that carry a value between iterations (an accumulator declared
+    outside them)."""
 
     work: dict[UOp, int] = field(default_factory=dict)
     innermost: set[UOp] = field(default_factory=set)
+    in_reduce: set[UOp] = field(default_factory=set)
     carrying: set[UOp] = field(default_factory=set)
     updates: dict[UOp, list[tuple[UOp, Ops]]] = field(default_factory=dict)  # loop -> (register, op) stored in it
 
@@ -354,6 +356,8 @@ class _LoopShapes:
             if u.op is Ops.RANGE:
                 ret.innermost.add(u)
                 ret.innermost.difference_update(open_loops[-1:])
+                if any(r.arg[1] in REDUCE_AXES for r in open_loops):
+                    ret.in_reduce.add(u)
                 open_loops.append(u)
                 trips.append(trips[-1] * max(int(u.src[0].vmax), 1))
             elif u.op is Ops.END:
@@ -431,8 +435,12 @@ class ClangRenderer(CStyleLanguage):
         for rng in (u for u in uops if u.op is Ops.RANGE and u.arg[1] not in REDUCE_AXES):
             if rng in shapes.carrying:
                 continue
-            if rng.arg[1] is AxisType.UPCAST and rng not in shapes.innermost:  # unrolled, its accumulators stay in
-                ret[rng] = f"#pragma GCC unroll {rng.src[0].arg}"  # registers (a loop would index them in memory)
+            if rng.arg[1] is AxisType.UPCAST and rng not in shapes.innermost:
+                # an upcast loop that updates accumulators inside a reduce loop is unrolled, so they stay in registers
+                # (a loop would index them in memory); unrolling the ones around their set-up and read-out makes gcc
+                # keep the array in memory after all
+                if rng in shapes.in_reduce:
+                    ret[rng] = f"#pragma GCC unroll {rng.src[0].arg}"
                 continue
             threads = shapes.work.get(rng, 0) >= self.parallel_threshold
             clauses = (["parallel for"] if threads else []) + (["simd"] if rng in shapes.innermost else [])
