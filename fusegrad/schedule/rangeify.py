@@ -134,11 +134,24 @@ class KernelBuilder:
             idx = simplify_index(idx)
         local_idx = tuple(i - self.device_index * s if a == axis else i for a, i in enumerate(idx))
         local_axis = simplify_index(local_idx)[axis]
-        if valid is None and not (local_axis.vmin >= 0 and local_axis.vmax < s):
-            raise RuntimeError(f"multi: a kernel reads outside this device's shard of axis {axis} of {full}: "
+        if valid is None and (bad := self.outside_block(local_axis, s)) is not None:
+            raise RuntimeError(f"multi: a kernel reads outside device {bad}'s shard of axis {axis} of {full}: "
                                f"index {local_axis.render()}, expected 0..{s - 1}")  # fmt: skip
         local_shape = tuple(s if a == axis else d for a, d in enumerate(full))
         return linearize_index(local_idx, local_shape), prod(local_shape)
+
+    def outside_block(self, local: UOp, s: int) -> int | None:
+        """A device for which index `local` can leave 0..s-1, else None (a read of another device's memory).
+
+        Bounds of the symbolic index first; where the device offset did not cancel, each device's index on its own."""
+        if local.vmin >= 0 and local.vmax < s:
+            return None
+        assert self.device_index is not None, "outside_block: no device index"
+        for d in range(int(self.device_index.src[0].arg)):
+            on_device = simplify_index((local.substitute({self.device_index: idx_const(d)}),))[0]
+            if not (on_device.vmin >= 0 and on_device.vmax < s):
+                return d
+        return None
 
     def reduce_range(self, node: UOp, axis: int, size: int) -> UOp:
         """The loop a reduce runs over `axis`: over this device's block when the source is sharded along it."""
