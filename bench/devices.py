@@ -4,7 +4,8 @@ runs; numpy copies between page-aligned arrays like fusegrad's, DISK reads a fil
 an ordinary numpy array. Then allreduce (float32 sum over 2 and 4 CPU devices, naive and ring) against message size,
 next to the bytes a perfect allreduce moves per device, 2(n-1)/n x size: only the allreduce's own ExecItems are timed
 (copies and combining kernels, compiled beforehand), the best time of each step, summed.
-Usage: python bench/devices.py [--max-mb N] [--seconds S] [--skip-copies].
+Usage: python bench/devices.py [--max-mb N] [--seconds S] [--skip-copies]. On a shared or small machine, run it with
+OMP_NUM_THREADS=1: each simulated device is then one thread, and kernels don't wait on busy OpenMP workers.
 """
 
 from __future__ import annotations
