@@ -114,7 +114,7 @@ class CompiledRunner(Runner):
             raise ValueError(f"{self.p.name}: no value for variables {missing}: got values for {sorted(var_vals)}")
         vals = tuple(var_vals[v.expr] for v in self.p.vars)
         global_size, local_size = _launch_dims(self.p.global_size, var_vals), _launch_dims(self.p.local_size, var_vals)
-        bufs = [b._buf for b in rawbufs]
+        bufs = [rawbufs[slot]._buf for slot in self.p.globals]  # a slot whose loads folded away is not passed
         return self._prg(*bufs, global_size=global_size, local_size=local_size, vals=vals, wait=wait)
 
 

@@ -95,5 +95,7 @@ def _multi_kernel_items(info: Kernel, slots: list[UOp]) -> list[ExecItem]:
 def _slot_count(ast: UOp, kernel: UOp) -> int:
     if ast.op is Ops.COPY:
         return 2
-    globs = {u.arg for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL}
-    return len(globs) if globs else len(kernel.src)
+    # slots are numbered when the kernel is built; simplification can drop one (a load that folded away), so the
+    # buffers up to the highest slot still used are passed, each at its own position
+    globs = [int(u.arg) for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL]
+    return max(globs) + 1 if globs else len(kernel.src)

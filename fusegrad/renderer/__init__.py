@@ -136,7 +136,7 @@ class ProgramSpec:
         ins = sorted({int(b.arg) for u in uops if u.op is Ops.LOAD and (b := _global_accessed(u)) is not None})
         return ProgramSpec(name, src, device, ast, uops,
                            vars=[u for u in uops if u.op is Ops.DEFINE_VAR],
-                           globals=[int(u.arg) for u in uops if u.op is Ops.DEFINE_GLOBAL],
+                           globals=sorted(int(u.arg) for u in uops if u.op is Ops.DEFINE_GLOBAL),
                            outs=outs, ins=ins, estimates=Estimates.from_uops(uops))  # fmt: skip
 
     def launch_dims(self, var_vals: dict[str, int]) -> tuple[list[int], list[int]]:

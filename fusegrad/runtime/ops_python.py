@@ -292,9 +292,10 @@ def _set(run: _Run, pc: int, value: Any) -> int:
 
 def _define_global(run: _Run, pc: int, ins: Instr) -> int:
     slot = int(ins.arg)
-    if slot >= len(run.bufs):
+    position = run.prg.global_position[slot]  # buffers come in slot order, without slots the kernel doesn't use
+    if position >= len(run.bufs):
         raise ValueError(f"PYTHON: {run.prg.name}: the kernel reads buffer slot {slot}: got {len(run.bufs)} buffers")
-    return _set(run, pc, _HostMemory(run.bufs[slot], ins.dtype.base, f"data{slot}"))
+    return _set(run, pc, _HostMemory(run.bufs[position], ins.dtype.base, f"data{slot}"))
 
 
 def _define_var(run: _Run, pc: int, ins: Instr) -> int:
@@ -402,6 +403,8 @@ class PythonProgram:
         self.handlers = [_HANDLERS[ins.op] for ins in self.instrs]
         # DEFINE_VARs take `vals` in program order (KERNEL_IR.md: by name, the order of ProgramSpec.vars)
         self.var_slot = {i: k for k, i in enumerate(i for i, ins in enumerate(self.instrs) if ins.op is Ops.DEFINE_VAR)}
+        slots = sorted({int(ins.arg) for ins in self.instrs if ins.op is Ops.DEFINE_GLOBAL})
+        self.global_position = {slot: k for k, slot in enumerate(slots)}
         self.end_ranges, self.range_end, self.if_end = self._match_blocks()
 
     def _match_blocks(self) -> tuple[dict[int, list[int]], dict[int, int], dict[int, int]]:

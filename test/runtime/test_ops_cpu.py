@@ -47,7 +47,7 @@ def test_variables_are_passed_as_int64() -> None:
         "void fill(long long* restrict out, long long n, long long v) { for (long long i = 0; i < n; i++) out[i] = v; }"
     )
     prg = Device["CPU"].runtime("fill", Device["CPU"].compiler.compile(src))
-    out = Buffer("CPU", 4, dtypes.int64).allocate()
+    out = Buffer("CPU", 4, dtypes.int64, initial_value=bytes(32))  # zeroed: a reused allocation holds old bytes
     prg(out._buf, vals=(3, 2**40))
     assert out.numpy().tolist() == [2**40] * 3 + [0]
 
