@@ -16,7 +16,7 @@ import pytest
 from fusegrad import Tensor
 from fusegrad.dtype import dtypes
 from fusegrad.engine.jit import TinyJit
-from fusegrad.mixin.random import threefry2x32
+from fusegrad.mixin.random import _next_key, threefry2x32
 
 try:
     from scipy import stats as scipy_stats
@@ -145,6 +145,19 @@ def test_realization_order_does_not_change_the_numbers() -> None:
     a, b = Tensor.rand(6, contiguous=False), Tensor.rand(6, contiguous=False)
     np.testing.assert_array_equal(b.numpy(), second)
     np.testing.assert_array_equal(a.numpy(), first)
+
+
+def test_each_draw_keeps_its_own_key() -> None:
+    """The key is a copy of the device state in memory of its own: later advances of the state never reach it."""
+    Tensor.manual_seed((7 << 32) + 5)
+    keys = [_next_key("CPU") for _ in range(3)]
+    assert [k.tolist() for k in keys] == [[5, 7, 0], [5, 7, 1], [5, 7, 2]]
+    Tensor.manual_seed(11)
+    expected = [Tensor.rand(5).numpy() for _ in range(3)]
+    Tensor.manual_seed(11)
+    lazy = [Tensor.rand(5, contiguous=False) for _ in range(3)]
+    for i in (2, 0, 1):
+        np.testing.assert_array_equal(lazy[i].numpy(), expected[i])
 
 
 def test_jitted_draws_advance_the_device_counter() -> None:

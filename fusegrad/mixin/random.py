@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from fusegrad.dtype import DType, DTypeLike, dtypes, to_dtype
 from fusegrad.helpers import argfix, ceildiv, prod
+from fusegrad.uop import Ops
+from fusegrad.uop.ops import UOp
 
 if TYPE_CHECKING:
     from fusegrad.tensor import Tensor
@@ -76,11 +78,30 @@ def _next_key(device: str | tuple[str, ...] | None) -> Tensor:
     dev = canonicalize_device(device) if device is not None else Device.DEFAULT
     if (state := _state.devices.get(dev)) is None:
         state = _state.devices[dev] = Tensor(_seed_words(_state.seed), device=dev, dtype=dtypes.uint32)
-    key = state.contiguous()  # (3,): this draw's own copy; the draw's kernels read it, never the state
+    # (3,): this draw's own copy in memory of its own (a contiguous() of a realized buffer would be that buffer)
+    key = Tensor.empty(3, device=dev, dtype=dtypes.uint32).assign(state)
     call_word = Tensor.arange(3, device=dev) == 2  # (3,): 0, 0, 1
     state.assign(key + call_word.cast(dtypes.uint32))
-    Tensor.realize(key, state)
+    _realize_alone(key, state)
     return key
+
+
+def _realize_alone(*tensors: Tensor) -> None:
+    """Realize tensors whose graphs no other live tensor shares (a draw's key and the state), skipping the walk over
+    every live tensor's graph that `Tensor.realize` makes to update them: with many lazy tensors alive (a model's
+    initial weights) that walk would cost more than the two tiny kernels."""
+    from fusegrad.engine.realize import run_schedule
+    from fusegrad.engine.schedule import create_schedule
+    from fusegrad.schedule.kernelize import kernelize
+
+    becomes = kernelize(UOp.sink(*[t.uop for t in tensors])).becomes
+    for t in tensors:  # each tensor's own node is a key of the map (a kernelized result); never a node below it
+        t.uop = becomes.get(t.uop, t.uop)
+    sink = UOp.sink(*[t.uop for t in tensors])
+    run_schedule(create_schedule(sink))
+    for t in tensors:
+        if t.uop.op is Ops.ASSIGN and t.uop.src[1].op is Ops.KERNEL:
+            t.uop = t.uop.src[0]
 
 
 def _random_words(n: int, device: str | tuple[str, ...] | None) -> tuple[Tensor, Tensor]:
