@@ -34,14 +34,26 @@ def _max_gradient(ctx: UOp, x: UOp, y: UOp) -> SourceGrads:
     return (y < x).where(ctx, tie), (x < y).where(ctx, tie)
 
 
+def _product_of_others(ret: UOp, x: UOp) -> UOp:
+    """d prod(x) / dx_i: the product of the other elements of x_i's group. prod / x_i where x_i != 0 (no division by
+    zero: a 0 * inf there would be NaN); at a zero, the product of the nonzero values if it is the group's only zero,
+    else 0 (torch's gradient too)."""
+    axes = ret.arg[1]
+    is_zero = x.eq(x.const_like(0))
+    one = x.const_like(1)
+    nonzero_product = is_zero.where(one, x).r(Ops.MUL, axes)
+    zero_count = is_zero.where(one, x.const_like(0)).r(Ops.ADD, axes)  # in x's dtype: only == 1 matters
+    at_zero = zero_count.eq(1).where(nonzero_product, x.const_like(0)).expand(x.shape)
+    return is_zero.where(at_zero, ret.expand(x.shape) * is_zero.where(one, x).reciprocal())
+
+
 def _reduce_gradient(ctx: UOp, ret: UOp, x: UOp) -> SourceGrads:
     """Reductions keep their axes as size 1, so `expand(x.shape)` broadcasts a result back onto its input."""
     match ret.arg[0]:
         case Ops.ADD:
             return (ctx.expand(x.shape),)
         case Ops.MUL:
-            # d prod(x) / dx_i = prod(x) / x_i (x_i != 0)
-            return ((ctx * ret).expand(x.shape) * x.reciprocal(),)
+            return ((ctx.expand(x.shape) * _product_of_others(ret, x)),)
         case Ops.MAX:
             # ties share the gradient equally (torch.amax does the same)
             is_max = x.eq(ret.expand(x.shape)).cast(ctx.dtype)

@@ -146,6 +146,8 @@ REDUCTIONS: dict[str, Case] = {
         [(C3, "any")],
     ),
     "prod_axis1": (lambda a: a.prod(1), lambda a: a.prod(1), [(C3, "nonzero")]),
+    "prod_zeros": (lambda a: a.prod(1), lambda a: a.prod(1), [(C3, "ties")]),  # groups with one zero and with more
+    "prod_all_zeros": (lambda a: a.prod() * 1e3, lambda a: a.prod() * 1e3, [((3, 1), "ties")]),
     "softmax": (lambda a: a.softmax(-1), lambda a: a.softmax(-1), [(C3, "any")]),
     "softmax_axis0": (lambda a: a.softmax(0), lambda a: a.softmax(0), [(C3, "any")]),
     "log_softmax": (lambda a: a.log_softmax(-1), lambda a: a.log_softmax(-1), [(C3, "any")]),
@@ -486,6 +488,7 @@ FINITE_DIFFERENCE: dict[str, tuple[Callable[..., Tensor], list[tuple[tuple[int, 
     "exp_log_sqrt": (lambda a: (a.exp() + a.sqrt()).log(), [((2, 3), "pos")]),
     "sin_tanh_sigmoid": (lambda a: a.sin() * a.tanh() + a.sigmoid(), [((2, 3), "any")]),
     "max_reduce": (lambda a: a.max(-1) * a.min(-2).sum(-1, keepdim=True), [((2, 3), "any")]),
+    "prod_zeros": (lambda a: a.prod(-1) + a.prod(-2).sum(-1, keepdim=True), [((3, 4), "ties")]),  # multilinear: exact
     "softmax": (lambda a: a.softmax(-1) * a, [((2, 3), "any")]),
     "log_softmax": (lambda a: a.log_softmax(-2), [((2, 3), "any")]),
     "matmul": (lambda a, b: (a @ b).relu() @ b.transpose(-1, -2), [((2, 3), "any"), ((3, 3), "any")]),

@@ -415,6 +415,12 @@ def test_inplace_operators_write_into_self() -> None:
     f = Tensor([1.0, 2.0])
     f **= 2
     assert f.tolist() == [1.0, 4.0]
+    m = Tensor([-7, 7, 5]).realize()
+    before = m
+    m //= 2
+    m %= 3
+    assert m is before
+    assert m.tolist() == [(-7 // 2) % 3, (7 // 2) % 3, (5 // 2) % 3]
 
 
 # *** the PYTHON device (the executable spec) ***

@@ -651,3 +651,6 @@ class ElementwiseMixin:
 
     def __ifloordiv__(self: Tensor, x: Tensor | ConstType) -> Tensor:
         return self.assign(self // x)
+
+    def __imod__(self: Tensor, x: Tensor | ConstType) -> Tensor:
+        return self.assign(self % x)
