@@ -368,3 +368,13 @@ def test_random_chains_on_sharded_match_numpy(data: Any) -> None:
             break
         t, a = _random_op(data.draw, t, a)
     np.testing.assert_array_equal(t.numpy(), a)
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_shard_from_disk(axis: int | None, tmp_path: Any) -> None:
+    a = np.arange(32, dtype=np.float32).reshape(8, 4)
+    a.tofile(tmp_path / "weights.bin")
+    on_disk = Tensor.empty(8, 4, dtype=dtypes.float32, device=f"DISK:{tmp_path / 'weights.bin'}")
+    sharded = on_disk.shard(CPUS[2], axis)
+    np.testing.assert_array_equal(sharded.numpy(), a)
+    assert placement(sharded) == (REPLICATED if axis is None else Placement(axis))

@@ -92,6 +92,17 @@ def devices_of(u: UOp) -> tuple[str, ...] | None:
     return device if isinstance(device, tuple) else None
 
 
+def can_compute(device: str) -> bool:
+    """Can kernels run on `device`? (DISK and NPY only store data.)"""
+    from fusegrad.device import Device  # the device layer imports the IR this module builds on
+
+    try:
+        Device[device].compiler  # noqa: B018  # the property raises for storage-only devices
+    except RuntimeError:
+        return False
+    return True
+
+
 def leading_block(shape: tuple[int, ...], axis: int) -> bool:
     """Is each device's shard along `axis` one contiguous range of memory (every axis before it has size 1)?"""
     return prod(shape[:axis]) == 1
@@ -203,6 +214,8 @@ class PlaceGraph:
             if x.op is Ops.COPY and devices_of(x.src[0]) is None:  # copied from another device first (a numpy
                 x = x.src[0]  # array, say): copy from the original, no staging copy
             return self.put(u.replace(src=(x, u.src[1])), want)
+        if isinstance(x.device, str) and not can_compute(x.device):  # storage (DISK, NPY): blocks laid out on target
+            x = UOp(Ops.COPY, x.dtype, (x, UOp(Ops.DEVICE, arg=target[0])))
         order = to_front(len(x.shape), want.axis)
         front = UOp(Ops.COPY, x.dtype, (x.permute(order).contiguous(), u.src[1]), 0)
         back = self.put(self.put(front, Placement(0)).permute(inverse(order)), want)
