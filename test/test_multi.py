@@ -378,3 +378,4 @@ def test_shard_from_disk(axis: int | None, tmp_path: Any) -> None:
     sharded = on_disk.shard(CPUS[2], axis)
     np.testing.assert_array_equal(sharded.numpy(), a)
     assert placement(sharded) == (REPLICATED if axis is None else Placement(axis))
+    np.testing.assert_array_equal(sharded.to("NPY").numpy(), a)  # and back to a device that can't compute

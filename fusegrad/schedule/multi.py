@@ -194,6 +194,8 @@ class PlaceGraph:
         devices = UOp(Ops.DEVICE, arg=target)
         if have.axis is None or leading_block(x.shape, have.axis):
             return UOp(Ops.COPY, x.dtype, (self.copy_source(x), devices))
+        if not can_compute(target):  # storage (DISK, NPY): put the blocks in order on the first device, then copy
+            return UOp(Ops.COPY, x.dtype, (self.gather(x, x.device[0]), devices))
         order = to_front(len(x.shape), have.axis)
         front = self.put(self.put(x.permute(order), Placement(0)).contiguous(), Placement(0))
         # a COPY's result is contiguous memory (the prepare pass relies on it): the permuted view gets a kernel
