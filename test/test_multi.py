@@ -379,3 +379,10 @@ def test_shard_from_disk(axis: int | None, tmp_path: Any) -> None:
     np.testing.assert_array_equal(sharded.numpy(), a)
     assert placement(sharded) == (REPLICATED if axis is None else Placement(axis))
     np.testing.assert_array_equal(sharded.to("NPY").numpy(), a)  # and back to a device that can't compute
+
+
+def test_allreduced_result_is_copied_out_without_an_extra_kernel() -> None:
+    t = Tensor(rand(6, 4)).shard(CPUS[2], 0).realize()
+    ops = [ei.ast.op for ei in t.sum(0).to("CPU").schedule()]
+    # partial sums, allreduce (copies + combine), one copy out: the reduce's result is already contiguous memory
+    assert ops == [Ops.SINK] * 2 + [Ops.COPY] * 2 + [Ops.SINK] * 2 + [Ops.COPY]

@@ -287,6 +287,8 @@ class PlaceGraph:
             return self.place_movement(u)
         if u.op is Ops.REDUCE_AXIS:
             return self.place_reduce(u)
+        if u.op is Ops.CONTIGUOUS and u.tag is None and _is_copy_result(u.src[0]):
+            return u.src[0]  # a COPY's result is contiguous memory already (placing may have made a reduce one)
         if u.op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD, Ops.AFTER):
             return self.put(u, self.placements[u.src[0]])
         if u.op is Ops.ASSIGN:
@@ -295,6 +297,12 @@ class PlaceGraph:
         if u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST):
             return self.place_elementwise(u)
         raise NotImplementedError(f"multi: {u.op} is not supported on several devices")
+
+
+def _is_copy_result(x: UOp) -> bool:
+    while x.op is Ops.RESHAPE:
+        x = x.src[0]
+    return x.op is Ops.COPY
 
 
 def place_graph(sink: UOp) -> tuple[UOp, dict[UOp, UOp], dict[UOp, Placement]]:
