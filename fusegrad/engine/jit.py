@@ -265,6 +265,7 @@ class CapturedJit(Generic[R]):
     input_slots: list[list[Slot]]
     returned_inputs: dict[int, int] = field(default_factory=dict)
     plain: dict[Key, str] = field(default_factory=dict)
+    training: bool = False
     _copies: dict[int, Buffer] = field(default_factory=dict)
 
     def replay(self, inputs: list[JitInput]) -> R:
@@ -425,6 +426,7 @@ class TinyJit(Generic[R]):
             slots,
             _returned_inputs(ret, inputs, self._names),
             _plain_arguments(args, kwargs),
+            Tensor.training,
         )
         for slot in slots:  # replays fill these; don't keep the capture call's inputs alive
             for j, i, _ in slot:
@@ -451,6 +453,12 @@ class TinyJit(Generic[R]):
                 f"TinyJit: argument {_label(key, self._names)} changed since capture: got {plain.get(key, 'nothing')}, "
                 f"expected {self.captured.plain.get(key, 'nothing')}; Python values and objects are baked into the "
                 "captured kernels: pass a Tensor, use one TinyJit per object, or call reset() to capture again"
+            )
+        if Tensor.training != self.captured.training:
+            raise JitError(
+                f"TinyJit: Tensor.training changed since capture: got {Tensor.training}, expected "
+                f"{self.captured.training}; the mode is baked into the captured kernels (dropout, batchnorm): use one "
+                "TinyJit per mode, or call reset()"
             )
         keys = [i.key for i in inputs]
         if keys != self.captured.keys:

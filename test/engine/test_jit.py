@@ -401,6 +401,13 @@ def test_changed_python_arguments() -> None:
         step(vec(3, 4), 2.0, label="a")
 
 
+def test_changed_training_mode() -> None:
+    step = captured(lambda x: (x.dropout(0.5) * 1).realize(), vec(1, 1))  # captured in eval mode: no dropout
+    with Tensor.train(), pytest.raises(JitError, match=r"Tensor.training changed since capture: got True, expected"):
+        step(vec(1, 1))
+    assert step(vec(2, 2)).tolist() == [2, 2]
+
+
 def test_changed_view_of_an_input() -> None:
     base = vec(1, 2, 3, 4)
     step = captured(lambda x: (x * 1).realize(), base[0:2])
