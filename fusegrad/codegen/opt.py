@@ -100,14 +100,17 @@ def group(sink: UOp, opt: Opt, new_axis: int, new_reg: int) -> UOp:
     """
     rng = _find_range(sink, opt.axis)
     size = _check_split(opt, rng, AxisType.REDUCE)
-    (red,) = [u for u in sink.toposort() if u.op is Ops.REDUCE and rng in u.src[1:]]
+    red = next(u for u in sink.toposort() if u.op is Ops.REDUCE and rng in u.src[1:])  # a REDUCE range has one
     chunk = size // opt.arg
     parts = UOp.range(opt.arg, new_axis, AxisType.LOOP)
     within = UOp.range(chunk, opt.axis, AxisType.REDUCE)
     others = [r for r in red.src[1:] if r is not rng]
     partial_value = red.src[0].substitute({rng: parts * chunk + within}).reduce(within, *others, arg=red.arg)
     partials = UOp(Ops.DEFINE_REG, red.dtype.ptr(opt.arg, AddrSpace.REG), arg=new_reg)
-    outer = sorted({r for r in red.src[0].toposort() if r.op is Ops.RANGE} - set(red.src[1:]), key=lambda r: r.arg)
+    # the loops the result lives in: the value's, less those closed by this reduce or one inside it
+    inside = red.toposort()
+    closed = {r for u in inside if u.op is Ops.REDUCE for r in u.src[1:]}
+    outer = sorted((r for r in inside if r.op is Ops.RANGE and r not in closed), key=lambda r: r.arg)
     written = partials.index(parts).store(partial_value)
     combine = UOp.range(opt.arg, new_axis + 1, AxisType.REDUCE)
     combined = UOp(Ops.AFTER, partials.dtype, (partials, written, *outer)).index(combine).load()
@@ -115,8 +118,8 @@ def group(sink: UOp, opt: Opt, new_axis: int, new_reg: int) -> UOp:
 
 
 def apply_opts(sink: UOp, opts: tuple[Opt, ...]) -> UOp:
-    """The kernel with each of `opts` applied in order (then its indexes simplified); its KernelInfo records them.
-    Raises ValueError for an opt that doesn't fit the kernel."""
+    """The kernel with each of `opts` applied in order, then its indexes simplified. Raises ValueError for an opt
+    that doesn't fit the kernel."""
     for opt in opts:
         nodes = sink.toposort()
         new_axis = max((u.arg[0] for u in nodes if u.op is Ops.RANGE), default=-1) + 1

@@ -190,6 +190,18 @@ def test_group_of_one_reduce_axis_among_several(device: str) -> None:
     check((ast, [a], a.astype(np.float64).sum().reshape(1)), dtypes.float32, device, (Opt(OptOps.GROUP, 0, 3),))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_group_inside_output_loops_and_around_a_nested_reduce(device: str) -> None:
+    # out[i] = sum_r a[i, r] * sum_s b[r, s]: the r sum split in 3 per output row, the s sum inside each partial
+    i, r, s = loop(5, 0), red(6, 1), red(4, 2)
+    inner = glob(2, 24, dtypes.float32).index(r * 4 + s).load().reduce(s, arg=Ops.ADD)
+    value = (glob(1, 30, dtypes.float32).index(i * 6 + r).load() * inner).reduce(r, arg=Ops.ADD)
+    ast = UOp.sink(glob(0, 5, dtypes.float32).index(i).store(value))
+    a, b = data((5, 6), dtypes.float32), data((6, 4), dtypes.float32, 1)
+    expected = a.astype(np.float64) @ b.astype(np.float64).sum(1)
+    check((ast, [a, b], expected), dtypes.float32, device, (Opt(OptOps.GROUP, 1, 3),))
+
+
 @pytest.mark.parametrize(
     ("opt", "match"),
     [(Opt(OptOps.UPCAST, 1, 3), "UPCAST by 3 of axis 1: got size 16, expected a multiple"),
