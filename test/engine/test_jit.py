@@ -278,6 +278,18 @@ def test_pending_writes_run_once_or_every_call() -> None:
     assert outside.tolist() == [6]
 
 
+def test_a_function_with_only_side_effects() -> None:
+    total = vec(0, 0)
+
+    @TinyJit
+    def accumulate(x: Tensor) -> None:
+        total.assign(total + x * 2)
+
+    for i in range(5):
+        assert accumulate(vec(i, 1)) is None
+    assert total.tolist() == [20, 10]
+
+
 def test_debug_2_replays_through_exec_items(capsys: pytest.CaptureFixture[str]) -> None:
     step = captured(lambda x: (x + 1).realize(), vec(1))
     with Context(DEBUG=2):
