@@ -230,10 +230,16 @@ def _result_view(root: UOp, stored: UOp) -> UOp:
 
 
 def _becomes_map(sink: UOp, prepare_map: dict[UOp, UOp], buffer_of: dict[UOp, UOp]) -> dict[UOp, UOp]:
-    """Original tensor node -> a view of its kernelized buffer, for every realized node and every output."""
+    """Original tensor node -> a view of its kernelized buffer, for every output and every write.
+
+    Explicit materialisations (COPY, CONTIGUOUS, ASSIGN) are mapped too. Nodes the scheduler chose to store along
+    the way (a reduce split off, a costly operand) are not: a live tensor whose graph passes through them keeps its
+    graph, so a gradient taken after a realize (a layernorm's statistics) still reaches the leaves.
+    """
+    outputs = {u for out in sink.src for u in (out, out.base)}
     becomes: dict[UOp, UOp] = {}
     for old, new in prepare_map.items():
-        if new in buffer_of:
+        if new in buffer_of and (old in outputs or new.op in (Ops.ASSIGN, Ops.COPY, Ops.CONTIGUOUS)):
             becomes[old] = _result_view(new, buffer_of[new])
         elif new.op is Ops.AFTER and new.src[1] in buffer_of:
             becomes[old] = buffer_of[new.src[1]]
