@@ -102,6 +102,7 @@ def _realize_alone(*tensors: Tensor) -> None:
     for t in tensors:
         if t.uop.op is Ops.ASSIGN and t.uop.src[1].op is Ops.KERNEL:
             t.uop = t.uop.src[0]
+        assert t.uop.base.op is Ops.BUFFER, f"random: the generator state did not realize: got {t.uop.op}"
 
 
 def _random_words(n: int, device: str | tuple[str, ...] | None) -> tuple[Tensor, Tensor]:
