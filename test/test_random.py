@@ -177,6 +177,20 @@ def test_jitted_draws_advance_the_device_counter() -> None:
     assert [draw().tolist() for _ in range(2)] == plain[:2]
 
 
+def test_reseeding_inside_a_jitted_function() -> None:
+    """manual_seed inside the function is a kernel while capturing: every replay restarts the stream, as eagerly."""
+
+    @TinyJit
+    def draw() -> Tensor:
+        Tensor.manual_seed(3)
+        return Tensor.rand(4).realize()
+
+    Tensor.rand(1).realize()  # the device state exists before the capture
+    Tensor.manual_seed(3)
+    first = Tensor.rand(4).tolist()
+    assert [draw().tolist() for _ in range(4)] == [first] * 4
+
+
 def test_jitted_dropout_draws_new_masks() -> None:
     Tensor.training = True
     step = TinyJit(lambda x: x.dropout(0.5).realize())

@@ -167,12 +167,14 @@ class RandomMixin:
         """Seed the generator and restart its call count on every device: the same seed then gives the same numbers.
 
         The device states are rewritten in place, so a TinyJit that draws numbers restarts the sequence too."""
+        from fusegrad.engine.realize import capturing
         from fusegrad.tensor import Tensor
 
         _state.seed = int(seed)
         words = _seed_words(_state.seed)
         for dev, state in _state.devices.items():
-            if isinstance(dev, tuple):  # a copy on every device: write it with a kernel
+            # with a kernel: a copy on every device, or inside a TinyJit capture (so replays reseed too)
+            if isinstance(dev, tuple) or capturing:
                 state.assign(Tensor(words, device=dev, dtype=dtypes.uint32)).realize()
             else:
                 state.uop.base.buffer.ensure_allocated().copyin(memoryview(struct.pack("<3I", *words)))
