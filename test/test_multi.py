@@ -386,3 +386,25 @@ def test_allreduced_result_is_copied_out_without_an_extra_kernel() -> None:
     ops = [ei.ast.op for ei in t.sum(0).to("CPU").schedule()]
     # partial sums, allreduce (copies + combine), one copy out: the reduce's result is already contiguous memory
     assert ops == [Ops.SINK] * 2 + [Ops.COPY] * 2 + [Ops.SINK] * 2 + [Ops.COPY]
+
+
+def test_setitem_across_shards_writes_each_devices_block() -> None:
+    a = np.arange(8, dtype=np.float32).reshape(4, 2)
+    t = Tensor(a).shard(CPUS[2], 0).realize()
+    buffer = t.uop.base
+    t[1:3] = 0  # rows 1 and 2 live on different devices: each device stores only into its own block
+    expected = a.copy()
+    expected[1:3] = 0
+    np.testing.assert_array_equal(t.numpy(), expected)
+    assert t.uop.base is buffer
+    t[1:3] += 10
+    expected[1:3] += 10
+    np.testing.assert_array_equal(t.numpy(), expected)
+    columns = Tensor(a).shard(CPUS[2], 1).realize()
+    columns[:, 1] = Tensor([5.0, 6.0, 7.0, 8.0]).to(CPUS[2])
+    np.testing.assert_array_equal(columns.numpy(), np.stack([a[:, 0], [5, 6, 7, 8]], 1))
+    view = t[::-1][0:3]
+    view.assign(Tensor(np.full((3, 2), 9, np.float32)).to(CPUS[2]))
+    np.testing.assert_array_equal((view + 1).numpy(), np.full((3, 2), 10))  # read in the schedule that writes it
+    expected[1:] = 9
+    np.testing.assert_array_equal(t.numpy(), expected)

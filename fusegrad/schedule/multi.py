@@ -31,10 +31,13 @@ class Placement:
 
     axis: int | None = None
     partial: Ops | None = None
+    masked: bool = False  # a write into a view that crosses shards: each device stores only into its own block
 
     def __repr__(self) -> str:
         if self.partial is not None:
             return f"partial({self.partial.name})"
+        if self.masked:
+            return "masked write"
         return "replicated" if self.axis is None else f"sharded({self.axis})"
 
 
@@ -235,34 +238,23 @@ class PlaceGraph:
         have = self.placements.get(x)
         return have is not None and have != want and (have.partial is not None or have.axis is not None)
 
-    def place_movement(self, u: UOp) -> UOp:  # one case per op: a dispatch table
+    def place_movement(self, u: UOp) -> UOp:
         x = u.src[0]
-        have = self.placements[x]
-        n = len(x.device)
-        if have.axis is None:
-            return self.put(u, have)
-        axis = have.axis
-        match u.op:
-            case Ops.PERMUTE:
-                return self.put(u, Placement(u.arg.index(axis)))
-            case Ops.EXPAND:
-                return self.put(u, have)
-            case Ops.RESHAPE:
-                # a buffer is flat: its shard axis refers to the shape it was stored with
-                stored = x
-                while stored.op is Ops.AFTER or is_stored_write(stored):  # memory after writes: the BUFFER below
-                    stored = stored.src[0]
-                in_shape = multi_buffer(stored).shape if stored.op is Ops.BUFFER else x.shape
-                if (new_axis := reshaped_axis(in_shape, axis, u.shape, n)) is not None:
-                    return self.put(u, Placement(new_axis))
-            case Ops.PAD if u.arg[axis] == (0, 0):
-                return self.put(u, have)
-            case Ops.SHRINK if u.arg[axis] == (0, x.shape[axis]):
-                return self.put(u, have)
-            case Ops.FLIP if not u.arg[axis]:
-                return self.put(u, have)
+        if (moved := moved_placement(u, self.placements[x])) is not None:
+            return self.put(u, moved)
         # the shard axis moves across devices: gather it everywhere first
         return self.put(u.replace(src=(self.convert(x, REPLICATED),)), REPLICATED)
+
+    def view_placement(self, view: UOp) -> Placement | None:
+        """The placement of a view of placed memory, without moving data; None where it crosses shards."""
+        chain = []
+        while view.op in GroupOp.Movement:
+            chain.append(view)
+            view = view.src[0]
+        placement: Placement | None = self.placements[view]
+        for node in reversed(chain):
+            placement = moved_placement(node, placement) if placement is not None else None
+        return placement
 
     def place_reduce(self, u: UOp) -> UOp:
         have = self.placements[u.src[0]]
@@ -271,8 +263,34 @@ class PlaceGraph:
         self.put(u, Placement(partial=u.arg[0]))
         return self.allreduce(u)
 
+    def place_assign(self, u: UOp) -> UOp:
+        """ASSIGN(view of memory, value): the value moves to the view's placement; a view that crosses shards is
+        written masked (every device computes the whole view and stores only into its own block)."""
+        target = self.view_placement(u.src[0])  # the target is kept a view of memory (place_graph)
+        value = self.convert(u.src[1], REPLICATED if target is None else target)
+        return self.put(u.replace(src=(u.src[0], value)), Placement(masked=True) if target is None else target)
+
+    def read_after_write(self, write: UOp) -> UOp:
+        """A masked write read as a value: its target view over the memory after the write (moved as reads need)."""
+        chain = []
+        node = write.src[0]
+        while node.op in GroupOp.Movement:
+            chain.append(node)
+            node = node.src[0]
+        out = self.put(UOp(Ops.AFTER, node.dtype, (node, write)), self.placements[node])
+        for view in reversed(chain):
+            out = self.place_movement(view.replace(src=(out,)))
+        return out
+
+    def unmask_sources(self, u: UOp) -> UOp:
+        if u.op in (Ops.AFTER, Ops.SINK) or not any(self.placements.get(s, REPLICATED).masked for s in u.src):
+            return u
+        return u.replace(src=tuple(self.read_after_write(s) if s in self.placements and self.placements[s].masked
+                                   else s for s in u.src))  # fmt: skip
+
     def place(self, u: UOp) -> UOp:
         """The node standing for `u` (sources already placed), with its placement recorded."""
+        u = self.unmask_sources(u)
         if u.op is Ops.COPY:
             return self.place_copy(u)
         if devices_of(u) is None:
@@ -292,11 +310,54 @@ class PlaceGraph:
         if u.op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD, Ops.AFTER):
             return self.put(u, self.placements[u.src[0]])
         if u.op is Ops.ASSIGN:
-            want = self.placements[u.src[0]]
-            return self.put(u.replace(src=(u.src[0], self.convert(u.src[1], want))), want)
+            return self.place_assign(u)
         if u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST):
             return self.place_elementwise(u)
         raise NotImplementedError(f"multi: {u.op} is not supported on several devices")
+
+
+def _reference_shape(x: UOp) -> tuple[int, ...]:
+    """The shape a placement's axis refers to: a buffer is flat, its axis refers to the shape it was stored with."""
+    stored = x
+    while stored.op is Ops.AFTER or is_stored_write(stored):  # memory after writes: the BUFFER below
+        stored = stored.src[0]
+    return multi_buffer(stored).shape if stored.op is Ops.BUFFER else x.shape
+
+
+def moved_placement(u: UOp, have: Placement) -> Placement | None:
+    """The placement of movement op `u` over a source placed `have`, or None when the shard axis moves across
+    devices (a pad, shrink or flip of it, or a reshape that splits its blocks differently)."""
+    x = u.src[0]
+    if have.axis is None:
+        return have
+    axis = have.axis
+    match u.op:
+        case Ops.PERMUTE:
+            return Placement(u.arg.index(axis))
+        case Ops.EXPAND:
+            return have
+        case Ops.RESHAPE:
+            new_axis = reshaped_axis(_reference_shape(x), axis, u.shape, len(x.device))
+            return None if new_axis is None else Placement(new_axis)
+        case Ops.PAD if u.arg[axis] == (0, 0):
+            return have
+        case Ops.SHRINK if u.arg[axis] == (0, x.shape[axis]):
+            return have
+        case Ops.FLIP if not u.arg[axis]:
+            return have
+    return None
+
+
+def _raw_view(view: UOp, new: dict[UOp, UOp]) -> UOp:
+    """An assign target rebuilt over the placed memory below it, without the data moves reads of it would get."""
+    chain = []
+    while view.op in GroupOp.Movement:
+        chain.append(view)
+        view = view.src[0]
+    out = new[view]
+    for node in reversed(chain):
+        out = node.replace(src=(out,))
+    return out
 
 
 def _is_copy_result(x: UOp) -> bool:
@@ -313,6 +374,8 @@ def place_graph(sink: UOp) -> tuple[UOp, dict[UOp, UOp], dict[UOp, Placement]]:
     new: dict[UOp, UOp] = {}
     for u in sink.toposort():
         srcs = tuple(new[s] for s in u.src)
+        if u.op is Ops.ASSIGN and not is_stored_write(u) and devices_of(u) is not None:
+            srcs = (_raw_view(u.src[0], new), *srcs[1:])
         node = u if srcs == u.src else u.replace(src=srcs)
         new[u] = state.place(node)
     return new[sink], new, state.placements

@@ -78,6 +78,7 @@ class KernelBuilder:
     memo: dict[tuple[Any, ...], UOp] = field(default_factory=dict)
     memo_children: dict[tuple[UOp, Index], list[tuple[Any, ...]]] = field(default_factory=dict)
     placements: dict[UOp, Placement] | None = None  # set for a multi-device kernel (multi.py)
+    store_gate: UOp | None = None  # a masked write's store: where the index is in this device's block
     device_index: UOp | None = None  # its MULTI range: the device a copy of the kernel runs on
 
     def block(self, size: int) -> int:
@@ -114,13 +115,19 @@ class KernelBuilder:
         return index.load(dtype=node.dtype)
 
     def local_index(
-        self, buf: UOp, node: UOp, idx: Index, shape: tuple[int, ...], valid: UOp | None
+        self, buf: UOp, node: UOp, idx: Index, shape: tuple[int, ...], valid: UOp | None, gate: bool = False
     ) -> tuple[UOp, int]:
-        """(flat index into this device's memory, its size) for reading `node` at global `idx` in a multi kernel."""
+        """(flat index into this device's memory, its size) for reading `node` at global `idx` in a multi kernel.
+
+        With `gate` (a masked write) an index outside this device's block is allowed, and `self.store_gate` says
+        where the index is inside it."""
         assert self.placements is not None, "local_index: not a multi kernel"
         assert self.device_index is not None, "local_index: no device index"
-        if buf.op is Ops.BUFFER:
-            held = multi_buffer(buf)
+        memory = buf
+        while memory.op in GroupOp.Movement or memory.op is Ops.AFTER or is_kernelized(memory):
+            memory = memory.src[0]  # a pending write's target: the memory it writes
+        if memory.op is Ops.BUFFER:
+            held = multi_buffer(memory)
             placement, full, size = held.placement, held.shape, held.capacity
         else:  # realized in this schedule, its buffer not made yet
             placement, full, size = self.placements[node], node.shape, prod(node.shape)
@@ -134,7 +141,9 @@ class KernelBuilder:
             idx = simplify_index(idx)
         local_idx = tuple(i - self.device_index * s if a == axis else i for a, i in enumerate(idx))
         local_axis = simplify_index(local_idx)[axis]
-        if valid is None and (bad := self.outside_block(local_axis, s)) is not None:
+        if gate:
+            self.store_gate = (idx_const(-1) < local_axis) & (local_axis < s)
+        elif valid is None and (bad := self.outside_block(local_axis, s)) is not None:
             raise RuntimeError(f"multi: a kernel reads outside device {bad}'s shard of axis {axis} of {full}: "
                                f"index {local_axis.render()}, expected 0..{s - 1}")  # fmt: skip
         local_shape = tuple(s if a == axis else d for a, d in enumerate(full))
@@ -365,8 +374,9 @@ def build_kernel(root: UOp, realized: dict[UOp, None], buffer_of: dict[UOp, UOp]
     if root.op is Ops.ASSIGN:
         target_node, flat = _store_index(root.src[0], out_idx)
         out_buf = kb.out_buf = target_node.src[0] if is_kernelized(target_node) else target_node
-        if kb.device_index is not None:
-            flat, _ = kb.local_index(out_buf, out_buf, (flat,), (out_buf.arg,), None)
+        if kb.placements is not None and kb.device_index is not None:
+            masked = kb.placements[root].masked
+            flat, _ = kb.local_index(out_buf, out_buf, (flat,), (out_buf.arg,), None, gate=masked)
         value = kb.emit(root.src[1], out_idx, None, ctx)
     else:
         size = prod(root.shape)
@@ -377,7 +387,8 @@ def build_kernel(root: UOp, realized: dict[UOp, None], buffer_of: dict[UOp, UOp]
         value = kb.emit(root, out_idx, None, ctx)
     out_size = multi_buffer(out_buf).capacity if kb.device_index is not None else out_buf.arg
     glob = UOp(Ops.DEFINE_GLOBAL, out_buf.dtype.ptr(out_size), arg=0)
-    ast = UOp.sink(glob.index(flat).store(value))
+    index = glob.index(flat) if kb.store_gate is None else glob.index(flat, kb.store_gate)
+    ast = UOp.sink(index.store(value))
     inputs = sorted(kb.loads, key=lambda u: kb.loads[u])
     return BuiltKernel(root, ast, out_buf, inputs)
 
