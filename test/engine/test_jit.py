@@ -89,6 +89,15 @@ def test_keyword_and_container_inputs() -> None:
         assert out["parts"][0].item() == max(i, 1)
 
 
+def test_a_tensor_passed_alone_and_in_a_list_is_one_input() -> None:
+    step = TinyJit(lambda x, xs: (x + xs[0] + xs[1]).realize())
+    for i in range(4):
+        x = vec(i, 2 * i)
+        assert step(x, [x, vec(1, 1)]).tolist() == [2 * i + 1, 4 * i + 1]
+    assert step.captured is not None
+    assert len(step.captured.keys) == 2
+
+
 def test_returned_input_is_this_calls_input() -> None:
     @TinyJit
     def scale(x: Tensor) -> tuple[Tensor, Tensor]:
