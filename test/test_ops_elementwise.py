@@ -528,3 +528,52 @@ def test_sigmoid_based_activations_have_finite_gradients_far_out(dtype: DType) -
         assert x.grad is not None
         assert tx.grad is not None
         check(x.grad, tx.grad, dtype, atol=1e-3)
+
+
+# inputs where a piecewise composition used to give NaN or a wrong gradient: overflow in a branch that `where` does
+# not choose (0 * inf), or a kink at a tie (softplus and logaddexp at 0, pow at base 1 or exponent 0)
+EDGE_GRADIENTS: dict[str, tuple[Callable[[Tensor], Tensor], Callable[[Any], Any], list[float]]] = {
+    "elu": (lambda t: t.elu(), F.elu, [100.0, 0.1, 0.0, -3.0]),
+    "celu": (lambda t: t.celu(0.5), lambda a: F.celu(a, 0.5), [100.0, 0.1, -3.0]),
+    "selu": (lambda t: t.selu(), F.selu, [100.0, -3.0]),
+    "atan": (lambda t: t.atan(), torch.atan, [0.0, -0.0, 1e-3, 0.3, 1.0, 5.0, 1e30]),
+    "asinh": (lambda t: t.asinh(), torch.asinh, [0.0, 1e-3, 2.0, 1e11, -1e20]),
+    "acosh": (lambda t: t.acosh(), torch.acosh, [1.5, 2.0, 1e11, 1e20]),
+    "erf": (lambda t: t.erf(), torch.erf, [0.0, 0.5, 3.0, 30.0, -1e20]),
+    "softplus": (lambda t: t.softplus(), F.softplus, [0.0, 100.0, -100.0]),
+    "logsigmoid": (lambda t: t.logsigmoid(), F.logsigmoid, [0.0, 100.0, -100.0]),
+    "mish": (lambda t: t.mish(), F.mish, [0.0, 50.0, -50.0]),
+    "pow_const": (lambda t: t**2.5, lambda a: a**2.5, [0.0, 1.0, 3.0]),
+    "pow_tensor": (
+        lambda t: t ** Tensor([2.0, 3.0, 1.0, 2.0]),
+        lambda a: a ** torch.tensor([2.0, 3.0, 1.0, 2.0]),
+        [0.0, -1.5, 0.0, 1.0],
+    ),
+    "rpow_tensor": (
+        lambda t: Tensor([2.0, 0.0, 1.0, 3.0]) ** t,
+        lambda a: torch.tensor([2.0, 0.0, 1.0, 3.0]) ** a,
+        [0.0, 2.0, 5.0, 1.0],
+    ),
+    "rpow_const": (lambda t: 2.0**t, lambda a: 2.0**a, [0.0, 1.0, -3.0]),
+    "logaddexp": (
+        lambda t: t.logaddexp(Tensor([1.0, -math.inf, 0.0])),
+        lambda a: torch.logaddexp(a, torch.tensor([1.0, -math.inf, 0.0])),
+        [1.0, 0.0, -math.inf],
+    ),
+}
+
+
+@needs_backward
+@pytest.mark.parametrize("name", EDGE_GRADIENTS)
+def test_gradients_at_edge_inputs_match_torch(name: str) -> None:
+    fg_op, torch_op, values = EDGE_GRADIENTS[name]
+    x = Tensor(values, requires_grad=True)
+    out = fg_op(x)
+    out.sum().backward()
+    tx = torch.tensor(values, requires_grad=True)
+    want = torch_op(tx)
+    want.sum().backward()
+    assert x.grad is not None
+    assert tx.grad is not None
+    check(out, want.detach(), dtypes.float32, rtol=1e-5, atol=1e-6)
+    check(x.grad, tx.grad, dtypes.float32, rtol=1e-4, atol=1e-6)

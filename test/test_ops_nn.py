@@ -340,15 +340,14 @@ def test_scaled_dot_product_attention_errors_and_dropout() -> None:
     np.testing.assert_allclose(
         q.scaled_dot_product_attention(q, q, dropout_p=0.5).numpy(), q.scaled_dot_product_attention(q, q).numpy()
     )
-    Tensor.training = True
-    try:
-        if hasattr(Tensor, "dropout"):
-            assert (q.scaled_dot_product_attention(q, q, dropout_p=1.0).numpy() == 0).all()
-        else:
-            with pytest.raises(NotImplementedError, match=r"dropout_p=0.5 needs Tensor.dropout"):
-                q.scaled_dot_product_attention(q, q, dropout_p=0.5)
-    finally:
-        Tensor.training = False
+    with Tensor.train():
+        assert (q.scaled_dot_product_attention(q, q, dropout_p=1.0).numpy() == 0).all()
+        Tensor.manual_seed(0)
+        # zero queries: each of the 3 keys gets probability 1/3; values of ones: an output sums the kept ones / 0.5
+        dropped = q.zeros_like().scaled_dot_product_attention(q, q.ones_like(), dropout_p=0.5).numpy()
+    # so every output is a multiple of 2/3, and not all of them are 1 (no dropout)
+    assert np.allclose(dropped * 1.5, np.round(dropped * 1.5), atol=1e-5)
+    assert not np.allclose(dropped, 1.0)
 
 
 # *** losses ***

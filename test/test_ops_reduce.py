@@ -456,3 +456,18 @@ def test_backward_matches_torch(name: str) -> None:
     assert x.grad is not None
     assert tx.grad is not None
     check(x.grad, tx.grad, dtypes.float32, rtol=1e-4, atol=1e-5)
+
+
+@needs_backward
+def test_std_of_equal_values_has_zero_gradient() -> None:
+    values = [[1.0, 1.0, 1.0], [1.0, 2.0, 4.0]]
+    x = Tensor(values, requires_grad=True)
+    out = x.std(1)
+    out.sum().backward()
+    tx = torch.tensor(values, requires_grad=True)
+    want = torch.std(tx, 1)
+    want.sum().backward()
+    assert x.grad is not None
+    check(out, want, dtypes.float32)
+    check(x.grad, tx.grad, dtypes.float32)  # torch: 0 where the std is 0 (not sqrt's inf times 0)
+    assert math.isnan(Tensor([2.0]).std().item())  # one element, correction 1: 0 / 0

@@ -2,7 +2,9 @@
 
 Every op is composed from the core primitives (exp2, log2, sin, sqrt, reciprocal, trunc, comparisons, where, bitwise
 ops), so each backend and autograd get them without new UOps. Transcendental compositions compute in float32 (float64
-stays float64) and round once at the end, so float16 inputs keep float32 accuracy.
+stays float64) and round once at the end, so float16 inputs keep float32 accuracy. A piecewise op feeds each branch of
+its `where` only the inputs that branch is chosen for (others get a harmless constant): the gradient of a branch that is
+not chosen is 0 times its derivative, which is NaN wherever that branch overflows.
 """
 
 from __future__ import annotations
@@ -79,6 +81,14 @@ def _atan_small(x: Tensor) -> Tensor:
     return x * _poly(x * x, _ATAN)
 
 
+def _softplus(y: Tensor) -> Tensor:
+    """log(1 + exp(y)) without overflow and with the gradient sigmoid(y) everywhere (also at 0, where a max(y, 0)
+    form gets the tie wrong): y + log1p(exp(-y)) for y > 0, log1p(exp(y)) elsewhere."""
+    positive = y > 0
+    above, below = positive.where(y, 0), positive.where(0, y)  # each branch sees exponents <= 0 only
+    return positive.where(above + _log1p((-above).exp()), _log1p(below.exp()))
+
+
 def _sigmoid(x: Tensor) -> Tensor:
     """1 / (1 + exp(-x)) from e = exp(-|x|) <= 1, which never overflows: Tensor.sigmoid's exp(-x) is inf below
     x = -88 (float32) or -11 (float16), and its gradient there is 0 * inf = NaN; this one's stays finite."""
@@ -113,15 +123,24 @@ def _int_pow(base: Tensor, exponent: Tensor) -> Tensor:
 
 
 def _float_pow(base: Tensor, exponent: Tensor) -> Tensor:
-    """base ** exponent for float tensors: exp2(e * log2|b|), then the sign and the special cases of C's pow."""
-    magnitude = (exponent * base.abs().log2()).exp2()
+    """base ** exponent for float tensors: exp2(e * log2|b|), then the sign and the special cases of C's pow.
+
+    A zero base takes its own branch (log2(0) = -inf would make every gradient there NaN): 0 for e > 0, inf for e < 0,
+    1 for e == 0, and the base itself for e == 1 (so its gradient is 1, as torch's)."""
+    is_zero = base == 0
+    magnitude = (exponent * is_zero.where(1, base).abs().log2()).exp2()
     is_int = exponent == exponent.trunc()
     is_odd = is_int & ((exponent * 0.5).trunc() != exponent * 0.5)
     negative = _is_negative(base)
     ret = (negative & is_odd).where(-magnitude, magnitude)
+    zero_magnitude = (exponent > 0).where(0.0, (exponent < 0).where(math.inf, 1.0))
+    at_zero = (exponent == 1).where(base, (negative & is_odd).where(-zero_magnitude, zero_magnitude))  # keeps -0.0
+    ret = is_zero.where(at_zero, ret)
     finite_nonzero = (base != 0) & (base.abs() != math.inf)  # C's pow(-0.0, 0.5) is 0 and pow(-inf, 0.5) is inf
     ret = (negative & is_int.logical_not() & finite_nonzero).where(math.nan, ret)
-    one = (base == 1) | (exponent == 0) | ((base == -1) & (exponent.abs() == math.inf))  # 1 ** nan, nan ** 0 are 1
+    # where exp2(e * log2|b|) is inf * 0 = NaN but C's pow is 1: 1 ** inf, 1 ** nan, (-1) ** inf, inf ** 0, nan ** 0
+    one = ((base == 1) & exponent.isfinite().logical_not()) | ((base == -1) & exponent.isinf())
+    one = one | ((exponent == 0) & base.isfinite().logical_not())
     return one.where(1.0, ret)
 
 
@@ -324,10 +343,13 @@ class ElementwiseMixin:
 
         def atan(x: Tensor) -> Tensor:
             a = x.abs()
-            # reduce to |t| <= tan(pi/8): atan(a) = pi/4 + atan((a-1)/(a+1)) = pi/2 - atan(1/a)
-            mid = math.pi / 4 + _atan_small((a - 1) / (a + 1))
-            big = math.pi / 2 - _atan_small(a.reciprocal())  # also NaN for NaN
-            ret = (a <= math.tan(math.pi / 8)).where(_atan_small(a), (a <= math.tan(3 * math.pi / 8)).where(mid, big))
+            is_small, not_big = a <= math.tan(math.pi / 8), a <= math.tan(3 * math.pi / 8)
+            # reduce to |t| <= tan(pi/8): atan(a) = pi/4 + atan((a-1)/(a+1)) = pi/2 - atan(1/a); each branch gets
+            # only its own inputs (1/a and the series overflow elsewhere)
+            a_mid = (not_big & is_small.logical_not()).where(a, 1)
+            mid = math.pi / 4 + _atan_small((a_mid - 1) / (a_mid + 1))
+            big = math.pi / 2 - _atan_small(not_big.where(1, a).reciprocal())  # also NaN for NaN
+            ret = is_small.where(_atan_small(is_small.where(a, 0)), not_big.where(mid, big))
             return (x < 0).where(-ret, ret)
 
         return _in_float(self, atan)
@@ -370,8 +392,10 @@ class ElementwiseMixin:
 
         def asinh(x: Tensor) -> Tensor:
             a = x.abs()
-            small = _log1p(a + a * a / (1 + (a * a + 1).sqrt()))  # log(a + sqrt(a^2+1)) without cancellation
-            ret = (a > 1e10).where(a.log() + _LN2, small)  # a^2 overflows; asinh(a) = log(2a) to float precision
+            huge = a > 1e10  # a^2 overflows; asinh(a) = log(2a) to float precision
+            s = huge.where(0, a)
+            small = _log1p(s + s * s / (1 + (s * s + 1).sqrt()))  # log(a + sqrt(a^2+1)) without cancellation
+            ret = huge.where(huge.where(a, 1).log() + _LN2, small)
             return (x < 0).where(-ret, ret)
 
         return _in_float(self, asinh)
@@ -381,8 +405,10 @@ class ElementwiseMixin:
         """Inverse hyperbolic cosine; NaN below 1. Example: `Tensor([2.0]).acosh()` -> [1.317]."""
 
         def acosh(x: Tensor) -> Tensor:
-            small = _log1p((x - 1) + ((x - 1) * (x + 1)).sqrt())  # x - 1 is exact near 1
-            return (x > 1e10).where(x.log() + _LN2, small)
+            huge = x > 1e10
+            s = huge.where(2, x)  # 2: not 1, where the sqrt's gradient is inf
+            small = _log1p((s - 1) + ((s - 1) * (s + 1)).sqrt())  # x - 1 is exact near 1
+            return huge.where(huge.where(x, 2).log() + _LN2, small)
 
         return _in_float(self, acosh)
 
@@ -406,7 +432,8 @@ class ElementwiseMixin:
             a = x.abs()
             t = (1 + _ERF_P * a).reciprocal()
             tail = 1 - t * _poly(t, _ERF_TAIL) * (-a * a).exp()
-            return (a < 1).where(x * _poly(x * x, _ERF), (x < 0).where(-tail, tail))
+            near = (a < 1).where(x, 0)  # the series overflows far out
+            return (a < 1).where(near * _poly(near * near, _ERF), (x < 0).where(-tail, tail))
 
         return _in_float(self, erf)
 
@@ -430,8 +457,9 @@ class ElementwiseMixin:
 
         def logaddexp(x: Tensor) -> Tensor:
             y = b.cast(x.dtype)
-            tail = x.maximum(y) + _log1p((-(x - y).abs()).exp())
-            return (x == y).where(x + _LN2, tail)  # equal infinities: inf - inf would be nan
+            # the larger plus softplus(smaller - larger): smooth, so a tie gives each side half the gradient
+            ret = (x >= y).where(x + _softplus(y - x), y + _softplus(x - y))
+            return (x.isinf() & (x == y)).where(x, ret)  # equal infinities: inf - inf would be nan
 
         return _in_float(a, logaddexp)
 
@@ -549,13 +577,15 @@ class ElementwiseMixin:
     @traced
     def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
         """self where positive, alpha * (exp(self) - 1) elsewhere. Example: `Tensor([-1.0]).elu()` -> [-0.6321]."""
-        return (self > 0).where(self, alpha * _in_float(self, _expm1))
+        negative = (self > 0).where(0, self)  # exp of a large positive input would overflow (NaN gradient)
+        return (self > 0).where(self, alpha * _in_float(negative, _expm1))
 
     @traced
     def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
         """self where positive, alpha * (exp(self / alpha) - 1) elsewhere.
         Example: `Tensor([-1.0]).celu()` -> [-0.6321]."""
-        return (self > 0).where(self, alpha * _in_float(self / alpha, _expm1))
+        negative = (self > 0).where(0, self)
+        return (self > 0).where(self, alpha * _in_float(negative / alpha, _expm1))
 
     @traced
     def selu(self: Tensor, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor:
@@ -613,11 +643,7 @@ class ElementwiseMixin:
     def softplus(self: Tensor, beta: float = 1.0) -> Tensor:
         """log(1 + exp(beta * self)) / beta without overflow. Example: `Tensor([0.0]).softplus()` -> [0.6931]."""
 
-        def softplus(x: Tensor) -> Tensor:
-            y = x * beta
-            return (y.maximum(0) + _log1p((-y.abs()).exp())) * (1 / beta)
-
-        return _in_float(self, softplus)
+        return _in_float(self, lambda x: _softplus(x * beta) * (1 / beta))
 
     @traced
     def softsign(self: Tensor) -> Tensor:
@@ -627,7 +653,7 @@ class ElementwiseMixin:
     @traced
     def logsigmoid(self: Tensor) -> Tensor:
         """log(sigmoid(self)) without overflow. Example: `Tensor([0.0]).logsigmoid()` -> [-0.6931]."""
-        return _in_float(self, lambda x: x.minimum(0) - _log1p((-x.abs()).exp()))
+        return _in_float(self, lambda x: -_softplus(-x))
 
     # *** in-place operators (write into self like tinygrad; see Tensor.assign) ***
 

@@ -423,7 +423,7 @@ class NNMixin:
             scores = scores + (attn_mask.where(0.0, -math.inf) if attn_mask.dtype == dtypes.bool else attn_mask)
         probs = scores.cast(self.dtype).softmax(-1)
         if dropout_p > 0.0:
-            probs = _dropout(probs, dropout_p)
+            probs = probs.dropout(dropout_p)  # only while Tensor.training
         return probs.dot(value)
 
     # *** losses ***
@@ -512,10 +512,10 @@ class NNMixin:
         self: Tensor, Y: Tensor, reduction: ReductionStr = "mean", pos_weight: Tensor | None = None
     ) -> Tensor:
         """binary_crossentropy of sigmoid(self), computed stably from the logits; pos_weight scales the Y=1 term."""
-        positive = Y * _log_sigmoid(self)
+        positive = Y * self.logsigmoid()
         if pos_weight is not None:
             positive = positive * pos_weight
-        return _reduce_loss("binary_crossentropy_logits", -(positive + (1 - Y) * _log_sigmoid(-self)), reduction)
+        return _reduce_loss("binary_crossentropy_logits", -(positive + (1 - Y) * (-self).logsigmoid()), reduction)
 
     # *** einsum ***
 
@@ -711,25 +711,6 @@ def _repeat_heads(x: Tensor, heads: int) -> Tensor:
     if heads % H:
         raise ValueError(f"scaled_dot_product_attention: {heads} query heads are not a multiple of {H} key/value heads")
     return x.reshape(*lead, H, 1, S, E).expand(*lead, H, heads // H, S, E).reshape(*lead, heads, S, E)
-
-
-def _dropout(x: Tensor, p: float) -> Tensor:
-    """Tensor.dropout where the random mixin provides it; without it only inference (no dropout) is possible."""
-    dropout = getattr(x, "dropout", None)
-    if dropout is not None:
-        ret = dropout(p)
-        assert isinstance(ret, type(x)), f"dropout returned {type(ret).__name__}, expected Tensor"
-        return ret
-    if type(x).training:
-        raise NotImplementedError(
-            f"scaled_dot_product_attention: dropout_p={p} needs Tensor.dropout, not available yet"
-        )
-    return x
-
-
-def _log_sigmoid(x: Tensor) -> Tensor:
-    """log(sigmoid(x)) = -(max(-x, 0) + log(1 + exp(-|x|))), finite for every x."""
-    return -((-x).maximum(0) + (1 + (-x.abs()).exp()).log())
 
 
 def _check_smoothing(op: str, label_smoothing: float) -> None:

@@ -273,8 +273,11 @@ class ReduceMixin:
 
     @traced
     def std(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1) -> Tensor:
-        """Standard deviation: sqrt of `var`. Example: `Tensor([1.0, 3.0]).std()` -> 1.4142."""
-        return self.var(axis, keepdim, correction).sqrt()
+        """Standard deviation: sqrt of `var`; its gradient is 0 where every element is equal (as torch's), not the
+        NaN of inf * 0 from sqrt at 0. Example: `Tensor([1.0, 3.0]).std()` -> 1.4142."""
+        variance = self.var(axis, keepdim, correction)
+        constant = variance == 0
+        return constant.where(0, constant.where(1, variance).sqrt())
 
     @traced
     def var_mean(
