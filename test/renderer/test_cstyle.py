@@ -138,9 +138,24 @@ def kernel_reduce_then_elementwise() -> Case:
     return ast, [floats(32), floats(4)], lambda a, b: a.reshape(4, 8).sum(1) * 2 + b
 
 
+def kernel_matmul_tiled() -> Case:
+    r0, r1, r2 = rng(16, 0), rng(16, 1), rng(4, 2, AxisType.REDUCE)  # out (16, 16) = a (16, 4) @ b (4, 16)
+    product = glob(1, 64).index(r0 * 4 + r2).load() * glob(2, 64).index(r2 * 16 + r1).load()
+    ast = UOp.sink(glob(0, 256).index(r0 * 16 + r1).store(product.reduce(r2, arg=Ops.ADD)))  # an 8x8 upcast tile
+    return ast, [floats(64), floats(64)], lambda a, b: (a.reshape(16, 4) @ b.reshape(4, 16)).reshape(-1)
+
+
+def kernel_sum_grouped() -> Case:
+    r0 = rng(1 << 16, 0, AxisType.REDUCE)  # out (1,) = a (65536,).sum(): 16 partial sums in parallel, then theirs
+    total = glob(1, 1 << 16).index(r0).load().reduce(r0, arg=Ops.ADD)
+    ast = UOp.sink(glob(0, 1).index(UOp.const(dtypes.index, 0)).store(total))
+    return ast, [floats(1 << 16)], lambda a: a.astype(np.float64).sum(keepdims=True).astype(np.float32)
+
+
 CANONICAL: dict[str, Callable[[], Case]] = {f.__name__.removeprefix("kernel_"): f for f in (
     kernel_add, kernel_permute, kernel_sum_axis, kernel_max_reduce, kernel_pad, kernel_where_cmp, kernel_cast,
-    kernel_symbolic, kernel_matmul, kernel_unary_chain, kernel_reduce_then_elementwise)}  # fmt: skip
+    kernel_symbolic, kernel_matmul, kernel_unary_chain, kernel_reduce_then_elementwise, kernel_matmul_tiled,
+    kernel_sum_grouped)}  # fmt: skip
 
 
 @pytest.fixture(autouse=True)

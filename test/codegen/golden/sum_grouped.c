@@ -1,0 +1,31 @@
+#include <math.h>
+#ifdef FUSEGRAD_MVEC
+float exp2f(float) __attribute__((simd("notinbranch")));
+float log2f(float) __attribute__((simd("notinbranch")));
+float sinf(float) __attribute__((simd("notinbranch")));
+double exp2(double) __attribute__((simd("notinbranch")));
+double log2(double) __attribute__((simd("notinbranch")));
+double sin(double) __attribute__((simd("notinbranch")));
+#endif
+void r_65536(float* restrict data0, const float* restrict data1) {
+  float acc2;
+  acc2 = 0.0f;
+  float acc0[16];
+  #pragma omp parallel for
+  for (long long ridx1 = 0; ridx1 < 16; ridx1++) {
+    float acc1;
+    acc1 = 0.0f;
+    long long alu0 = (ridx1*4096);
+    #pragma omp simd reduction(+:acc1)
+    for (long long ridx0 = 0; ridx0 < 4096; ridx0++) {
+      float val0 = data1[ridx0+alu0];
+      acc1 = (acc1+val0);
+    }
+    acc0[ridx1] = acc1;
+  }
+  #pragma omp simd reduction(+:acc2)
+  for (long long ridx2 = 0; ridx2 < 16; ridx2++) {
+    acc2 = (acc2+acc0[ridx2]);
+  }
+  data0[0] = acc2;
+}
