@@ -17,14 +17,15 @@ from fusegrad.device import Buffer, BufferSpec
 from fusegrad.dtype import DType
 from fusegrad.engine.realize import ExecItem, capturing
 from fusegrad.helpers import DEBUG, JIT, NO_MEMORY_PLANNER, PROFILE, GlobalCounters, colored
+from fusegrad.schedule.multi import _multi_buffers, multi_buffer, register_multi_buffer
 from fusegrad.tensor import Tensor, _all_tensors
 from fusegrad.uop import GroupOp, Ops
 from fusegrad.uop.ops import UOp, buffers, sym_infer
 
 R = TypeVar("R")
-# where an input's memory is used: (item, buffer slot, None) for the buffer itself, or with (size, dtype, byte offset)
-# for a view of it that a kernel reads (e.g. one shard's part of a copy to several devices)
-Slot = tuple[int, int, tuple[int, DType, int] | None]
+# where an input's memory is used: (item, buffer slot, part, None) for a part (the buffer, or one device's buffer of
+# a multi-device input) itself, or with (size, dtype, byte offset) for a view of it (e.g. a shard of a copy)
+Slot = tuple[int, int, int, tuple[int, DType, int] | None]
 # where an input sits in a call: (0,) the first argument, ("lr",) a keyword, (1, 2) item 2 of argument 1
 Key = tuple[int | str, ...]
 
@@ -42,20 +43,23 @@ class InputSpec:
     device: str | tuple[str, ...]
     view: tuple[tuple[Ops, Any], ...]
     base_size: int
+    placement: str = ""  # how a multi-device input is spread ("sharded(0)", "replicated")
 
     def describe(self) -> str:
         view = f" as a {'/'.join(op.name.lower() for op, _ in self.view)} view" if self.view else ""
-        return f"shape {self.shape} {self.dtype} on {self.device}{view} of a {self.base_size}-element buffer"
+        placement = f" {self.placement}" if self.placement else ""
+        return f"shape {self.shape} {self.dtype} on {self.device}{placement}{view} of a {self.base_size}-element buffer"
 
 
 @dataclass(frozen=True, slots=True)
 class JitInput:
-    """One Tensor argument of a call: its place, its (realized) tensor and the buffer its kernels read."""
+    """One Tensor argument of a call: its place, its (realized) tensor and the memory its kernels read: one buffer, or
+    one per device for a multi-device tensor."""
 
     key: Key
     tensor: Tensor
     spec: InputSpec
-    buffer: Buffer
+    parts: tuple[Buffer, ...]
 
 
 def _input_spec(t: Tensor) -> InputSpec:
@@ -63,7 +67,13 @@ def _input_spec(t: Tensor) -> InputSpec:
     while u.op in GroupOp.Movement:
         view.append((u.op, u.arg))
         u = u.src[0]
-    return InputSpec(t.shape, t.dtype, t.device, tuple(view), int(u.arg) if u.op is Ops.BUFFER else -1)
+    placement = repr(multi_buffer(u).placement) if isinstance(u.device, tuple) else ""
+    return InputSpec(t.shape, t.dtype, t.device, tuple(view), int(u.arg), placement)
+
+
+def _memory_parts(base: UOp) -> tuple[Buffer, ...]:
+    """The Buffers holding a BUFFER node's memory: its own, or each device's for a multi-device one."""
+    return tuple(multi_buffer(base).bufs) if isinstance(base.device, tuple) else (base.buffer,)
 
 
 def _tensor_items(key: Key, value: object) -> Iterator[tuple[Key, Tensor]]:
@@ -103,25 +113,20 @@ def _collect_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[
     inputs: list[JitInput] = []
     seen: dict[int, Key] = {}
     for key, t in found:
-        if isinstance(t.device, tuple):
-            raise JitError(
-                f"TinyJit: input {_label(key, names)} is on several devices: got {t.device}, expected one device "
-                "(multi-device inputs are not supported yet)"
-            )
         if (base := t.uop.base).op is not Ops.BUFFER:
             raise JitError(
                 f"TinyJit: input {_label(key, names)} is not in memory: got a {base.op.name} tensor "
                 "(a constant such as Tensor.zeros or a Python number), expected a realized buffer; "
                 "its value would be baked into the kernels: pass .contiguous() of it"
             )
-        buf = base.buffer.ensure_allocated() if base.arg else base.buffer
-        if (first := seen.get(id(buf.base))) is not None:
+        parts = tuple(b.ensure_allocated() if b.size else b for b in _memory_parts(base))
+        if (first := next((seen[id(b.base)] for b in parts if id(b.base) in seen), None)) is not None:
             raise JitError(
                 f"TinyJit: duplicate inputs: {_label(first, names)} and {_label(key, names)} share one "
                 "buffer, expected distinct buffers: a replay could not tell them apart"
             )
-        seen[id(buf.base)] = key
-        inputs.append(JitInput(key, t, _input_spec(t), buf))
+        seen.update((id(b.base), key) for b in parts)
+        inputs.append(JitInput(key, t, _input_spec(t), parts))
     return inputs
 
 
@@ -160,13 +165,15 @@ def _call_and_realize(fxn: Callable[..., R], args: tuple[Any, ...], kwargs: dict
     return ret
 
 
-def _memory_id(t: Tensor) -> int | None:
-    """id of the base Buffer a single-device tensor's memory lives in; None for constants, lazy and multi-device ones
-    (inputs are single-device, so those never share an input's memory)."""
+def _memory_ids(t: Tensor) -> set[int]:
+    """ids of the base Buffers a realized tensor's memory lives in; none for constants and lazy tensors."""
     base = t.uop.base
-    if base.op is not Ops.BUFFER or isinstance(base.device, tuple):
-        return None
-    return id(base.buffer.base)
+    return {id(b.base) for b in _memory_parts(base)} if base.op is Ops.BUFFER else set()
+
+
+def _input_memory(inputs: list[JitInput]) -> dict[int, int]:
+    """{id of a base Buffer: index of the input whose memory it is}."""
+    return {id(b.base): k for k, inp in enumerate(inputs) for b in inp.parts}
 
 
 def _live_tensors() -> list[Tensor]:
@@ -183,30 +190,47 @@ def _replace_in_tensors(mapping: dict[UOp, UOp]) -> None:
         t.uop = new
 
 
-def _alias_inputs(inputs: list[JitInput]) -> dict[UOp, UOp]:
-    """Give each input tensor a fresh BUFFER node and memory, holding a copy of its values, for the capture call.
+@dataclass(frozen=True, slots=True)
+class Alias:
+    """An input's stand-in during the capture call: a fresh BUFFER node and memory holding a copy of its values."""
+
+    index: int
+    original: UOp
+    node: UOp
+    parts: tuple[Buffer, ...]
+
+
+def _alias_inputs(inputs: list[JitInput]) -> list[Alias]:
+    """Give each input tensor an Alias for the capture call.
 
     Kernels that read an input through the argument then name the alias; a kernel that names the original buffer
     reached that memory another way (a global or attribute holding the same tensor or a view of it): a replay would
-    leave that read on the old memory. Returns {alias: original}; `_undo_aliases` copies writes back and undoes it.
+    leave that read on the old memory. `_undo_aliases` copies writes back and undoes it.
     """
-    undo: dict[UOp, UOp] = {}
-    for inp in inputs:
+    aliases = []
+    for k, inp in enumerate(inputs):
         base = inp.tensor.uop.base
         if base.arg == 0:
             continue  # an empty buffer: no kernel reads it
-        alias = UOp.new_buffer(base.src[1].arg, base.arg, base.dtype)
-        buffers[alias] = Buffer(inp.buffer.device, inp.buffer.size, inp.buffer.dtype).allocate().copy_from(inp.buffer)
-        inp.tensor.uop = inp.tensor.uop.substitute({base: alias})
-        undo[alias] = base
-    return undo
+        node = UOp.new_buffer(base.src[1].arg, base.arg, base.dtype)
+        if isinstance(base.device, tuple):
+            source = multi_buffer(base)
+            parts = tuple(register_multi_buffer(node, source.placement, source.shape).bufs)
+        else:
+            parts = (buffers.setdefault(node, Buffer(base.device, base.arg, base.dtype)),)
+        for part, original in zip(parts, inp.parts, strict=True):
+            part.allocate().copy_from(original)
+        inp.tensor.uop = inp.tensor.uop.substitute({base: node})
+        aliases.append(Alias(k, base, node, parts))
+    return aliases
 
 
-def _undo_aliases(undo: dict[UOp, UOp]) -> None:
+def _undo_aliases(aliases: list[Alias], inputs: list[JitInput]) -> None:
     """Copy what the call wrote into each alias back to the input's memory, and point every tensor at it again."""
-    for alias, base in undo.items():
-        base.buffer.copy_from(buffers[alias])
-    _replace_in_tensors(undo)
+    for alias in aliases:
+        for original, part in zip(inputs[alias.index].parts, alias.parts, strict=True):
+            original.copy_from(part)
+    _replace_in_tensors({alias.node: alias.original for alias in aliases})
 
 
 def _function_globals(fxn: Callable[..., Any]) -> Iterator[tuple[str, object]]:
@@ -266,20 +290,20 @@ class CapturedJit(Generic[R]):
     returned_inputs: dict[int, int] = field(default_factory=dict)
     plain: dict[Key, str] = field(default_factory=dict)
     training: bool = False
-    _copies: dict[int, Buffer] = field(default_factory=dict)
+    _copies: dict[tuple[int, int], Buffer] = field(default_factory=dict)
 
     def replay(self, inputs: list[JitInput]) -> R:
         for k, (inp, slots) in enumerate(zip(inputs, self.input_slots, strict=True)):
-            buf = self._private_copy(k, inp.buffer) if id(inp.buffer.base) in self._written else inp.buffer
-            for j, i, view in slots:
-                self.items[j].bufs[i] = buf if view is None else buf.view(*view).ensure_allocated()
+            parts = [self._private_copy(k, d, b) if id(b.base) in self._written else b for d, b in enumerate(inp.parts)]
+            for j, i, d, view in slots:
+                self.items[j].bufs[i] = parts[d] if view is None else parts[d].view(*view).ensure_allocated()
         if DEBUG.value >= 2 or PROFILE.value:
             for ei in self.items:  # per-kernel lines and profile events
                 ei.run(jit=True)
         else:
             self._launch()
         for slots in self.input_slots:  # let go of the caller's memory
-            for j, i, _ in slots:
+            for j, i, _, _ in slots:
                 self.items[j].bufs[i] = None
         if self.returned_inputs:
             return _swap_returned(self.ret, self.returned_inputs, inputs)  # type: ignore[no-any-return]  # same shape as ret
@@ -290,11 +314,11 @@ class CapturedJit(Generic[R]):
         """ids of the memory the captured kernels write besides their inputs (outputs, intermediates, weights)."""
         return {id(b.base) for ei in self.items if ei.prg for i in ei.prg.outputs if (b := ei.bufs[i]) is not None}
 
-    def _private_copy(self, k: int, buf: Buffer) -> Buffer:
+    def _private_copy(self, k: int, part: int, buf: Buffer) -> Buffer:
         """Input k's values in memory of its own: an input that is also memory the kernels write (e.g. the last
         call's output fed back in) would be overwritten while it is still being read."""
-        if (copy := self._copies.get(k)) is None or copy.nbytes != buf.nbytes:
-            copy = self._copies[k] = Buffer(buf.device, buf.size, buf.dtype).allocate()
+        if (copy := self._copies.get((k, part))) is None or copy.nbytes != buf.nbytes:
+            copy = self._copies[(k, part)] = Buffer(buf.device, buf.size, buf.dtype).allocate()
         return copy.copy_from(buf)
 
     def _launch(self) -> None:
@@ -399,20 +423,20 @@ class TinyJit(Generic[R]):
         if pending := [t for t in _live_tensors() if t.uop.op is Ops.ASSIGN]:
             Tensor.realize(*pending)  # writes made before this call run once now, not on every replay
         self._items = []
-        undo = _alias_inputs(inputs)
+        aliases = _alias_inputs(inputs)
         capturing.append(self)
         try:
             ret = _call_and_realize(self.fxn, args, kwargs, strict=True)
         finally:
             capturing.remove(self)
-            _undo_aliases(undo)
+            _undo_aliases(aliases, inputs)
         items, self._items = self._items, []
         if not items:
             raise JitError(
                 "TinyJit: the function ran no kernels on the capture call (call 2): got 0 kernels, "
                 "expected at least one: return realized Tensors that the function computes"
             )
-        alias_of = {id(buffers[alias]): k for k, alias in enumerate(undo)}
+        alias_of = {id(part): (alias.index, d) for alias in aliases for d, part in enumerate(alias.parts)}
         slots = _input_slots(items, inputs, alias_of, self._names)
         if self.prune:
             items, slots = _prune(items, slots)
@@ -429,7 +453,7 @@ class TinyJit(Generic[R]):
             Tensor.training,
         )
         for slot in slots:  # replays fill these; don't keep the capture call's inputs alive
-            for j, i, _ in slot:
+            for j, i, _, _ in slot:
                 items[j].bufs[i] = None
         if DEBUG.value >= 1:
             print(colored(f"JIT captured {len(items)} kernels with {len(inputs)} inputs", "magenta"))
@@ -439,11 +463,11 @@ class TinyJit(Generic[R]):
         """JitError when an input is also a global or closure variable of the function: a replay could not tell the
         argument's reads (new input) from the variable's (old memory)."""
         assert self.fxn is not None, "TinyJit: no function"
-        memory: dict[int | None, Key] = {id(inp.buffer.base): inp.key for inp in inputs}
+        memory = _input_memory(inputs)
         for name, value in [*_function_globals(self.fxn), *objects]:
             for path, t in _reachable_tensors(name, value):
-                if (key := memory.get(_memory_id(t))) is not None:
-                    raise _constant_error(key, f"the function's variable '{path}'", self._names)
+                if shared := [memory[b] for b in _memory_ids(t) if b in memory]:
+                    raise _constant_error(inputs[shared[0]].key, f"the function's variable '{path}'", self._names)
 
     def _check_inputs(self, inputs: list[JitInput], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         assert self.captured is not None, "TinyJit: no capture to check against"
@@ -505,17 +529,17 @@ def _constant_error(key: Key, how: str, names: tuple[str, ...]) -> JitError:
 
 
 def _input_slots(
-    items: list[ExecItem], inputs: list[JitInput], alias_of: dict[int, int], names: tuple[str, ...]
+    items: list[ExecItem], inputs: list[JitInput], alias_of: dict[int, tuple[int, int]], names: tuple[str, ...]
 ) -> list[list[Slot]]:
     """For each input, the buffer slots that use its memory through the argument; JitError for other paths."""
     slots: list[list[Slot]] = [[] for _ in inputs]
-    memory = {id(inp.buffer.base): k for k, inp in enumerate(inputs)}
+    memory = _input_memory(inputs)
     for j, ei in enumerate(items):
         for i, b in enumerate(ei.bufs):
             if b is None:
                 continue
-            if (k := alias_of.get(id(b.base))) is not None:
-                slots[k].append((j, i, None if b is b.base else (b.size, b.dtype, b.offset)))
+            if (found := alias_of.get(id(b.base))) is not None:
+                slots[found[0]].append((j, i, found[1], None if b is b.base else (b.size, b.dtype, b.offset)))
             elif (k := memory.get(id(b.base))) is not None:
                 raise _constant_error(
                     inputs[k].key, f"kernel {j} ({ei.prg.display_name if ei.prg else ei.ast.op})", names
@@ -526,11 +550,12 @@ def _input_slots(
 def _returned_inputs(ret: object, inputs: list[JitInput], names: tuple[str, ...]) -> dict[int, int]:
     """{id(result tensor): input index} for results that are input tensors; JitError for views of an input."""
     found: dict[int, int] = {}
-    memory: dict[int | None, int] = {id(inp.buffer.base): k for k, inp in enumerate(inputs)}
+    memory = _input_memory(inputs)
     for where, t in _returned_tensors(ret):
         if (k := next((k for k, inp in enumerate(inputs) if inp.tensor is t), None)) is not None:
             found[id(t)] = k
-        elif (k := memory.get(_memory_id(t))) is not None:
+        elif shared := [memory[b] for b in _memory_ids(t) if b in memory]:
+            k = shared[0]
             raise JitError(
                 f"TinyJit: {where} is a view of input {_label(inputs[k].key, names)}: got a result that "
                 "shares the input's memory, expected the input itself or a new tensor: return "
@@ -542,8 +567,6 @@ def _returned_inputs(ret: object, inputs: list[JitInput], names: tuple[str, ...]
 def _held_buffers() -> set[int]:
     """ids of the Buffers some live BUFFER node still names (results, weights, lazy graphs; per-device buffers of
     multi-device nodes too): their memory outlives the call, so the planner leaves them alone."""
-    from fusegrad.schedule.multi import _multi_buffers  # the scheduler's registry of multi-device memory
-
     held = {id(b.base) for b in list(buffers.values())}
     for multi in list(_multi_buffers.values()):
         held |= {id(b.base) for b in multi.bufs}
@@ -609,7 +632,8 @@ def _prune(items: list[ExecItem], slots: list[list[Slot]]) -> tuple[list[ExecIte
         for b in written:
             first_write.setdefault(b, j)
     state = {b for j, (read, _) in enumerate(access) for b in read if first_write.get(b, -1) >= j}
-    keep = {j for slot in slots for j, _, _ in slot} | {j for j, (_, w) in enumerate(access) if not w.isdisjoint(state)}
+    keep = {j for slot in slots for j, _, _, _ in slot}
+    keep |= {j for j, (_, written) in enumerate(access) if not written.isdisjoint(state)}
     changed = True
     while changed:  # whatever reads memory that a kept kernel writes is kept too
         dirty = {b for j in keep for b in access[j][1]}
@@ -620,4 +644,4 @@ def _prune(items: list[ExecItem], slots: list[list[Slot]]) -> tuple[list[ExecIte
     renumber = {j: n for n, j in enumerate(kept)}
     if DEBUG.value >= 1:
         print(colored(f"JIT pruned {len(items)} -> {len(kept)} kernels", "magenta"))
-    return [items[j] for j in kept], [[(renumber[j], i, view) for j, i, view in slot] for slot in slots]
+    return [items[j] for j in kept], [[(renumber[j], i, d, view) for j, i, d, view in slot] for slot in slots]

@@ -98,6 +98,12 @@ def test_a_tensor_passed_alone_and_in_a_list_is_one_input() -> None:
     assert len(step.captured.keys) == 2
 
 
+def test_an_empty_input_before_others() -> None:
+    step = TinyJit(lambda empty, x: (x * 2 + empty.sum()).realize())
+    for i in range(4):
+        assert step(Tensor.empty(0), vec(i, 1)).tolist() == [2 * i, 2]
+
+
 def test_returned_input_is_this_calls_input() -> None:
     @TinyJit
     def scale(x: Tensor) -> tuple[Tensor, Tensor]:
@@ -205,8 +211,19 @@ def test_multi_device_work_inside_replays() -> None:
         assert out.device == devices
         assert out.tolist() == [2 * (i * w + 1) for w in (1, 2, 3, 4)]
         assert total.item() == sum(i * w + 1 for w in (1, 2, 3, 4))
-    with pytest.raises(JitError, match=r"input 'x' \(argument 0\) is on several devices: got \('CPU', 'CPU:1'\)"):
-        jitted(vec(1, 2, 3, 4).shard(devices, axis=0))
+
+
+def test_multi_device_inputs() -> None:
+    """A sharded input: each device's buffer is swapped in; a change of placement is refused."""
+    devices = ("CPU", "CPU:1")
+    weight = Tensor([1.0, 2.0, 3.0, 4.0]).shard(devices, axis=0).realize()
+    step = TinyJit(lambda x, y: ((x * weight).sum().to("CPU") + y).realize())
+    for i in range(5):
+        x = Tensor([float(i), 1.0, 2.0, float(i)]).shard(devices, axis=0)
+        out = step(x, vec(10))
+        assert out.item() == i + 2 + 6 + 4 * i + 10
+    with pytest.raises(JitError, match=r"changed since capture: got shape \(4,\) .* replicated"):
+        step(Tensor([1.0, 2.0, 3.0, 4.0]).shard(devices), vec(10))
 
 
 def test_reset_and_jit_off() -> None:
