@@ -356,12 +356,13 @@ class TinyJit(Generic[R]):
     refilled. Each call also realizes its results and the assigns it left pending, so weight and optimizer updates
     (and the random generator's device counter) run again on every replay.
 
-    Inputs are the Tensor arguments (also one level inside lists/tuples/dicts), realized before the call; they must
-    keep their shape, dtype, device and view, and other arguments must stay equal (plain values) or the same objects.
-    Everything else the function reads (weights, Python numbers, tensors made from data) is frozen at capture.
-    Intermediates stay allocated between calls, sharing buffers where their lifetimes allow (NO_MEMORY_PLANNER=1
-    turns that off). Symbolic (bound) variables and multi-device inputs are not supported. `prune=True` (also as
-    `@TinyJit(prune=True)`) replays only the kernels that depend on the inputs; the others ran once at capture.
+    Inputs are the Tensor arguments (also one level inside lists/tuples/dicts; sharded ones too), realized before
+    the call; they must keep their shape, dtype, device(s), placement and view, other arguments must stay equal
+    (plain values) or the same objects, and Tensor.training must not change. Everything else the function reads
+    (weights, Python numbers, tensors made from data, `.numpy()` values) is frozen at capture. Intermediates stay
+    allocated between calls, sharing buffers where their lifetimes allow (NO_MEMORY_PLANNER=1 turns that off).
+    Symbolic (bound) variables are not supported (the frontend has no bound shapes yet). `prune=True` (also as
+    `@TinyJit(prune=True)`) replays only the kernels whose work changes between calls; the others ran at capture.
 
     Raises JitError (a RuntimeError) for changed inputs or arguments, constant or duplicate inputs, non-Tensor
     results, a capture that ran no kernels, a nested TinyJit call and an input also read without being passed.
