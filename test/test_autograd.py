@@ -215,6 +215,8 @@ MIXIN_REDUCE: dict[str, Case] = {
     "cumprod": (lambda a: a.cumprod(1), lambda a: a.cumprod(1), [(C3, "nonzero")]),
     "cummax": (lambda a: a.cummax(2)[0], lambda a: a.cummax(2)[0], [(C3, "any")]),
     "cummin": (lambda a: a.cummin(0)[0], lambda a: a.cummin(0)[0], [(C3, "any")]),
+    "cummax_ties": (lambda a: a.cummax(2)[0], lambda a: a.cummax(2)[0], [(C3, "ties")]),  # to the index, not split
+    "cummin_ties": (lambda a: a.cummin(1)[0], lambda a: a.cummin(1)[0], [(C3, "ties")]),
     "sort": (lambda a: a.sort(1, descending=True)[0], lambda a: a.sort(1, descending=True)[0], [(C3, "any")]),
     "topk": (lambda a: a.topk(2, 2)[0], lambda a: a.topk(2, 2)[0], [(C3, "any")]),
     "softmin": (lambda a: a.softmin(0), lambda a: F.softmin(a, 0), [(C3, "any")]),

@@ -345,7 +345,11 @@ class ReduceMixin:
         # the running extreme at i was last set at the latest j <= i where x_j equals the running extreme at j
         is_record = _same(self, values)
         positions = is_record.where(_positions(self, ax), 0)
-        return values, _scan(positions, ax, _SCAN_MAX, name).cast(dtypes.int32)
+        indices = _scan(positions, ax, _SCAN_MAX, name).cast(dtypes.int32)
+        if not dtypes.is_float(self.dtype):
+            return values, indices
+        # the values read back at the indices: the gradient goes to that one element (as torch's), not split over ties
+        return self.gather(ax, indices), indices
 
     @traced
     def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:
