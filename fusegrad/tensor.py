@@ -288,6 +288,12 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
 
     def _buffer(self) -> Any:
         """The realized, contiguous Buffer holding this tensor's values (a multi-device tensor: gathered first)."""
+        from fusegrad.engine.jit import JitError
+        from fusegrad.engine.realize import capturing
+        from fusegrad.helpers import CAPTURING
+
+        if capturing and CAPTURING.value:  # a replay would return the value read now, never the new one
+            raise JitError("reading tensor data during a TinyJit capture: the value would be baked into every replay")
         if isinstance(self.device, tuple):
             return self.to(self.device[0])._buffer()
         t = (

@@ -21,3 +21,16 @@ def test_where_of_pads_sliced_to_one_side() -> None:
     a, b = Tensor([0.0, 1, 2, 3, 4, 5]).realize(), Tensor([10.0, 20.0]).realize()
     mask = Tensor.full((2,), True, dtype=dtypes.bool).pad((6, 0))
     assert mask.where(b.pad((6, 0)), a.pad((0, 2)))[0:6].tolist() == [0, 1, 2, 3, 4, 5]
+
+
+def test_reading_data_inside_a_jit_capture_raises() -> None:
+    from fusegrad.engine.jit import JitError, TinyJit
+
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        y = (x * 2).realize()
+        return y * y.sum().item()
+
+    f(Tensor([1.0, 2.0]))  # the first call runs eagerly: reading is fine
+    with pytest.raises(JitError, match="during a TinyJit capture"):
+        f(Tensor([1.0, 2.0]))
