@@ -343,6 +343,7 @@ class _LoopShapes:
     work: dict[UOp, int] = field(default_factory=dict)
     innermost: set[UOp] = field(default_factory=set)
     in_reduce: set[UOp] = field(default_factory=set)
+    around_upcast: set[UOp] = field(default_factory=set)
     carrying: set[UOp] = field(default_factory=set)
     updates: dict[UOp, list[tuple[UOp, Ops]]] = field(default_factory=dict)  # loop -> (register, op) stored in it
 
@@ -358,6 +359,8 @@ class _LoopShapes:
                 ret.innermost.difference_update(open_loops[-1:])
                 if any(r.arg[1] in REDUCE_AXES for r in open_loops):
                     ret.in_reduce.add(u)
+                if u.arg[1] is AxisType.UPCAST:
+                    ret.around_upcast.update(open_loops)
                 open_loops.append(u)
                 trips.append(trips[-1] * max(int(u.src[0].vmax), 1))
             elif u.op is Ops.END:
@@ -400,6 +403,7 @@ class ClangRenderer(CStyleLanguage):
         + "#endif\n"
     )
     buffer_suffix = " restrict"
+    unroll_reduce_max: ClassVar[int] = 4  # reduce loops up to this many iterations around upcast loops are unrolled
     infinity = "__builtin_inff()"
     nan = '__builtin_nanf("")'
     type_map: ClassVar[dict[DType, str]] = {
@@ -426,6 +430,9 @@ class ClangRenderer(CStyleLanguage):
         """
         shapes = _LoopShapes.of(uops)
         ret: dict[UOp, str] = {}
+        for rng in (u for u in uops if u.op is Ops.RANGE and u.arg[1] in REDUCE_AXES and u in shapes.around_upcast):
+            if rng.src[0].op is Ops.CONST and rng.src[0].arg <= self.unroll_reduce_max:  # a conv window's 3x3
+                ret[rng] = f"#pragma GCC unroll {rng.src[0].arg}"  # unrolled: one body per tap, loads scheduled across
         for rng in (u for u in uops if u.op is Ops.RANGE and u.arg[1] in REDUCE_AXES and u in shapes.innermost):
             # one accumulator summed (or multiplied) in an innermost loop: OpenMP may reorder it, so it vectorises
             updates = shapes.updates.get(rng, [])

@@ -336,3 +336,12 @@ def test_group_renders_parallel_partials() -> None:
     assert "float acc0[16];" in body
     assert body.index("#pragma omp parallel for") < body.index("#pragma omp simd reduction(+:acc1)")
     assert "acc0[ridx1] = acc1;" in body
+
+
+def test_small_reduce_loops_around_upcasts_are_unrolled() -> None:
+    src = to_program(conv1d(8, 16, 16, 56, dtypes.float32)[0], ClangRenderer()).src
+    body = src[src.index("void") :]
+    window = body.index("for (long long ridx4 = 0; ridx4 < 3")  # the 3 taps: unrolled
+    assert body[:window].rstrip().endswith("#pragma GCC unroll 3")
+    channels = body.index("for (long long ridx3 = 0; ridx3 < 16")  # 16 input channels: a loop
+    assert not body[:channels].rstrip().endswith("#pragma GCC unroll 16")

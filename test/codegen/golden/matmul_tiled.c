@@ -21,6 +21,7 @@ void r_16_16_4(float* restrict data0, const float* restrict data1, const float* 
           acc0[alu3+ridx6] = 0.0f;
         }
       }
+      #pragma GCC unroll 4
       for (long long ridx2 = 0; ridx2 < 4; ridx2++) {
         long long alu4 = (ridx2*16);
         #pragma GCC unroll 8

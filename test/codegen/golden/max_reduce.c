@@ -13,6 +13,7 @@ void r_8_4(float* restrict data0, const float* restrict data1) {
   for (long long ridx3 = 0; ridx3 < 8; ridx3++) {
     acc0[ridx3] = (-__builtin_inff());
   }
+  #pragma GCC unroll 4
   for (long long ridx1 = 0; ridx1 < 4; ridx1++) {
     long long alu0 = (ridx1*8);
     #pragma omp simd
