@@ -426,7 +426,8 @@ class ClangRenderer(CStyleLanguage):
         `parallel for` on an outermost one with enough work to pay for threads, `simd` on an innermost one
         (so -O2's cheapest vectorizer cost model still vectorizes it). An innermost reduce loop that only sums (or
         multiplies) one accumulator gets `simd reduction`, which lets it reorder into SIMD lanes; other reduce loops
-        carry their accumulator in order.
+        carry their accumulator in order. Upcast loops (codegen/opt.py) that update accumulator arrays inside a reduce
+        loop, and short reduce loops around them, get `GCC unroll` so the arrays stay in registers.
         """
         shapes = _LoopShapes.of(uops)
         ret: dict[UOp, str] = {}
