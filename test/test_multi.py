@@ -408,3 +408,25 @@ def test_setitem_across_shards_writes_each_devices_block() -> None:
     np.testing.assert_array_equal((view + 1).numpy(), np.full((3, 2), 10))  # read in the schedule that writes it
     expected[1:] = 9
     np.testing.assert_array_equal(t.numpy(), expected)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.data())
+def test_random_setitem_on_sharded_matches_numpy(data: Any) -> None:
+    shape = data.draw(st.sampled_from([(4, 6), (2, 4, 2), (8,)]))
+    a = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    axis = data.draw(st.sampled_from([None, *[i for i, s in enumerate(shape) if s % 2 == 0]]))
+    t = Tensor(a).shard(CPUS[2], axis).realize()
+    index: list[int | slice] = []
+    for s in shape:
+        if data.draw(st.booleans()):
+            index.append(data.draw(st.integers(0, s - 1)))
+        else:
+            lo = data.draw(st.integers(0, s - 1))
+            index.append(slice(lo, data.draw(st.integers(lo + 1, s))))
+    key = tuple(index)
+    t[key] = -1.0
+    a[key] = -1.0
+    t[key] += 2
+    a[key] += 2
+    np.testing.assert_array_equal(t.numpy(), a)

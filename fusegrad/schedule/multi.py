@@ -282,15 +282,30 @@ class PlaceGraph:
             out = self.place_movement(view.replace(src=(out,)))
         return out
 
-    def unmask_sources(self, u: UOp) -> UOp:
-        if u.op in (Ops.AFTER, Ops.SINK) or not any(self.placements.get(s, REPLICATED).masked for s in u.src):
-            return u
-        return u.replace(src=tuple(self.read_after_write(s) if s in self.placements and self.placements[s].masked
-                                   else s for s in u.src))  # fmt: skip
+    def as_value(self, x: UOp) -> UOp:
+        """`x` as an operand: a masked write is read after it; flat memory sharded along an axis of the shape it was
+        stored with is viewed through that shape (so the placement's axis refers to the operand's own shape)."""
+        placement = self.placements.get(x)
+        if placement is None:
+            return x
+        if placement.masked:
+            return self.read_after_write(x)
+        memory = x.op in (Ops.BUFFER, Ops.AFTER) or is_stored_write(x)
+        if placement.axis is not None and memory and (stored := _reference_shape(x)) != x.shape:
+            return self.place_movement(self.place_movement(x.reshape(stored)).reshape(x.shape))
+        return x
+
+    def value_sources(self, u: UOp) -> UOp:
+        """`u` reading its sources as values (movement ops, AFTER and SINK read memory as it is)."""
+        if not (u.op in GroupOp.ALU or u.op in _VALUE_READERS) or is_stored_write(u):
+            return u  # movement ops, AFTER and SINK read memory as it is; KERNEL sources are its buffers
+        first = 1 if u.op is Ops.ASSIGN else 0  # an assign's target is a view of memory
+        srcs = (*u.src[:first], *[self.as_value(s) for s in u.src[first:]])
+        return u if srcs == u.src else u.replace(src=srcs)
 
     def place(self, u: UOp) -> UOp:
         """The node standing for `u` (sources already placed), with its placement recorded."""
-        u = self.unmask_sources(u)
+        u = self.value_sources(u)
         if u.op is Ops.COPY:
             return self.place_copy(u)
         if devices_of(u) is None:
@@ -314,6 +329,11 @@ class PlaceGraph:
         if u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST):
             return self.place_elementwise(u)
         raise NotImplementedError(f"multi: {u.op} is not supported on several devices")
+
+
+# ops that read their sources as values (besides ALU)
+_VALUE_READERS = (Ops.CAST, Ops.BITCAST, Ops.REDUCE_AXIS, Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD, Ops.COPY,
+                  Ops.ASSIGN)  # fmt: skip
 
 
 def _reference_shape(x: UOp) -> tuple[int, ...]:

@@ -344,18 +344,23 @@ def _output_index(kb: KernelBuilder, root: UOp) -> tuple[Index, Index, tuple[int
     return tuple(offset + r if a == axis else r for a, r in enumerate(loops)), loops, local_shape
 
 
-def _local_copy(root: UOp) -> BuiltKernel:
-    """CONTIGUOUS(multi-device BUFFER) as a COPY kernel: each device copies its own memory into a like buffer."""
+def _local_copy(root: UOp, buffer_of: dict[UOp, UOp]) -> BuiltKernel:
+    """CONTIGUOUS(multi-device BUFFER) or AFTER(BUFFER, write) as a COPY kernel: each device copies its own memory
+    (after the write) into a buffer placed alike."""
     from fusegrad.schedule.collectives import Move, copy_ast  # collectives builds on this module
 
-    buf = root.src[0]
-    if root.op is not Ops.CONTIGUOUS or buf.op is not Ops.BUFFER:
+    memory = root.src[0]
+    while memory.op is Ops.AFTER:
+        memory = memory.src[0]
+    if root.op not in (Ops.CONTIGUOUS, Ops.AFTER) or memory.op is not Ops.BUFFER:
         raise NotImplementedError(f"multi: no placement for a {root.op} made after placing the graph")
+    source = buffer_of.get(root.src[1], root.src[1]) if root.op is Ops.AFTER else memory
+    buf = memory
     held = multi_buffer(buf)
     out = UOp.new_buffer(buf.device, buf.arg, buf.dtype)
     register_multi_buffer(out, held.placement, held.shape)
     moves = tuple(Move(e, 0, e, 0, held.local_size) for e in range(len(held.devices)))
-    return BuiltKernel(root, copy_ast(out, moves), out, [buf])
+    return BuiltKernel(root, copy_ast(out, moves), out, [source])
 
 
 def build_kernel(root: UOp, realized: dict[UOp, None], buffer_of: dict[UOp, UOp], reads: dict[UOp, set[Any]],
@@ -366,8 +371,8 @@ def build_kernel(root: UOp, realized: dict[UOp, None], buffer_of: dict[UOp, UOp]
     With `placements` (a graph on several devices), the kernel is described once: its device index is a MULTI range."""
     kb = KernelBuilder(root, realized, buffer_of, reads, flagged)
     if placements is not None and (devices := devices_of(root)) is not None:
-        if root not in placements:  # made after placing (a snapshot of a buffer, ordering.py): copy its memory
-            return _local_copy(root)
+        if root not in placements or root.op is Ops.AFTER:  # a snapshot (ordering.py) or memory after a write
+            return _local_copy(root, buffer_of)
         kb.placements, kb.device_index = placements, multi_range(len(devices))
     out_idx, loops, loop_shape = _output_index(kb, root)
     ctx = frozenset(r for r in loops if r.op is Ops.RANGE)
