@@ -287,6 +287,27 @@ def test_mixin_errors_are_named_once_and_without_tracemeta() -> None:
         Tensor.ones(*A23).cross_entropy(Tensor([0, 1]), label_smoothing=2.0)
 
 
+def test_traced_prefixes_only_errors_that_do_not_already_name_the_op() -> None:
+    from fusegrad.mixin import traced
+
+    @traced
+    def lerp(message: str, kind: type[Exception]) -> None:
+        raise kind(message)
+
+    @traced
+    def dot(message: str) -> None:
+        raise ValueError(message)
+
+    with pytest.raises(ValueError, match=r"^lerp: sub: cannot broadcast$"):
+        lerp("sub: cannot broadcast", ValueError)
+    with pytest.raises(TypeError, match=r"^lerp: bad dtype$"):
+        lerp("lerp: bad dtype", TypeError)
+    with pytest.raises(RuntimeError, match=r"^sub: not an input error$"):
+        lerp("sub: not an input error", RuntimeError)
+    with pytest.raises(ValueError, match=r"^matmul: inner dimensions differ$"):
+        dot("matmul: inner dimensions differ")  # Tensor.dot's messages say matmul
+
+
 MIXIN_AXIS: dict[str, Callable[[Tensor, int], Any]] = {
     "argmax": lambda t, a: t.argmax(a),
     "argmin": lambda t, a: t.argmin(a),

@@ -22,6 +22,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 _OUTER_OP: contextvars.ContextVar[str | None] = contextvars.ContextVar("_OUTER_OP", default=None)
 # input errors (see STYLE.md): re-raised with the user-facing op in front, as the same type
 _INPUT_ERRORS = (ValueError, TypeError, IndexError)
+# methods whose messages name the op differently from the method (Tensor.dot's say "matmul: ...")
+_ERROR_NAMES = {"dot": "matmul"}
 
 
 def traced(fn: F) -> F:
@@ -32,7 +34,7 @@ def traced(fn: F) -> F:
     The outermost traced call wins: inside `cross_entropy`, the `log_softmax` and `sum` it calls add no labels of their
     own. With TRACEMETA=0 no labels are recorded (errors are still named). Example: `@traced def gelu(self, ...)`.
     """
-    op = fn.__name__.strip("_")  # __setitem__ -> setitem, as its messages spell it
+    op = _ERROR_NAMES.get(fn.__name__, fn.__name__.strip("_"))  # __setitem__ -> setitem, as its messages spell it
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
