@@ -205,7 +205,7 @@ def train(args: argparse.Namespace, corpus: Corpus) -> None:
     from tqdm import tqdm  # the train extra; imported late so --help works without it
 
     tokens_per_step = args.batch_size * cfg.context
-    bar = tqdm(range(start_step, total), desc="train", unit="step", dynamic_ncols=True, disable=None)
+    bar = tqdm(range(start_step, total), desc="train", unit="step", dynamic_ncols=True, mininterval=1.0)
     begun = time.perf_counter()
     for i in bar:
         opt.lr = cosine_with_warmup(i, total, min(100, total // 10), args.lr, args.lr / 10)
