@@ -57,11 +57,10 @@ def _device_buffer(buf: UOp, device: int) -> Buffer:
 
 
 def _view(buf: Buffer, offset: int, size: int) -> Buffer:
-    from fusegrad.device import Buffer
-
+    """`size` elements of `buf` from element `offset` (a view of a view is a view of the same base)."""
     if offset == 0 and size == buf.size:
         return buf
-    return Buffer(buf.device, size, buf.dtype, base=buf, offset=offset * buf.dtype.itemsize)
+    return buf.view(size, buf.dtype, offset * buf.dtype.itemsize)
 
 
 def _copy_items(info: Kernel, slots: list[UOp]) -> list[ExecItem]:
