@@ -1,0 +1,600 @@
+"""Training throughput side by side in one process: fusegrad (TinyJit), torch (CPU, 2 threads), tinygrad (reference).
+
+Cases: the small character-level transformer of `fusegrad.examples.gpt` (GPTConfig defaults: vocab 98, context 64,
+dim 128, 4 heads, 2 layers; batch 16; AdamW lr 3e-3, weight decay 0.01), and the convnet of `fusegrad.examples.mnist`
+(conv/batchnorm/relu/maxpool twice, a linear head; batch 64 of 1x28x28 uint8 images; Adam lr 3e-3), or, where that
+module is missing, the same net defined here (the output says which). torch and tinygrad train the same architecture
+written with their own layers (torch: a ModuleDict with the same parameter names; tinygrad: its nn classes and its
+TinyJit), starting from fusegrad's initial weights, on the same batches: random token ids and random images with random
+labels, made beforehand (nothing is downloaded; throughput does not depend on the values). Each jitted step realizes
+the loss together with the optimizer's update in one schedule, so the loss is that of the weights before the update,
+as torch reports it, and the batchnorms' running statistics are updated by every peer.
+
+Timing: each step is timed on its own, from the call with ready input tensors to the loss as a Python float. The first
+--warmup steps (default 2: fusegrad's eager first call and the TinyJit capture call) are not counted; the median
+of the next --steps steps (default 3) gives tokens/s (batch*context per step) or images/s; the best is shown too.
+The first-call and capture-call times of the jitted peers are their scheduling and compiling (the persistent compile
+caches stay on unless --cold sets CACHELEVEL=0). The ratio column is fusegrad's throughput over the peer's.
+
+Loss agreement: every peer's loss at each of the first --check steps is printed next to torch's, with the largest
+relative difference; above 1e-3 (or NaN) it says MISMATCH and the exit status is 1 (a bench comparing different
+computations).
+
+Per-step Python overhead of a jitted fusegrad step, measured during the timed steps: the C function of every
+captured kernel is wrapped so that its own run time is summed, and the overhead is the replay call's time minus that
+sum, within the same replay (so the kernels' varying times cancel out). Two clocks: wall time, and this thread's CPU
+time (fusegrad runs kernels on the calling thread), which leaves out the time other processes take the core on a busy
+machine. The smallest over the timed steps is shown, per step and per kernel. The wrapper's own bookkeeping (a call,
+four clock reads and a list append, about 1 us per kernel) lands mostly in the overhead and in the step's time.
+--null adds a cross-check: the same step jitted on the NULL device, whose kernels run nothing, so that a replay's
+whole time is overhead (it also leaves out the CPU runtime's ctypes argument marshalling, so it reads lower).
+
+Usage: python bench/train.py [--steps N] [--quick] [--cases gpt,convnet] [--peers torch,tinygrad] [--null] [--cold];
+`--help` lists the model-size flags (tiny settings make a smoke test). Missing peers are reported and skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+os.environ.setdefault("DEV", "CPU")  # the reference system may pick another backend otherwise
+
+Batch = tuple[np.ndarray, np.ndarray]  # (inputs, integer targets)
+Weights = dict[str, np.ndarray]  # state-dict name -> initial value, copied into every peer
+LOSS_RTOL = 1e-3
+PEERS = ("torch", "tinygrad")
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One model to train: its settings, its batches, and what a step processes (for the rate)."""
+
+    name: str
+    title: str
+    settings: argparse.Namespace
+    batches: list[Batch]
+    unit: str  # "tokens" or "images"
+    per_step: int
+
+
+@dataclass
+class Trainer:
+    """One peer's training loop for one case: `prepare` turns a batch into its tensors (untimed), `step` trains on them
+    and returns the loss tensor. `jit` is fusegrad's TinyJit (its captured kernels are timed for the overhead)."""
+
+    prepare: Callable[[Batch], Any]
+    step: Callable[[Any], Any]
+    jit: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Overhead:
+    """Python time of one replayed step (the call, not reading the loss): wall seconds, this thread's CPU seconds."""
+
+    wall: float
+    cpu: float
+    kernels: int
+
+
+@dataclass
+class Run:
+    """What one peer did on one case: seconds and loss of every step, warm-up first; fusegrad's replay overheads."""
+
+    seconds: list[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    overheads: list[Overhead] = field(default_factory=list)
+
+
+# *** the transformer, in each system ***
+
+
+def initial_weights(state: dict[str, Any]) -> Weights:
+    """A fusegrad state dict as numpy arrays, realized in place first: the values the training steps will start from."""
+    from fusegrad import Tensor
+
+    Tensor.realize(*state.values())
+    return {k: v.numpy() for k, v in state.items()}
+
+
+def gpt_fusegrad(case: Case) -> tuple[Trainer, Weights]:
+    """fusegrad's GPT from the examples, AdamW, the step under TinyJit; its initial weights seed the other peers."""
+    from fusegrad import Tensor
+    from fusegrad.engine.jit import TinyJit
+    from fusegrad.examples.gpt import GPT, GPTConfig
+    from fusegrad.nn import optim
+    from fusegrad.nn.state import get_parameters, get_state_dict
+
+    s = case.settings
+    Tensor.manual_seed(s.seed)
+    model = GPT(GPTConfig(s.vocab, s.context, s.dim, s.heads, s.layers))
+    opt = optim.AdamW(get_parameters(model), lr=s.lr, weight_decay=0.01)
+
+    @TinyJit
+    @Tensor.train()
+    def step(x: Tensor, y: Tensor) -> Tensor:
+        opt.zero_grad()
+        loss = model.loss(x, y).backward()
+        # one schedule: the loss reads the weights before this step's update (as torch reports it)
+        Tensor.realize(loss, *opt.schedule_step())
+        return loss
+
+    def prepare(batch: Batch) -> tuple[Tensor, Tensor]:
+        return Tensor(batch[0]).realize(), Tensor(batch[1]).realize()
+
+    weights = initial_weights(get_state_dict(model))
+    return Trainer(prepare, lambda xy: step(*xy), step), weights
+
+
+def torch_gpt_block(s: argparse.Namespace) -> Any:
+    """One pre-norm block's modules, named as in fusegrad.examples.gpt.Block."""
+    from torch import nn
+
+    attention = nn.ModuleDict({"qkv": nn.Linear(s.dim, 3 * s.dim), "out": nn.Linear(s.dim, s.dim)})
+    return nn.ModuleDict({"norm1": nn.LayerNorm(s.dim), "norm2": nn.LayerNorm(s.dim), "attn": attention,
+                          "up": nn.Linear(s.dim, 4 * s.dim), "down": nn.Linear(4 * s.dim, s.dim)})  # fmt: skip
+
+
+def torch_gpt_forward(model: Any, ids: Any, heads: int) -> Any:
+    """(B, T) ids -> (B, T, vocab) logits, computed as fusegrad.examples.gpt.GPT does."""
+    import torch
+    import torch.nn.functional as F
+
+    x = model["tokens"](ids) + model["positions"](torch.arange(ids.shape[1]))  # (B, T, C)
+    for block in model["blocks"]:
+        b, t, c = x.shape
+        # (B, T, 3C) -> (3, B, heads, T, C/heads)
+        qkv = block["attn"]["qkv"](block["norm1"](x)).reshape(b, t, 3, heads, c // heads).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
+        x = x + block["attn"]["out"](y.transpose(1, 2).reshape(b, t, c))  # (B, heads, T, C/heads) -> (B, T, C)
+        x = x + block["down"](F.gelu(block["up"](block["norm2"](x)), approximate="tanh"))
+    return model["head"](model["norm"](x))
+
+
+def gpt_torch(case: Case, weights: Weights) -> Trainer:
+    """The same transformer in torch: a ModuleDict with fusegrad's parameter names, AdamW with the same settings."""
+    import torch
+    from torch import nn
+
+    torch.set_num_threads(2)
+    s = case.settings
+    model = nn.ModuleDict({
+        "tokens": nn.Embedding(s.vocab, s.dim), "positions": nn.Embedding(s.context, s.dim),
+        "blocks": nn.ModuleList([torch_gpt_block(s) for _ in range(s.layers)]),
+        "norm": nn.LayerNorm(s.dim), "head": nn.Linear(s.dim, s.vocab)})  # fmt: skip
+    model.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in weights.items()}, strict=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=s.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+
+    def step(xy: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        opt.zero_grad()
+        logits = torch_gpt_forward(model, xy[0], s.heads)
+        loss = nn.functional.cross_entropy(logits.reshape(-1, s.vocab), xy[1].reshape(-1))
+        loss.backward()  # type: ignore[no-untyped-call]  # torch leaves backward unannotated
+        opt.step()
+        return loss
+
+    return Trainer(lambda b: (torch.from_numpy(b[0]).long(), torch.from_numpy(b[1]).long()), step)
+
+
+def tinygrad_gpt_forward(model: dict[str, Any], ids: Any, heads: int) -> Any:
+    """(B, T) ids -> (B, T, vocab) logits with tinygrad's layers, computed as fusegrad.examples.gpt.GPT does."""
+    from tinygrad.tensor import Tensor
+
+    x = model["tokens"](ids) + model["positions"](Tensor.arange(ids.shape[1]))  # (B, T, C)
+    for block in model["blocks"]:
+        b, t, c = x.shape
+        # (B, T, 3C) -> (3, B, heads, T, C/heads)
+        qkv = block["attn"]["qkv"](block["norm1"](x)).reshape(b, t, 3, heads, c // heads).permute(2, 0, 3, 1, 4)
+        y = qkv[0].scaled_dot_product_attention(qkv[1], qkv[2], is_causal=True)
+        x = x + block["attn"]["out"](y.transpose(1, 2).reshape(b, t, c))  # (B, heads, T, C/heads) -> (B, T, C)
+        x = x + block["down"](block["up"](block["norm2"](x)).gelu())
+    return model["head"](model["norm"](x))
+
+
+def gpt_tinygrad(case: Case, weights: Weights) -> Trainer:
+    """The same transformer with tinygrad's nn layers in nested dicts (the same state-dict names) and its TinyJit."""
+    from tinygrad import nn
+    from tinygrad.engine.jit import TinyJit
+    from tinygrad.helpers import Context
+    from tinygrad.tensor import Tensor
+
+    s = case.settings
+    blocks = [{"norm1": nn.LayerNorm(s.dim), "norm2": nn.LayerNorm(s.dim),
+               "attn": {"qkv": nn.Linear(s.dim, 3 * s.dim), "out": nn.Linear(s.dim, s.dim)},
+               "up": nn.Linear(s.dim, 4 * s.dim), "down": nn.Linear(4 * s.dim, s.dim)}
+              for _ in range(s.layers)]  # fmt: skip
+    model = {"tokens": nn.Embedding(s.vocab, s.dim), "positions": nn.Embedding(s.context, s.dim), "blocks": blocks,
+             "norm": nn.LayerNorm(s.dim), "head": nn.Linear(s.dim, s.vocab)}  # fmt: skip
+    nn.state.load_state_dict(model, {k: Tensor(v.copy()) for k, v in weights.items()}, verbose=False)
+    opt = nn.optim.AdamW(nn.state.get_parameters(model), lr=s.lr, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.01)
+
+    @TinyJit
+    def step(x: Tensor, y: Tensor) -> Any:
+        with Context(TRAINING=1):  # type: ignore[no-untyped-call]  # tinygrad 0.14's training mode
+            opt.zero_grad()
+            loss = tinygrad_gpt_forward(model, x, s.heads).sparse_categorical_crossentropy(y).backward()
+            return loss.realize(*opt.schedule_step())
+
+    return Trainer(lambda b: (Tensor(b[0]).realize(), Tensor(b[1]).realize()), lambda xy: step(*xy))
+
+
+# *** the convnet, in each system ***
+
+
+class InlineConvNet:
+    """Used only when fusegrad.examples.mnist is missing: the same layers as its ConvNet, (B, 1, 28, 28) -> (B, 10)."""
+
+    def __init__(self, width: int) -> None:
+        from fusegrad import nn
+
+        self.conv1, self.norm1 = nn.Conv2d(1, width, 3), nn.BatchNorm(width)
+        self.conv2, self.norm2 = nn.Conv2d(width, 2 * width, 3), nn.BatchNorm(2 * width)
+        self.head = nn.Linear(2 * width * 5 * 5, 10)
+
+    def __call__(self, x: Any) -> Any:
+        x = self.norm1(self.conv1(x)).relu().max_pool2d()  # (B, 1, 28, 28) -> (B, w, 26, 26) -> (B, w, 13, 13)
+        x = self.norm2(self.conv2(x)).relu().max_pool2d()  # -> (B, 2w, 11, 11) -> (B, 2w, 5, 5)
+        return self.head(x.flatten(1))  # (B, 2w*25) -> (B, 10)
+
+
+def fusegrad_convnet() -> tuple[type, str]:
+    """The convnet class and where it comes from."""
+    try:
+        from fusegrad.examples.mnist import ConvNet
+    except ImportError as e:
+        return InlineConvNet, f"defined in bench/train.py (fusegrad.examples.mnist missing: {e})"
+    return ConvNet, "fusegrad.examples.mnist.ConvNet"
+
+
+def running_stats(model: Any) -> list[Any]:
+    """The batchnorms' running statistics, realized with each step so every peer does torch's work."""
+    norms = (model.norm1, model.norm2)
+    return [stat for norm in norms for stat in (norm.running_mean, norm.running_var)]
+
+
+def convnet_fusegrad(case: Case) -> tuple[Trainer, Weights]:
+    """The examples' convnet (or the inline one), Adam, the step under TinyJit; its weights seed the other peers."""
+    from fusegrad import Tensor
+    from fusegrad.engine.jit import TinyJit
+    from fusegrad.nn.optim import Adam
+    from fusegrad.nn.state import get_parameters, get_state_dict
+
+    s = case.settings
+    Tensor.manual_seed(s.seed)
+    model = fusegrad_convnet()[0](s.width)
+    opt = Adam(get_parameters(model), lr=s.lr)
+
+    @TinyJit
+    @Tensor.train()
+    def step(images: Tensor, labels: Tensor) -> Tensor:
+        opt.zero_grad()
+        loss: Tensor = model(images.float() / 255.0).sparse_categorical_crossentropy(labels).backward()
+        Tensor.realize(loss, *opt.schedule_step(), *running_stats(model))
+        return loss
+
+    def prepare(batch: Batch) -> tuple[Tensor, Tensor]:
+        return Tensor(batch[0]).realize(), Tensor(batch[1]).realize()
+
+    weights = initial_weights(get_state_dict(model))
+    return Trainer(prepare, lambda xy: step(*xy), step), weights
+
+
+def convnet_torch(case: Case, weights: Weights) -> Trainer:
+    """The same convnet in torch (BatchNorm2d in training mode), Adam with the same settings."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    torch.set_num_threads(2)
+    w = case.settings.width
+    model = nn.ModuleDict({"conv1": nn.Conv2d(1, w, 3), "norm1": nn.BatchNorm2d(w), "conv2": nn.Conv2d(w, 2 * w, 3),
+                           "norm2": nn.BatchNorm2d(2 * w), "head": nn.Linear(2 * w * 5 * 5, 10)})  # fmt: skip
+    model.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in weights.items()}, strict=True)
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=case.settings.lr, betas=(0.9, 0.999), eps=1e-8)
+
+    def step(batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        opt.zero_grad()
+        x = F.max_pool2d(F.relu(model["norm1"](model["conv1"](batch[0].float() / 255.0))), 2)
+        x = F.max_pool2d(F.relu(model["norm2"](model["conv2"](x))), 2)
+        loss = F.cross_entropy(model["head"](x.flatten(1)), batch[1])
+        loss.backward()  # type: ignore[no-untyped-call]  # torch leaves backward unannotated
+        opt.step()
+        return loss
+
+    return Trainer(lambda b: (torch.from_numpy(b[0]), torch.from_numpy(b[1]).long()), step)
+
+
+def convnet_tinygrad(case: Case, weights: Weights) -> Trainer:
+    """The same convnet with tinygrad's nn layers and TinyJit, Adam with the same settings."""
+    from tinygrad import nn
+    from tinygrad.engine.jit import TinyJit
+    from tinygrad.helpers import Context
+    from tinygrad.tensor import Tensor
+
+    w = case.settings.width
+    model = argparse.Namespace(conv1=nn.Conv2d(1, w, 3), norm1=nn.BatchNorm(w), conv2=nn.Conv2d(w, 2 * w, 3),
+                               norm2=nn.BatchNorm(2 * w), head=nn.Linear(2 * w * 5 * 5, 10))  # fmt: skip
+    nn.state.load_state_dict(model, {k: Tensor(v.copy()) for k, v in weights.items()}, verbose=False)
+    opt = nn.optim.Adam(nn.state.get_parameters(model), lr=case.settings.lr, b1=0.9, b2=0.999, eps=1e-8)
+
+    @TinyJit
+    def step(images: Tensor, labels: Tensor) -> Any:
+        # tinygrad 0.14's training mode: batch statistics, optimizer allowed
+        with Context(TRAINING=1):  # type: ignore[no-untyped-call]  # tinygrad's Context is not annotated
+            opt.zero_grad()
+            x = model.norm1(model.conv1(images.float() / 255.0)).relu().max_pool2d()
+            x = model.norm2(model.conv2(x)).relu().max_pool2d()
+            loss = model.head(x.flatten(1)).sparse_categorical_crossentropy(labels).backward()
+            return loss.realize(*opt.schedule_step(), *running_stats(model))
+
+    return Trainer(lambda b: (Tensor(b[0]).realize(), Tensor(b[1]).realize()), lambda xy: step(*xy))
+
+
+MAKERS: dict[str, dict[str, Callable[..., Any]]] = {
+    "gpt": {"fusegrad": gpt_fusegrad, "torch": gpt_torch, "tinygrad": gpt_tinygrad},
+    "convnet": {"fusegrad": convnet_fusegrad, "torch": convnet_torch, "tinygrad": convnet_tinygrad},
+}
+
+
+# *** measuring ***
+
+
+def make_cases(args: argparse.Namespace) -> list[Case]:
+    """The cases asked for, each with warm-up + timed batches drawn from one seeded generator."""
+    rng = np.random.default_rng(args.seed)
+    n = args.warmup + args.steps
+    cases = []
+    if "gpt" in args.cases:
+        rows = [rng.integers(0, args.vocab, (args.batch, args.context + 1), dtype=np.int32) for _ in range(n)]
+        title = (f"gpt: vocab {args.vocab}, context {args.context}, dim {args.dim}, {args.heads} heads, "
+                 f"{args.layers} layers, batch {args.batch}, AdamW; random token ids")  # fmt: skip
+        batches = [(r[:, :-1].copy(), r[:, 1:].copy()) for r in rows]
+        cases.append(Case("gpt", title, args, batches, "tokens", args.batch * args.context))
+    if "convnet" in args.cases:
+        shape = (args.conv_batch, 1, 28, 28)
+        batches = [(rng.integers(0, 256, shape, dtype=np.uint8), rng.integers(0, 10, args.conv_batch, dtype=np.int32))
+                   for _ in range(n)]  # fmt: skip
+        title = (f"convnet ({fusegrad_convnet()[1]}): width {args.width}, batch {args.conv_batch} of 1x28x28, Adam; "
+                 "random images and labels")  # fmt: skip
+        cases.append(Case("convnet", title, args, batches, "images", args.conv_batch))
+    return cases
+
+
+def train(trainer: Trainer, case: Case, warmup: int) -> Run:
+    """Every batch of the case, one timed step each (inputs prepared beforehand, the loss read back as a float); after
+    the warm-up, a jitted fusegrad step also gets its replay's Python overhead measured (see kernel_clock)."""
+    prepared = [trainer.prepare(b) for b in case.batches]
+    run = Run()
+    for i, inputs in enumerate(prepared):
+        timed = trainer.jit is not None and i >= warmup
+        clock: contextlib.AbstractContextManager[list[tuple[float, float]]] = contextlib.nullcontext([])
+        if timed:
+            clock = kernel_clock(trainer.jit.captured.items)
+        with clock as spent:
+            wall, cpu = time.perf_counter(), time.thread_time()
+            out = trainer.step(inputs)
+            call_wall, call_cpu, in_call = time.perf_counter() - wall, time.thread_time() - cpu, list(spent)
+            run.losses.append(float(out.item()))
+            run.seconds.append(time.perf_counter() - wall)
+        if timed:
+            run.overheads.append(replay_overhead(call_wall, call_cpu, in_call, len(trainer.jit.captured.items)))
+    return run
+
+
+def replay_overhead(wall: float, cpu: float, spent: list[tuple[float, float]], kernels: int) -> Overhead:
+    """A replay's Python time: its (wall, CPU) seconds minus its kernels' own; every kernel must have been timed."""
+    if len(spent) != kernels:
+        raise RuntimeError(f"train: kernel runs timed in a replay: got {len(spent)}, expected {kernels}")
+    return Overhead(wall - sum(w for w, _ in spent), cpu - sum(c for _, c in spent), kernels)
+
+
+def timed_c_function(fxn: Callable[..., Any], spent: list[tuple[float, float]]) -> Callable[..., None]:
+    """fxn, adding the (wall, thread CPU) seconds of each call to `spent`."""
+
+    def call(*args: Any) -> None:
+        wall, cpu = time.perf_counter(), time.thread_time()
+        fxn(*args)
+        spent.append((time.perf_counter() - wall, time.thread_time() - cpu))
+
+    return call
+
+
+@contextlib.contextmanager
+def kernel_clock(items: list[Any]) -> Iterator[list[tuple[float, float]]]:
+    """While open, each captured kernel's C function adds its own (wall, CPU) run time to the yielded list; then the
+    functions are restored. Raises ValueError for a runner without a C function (a copy, a device other than CPU)."""
+    programs = {}
+    for ei in items:  # one program may serve several items (identical kernels share a runner)
+        program: Any = getattr(ei.prg, "_prg", None)  # the device's program object (CPUProgram on CPU)
+        if getattr(program, "fxn", None) is None:
+            raise ValueError(f"kernel_clock: cannot time a {type(ei.prg).__name__} runner: expected a C kernel")
+        programs[id(program)] = (program, program.fxn)
+    spent: list[tuple[float, float]] = []
+    try:
+        for program, fxn in programs.values():
+            program.fxn = timed_c_function(fxn, spent)
+        yield spent
+    finally:
+        for program, fxn in programs.values():
+            program.fxn = fxn
+
+
+def null_overhead(case: Case) -> Overhead:
+    """The time of a replay of the case's fusegrad step jitted on the NULL device, where kernels do no work."""
+    from fusegrad.helpers import Context
+
+    with Context(DEV="NULL"):
+        trainer, _ = MAKERS[case.name]["fusegrad"](case)
+        inputs = trainer.prepare(case.batches[0])
+        for _ in range(2):  # the eager call and the capture
+            trainer.jit(*inputs)
+        walls, cpus = [], []
+        for _ in range(3):
+            wall, cpu = time.perf_counter(), time.thread_time()
+            trainer.jit(*inputs)
+            walls.append(time.perf_counter() - wall)
+            cpus.append(time.thread_time() - cpu)
+    return Overhead(min(walls), min(cpus), len(trainer.jit.captured.items))
+
+
+# *** reporting ***
+
+
+def rate_cell(run: Run | None, warmup: int, per_step: int) -> str:
+    if run is None:
+        return f"{'failed':>36s}"
+    timed = run.seconds[warmup:]
+    med = statistics.median(timed)
+    return f"{med * 1e3:11.1f}ms {min(timed) * 1e3:10.1f}ms {per_step / med:12,.0f}"
+
+
+def print_rates(case: Case, runs: dict[str, Run | None], warmup: int) -> None:
+    """One row per peer: first call, capture call, median and best step, rate, fusegrad's rate over the peer's."""
+    print(f"\n{'peer':10s}{'1st call':>10s}{'2nd call':>10s}{'median step':>13s}{'best step':>12s}"
+          f"{case.unit + '/s':>13s}   fusegrad/peer")  # fmt: skip
+    ours = runs.get("fusegrad")
+    for peer, run in runs.items():
+        calls = f"{run.seconds[0]:9.2f}s{run.seconds[1]:9.2f}s" if run is not None else " " * 20
+        ratio = "-"
+        if run is not None and ours is not None:
+            ratio = f"{statistics.median(run.seconds[warmup:]) / statistics.median(ours.seconds[warmup:]):.3g}x"
+        print(f"{peer:10s}{calls}{rate_cell(run, warmup, case.per_step)}   {ratio if peer != 'fusegrad' else ''}")
+
+
+def loss_agreement(runs: dict[str, Run | None], steps: int) -> dict[str, float]:
+    """Each peer's largest relative loss difference from torch over the first `steps` steps (NaN if a loss is)."""
+    ref = runs.get("torch")
+    if ref is None:
+        return {}
+    diffs = {}
+    for peer, run in runs.items():
+        if run is not None and peer != "torch":
+            pairs = zip(run.losses[:steps], ref.losses[:steps], strict=True)
+            rel = [abs(a - b) / max(abs(b), 1e-12) for a, b in pairs]
+            diffs[peer] = math.nan if any(math.isnan(d) for d in rel) else max(rel)  # max() would skip a NaN
+    return diffs
+
+
+def print_losses(runs: dict[str, Run | None], steps: int) -> list[str]:
+    """The first `steps` losses of every peer side by side and their agreement with torch; returns the peers whose
+    losses differ from torch's by more than LOSS_RTOL."""
+    alive = {peer: run for peer, run in runs.items() if run is not None}
+    print(f"\n{'loss at step':14s}" + "".join(f"{peer:>12s}" for peer in alive))
+    for i in range(min(steps, *(len(r.losses) for r in alive.values()))):
+        print(f"{i + 1:<14d}" + "".join(f"{run.losses[i]:12.6f}" for run in alive.values()))
+    diffs = loss_agreement(runs, steps)
+    if not diffs:
+        print("no torch run: losses not checked")
+    bad = [peer for peer, diff in diffs.items() if not diff <= LOSS_RTOL]
+    for peer, diff in diffs.items():
+        verdict = "MISMATCH" if peer in bad else "ok"
+        print(f"{peer} vs torch: max relative difference {diff:.2e} ({verdict}, tolerance {LOSS_RTOL:g})")
+    return bad
+
+
+def print_overhead(run: Run, null: Overhead | None) -> None:
+    """First and capture call of fusegrad's jitted step, and the Python overhead of its replays (smallest of each
+    clock over the timed steps)."""
+    overhead = Overhead(min(o.wall for o in run.overheads), min(o.cpu for o in run.overheads), run.overheads[0].kernels)
+    print(f"fusegrad TinyJit: first call {run.seconds[0]:.2f} s (schedule, compile, run), capture call "
+          f"{run.seconds[1]:.2f} s (schedule, run: kernels come from the compile cache)")  # fmt: skip
+    for what, o in (("Python overhead per replayed step", overhead), ("  NULL device cross-check, per replay", null)):
+        if o is not None:
+            wall, cpu = o.wall * 1e6, o.cpu * 1e6  # microseconds
+            print(f"fusegrad {what}: {wall:,.0f} us wall, {cpu:,.0f} us CPU, for {o.kernels} kernels "
+                  f"= {wall / o.kernels:.1f} us wall, {cpu / o.kernels:.1f} us CPU per kernel")  # fmt: skip
+
+
+def run_peers(case: Case, args: argparse.Namespace) -> dict[str, Run | None]:
+    """Train the case with fusegrad and then with each peer, from fusegrad's initial weights."""
+    trainer, weights = MAKERS[case.name]["fusegrad"](case)
+    ours = train(trainer, case, args.warmup)
+    runs: dict[str, Run | None] = {"fusegrad": ours}
+    print(f"fusegrad  done: median step {statistics.median(ours.seconds[args.warmup :]) * 1e3:.1f} ms", flush=True)
+    for peer in args.peers:
+        try:
+            run = train(MAKERS[case.name][peer](case, weights), case, args.warmup)
+        except ImportError as e:  # a peer that is not installed is reported, not fatal
+            print(f"{peer}: skipped ({type(e).__name__}: {e})")
+            continue
+        except Exception as e:  # one failing peer leaves the others standing
+            print(f"{peer}: failed ({type(e).__name__}: {e})")
+            runs[peer] = None
+            continue
+        runs[peer] = run
+        print(f"{peer:10s}done: median step {statistics.median(run.seconds[args.warmup :]) * 1e3:.1f} ms", flush=True)
+    return runs
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add = parser.add_argument
+    add("--steps", type=int, default=3, help="timed steps per peer and case, after the warm-up (default 3)")
+    add("--warmup", type=int, default=2, help="untimed first steps: the call and the capture (default 2, min 2)")
+    add("--quick", action="store_true", help="1 timed step")
+    add("--check", type=int, default=3, help="first steps whose losses are compared with torch's (default 3)")
+    add("--cases", default="gpt,convnet", help="comma-separated: gpt, convnet (default both)")
+    add("--peers", default=",".join(PEERS), help="comma-separated peers beside fusegrad (default torch,tinygrad)")
+    add("--null", action="store_true", help="also time fusegrad's replay on the NULL device (slow: schedules again)")
+    add("--cold", action="store_true", help="CACHELEVEL=0: compile every kernel in the first call")
+    add("--seed", type=int, default=0, help="seed of the weights and batches (default 0)")
+    add("--lr", type=float, default=3e-3, help="learning rate of both optimizers (default 3e-3)")
+    for flag, default, what in (("vocab", 98, "gpt vocabulary"), ("context", 64, "gpt context"),
+                                ("dim", 128, "gpt width"), ("heads", 4, "gpt heads"), ("layers", 2, "gpt blocks"),
+                                ("batch", 16, "gpt batch"), ("conv-batch", 64, "convnet batch"),
+                                ("width", 16, "convnet channels of the first conv")):  # fmt: skip
+        add(f"--{flag}", type=int, default=default, help=f"{what} (default {default})")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.steps = 1
+    args.cases, args.peers = args.cases.split(","), [p for p in args.peers.split(",") if p]
+    if unknown := sorted(set(args.cases) - set(MAKERS)) + sorted(set(args.peers) - set(PEERS)):
+        parser.error(f"unknown case or peer: got {unknown}, expected cases {list(MAKERS)} and peers {list(PEERS)}")
+    sizes = (args.steps, args.check, args.vocab, args.context, args.dim, args.heads, args.layers,
+             args.batch, args.conv_batch, args.width)  # fmt: skip
+    if args.warmup < 2 or min(sizes) < 1 or args.conv_batch < 2:
+        parser.error("--warmup must be at least 2, --conv-batch at least 2, the other counts and sizes at least 1")
+    if args.dim % args.heads:
+        parser.error(f"--dim must be a multiple of --heads: got {args.dim} and {args.heads}")
+    return args
+
+
+def set_cold() -> None:
+    """Turn off the persistent compile caches of fusegrad and tinygrad (already imported ones too)."""
+    os.environ["CACHELEVEL"] = "0"
+    for name in ("fusegrad.helpers", "tinygrad.helpers"):
+        with contextlib.suppress(ImportError):
+            __import__(name, fromlist=["CACHELEVEL"]).CACHELEVEL.value = 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the bench; the exit status is 1 when some peer's losses disagree with torch's."""
+    args = parse_args(argv)
+    if args.cold:
+        set_cold()
+    mismatched = []
+    for case in make_cases(args):
+        print(f"\n== {case.title}", flush=True)
+        runs = run_peers(case, args)
+        null = null_overhead(case) if args.null else None
+        print_rates(case, runs, args.warmup)
+        mismatched += [f"{case.name}: {peer}" for peer in print_losses(runs, min(args.check, len(case.batches)))]
+        print_overhead(runs["fusegrad"], null)  # type: ignore[arg-type]  # fusegrad's run never fails
+    if mismatched:
+        print(f"\nlosses disagree with torch: {', '.join(mismatched)}")
+    return 1 if mismatched else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""Tests of bench/train.py: its argument checks, the loss-agreement verdict, the kernel clock behind the overhead
+figure, and (slow) a whole run with tiny models against torch."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "train.py"
+TINY = ["--dim", "16", "--heads", "2", "--layers", "1", "--context", "8", "--batch", "2", "--conv-batch", "4",
+        "--width", "2", "--steps", "2", "--warmup", "2"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_train", BENCH)
+    assert spec is not None, f"cannot load {BENCH}"
+    assert spec.loader is not None, f"cannot load {BENCH}"
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--warmup", "1"], ["--steps", "0"], ["--dim", "10", "--heads", "4"], ["--cases", "resnet"], ["--peers", "jax"]],
+)
+def test_bad_arguments_are_refused(bench: ModuleType, argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        bench.parse_args(argv)
+    assert exit_info.value.code == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_quick_shortens_the_run(bench: ModuleType) -> None:
+    args = bench.parse_args(["--quick", "--cases", "gpt", "--peers", ""])
+    assert (args.steps, args.warmup, args.cases, args.peers) == (1, 2, ["gpt"], [])
+
+
+def test_loss_agreement_flags_a_different_computation(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    torch_losses = [4.0, 3.5, 3.0, 2.0]
+    runs = {
+        "fusegrad": bench.Run(losses=[4.0, 3.5 * (1 + 2e-3), 3.0, 9.0]),  # step 2 off by 2e-3; step 4 is not checked
+        "torch": bench.Run(losses=torch_losses),
+        "tinygrad": bench.Run(losses=[4.0, 3.5 * (1 + 1e-4), 3.0, 2.0]),
+        "other": None,  # a failed peer is left out
+    }
+    assert bench.print_losses(runs, 3) == ["fusegrad"]
+    out = capsys.readouterr().out
+    assert "fusegrad vs torch: max relative difference 2.00e-03 (MISMATCH" in out
+    assert "tinygrad vs torch: max relative difference 1.00e-04 (ok" in out
+    runs["fusegrad"] = bench.Run(losses=[4.0, 3.5, float("nan"), 2.0])
+    assert bench.print_losses(runs, 3) == ["fusegrad"], "a NaN loss must not pass the check"
+    assert bench.print_losses({"fusegrad": runs["fusegrad"]}, 3) == []
+    assert "no torch run" in capsys.readouterr().out
+
+
+def test_kernel_clock_times_each_c_call_and_restores(bench: ModuleType) -> None:
+    def kernel(*args: Any) -> None:
+        time.sleep(0.01)
+
+    program = SimpleNamespace(fxn=kernel)
+    items = [SimpleNamespace(prg=SimpleNamespace(_prg=program)) for _ in range(2)]  # two items share one program
+    with bench.kernel_clock(items) as spent:
+        program.fxn()
+        program.fxn()
+    assert len(spent) == 2, "a program shared by two items must be wrapped once"
+    assert all(wall >= 0.009 for wall, _ in spent)
+    assert all(cpu < 0.005 for _, cpu in spent), "sleeping takes no CPU time"
+    assert program.fxn is kernel
+    overhead = bench.replay_overhead(0.05, 0.002, spent, 2)
+    assert overhead.kernels == 2
+    assert overhead.wall == pytest.approx(0.05 - sum(wall for wall, _ in spent))
+    with pytest.raises(RuntimeError, match="got 1, expected 2"):
+        bench.replay_overhead(0.05, 0.002, spent[:1], 2)
+    with (
+        pytest.raises(ValueError, match="cannot time a SimpleNamespace runner"),
+        bench.kernel_clock([SimpleNamespace(prg=SimpleNamespace())]),
+    ):
+        pass
+
+
+@pytest.mark.slow
+def test_tiny_run_against_torch(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench.main([*TINY, "--peers", "torch"]) == 0
+    out = capsys.readouterr().out
+    for unit in ("tokens/s", "images/s"):
+        assert unit in out
+    assert out.count("fusegrad vs torch: max relative difference") == 2
+    assert "MISMATCH" not in out
+    overheads = [line for line in out.splitlines() if line.startswith("fusegrad Python overhead per replayed step")]
+    assert len(overheads) == 2
+    for line in overheads:
+        per_kernel = float(line.split(" = ")[1].split()[0])
+        assert 0 < per_kernel < 10_000, line  # microseconds: positive, and far below a whole step
