@@ -696,12 +696,43 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
 
     @_traced
     def bitcast(self, dtype: DTypeLike) -> Tensor:
+        """The same bytes read as `dtype`. A different element size regroups the last axis' bytes (little-endian):
+        (..., n) of `old` bytes -> (..., n * old / new). Raises ValueError when those bytes don't divide evenly (or the
+        tensor is 0-d). On a device that runs no kernels (DISK) the result views the same memory, which must be one run
+        of bytes (RuntimeError if not). Example: `Tensor([1.0]).bitcast(dtypes.uint16).tolist() == [0, 16256]`."""
         dt = to_dtype(dtype)
-        if dt.itemsize != self.dtype.itemsize:
-            raise TypeError(
-                f"bitcast: {self.dtype} and {dt} differ in size ({self.dtype.itemsize} vs {dt.itemsize} bytes)"
+        old, new = self.dtype.itemsize, dt.itemsize
+        if dt == self.dtype or old == new:
+            return self if dt == self.dtype else Tensor(self.uop.bitcast(dt))
+        if self.ndim == 0 or (self.shape[-1] * old) % new != 0:
+            raise ValueError(
+                f"bitcast: {self.dtype} -> {dt} regroups the last axis ({old} vs {new} bytes per element): got shape "
+                f"{self.shape}, expected a last axis of a multiple of {new} bytes"
             )
-        return self if dt == self.dtype else Tensor(self.uop.bitcast(dt))
+        from fusegrad.schedule.views import bitcast_view, is_storage_device, view_chain
+
+        if not is_storage_device(self.device):
+            return self._bitcast_regrouped(dt)
+        shape = (*self.shape[:-1], self.shape[-1] * old // new)
+        if prod(shape) == 0:
+            return Tensor.empty(*shape, dtype=dt, device=self.device)
+        Tensor(view_chain(self.uop)[0]).realize()  # a pending write (a copy to DISK) lands first: the view reads it
+        return Tensor(bitcast_view(self.uop, dt))
+
+    def _bitcast_regrouped(self, dt: DType) -> Tensor:
+        """A size-changing bitcast as a kernel: split or join the elements' unsigned bits by shifts."""
+        unsigned = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
+        old, new = self.dtype.itemsize, dt.itemsize
+        bits = self.bitcast(unsigned[old])
+        if new > old:  # (..., n) -> (..., n/r, r): r pieces, the first in the lowest bits -> (..., n/r)
+            pieces = bits.reshape(*self.shape[:-1], -1, new // old).cast(unsigned[new])
+            joined = pieces[..., 0]
+            for i in range(1, new // old):
+                joined = joined | (pieces[..., i] << (8 * old * i))
+            return joined.bitcast(dt)
+        # (..., n) -> (..., n, r): each element's r pieces, lowest bits first -> (..., n*r)
+        split = [(bits >> (8 * new * i)).cast(unsigned[new]) for i in range(old // new)]
+        return Tensor.stack(*split, dim=-1).reshape(*self.shape[:-1], -1).bitcast(dt)
 
     def float(self) -> Tensor:
         return self.cast(dtypes.float32)

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from fusegrad.device import Buffer, Device
-from fusegrad.dtype import dtypes
+from fusegrad.dtype import DType, _to_np_dtype, dtypes
 from fusegrad.runtime.ops_disk import DiskDevice
 from fusegrad.tensor import Tensor
+from fusegrad.uop import Ops
 
 
 def disk(path: pathlib.Path) -> str:
@@ -145,38 +146,83 @@ def test_bare_disk_device_has_no_file() -> None:
         Buffer("DISK", 4, dtypes.uint8).ensure_allocated()
 
 
-# tinygrad loads weights as `disk_tensor[offset:offset+n].bitcast(dtype)`, which its scheduler turns into a BUFFER_VIEW
+# weights load as `disk_tensor[offset:offset+n].bitcast(dtype)`: a view of the file (schedule/views.py), no DISK kernel
 
 
-@pytest.mark.xfail(
-    reason="bug: the scheduler makes a CONTIGUOUS kernel on DISK for a shrink, not a BUFFER_VIEW",
-    raises=RuntimeError,
-    strict=True,
-)
+def file_tensor(path: pathlib.Path, data: bytes, dtype: DType = dtypes.uint8) -> Tensor:
+    path.write_bytes(data)
+    return Tensor.empty(len(data) // dtype.itemsize, dtype=dtype, device=disk(path))
+
+
 def test_tensor_shrink_is_a_view(tmp_path: pathlib.Path) -> None:
-    path = tmp_path / "shrink.bin"
-    path.write_bytes(np.arange(8, dtype=np.int32).tobytes())
-    t = Tensor.empty(8, dtype=dtypes.int32, device=disk(path))
+    t = file_tensor(tmp_path / "shrink.bin", np.arange(8, dtype=np.int32).tobytes(), dtypes.int32)
     assert t[2:5].to("CPU").tolist() == [2, 3, 4]
+    assert t[2:5].numpy().tolist() == [2, 3, 4]  # read straight from the file too
 
 
-@pytest.mark.xfail(
-    reason="bug: the scheduler makes a CONTIGUOUS kernel on DISK for a bitcast, not a BUFFER_VIEW",
-    raises=RuntimeError,
-    strict=True,
-)
 def test_tensor_bitcast_is_a_view(tmp_path: pathlib.Path) -> None:
-    path = tmp_path / "bitcast.bin"
-    path.write_bytes(np.array([1.5, -2.0], dtype=np.float32).tobytes())
-    t = Tensor.empty(2, dtype=dtypes.float32, device=disk(path))
+    t = file_tensor(tmp_path / "bitcast.bin", np.array([1.5, -2.0], dtype=np.float32).tobytes(), dtypes.float32)
     assert t.bitcast(dtypes.uint32).to("CPU").tolist() == [0x3FC00000, 0xC0000000]
 
 
-@pytest.mark.xfail(
-    reason="bug: Tensor.bitcast rejects a size-changing bitcast (tinygrad allows it)", raises=TypeError, strict=True
-)
 def test_tensor_bytes_bitcast_to_wider_dtype(tmp_path: pathlib.Path) -> None:
-    path = tmp_path / "header.bin"
-    path.write_bytes(np.array([123456789], dtype=np.int64).tobytes() + b"{}")
-    t = Tensor.empty(10, dtype=dtypes.uint8, device=disk(path))
+    t = file_tensor(tmp_path / "header.bin", np.array([123456789], dtype=np.int64).tobytes() + b"{}")
     assert t[0:8].bitcast(dtypes.int64).to("CPU").tolist() == [123456789]
+    assert bytes(t[8:10].numpy()) == b"{}"
+
+
+@pytest.mark.parametrize("start", [1, 3, 5, 7])
+@pytest.mark.parametrize("dtype", [dtypes.int16, dtypes.int32, dtypes.float32, dtypes.int64, dtypes.float64])
+def test_views_at_odd_offsets(tmp_path: pathlib.Path, start: int, dtype: DType) -> None:
+    data = np.random.default_rng(start).integers(0, 256, size=40, dtype=np.uint8).tobytes()
+    t = file_tensor(tmp_path / "odd.bin", data)
+    end = start + 4 * dtype.itemsize
+    view = t[start:end].bitcast(dtype).reshape(2, 2)
+    expected = np.frombuffer(data[start:end], dtype=_to_np_dtype(dtype)).reshape(2, 2)
+    np.testing.assert_array_equal(view.to("CPU").numpy(), expected)
+    np.testing.assert_array_equal(view.numpy(), expected)
+
+
+def test_narrower_bitcast_is_a_view(tmp_path: pathlib.Path) -> None:
+    t = file_tensor(tmp_path / "narrow.bin", np.array([1, -2, 3], dtype=np.int32).tobytes(), dtypes.int32)
+    assert t[1:3].bitcast(dtypes.uint8).to("CPU").tolist() == [254, 255, 255, 255, 3, 0, 0, 0]
+    assert t[1:2].bitcast(dtypes.int16).to("CPU").tolist() == [-2, -1]
+
+
+def test_rows_of_a_matrix_are_views(tmp_path: pathlib.Path) -> None:
+    t = file_tensor(tmp_path / "matrix.bin", np.arange(24, dtype=np.int32).tobytes(), dtypes.int32).reshape(4, 6)
+    assert t[1:3].to("CPU").tolist() == [list(range(6, 12)), list(range(12, 18))]
+    assert t[2, 1:4].to("CPU").tolist() == [13, 14, 15]  # part of one row: still one run of bytes
+    assert t[3:4].permute(1, 0).to("CPU").tolist() == [[18], [19], [20], [21], [22], [23]]  # moves a size-1 axis
+
+
+def test_columns_of_a_matrix_name_device_and_view(tmp_path: pathlib.Path) -> None:
+    t = file_tensor(tmp_path / "matrix.bin", np.arange(24, dtype=np.int32).tobytes(), dtypes.int32).reshape(4, 6)
+    with pytest.raises(RuntimeError, match=r"DISK:.*matrix\.bin: can't read a non-contiguous view: got \(24,\) .*"
+                       r"reshape \(4, 6\) -> shrink \(\(0, 4\), \(1, 3\)\), expected one run of bytes"):  # fmt: skip
+        t[:, 1:3].to("CPU").realize()
+    with pytest.raises(RuntimeError, match=r"can't read a non-contiguous view"):
+        t[:, 1:3].numpy()
+    assert t.to("CPU")[:, 1:3].tolist() == [[1, 2], [7, 8], [13, 14], [19, 20]]  # the way around it, as the error says
+
+
+def test_multi_megabyte_view_round_trip(tmp_path: pathlib.Path) -> None:
+    values = np.random.default_rng(1).standard_normal(3 << 20).astype(np.float32)  # 12 MiB
+    header = np.array([len(values) * 4], dtype=np.int64).tobytes()
+    t = file_tensor(tmp_path / "big.bin", header + values.tobytes())
+    loaded = t[8:].bitcast(dtypes.float32).reshape(3, 1 << 20)
+    assert [ei.ast.op for ei in loaded.to("CPU").schedule()] == [Ops.BUFFER_VIEW, Ops.COPY]  # no DISK kernel
+    np.testing.assert_array_equal(loaded.to("CPU").numpy(), values.reshape(3, 1 << 20))
+    np.testing.assert_array_equal(loaded[1:2].numpy(), values[1 << 20 : 2 << 20].reshape(1, 1 << 20))
+    assert t[0:8].bitcast(dtypes.int64).item() == len(values) * 4
+
+
+def test_a_view_reads_a_write_in_the_same_schedule(tmp_path: pathlib.Path) -> None:
+    written = Tensor(np.arange(6, dtype=np.int32)).to(disk(tmp_path / "written.bin"))  # not realized yet
+    assert written[2:5].to("CPU").tolist() == [2, 3, 4]
+
+
+def test_empty_views(tmp_path: pathlib.Path) -> None:
+    t = file_tensor(tmp_path / "empty.bin", bytes(16))
+    assert t[4:4].bitcast(dtypes.int32).to("CPU").tolist() == []
+    assert t[4:4].to("CPU").tolist() == []
