@@ -25,7 +25,7 @@ from fusegrad.schedule.rangeify import (
     is_view_of_stored,
     simplify_kernel,
 )
-from fusegrad.schedule.views import storage_view_kernel
+from fusegrad.schedule.views import copy_then_rearrange, storage_view_kernel
 from fusegrad.uop import GroupOp, Ops
 from fusegrad.uop.ops import UOp, all_metadata
 from fusegrad.uop.rewrite import graph_rewrite, graph_rewrite_map, track_rewrites
@@ -57,6 +57,8 @@ def _contiguous_copy_source(c: UOp) -> UOp | None:
     src = c.src[0]
     if _is_flat_view_of_stored(src) or src.op is Ops.CONTIGUOUS:
         return None
+    if (moved := copy_then_rearrange(c)) is not None:
+        return moved  # DISK can't permute its memory: copy the bytes, rearrange them on the destination (views.py)
     return c.replace(src=(src.contiguous(), *c.src[1:]))
 
 

@@ -2,8 +2,9 @@
 
 `byte_run(x)` decides whether a chain of movement ops and same-size bitcasts over memory reads one contiguous run of
 the base's bytes, in row-major order, and where; `view_kernel` builds the BUFFER_VIEW kernel whose output Buffer is
-that run of the input's Buffer, so a COPY (or `.numpy()`) reads it with no kernel on the device. Entry point:
-`storage_view_kernel` (kernelize.py calls it for a CONTIGUOUS root) and `bitcast_view` (Tensor.bitcast on DISK).
+that run of the input's Buffer, so a COPY (or `.numpy()`) reads it with no kernel on the device. Entry points:
+`storage_view_kernel` (kernelize.py calls it for a CONTIGUOUS root), `copy_then_rearrange` (for a COPY of a permuted
+or flipped view) and `bitcast_view` (Tensor.bitcast on DISK).
 """
 
 from __future__ import annotations
@@ -128,6 +129,36 @@ def byte_run(x: UOp) -> ByteRun | None:
     if view is None or not view.is_run():
         return None
     return ByteRun(base, view.offset * base.dtype.itemsize, prod(x.shape) * x.dtype.itemsize, x.shape, x.dtype)
+
+
+def longest_run(base: UOp, ops: list[UOp]) -> int:
+    """The most ops (from the base up) that still read one run of base's bytes (0: the whole base)."""
+    longest, view = 0, strided_view(base, [])
+    for k, op in enumerate(ops, start=1):
+        if view is None or (view := _step(view, op)) is None:
+            return longest
+        longest = k if view.is_run() else longest
+    return longest
+
+
+def copy_then_rearrange(c: UOp) -> UOp | None:
+    """COPY(rearranged run of storage memory) -> CONTIGUOUS(the rearrangement of COPY(the run)), computed on the
+    destination. Only when the ops past the longest run select nothing (permute, flip, expand, pad, reshape,
+    bitcast): a shrink there would copy bytes the view skips, so such a view stays an error (as in the reference)."""
+    src = c.src[0]
+    if not is_storage_device(src.device) or not isinstance(c.device, str) or byte_run(src) is not None:
+        return None
+    base, ops = view_chain(src)
+    if not (is_stored(base) or base.op is Ops.COPY) or any(not isinstance(s, int) for u in ops for s in u.shape):
+        return None
+    k = longest_run(base, ops)
+    if any(op.op is Ops.SHRINK for op in ops[k:]):
+        return None
+    run = ops[k - 1] if k else base
+    moved = UOp(Ops.COPY, run.dtype, (run, *c.src[1:]), c.arg)
+    for op in ops[k:]:
+        moved = op.replace(src=(moved,))
+    return moved.contiguous()
 
 
 def describe_view(x: UOp) -> str:

@@ -226,3 +226,22 @@ def test_empty_views(tmp_path: pathlib.Path) -> None:
     t = file_tensor(tmp_path / "empty.bin", bytes(16))
     assert t[4:4].bitcast(dtypes.int32).to("CPU").tolist() == []
     assert t[4:4].to("CPU").tolist() == []
+
+
+def test_rearranged_views_copy_then_rearrange_on_the_destination(tmp_path: pathlib.Path) -> None:
+    t = file_tensor(tmp_path / "rearrange.bin", np.arange(24, dtype=np.int32).tobytes(), dtypes.int32)
+    a = np.arange(24, dtype=np.int32)
+    cases = [
+        (t.reshape(4, 6).permute(1, 0), a.reshape(4, 6).T),
+        (t.flip(0), a[::-1]),
+        (t[2:3].expand(3), np.repeat(a[2:3], 3)),
+        (t[4:6].pad(((1, 2),)), np.pad(a[4:6], (1, 2))),
+        (t.reshape(4, 6)[1:3].permute(1, 0).bitcast(dtypes.uint32), a.reshape(4, 6)[1:3].T.view(np.uint32)),
+    ]
+    for view, expected in cases:
+        copied = view.to("CPU")
+        schedule = copied.schedule()
+        kernels = [ei.bufs[0].device for ei in schedule if ei.ast.op is Ops.SINK]
+        assert kernels == ["CPU"]  # only the rearrangement runs, after the copy: no kernel on DISK
+        np.testing.assert_array_equal(copied.numpy(), expected)
+    assert [ei.ast.op for ei in t[4:6].pad(((1, 2),)).to("CPU").schedule()] == [Ops.BUFFER_VIEW, Ops.COPY, Ops.SINK]

@@ -14,7 +14,15 @@ from hypothesis import strategies as st
 
 from fusegrad.dtype import DType, dtypes
 from fusegrad.schedule.rangeify import is_kernelized
-from fusegrad.schedule.views import byte_run, describe_view, is_storage_device, storage_view_kernel, view_chain
+from fusegrad.schedule.views import (
+    byte_run,
+    copy_then_rearrange,
+    describe_view,
+    is_storage_device,
+    longest_run,
+    storage_view_kernel,
+    view_chain,
+)
 from fusegrad.tensor import Tensor
 from fusegrad.uop import Ops
 
@@ -211,3 +219,22 @@ def test_disk_bitcast_is_a_view_of_pending_writes_too(tmp_path: pathlib.Path) ->
     assert view.uop.base.op is Ops.ASSIGN
     assert view.uop.base.src[1].arg.ast.op is Ops.BUFFER_VIEW
     assert view.to("CPU").tolist() == values[1:3].view(np.int64).tolist()
+
+
+def test_longest_run_and_what_is_rearranged_after_a_copy(tmp_path: pathlib.Path) -> None:
+    t = disk_tensor(tmp_path, np.arange(24, dtype=np.int32))
+    rows = t.reshape(4, 6)[1:3]
+    base, ops = view_chain(rows.permute(1, 0).flip(0).uop)
+    assert longest_run(base, ops) == 2  # reshape, shrink; then permute and flip rearrange
+    moved = copy_then_rearrange(rows.permute(1, 0).flip(0).to("CPU").uop)
+    assert moved is not None
+    assert moved.op is Ops.CONTIGUOUS
+    assert [u.op for u in view_chain(moved.src[0])[1]] == [Ops.PERMUTE, Ops.FLIP]
+    copy = view_chain(moved.src[0])[0]
+    assert copy.op is Ops.COPY
+    assert copy.src[0] is rows.uop
+    assert copy.device == "CPU"
+    assert copy_then_rearrange(t.reshape(4, 6)[:, 1:3].to("CPU").uop) is None  # a selection past the run: an error
+    assert copy_then_rearrange(rows.to("CPU").uop) is None  # one run already: a BUFFER_VIEW, nothing to rearrange
+    cpu = Tensor.empty(24, dtype=dtypes.int32).reshape(4, 6).permute(1, 0)
+    assert copy_then_rearrange(cpu.to("CPU:1").uop) is None  # a compute device rearranges before copying
