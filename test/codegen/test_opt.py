@@ -164,6 +164,12 @@ UPCASTS: list[tuple[str, Callable[[DType], Case], tuple[Opt, ...]]] = [
     ("max", lambda dt: max_columns(7, 6, dt), (Opt(OptOps.UPCAST, 0, 3),)),
     ("nested", lambda dt: nested(3, 5, 4, dt), (Opt(OptOps.UPCAST, 0, 4),)),
     ("broadcast", lambda dt: broadcast_sum(4, 3, 6, dt), (Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 2))),
+    (
+        "swap",
+        lambda dt: matmul(6, 5, 8, dt),
+        (Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.SWAP, 0, 1)),
+    ),
+    ("swap equal ends", lambda dt: matmul(4, 3, 4, dt), (Opt(OptOps.SWAP, 0, 1),)),
 ]
 
 
@@ -208,7 +214,8 @@ def test_group_inside_output_loops_and_around_a_nested_reduce(device: str) -> No
      (Opt(OptOps.UPCAST, 2, 7), "UPCAST needs a LOOP axis: got axis 2 of REDUCE"),
      (Opt(OptOps.GROUP, 0, 2), "GROUP needs a REDUCE axis: got axis 0 of LOOP"),
      (Opt(OptOps.UPCAST, 9, 2), "no single loop with axis id 9: got 0, expected 1"),
-     (Opt(OptOps.UPCAST, 1, 1), "UPCAST by 1 of axis 1")],
+     (Opt(OptOps.UPCAST, 1, 1), "UPCAST by 1 of axis 1"),
+     (Opt(OptOps.SWAP, 0, 2), "SWAP needs two LOOP axes: got LOOP and REDUCE")],
 )  # fmt: skip
 def test_bad_opts_are_errors(opt: Opt, match: str) -> None:
     with pytest.raises(ValueError, match=match):
@@ -262,6 +269,20 @@ def test_heuristic_matmul_picks_a_vector_and_a_reuse_axis() -> None:
     assert hand_coded_opts(matmul(64, 8, 64, dtypes.float64)[0]) == [
         Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 8)]  # fmt: skip
     assert hand_coded_opts(matmul(64, 8, 17, dtypes.float32)[0]) == []  # 17 columns: no vector split
+    # a long reduce: the column tiles' loop goes outside the row tiles' (each panel of b serves every row tile)
+    assert hand_coded_opts(matmul(64, 2048, 64, dtypes.float32)[0]) == [
+        Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.SWAP, 0, 1)]  # fmt: skip
+
+
+@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.int32], ids=str)
+def test_heuristic_long_reduce_with_swap_runs_right(dt: DType) -> None:
+    check(matmul(16, 2048, 24, dt), dt, "CPU", None)
+
+
+def test_swap_interchanges_the_loops() -> None:
+    ast = with_opts(matmul(6, 5, 8, dtypes.float32)[0], (Opt(OptOps.SWAP, 0, 1),))
+    loops = [u.src[0].arg for u in full_rewrite(ast, ClangRenderer()) if u.op is Ops.RANGE]
+    assert loops == [8, 6, 5]  # columns, rows, then the reduce
 
 
 def test_heuristic_conv_vectorises_width_and_reuses_inputs_across_output_channels() -> None:
