@@ -716,7 +716,8 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
         shape = (*self.shape[:-1], self.shape[-1] * old // new)
         if prod(shape) == 0:
             return Tensor.empty(*shape, dtype=dt, device=self.device)
-        Tensor(view_chain(self.uop)[0]).realize()  # a pending write (a copy to DISK) lands first: the view reads it
+        if view_chain(self.uop)[0].op is not Ops.BUFFER:
+            Tensor(view_chain(self.uop)[0]).realize()  # a pending write (a copy to DISK) lands first: the view reads it
         return Tensor(bitcast_view(self.uop, dt))
 
     def _bitcast_regrouped(self, dt: DType) -> Tensor:

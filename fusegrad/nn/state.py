@@ -172,7 +172,7 @@ class _File:
         if prod(shape) == 0:
             return Tensor.empty(*shape, dtype=dtype, device=f"DISK:{self.path}")
         # a byte range of the file, bitcast: a view of the file's buffer (schedule/views.py), no kernel and no read
-        return self.tensor[offset : offset + prod(shape) * dtype.itemsize].bitcast(dtype).reshape(shape)
+        return self.tensor.shrink(((offset, offset + prod(shape) * dtype.itemsize),)).bitcast(dtype).reshape(shape)
 
 
 class _Bytes(_File):

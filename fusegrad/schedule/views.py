@@ -177,15 +177,21 @@ def _stored_buffer(stored: UOp) -> UOp | None:
     return None
 
 
+def _view_buffer(source: UOp, offset: int, size: int, dtype: DType) -> UOp:
+    """A new BUFFER node of `size` x `dtype` whose Buffer is `source`'s memory from byte `offset` on."""
+    assert isinstance(source.device, str), "view: a view of a multi-device buffer has no single Buffer"
+    assert size > 0, "view: an empty view needs no memory (callers make an empty tensor)"
+    out = UOp.new_buffer(source.device, size, dtype)
+    buffers[out] = source.buffer.view(size, dtype, offset)
+    return out
+
+
 def view_kernel(stored: UOp, offset: int, size: int, dtype: DType) -> UOp:
     """ASSIGN(out, KERNEL(BUFFER_VIEW)): a BUFFER of `size` x `dtype` whose Buffer is the `stored` memory's from
     byte `offset` on. Running the kernel only checks that; a COPY of `out` then reads the stored memory there."""
     source = _stored_buffer(stored)
     assert source is not None, f"view_kernel: expected stored memory, got {stored.op}"
-    assert isinstance(source.device, str), "view_kernel: a view of a multi-device buffer has no single Buffer"
-    assert size > 0, "view_kernel: an empty view needs no memory (callers make an empty tensor)"
-    out = UOp.new_buffer(source.device, size, dtype)
-    buffers[out] = source.buffer.view(size, dtype, offset)
+    out = _view_buffer(source, offset, size, dtype)
     ast = UOp(Ops.BUFFER_VIEW, dtype, (), (size, offset))
     return UOp(Ops.ASSIGN, dtype, (out, UOp(Ops.KERNEL, src=(out, stored), arg=Kernel(ast))))
 
@@ -198,9 +204,8 @@ def storage_view_kernel(root: UOp, buffer_of: dict[UOp, UOp]) -> UOp | None:
     if root.op is not Ops.CONTIGUOUS or not is_storage_device(root.device):
         return None
     base, _ = view_chain(root.src[0])
-    stored = buffer_of.get(base, base)
-    if not is_stored(stored) or _stored_buffer(stored) is None:
-        return None
+    if _stored_buffer(stored := buffer_of.get(base, base)) is None:
+        return None  # not memory (a computed value): an ordinary kernel, which this device can't run
     if (run := byte_run(root.src[0])) is None:
         raise RuntimeError(
             f"{root.device}: can't read a non-contiguous view: got {describe_view(root.src[0])}, expected one run of "
@@ -211,14 +216,13 @@ def storage_view_kernel(root: UOp, buffer_of: dict[UOp, UOp]) -> UOp | None:
 
 
 def bitcast_view(x: UOp, dtype: DType) -> UOp:
-    """`x` (memory on a storage device) read as `dtype`, whose size differs: a BUFFER_VIEW of the same bytes, with
-    the last axis scaled. Raises RuntimeError when `x` is not one run of bytes of realized memory."""
-    run = byte_run(x)
-    stored = run.base if run is not None else None
-    if run is None or stored is None or not is_stored(stored) or _stored_buffer(stored) is None:
+    """`x` (a view of a realized buffer on a storage device) read as `dtype`, whose size differs: a buffer viewing the
+    same bytes, with the last axis scaled. Nothing runs: the memory is there. Raises RuntimeError when `x` is not one
+    run of bytes of a realized buffer."""
+    if (run := byte_run(x)) is None or run.base.op is not Ops.BUFFER:
         raise RuntimeError(
             f"bitcast: {x.device} runs no kernels, so a bitcast to {dtype} must view memory: got "
             f"{describe_view(x)}, expected one run of bytes of a realized buffer"
         )
     shape = (*run.shape[:-1], run.shape[-1] * run.dtype.itemsize // dtype.itemsize)
-    return view_kernel(stored, run.offset, prod(shape), dtype).reshape(shape)
+    return _view_buffer(run.base, run.offset, prod(shape), dtype).reshape(shape)

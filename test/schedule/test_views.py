@@ -216,8 +216,9 @@ def test_disk_bitcast_is_a_view_of_pending_writes_too(tmp_path: pathlib.Path) ->
     values = np.arange(6, dtype=np.int32)
     written = Tensor(values).to(f"DISK:{tmp_path / 'written.bin'}")  # not realized: the bitcast lands the write first
     view = written[1:3].bitcast(dtypes.int64)
-    assert view.uop.base.op is Ops.ASSIGN
-    assert view.uop.base.src[1].arg.ast.op is Ops.BUFFER_VIEW
+    assert written.uop.base.op is Ops.BUFFER  # written now
+    assert view.uop.base.op is Ops.BUFFER  # the memory is there: a buffer over it, with nothing to run
+    assert (view.uop.buffer.base, view.uop.buffer.offset) == (written.uop.buffer, 4)
     assert view.to("CPU").tolist() == values[1:3].view(np.int64).tolist()
 
 
