@@ -239,3 +239,12 @@ def test_longest_run_and_what_is_rearranged_after_a_copy(tmp_path: pathlib.Path)
     assert copy_then_rearrange(rows.to("CPU").uop) is None  # one run already: a BUFFER_VIEW, nothing to rearrange
     cpu = Tensor.empty(24, dtype=dtypes.int32).reshape(4, 6).permute(1, 0)
     assert copy_then_rearrange(cpu.to("CPU:1").uop) is None  # a compute device rearranges before copying
+
+
+def test_npy_memory_is_viewed_like_a_file() -> None:
+    a = np.arange(12, dtype=np.int32)
+    t = Tensor(a, device="NPY")
+    assert [ei.ast.op for ei in t[2:5].to("CPU").schedule()] == [Ops.BUFFER_VIEW, Ops.COPY]
+    assert t[2:5].to("CPU").tolist() == [2, 3, 4]
+    assert t[1:3].bitcast(dtypes.int64).to("CPU").tolist() == a[1:3].view(np.int64).tolist()
+    np.testing.assert_array_equal(t.reshape(3, 4).permute(1, 0).to("CPU").numpy(), a.reshape(3, 4).T)
