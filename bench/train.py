@@ -20,14 +20,14 @@ Loss agreement: every peer's loss at each of the first --check steps is printed 
 relative difference; above 1e-3 (or NaN) it says MISMATCH and the exit status is 1 (a bench comparing different
 computations).
 
-Per-step Python overhead of a jitted fusegrad step, measured during the timed steps: the C function of every
-captured kernel is wrapped so that its own run time is summed, and the overhead is the replay call's time minus that
-sum, within the same replay (so the kernels' varying times cancel out). Two clocks: wall time, and this thread's CPU
-time (fusegrad runs kernels on the calling thread), which leaves out the time other processes take the core on a busy
-machine. The smallest over the timed steps is shown, per step and per kernel. The wrapper's own bookkeeping (a call,
-four clock reads and a list append, about 1 us per kernel) lands mostly in the overhead and in the step's time.
---null adds a cross-check: the same step jitted on the NULL device, whose kernels run nothing, so that a replay's
-whole time is overhead (it also leaves out the CPU runtime's ctypes argument marshalling, so it reads lower).
+Per-step Python overhead of a jitted fusegrad step, measured during the timed steps: the ctypes function of every
+captured kernel is wrapped so that the time inside each call is summed, and the overhead is the replay call's wall
+time minus that sum, within the same replay (so the kernels' varying times cancel out), less what the wrapper itself
+adds outside its window (measured at start on libc's abs(), about 1 us per call; what lands inside the window, and
+ctypes' own argument conversion, count as kernel time). The smallest over the timed steps is shown, per step and per
+kernel; a busy machine inflates it (another process may take the core between kernels). --null adds a cross-check:
+the same step jitted on the NULL device, whose kernels run nothing, so that a replay's whole time is overhead (less
+than on CPU by the CPU runtime's per-launch work: buffer addresses and the ctypes call).
 
 Usage: python bench/train.py [--steps N] [--quick] [--cases gpt,convnet] [--peers torch,tinygrad] [--null] [--cold];
 `--help` lists the model-size flags (tiny settings make a smoke test). Missing peers are reported and skipped.
@@ -80,10 +80,9 @@ class Trainer:
 
 @dataclass(frozen=True, slots=True)
 class Overhead:
-    """Python time of one replayed step (the call, not reading the loss): wall seconds, this thread's CPU seconds."""
+    """Seconds of one replay call (not reading the loss) outside its kernels' C calls, and the kernels it ran."""
 
-    wall: float
-    cpu: float
+    seconds: float
     kernels: int
 
 
@@ -378,56 +377,85 @@ def train(trainer: Trainer, case: Case, warmup: int) -> Run:
     run = Run()
     for i, inputs in enumerate(prepared):
         timed = trainer.jit is not None and i >= warmup
-        clock: contextlib.AbstractContextManager[list[tuple[float, float]]] = contextlib.nullcontext([])
+        clock: contextlib.AbstractContextManager[list[float]] = contextlib.nullcontext([])
         if timed:
             clock = kernel_clock(trainer.jit.captured.items)
         with clock as spent:
-            wall, cpu = time.perf_counter(), time.thread_time()
+            start = time.perf_counter()
             out = trainer.step(inputs)
-            call_wall, call_cpu, in_call = time.perf_counter() - wall, time.thread_time() - cpu, list(spent)
+            call, in_call = time.perf_counter() - start, list(spent)
             run.losses.append(float(out.item()))
-            run.seconds.append(time.perf_counter() - wall)
+            run.seconds.append(time.perf_counter() - start)
         if timed:
-            run.overheads.append(replay_overhead(call_wall, call_cpu, in_call, len(trainer.jit.captured.items)))
+            run.overheads.append(replay_overhead(call, in_call, len(trainer.jit.captured.items)))
     return run
 
 
-def replay_overhead(wall: float, cpu: float, spent: list[tuple[float, float]], kernels: int) -> Overhead:
-    """A replay's Python time: its (wall, CPU) seconds minus its kernels' own; every kernel must have been timed."""
+def replay_overhead(call: float, spent: list[float], kernels: int) -> Overhead:
+    """A replay's time outside its kernels' C calls; every kernel must have been timed."""
     if len(spent) != kernels:
         raise RuntimeError(f"train: kernel runs timed in a replay: got {len(spent)}, expected {kernels}")
-    return Overhead(wall - sum(w for w, _ in spent), cpu - sum(c for _, c in spent), kernels)
+    return Overhead(call - sum(spent), kernels)
 
 
-def timed_c_function(fxn: Callable[..., Any], spent: list[tuple[float, float]]) -> Callable[..., None]:
-    """fxn, adding the (wall, thread CPU) seconds of each call to `spent`."""
+class TimedCFunction:
+    """Stands in for a kernel's ctypes function: each call adds its seconds to `spent`; any other attribute (argtypes,
+    restype) is read from and written to the function itself."""
 
-    def call(*args: Any) -> None:
-        wall, cpu = time.perf_counter(), time.thread_time()
-        fxn(*args)
-        spent.append((time.perf_counter() - wall, time.thread_time() - cpu))
+    def __init__(self, fxn: Any, spent: list[float]) -> None:
+        object.__setattr__(self, "fxn", fxn)
+        object.__setattr__(self, "spent", spent)
 
-    return call
+    def __call__(self, *args: Any) -> None:
+        start = time.perf_counter()
+        self.fxn(*args)
+        self.spent.append(time.perf_counter() - start)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.fxn, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self.fxn, name, value)
 
 
 @contextlib.contextmanager
-def kernel_clock(items: list[Any]) -> Iterator[list[tuple[float, float]]]:
-    """While open, each captured kernel's C function adds its own (wall, CPU) run time to the yielded list; then the
-    functions are restored. Raises ValueError for a runner without a C function (a copy, a device other than CPU)."""
+def kernel_clock(items: list[Any]) -> Iterator[list[float]]:
+    """While open, each captured kernel's C function adds its own run time to the yielded list; then the functions are
+    restored. Raises ValueError for a runner without a C function (a copy, a device other than CPU)."""
     programs = {}
     for ei in items:  # one program may serve several items (identical kernels share a runner)
         program: Any = getattr(ei.prg, "_prg", None)  # the device's program object (CPUProgram on CPU)
         if getattr(program, "fxn", None) is None:
             raise ValueError(f"kernel_clock: cannot time a {type(ei.prg).__name__} runner: expected a C kernel")
         programs[id(program)] = (program, program.fxn)
-    spent: list[tuple[float, float]] = []
+    spent: list[float] = []
     try:
         for program, fxn in programs.values():
-            program.fxn = timed_c_function(fxn, spent)
+            program.fxn = TimedCFunction(fxn, spent)
         yield spent
     finally:
         for program, fxn in programs.values():
             program.fxn = fxn
+
+
+def wrapper_cost(calls: int = 2000, rounds: int = 5) -> float:
+    """Seconds that TimedCFunction adds to a C call outside its timed window: libc's abs() called bare and wrapped,
+    reading argtypes first as the CPU runtime does; the smallest per-call time of `rounds` rounds of each."""
+    import ctypes
+
+    bare = ctypes.CDLL(None).abs
+    bare.argtypes, bare.restype = [ctypes.c_int], ctypes.c_int
+
+    def per_call(fxn: Any) -> float:
+        start = time.perf_counter()
+        for _ in range(calls):
+            if fxn.argtypes is not None:
+                fxn(-1)
+        return (time.perf_counter() - start) / calls
+
+    wrapped = TimedCFunction(bare, [])
+    times = [(per_call(bare), per_call(wrapped)) for _ in range(rounds)]
+    return max(0.0, min(w for _, w in times) - min(b for b, _ in times))
 
 
 def null_overhead(case: Case) -> Overhead:
@@ -439,13 +467,12 @@ def null_overhead(case: Case) -> Overhead:
         inputs = trainer.prepare(case.batches[0])
         for _ in range(2):  # the eager call and the capture
             trainer.jit(*inputs)
-        walls, cpus = [], []
+        walls = []
         for _ in range(3):
-            wall, cpu = time.perf_counter(), time.thread_time()
+            start = time.perf_counter()
             trainer.jit(*inputs)
-            walls.append(time.perf_counter() - wall)
-            cpus.append(time.thread_time() - cpu)
-    return Overhead(min(walls), min(cpus), len(trainer.jit.captured.items))
+            walls.append(time.perf_counter() - start)
+    return Overhead(min(walls), len(trainer.jit.captured.items))
 
 
 # *** reporting ***
@@ -503,17 +530,19 @@ def print_losses(runs: dict[str, Run | None], steps: int) -> list[str]:
     return bad
 
 
-def print_overhead(run: Run, null: Overhead | None) -> None:
-    """First and capture call of fusegrad's jitted step, and the Python overhead of its replays (smallest of each
-    clock over the timed steps)."""
-    overhead = Overhead(min(o.wall for o in run.overheads), min(o.cpu for o in run.overheads), run.overheads[0].kernels)
+def print_overhead(run: Run, null: Overhead | None, wrapper: float) -> None:
+    """First and capture call of fusegrad's jitted step, and the Python overhead of its replays: the smallest over the
+    timed steps, less the timing wrapper's own cost per kernel."""
+    best = min(run.overheads, key=lambda o: o.seconds)
+    overhead = best.seconds - best.kernels * wrapper
     print(f"fusegrad TinyJit: first call {run.seconds[0]:.2f} s (schedule, compile, run), capture call "
           f"{run.seconds[1]:.2f} s (schedule, run: kernels come from the compile cache)")  # fmt: skip
-    for what, o in (("Python overhead per replayed step", overhead), ("  NULL device cross-check, per replay", null)):
-        if o is not None:
-            wall, cpu = o.wall * 1e6, o.cpu * 1e6  # microseconds
-            print(f"fusegrad {what}: {wall:,.0f} us wall, {cpu:,.0f} us CPU, for {o.kernels} kernels "
-                  f"= {wall / o.kernels:.1f} us wall, {cpu / o.kernels:.1f} us CPU per kernel")  # fmt: skip
+    print(f"fusegrad Python overhead per replayed step: {overhead * 1e6:,.0f} us for {best.kernels} kernels = "
+          f"{overhead * 1e6 / best.kernels:.1f} us per kernel (replay time minus the kernels' own, less the timing "
+          f"wrapper's {wrapper * 1e6:.2f} us per kernel)")  # fmt: skip
+    if null is not None:
+        print(f"  cross-check on the NULL device (kernels run nothing): {null.seconds * 1e6:,.0f} us per replay of "
+              f"{null.kernels} kernels = {null.seconds * 1e6 / null.kernels:.1f} us per kernel")  # fmt: skip
 
 
 def run_peers(case: Case, args: argparse.Namespace) -> dict[str, Run | None]:
@@ -584,13 +613,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.cold:
         set_cold()
     mismatched = []
+    wrapper = wrapper_cost()
     for case in make_cases(args):
         print(f"\n== {case.title}", flush=True)
         runs = run_peers(case, args)
         null = null_overhead(case) if args.null else None
         print_rates(case, runs, args.warmup)
         mismatched += [f"{case.name}: {peer}" for peer in print_losses(runs, min(args.check, len(case.batches)))]
-        print_overhead(runs["fusegrad"], null)  # type: ignore[arg-type]  # fusegrad's run never fails
+        print_overhead(runs["fusegrad"], null, wrapper)  # type: ignore[arg-type]  # fusegrad's run never fails
     if mismatched:
         print(f"\nlosses disagree with torch: {', '.join(mismatched)}")
     return 1 if mismatched else 0
