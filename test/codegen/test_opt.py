@@ -7,6 +7,8 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fusegrad.codegen import KernelInfo, full_rewrite, kernel_names, to_program
 from fusegrad.codegen.opt import Opt, OptOps, hand_coded_opts, stride
@@ -366,3 +368,35 @@ def test_small_reduce_loops_around_upcasts_are_unrolled() -> None:
     assert body[:window].rstrip().endswith("#pragma GCC unroll 3")
     channels = body.index("for (long long ridx3 = 0; ridx3 < 16")  # 16 input channels: a loop
     assert not body[:channels].rstrip().endswith("#pragma GCC unroll 16")
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(2, n + 1) if n % d == 0]
+
+
+@st.composite
+def conv_and_opts(draw: st.DrawFn) -> tuple[tuple[int, int, int, int], tuple[Opt, ...]]:
+    """A small 1-d conv (gated loads, two reduce axes), random valid upcasts in any order, maybe then a swap of two
+    output loops still there (a swap renames axes, so it comes last)."""
+    batch, cout, width = draw(st.integers(1, 4)), draw(st.integers(1, 6)), draw(st.integers(1, 9))
+    upcasts: list[Opt] = []
+    left = {}  # axis -> iterations its loop keeps
+    for axis, size in ((0, batch), (1, cout), (2, width)):
+        amount = draw(st.sampled_from([1, *_divisors(size)]))
+        if amount > 1:
+            upcasts.append(Opt(OptOps.UPCAST, axis, amount))
+        left[axis] = size // amount
+    opts = list(draw(st.permutations(upcasts)))
+    loops = [axis for axis, n in left.items() if n > 1]
+    if len(loops) >= 2 and draw(st.booleans()):
+        opts.append(Opt(OptOps.SWAP, *draw(st.permutations(loops))[:2]))
+    return (batch, draw(st.integers(1, 3)), cout, width), tuple(opts)
+
+
+@settings(max_examples=10, deadline=None)
+@given(conv_and_opts())
+def test_random_opts_keep_results_bit_for_bit(case: tuple[tuple[int, int, int, int], tuple[Opt, ...]]) -> None:
+    """Any valid opts in any order: CPU and PYTHON agree with numpy and with the plain kernel (int32: exact)."""
+    sizes, opts = case
+    for device in DEVICES:
+        check(conv1d(*sizes, dtypes.int32), dtypes.int32, device, opts)
