@@ -536,7 +536,7 @@ def print_overhead(run: Run, null: Overhead | None, wrapper: float) -> None:
     best = min(run.overheads, key=lambda o: o.seconds)
     overhead = best.seconds - best.kernels * wrapper
     print(f"fusegrad TinyJit: first call {run.seconds[0]:.2f} s (schedule, compile, run), capture call "
-          f"{run.seconds[1]:.2f} s (schedule, run: kernels come from the compile cache)")  # fmt: skip
+          f"{run.seconds[1]:.2f} s (schedule, run: the kernels are already compiled)")  # fmt: skip
     print(f"fusegrad Python overhead per replayed step: {overhead * 1e6:,.0f} us for {best.kernels} kernels = "
           f"{overhead * 1e6 / best.kernels:.1f} us per kernel (replay time minus the kernels' own, less the timing "
           f"wrapper's {wrapper * 1e6:.2f} us per kernel)")  # fmt: skip
