@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import functools
 import itertools
 import math
-import sys
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -29,7 +27,8 @@ from fusegrad.dtype import (
     sum_acc_dtype,
     to_dtype,
 )
-from fusegrad.helpers import _METADATA, DEBUG, TRACEMETA, Metadata, argfix, colored, prod
+from fusegrad.helpers import _METADATA, DEBUG, argfix, colored, prod
+from fusegrad.mixin import traced as _mixin_traced
 from fusegrad.mixin.elementwise import ElementwiseMixin
 from fusegrad.mixin.movement import MovementMixin
 from fusegrad.mixin.nn import NNMixin
@@ -53,20 +52,8 @@ def _canonical_device(device: str | tuple[str, ...] | None) -> str | tuple[str, 
 
 
 def _traced(fn: F) -> F:
-    """Records which Tensor method (and which user line) created a node, for kernel names and VIZ labels."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if not TRACEMETA.value or _METADATA.get() is not None:
-            return fn(*args, **kwargs)
-        frame = sys._getframe(1)
-        token = _METADATA.set(Metadata(fn.__name__, f"{frame.f_code.co_filename}:{frame.f_lineno}"))
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            _METADATA.reset(token)
-
-    return wrapper  # type: ignore[return-value]  # same signature as fn
+    """The mixins' `traced`: kernel names and VIZ labels name the Tensor method a node came from."""
+    return _mixin_traced(fn)
 
 
 def _broadcast_shape(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
@@ -201,10 +188,12 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
     def full(
         shape: Any,
         fill_value: ConstType,
-        device: str | tuple[str, ...] | None = None,
         dtype: DTypeLike | None = None,
+        device: str | tuple[str, ...] | None = None,
         **kwargs: Any,
     ) -> Tensor:
+        """A tensor of `shape` filled with `fill_value` (a constant: no memory until realized or written).
+        Example: `Tensor.full((2, 3), 7, dtypes.int32)`."""
         shp = _shape_arg((shape,) if isinstance(shape, int) else tuple(shape))
         dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
         return Tensor(UOp.const_tensor(dt, fill_value, _canonical_device(device), shp), **kwargs)
@@ -220,21 +209,33 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
         return Tensor.full(_shape_arg(shape), 1, **kwargs)
 
     @staticmethod
-    def arange(start: int | float, stop: int | float | None = None, step: int | float = 1, **kwargs: Any) -> Tensor:
+    def arange(
+        start: int | float,
+        stop: int | float | None = None,
+        step: int | float = 1,
+        dtype: DTypeLike | None = None,
+        **kwargs: Any,
+    ) -> Tensor:
         """Evenly spaced values in [start, stop); computed on the device (a cumulative sum of ones)."""
         if stop is None:
             start, stop = 0, start
         if step == 0:
             raise ValueError("arange: step must not be 0")
-        dt = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else dtypes.from_py([start, stop, step])
+        dt = to_dtype(dtype) if dtype is not None else dtypes.from_py([start, stop, step])
         n = max(0, math.ceil((stop - start) / step))
         positions = Tensor(UOp.iota(n, _canonical_device(kwargs.pop("device", None))), **kwargs)
         return (positions.cast(dt) * step + start).cast(dt) if (step != 1 or start != 0) else positions.cast(dt)
 
-    def full_like(self, fill_value: ConstType, **kwargs: Any) -> Tensor:
-        kwargs.setdefault("dtype", self.dtype)
-        kwargs.setdefault("device", self.device)
-        return Tensor.full(self.shape, fill_value, **kwargs)
+    def full_like(
+        self,
+        fill_value: ConstType,
+        dtype: DTypeLike | None = None,
+        device: str | tuple[str, ...] | None = None,
+        **kwargs: Any,
+    ) -> Tensor:
+        """A tensor shaped like this one filled with `fill_value`; dtype and device default to this one's."""
+        dt, dev = dtype if dtype is not None else self.dtype, device if device is not None else self.device
+        return Tensor.full(self.shape, fill_value, dt, dev, **kwargs)
 
     def zeros_like(self, **kwargs: Any) -> Tensor:
         return self.full_like(0, **kwargs)
@@ -242,10 +243,12 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
     def ones_like(self, **kwargs: Any) -> Tensor:
         return self.full_like(1, **kwargs)
 
-    def empty_like(self, **kwargs: Any) -> Tensor:
-        kwargs.setdefault("dtype", self.dtype)
-        kwargs.setdefault("device", self.device)
-        return Tensor.empty(self.shape, **kwargs)
+    def empty_like(
+        self, dtype: DTypeLike | None = None, device: str | tuple[str, ...] | None = None, **kwargs: Any
+    ) -> Tensor:
+        """Uninitialised memory shaped like this one; dtype and device default to this one's."""
+        dt, dev = dtype if dtype is not None else self.dtype, device if device is not None else self.device
+        return Tensor.empty(self.shape, dtype=dt, device=dev, **kwargs)
 
     # *** running ***
 
@@ -672,11 +675,16 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
 
     @_traced
     def abs(self) -> Tensor:
+        """|x|. Its gradient at 0 is 1 (torch: 0): atan, asinh and friends are built as f(|x|) with the sign put
+        back, which relies on that."""
         return (self < 0).where(-self, self) if self.dtype != dtypes.bool else self
 
     @_traced
     def sigmoid(self) -> Tensor:
-        return (1 + (-self._as_float()).exp()).reciprocal()
+        """1 / (1 + exp(-x)), computed from exp(-|x|) so that neither it nor its gradient overflows."""
+        from fusegrad.mixin.elementwise import _sigmoid
+
+        return _sigmoid(self._as_float())
 
     @_traced
     def tanh(self) -> Tensor:
@@ -796,8 +804,16 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
         return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
 
     @_traced
-    def prod(self, axis: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Tensor:
-        return self._reduce(Ops.MUL, axis, keepdim, "prod")
+    def prod(
+        self,
+        axis: builtins.int | Sequence[builtins.int] | None = None,
+        keepdim: builtins.bool = False,
+        dtype: DTypeLike | None = None,
+    ) -> Tensor:
+        """Product along `axis` (all axes when None), in this dtype or cast to `dtype` first; 1 over empty axes."""
+        from fusegrad.mixin.reduce import prod as prod_in
+
+        return prod_in(self, axis, keepdim, dtype)
 
     @_traced
     def max(self, axis: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Tensor:
@@ -827,22 +843,25 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
         return (total / count if count else total * math.nan).cast(out_dt)
 
     @_traced
-    def softmax(self, axis: builtins.int = -1) -> Tensor:
-        self._resolve_axes(axis, "softmax")
-        x = self._as_float()
-        e = (x - x.max(axis, keepdim=True)).exp()
-        return e / e.sum(axis, keepdim=True)
+    def softmax(self, axis: builtins.int = -1, dtype: DTypeLike | None = None) -> Tensor:
+        """exp(x) / sum(exp(x)) along `axis`, shifted by the max; in `dtype` when given (a float dtype)."""
+        from fusegrad.mixin.reduce import softmax
+
+        return softmax(self, axis, dtype)
 
     @_traced
-    def log_softmax(self, axis: builtins.int = -1) -> Tensor:
-        self._resolve_axes(axis, "log_softmax")
-        x = self._as_float()
-        m = x - x.max(axis, keepdim=True)
-        return m - m.exp().sum(axis, keepdim=True).log()
+    def log_softmax(self, axis: builtins.int = -1, dtype: DTypeLike | None = None) -> Tensor:
+        """log(softmax(x)) along `axis` without underflow; in `dtype` when given (a float dtype)."""
+        from fusegrad.mixin.reduce import log_softmax
+
+        return log_softmax(self, axis, dtype)
 
     @_traced
-    def dot(self, w: Tensor) -> Tensor:
-        """Matrix product as broadcast-multiply-sum (one fused kernel). (n,k)@(k,m) -> (n,m); batches broadcast."""
+    def dot(self, w: Tensor, dtype: DTypeLike | None = None) -> Tensor:
+        """Matrix product as broadcast-multiply-sum (one fused kernel). (n,k)@(k,m) -> (n,m); batches broadcast.
+        With `dtype`, both operands are cast to it first (e.g. accumulate a half matmul in float32)."""
+        if dtype is not None:
+            return self.cast(dtype).dot(w.cast(dtype))
         if self.ndim == 0 or w.ndim == 0:
             raise ValueError(f"matmul: both operands need at least 1 dimension, got {self.shape} and {w.shape}")
         k_self, k_w = self.shape[-1], w.shape[-min(w.ndim, 2)]
@@ -856,8 +875,9 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
         ).transpose(-1, -min(w.ndim, 2))
         return (x * wt).sum(-1, dtype=least_upper_dtype(x.dtype, w.dtype) if not dtypes.is_float(x.dtype) else None)
 
-    def matmul(self, w: Tensor) -> Tensor:
-        return self.dot(w)
+    def matmul(self, x: Tensor, reverse: builtins.bool = False, dtype: DTypeLike | None = None) -> Tensor:
+        """self @ x (x @ self when `reverse`); see `dot`."""
+        return x.dot(self, dtype=dtype) if reverse else self.dot(x, dtype=dtype)
 
     # *** movement ***
 
@@ -938,8 +958,9 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
         return Tensor(self.uop.shrink(bounds))
 
     @_traced
-    def flip(self, axis: builtins.int | Sequence[builtins.int]) -> Tensor:
-        axes = {self._axis(a, "flip") for a in ((axis,) if isinstance(axis, int) else axis)}
+    def flip(self, axis: builtins.int | Sequence[builtins.int], *args: builtins.int) -> Tensor:
+        """Reverse the order along the given axes: `x.flip(0)`, `x.flip(0, 1)` or `x.flip((0, 1))`."""
+        axes = {self._axis(a, "flip") for a in argfix(axis, *args)}
         return Tensor(self.uop.flip(tuple(i in axes for i in range(self.ndim))))
 
     def _axis(self, a: builtins.int, op: str) -> builtins.int:

@@ -968,3 +968,23 @@ def test_repr_shows_shape_device_dtype_without_realizing(device: str) -> None:
     assert device in text
     assert "float" in text
     assert "int" in repr(Tensor.zeros(2, dtype=dtypes.int32, device=device) * 2)
+
+
+def test_reference_signatures_take_positional_dtype_and_device() -> None:
+    assert Tensor.full((2,), 1, dtypes.int32).dtype == dtypes.int32
+    assert Tensor.arange(0, 4, 1, dtypes.float32).tolist() == [0.0, 1.0, 2.0, 3.0]
+    x = Tensor([[1.0, 2.0], [3.0, 4.0]])
+    assert x.full_like(2, dtypes.int32).tolist() == [[2, 2], [2, 2]]
+    assert x.flip(0, 1).tolist() == [[4.0, 3.0], [2.0, 1.0]]
+    assert x.matmul(Tensor([[0.0, 1.0], [1.0, 0.0]]), reverse=True).tolist() == [[3.0, 4.0], [1.0, 2.0]]
+    assert x.softmax(dtype=dtypes.float16).dtype == dtypes.float16
+    assert x.prod(dtype=dtypes.int32).item() == 24
+
+
+def test_sigmoid_gradient_is_finite_far_below_zero() -> None:
+    x = Tensor([-200.0, -100.0, 0.0, 2.0], requires_grad=True)
+    x.sigmoid().sum().backward()
+    assert x.grad is not None
+    grad = x.grad.numpy()
+    assert np.isfinite(grad).all()
+    np.testing.assert_allclose(grad[2:], [0.25, 0.104993585], rtol=1e-5)

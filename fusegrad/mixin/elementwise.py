@@ -92,7 +92,7 @@ def _softplus(y: Tensor) -> Tensor:
 def _sigmoid(x: Tensor) -> Tensor:
     """1 / (1 + exp(-x)) from e = exp(-|x|) <= 1, which never overflows: Tensor.sigmoid's exp(-x) is inf below
     x = -88 (float32) or -11 (float16), and its gradient there is 0 * inf = NaN; this one's stays finite."""
-    e = (-x.abs()).exp()
+    e = (x < 0).where(x, -x).exp()  # -|x| spelled out: its gradient at 0 must be -1 here, not abs's 0
     return (x < 0).where(e, 1) / (1 + e)
 
 
