@@ -11,9 +11,8 @@ import os
 import pathlib
 import sysconfig
 import tempfile
-import urllib.request
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -90,6 +89,8 @@ def downloads_dir() -> pathlib.Path:
 
 def fetch_url(url: str) -> bytes:
     """The bytes at `url` (http(s) or file://), read with urllib."""
+    import urllib.request  # on first download only: `import fusegrad.nn` loads this module, most runs never fetch
+
     with urllib.request.urlopen(url, timeout=60) as response:
         data: bytes = response.read()
     return data
@@ -158,16 +159,16 @@ def check_image_set(images: np.ndarray, labels: np.ndarray, name: str) -> None:
 
 
 def load_mnist_arrays(
-    fashion: bool = False,
-    cache_dir: str | pathlib.Path | None = None,
-    fetcher: Fetcher | None = None,
-    base_url: str | None = None,
+    fashion: bool = False, cache_dir: str | pathlib.Path | None = None, fetcher: Fetcher | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(X_train, Y_train, X_test, Y_test) as numpy uint8 arrays, images (N, 28, 28); see `mnist`."""
-    base = base_url if base_url is not None else FASHION_MNIST_URL if fashion else MNIST_URL
-    digests = FASHION_MNIST_SHA256 if fashion else MNIST_SHA256
+    base, digests = (FASHION_MNIST_URL, FASHION_MNIST_SHA256) if fashion else (MNIST_URL, MNIST_SHA256)
+    # both sets name their files alike: each gets its own folder, so neither evicts the other from the cache
+    folder = pathlib.Path(cache_dir if cache_dir is not None else downloads_dir()) / (
+        "fashion-mnist" if fashion else "mnist"
+    )
     arrays = [
-        parse_idx(fetch(base + name, digest, cache_dir, fetcher), name)
+        parse_idx(fetch(base + name, digest, folder, fetcher), name)
         for name, digest in zip(MNIST_FILES, digests, strict=True)
     ]
     check_image_set(arrays[0], arrays[1], "train")
@@ -184,8 +185,8 @@ def mnist(
     """MNIST (or Fashion-MNIST) as (X_train, Y_train, X_test, Y_test) uint8 Tensors on `device`.
 
     Shapes (60000, 1, 28, 28), (60000,), (10000, 1, 28, 28), (10000,). The four files are downloaded once into
-    `cache_dir` (default `downloads_dir()`) and checked against their SHA-256. Raises ValueError for a checksum
-    mismatch or a corrupt file, and urllib's URLError when offline.
+    <cache_dir>/mnist (or /fashion-mnist), cache_dir defaulting to `downloads_dir()`, and checked against their
+    SHA-256. Raises ValueError for a checksum mismatch or a corrupt file, and urllib's URLError when offline.
     Example: `X_train, Y_train, X_test, Y_test = mnist()`.
     """
     x_train, y_train, x_test, y_test = load_mnist_arrays(fashion, cache_dir, fetcher)
@@ -278,7 +279,7 @@ def encode(text: str) -> np.ndarray:
     return np.where(codepoints < 128, _ENCODE_TABLE[np.minimum(codepoints, 127)], UNKNOWN_ID).astype(np.uint8)
 
 
-def decode(ids: np.ndarray | list[int]) -> str:
+def decode(ids: np.ndarray | Sequence[int]) -> str:
     """The text of character ids; UNKNOWN_ID reads as U+FFFD. Raises ValueError for an id outside 0..VOCAB_SIZE-1."""
     array = np.asarray(ids, dtype=np.int64).reshape(-1)
     if array.size and (array.min() < 0 or array.max() >= VOCAB_SIZE):
@@ -302,7 +303,7 @@ class Corpus:
     def encode(self, text: str) -> np.ndarray:
         return encode(text)
 
-    def decode(self, ids: np.ndarray | list[int]) -> str:
+    def decode(self, ids: np.ndarray | Sequence[int]) -> str:
         return decode(ids)
 
 

@@ -173,7 +173,7 @@ def test_mnist_from_fake_files(monkeypatch: pytest.MonkeyPatch, tmp_path: pathli
     np.testing.assert_array_equal(x_train.numpy()[:, 0], expected[0])
     np.testing.assert_array_equal(y_test.numpy(), expected[3])
     assert urls == [datasets.MNIST_URL + name for name in datasets.MNIST_FILES]
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(datasets.MNIST_FILES)
+    assert sorted(p.name for p in (tmp_path / "mnist").iterdir()) == sorted(datasets.MNIST_FILES)
 
 
 def test_fashion_mnist_uses_its_own_url_and_checksums(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
@@ -186,6 +186,7 @@ def test_fashion_mnist_uses_its_own_url_and_checksums(monkeypatch: pytest.Monkey
 
     assert mnist(fashion=True, fetcher=fetcher, cache_dir=tmp_path)[0].shape == (6, 1, 28, 28)
     assert all(url.startswith(datasets.FASHION_MNIST_URL) for url in urls)
+    assert sorted(p.name for p in (tmp_path / "fashion-mnist").iterdir()) == sorted(datasets.MNIST_FILES)
 
 
 def test_mnist_rejects_bad_contents(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
