@@ -95,6 +95,17 @@ def test_wrapper_cost_is_small_and_positive(bench: ModuleType) -> None:
     assert 0 <= cost < 50e-6, "a Python call and two clock reads cost about a microsecond"
 
 
+def test_inline_convnet_matches_the_example(bench: ModuleType) -> None:
+    from fusegrad import Tensor
+    from fusegrad.examples.mnist import ConvNet
+    from fusegrad.nn.state import get_state_dict
+
+    inline, example = get_state_dict(bench.InlineConvNet(4)), get_state_dict(ConvNet(4))
+    assert {k: v.shape for k, v in inline.items()} == {k: v.shape for k, v in example.items()}
+    assert bench.InlineConvNet(4)(Tensor.zeros(2, 1, 28, 28)).shape == (2, 10)
+    assert bench.fusegrad_convnet() == (ConvNet, "fusegrad.examples.mnist.ConvNet")
+
+
 @pytest.mark.slow
 def test_tiny_run_against_torch(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
     assert bench.main([*TINY, "--peers", "torch"]) == 0
