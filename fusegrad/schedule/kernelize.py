@@ -7,7 +7,6 @@ realized tensor node became (a view of its buffer), for Tensor to repoint live t
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,59 +96,28 @@ pm_prepare_realize = PatternMatcher(
 )
 
 
-class _Reads(dict[UOp, set[Any]]):
-    """node -> {(root, index, valid)} as KernelBuilder records reads, also remembering which nodes each root's kernel
-    read, so that rebuilding one kernel drops exactly its old entries."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.by_root: dict[UOp, set[UOp]] = {}
-        self.root: UOp | None = None
-
-    def setdefault(self, key: UOp, default: set[Any] | None = None) -> set[Any]:
-        if self.root is not None:
-            self.by_root.setdefault(self.root, set()).add(key)
-        return super().setdefault(key, default if default is not None else set())
-
-    def forget(self, root: UOp) -> None:
-        for node in self.by_root.pop(root, ()):
-            self[node] = {k for k in self[node] if k[0] is not root}
-
-    def readers(self, node: UOp) -> list[UOp]:
-        return [k[0] for k in self.get(node, ())]
-
-
 def find_realizes(sink: UOp, placements: dict[UOp, Placement] | None = None) -> dict[UOp, None]:
-    """Grow the initial realize set until no kernel would recompute a reduce or read a node at two places.
-
-    Kernels are walked again only when a node they computed inline gets its own kernel (its readers now load it).
-    """
+    """Grow the initial realize set until no kernel would recompute a reduce or read a node at two places."""
     realized = {u: None for u in initial_realizes(sink) if prod(u.shape) != 0}  # empty results need no kernel
-    reads = _Reads()
-    queue = list(realized)
     while True:
+        reads: dict[UOp, set[Any]] = {}
         flagged: dict[UOp, None] = {}
-        built: set[UOp] = set()
-        for root in queue:  # grows while we walk: a reduce that needs its own kernel is split off at once
-            if root.op is Ops.COPY or root in built:
+        roots, added_reduce = list(realized), False
+        for root in roots:  # grows while we walk: a reduce that needs its own kernel is built in this same pass
+            if root.op is Ops.COPY:
                 continue
-            built.add(root)
-            reads.forget(root)
-            reads.root, seen = root, len(flagged)
             build_kernel(root, realized, {}, reads, flagged, None, placements)
-            for u in list(itertools.islice(flagged, seen, None)):
+            for u in flagged:
                 if u.op is Ops.REDUCE_AXIS and u not in realized and prod(u.shape) != 0:
                     realized[u] = None
-                    # kernels that saw it inline walk again (also those built earlier in this pass) for clean reads
-                    queue.append(u)
-                    for r in reads.readers(u):
-                        built.discard(r)
-                        queue.append(r)
+                    roots.append(u)
+                    added_reduce = True
+        if added_reduce:
+            continue  # kernels built before a reduce was split off saw it inline: walk again for clean reads
         new = [u for u in flagged if u not in realized and prod(u.shape) != 0]
         if not new:
             return realized
         realized.update(dict.fromkeys(new))
-        queue = list(dict.fromkeys([*new, *(r for u in new for r in reads.readers(u))]))
 
 
 def _kernel_name(result: Any) -> str:
