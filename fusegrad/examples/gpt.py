@@ -199,8 +199,10 @@ def train(args: argparse.Namespace, corpus: Corpus) -> None:
     def step(x: Tensor, y: Tensor) -> Tensor:
         opt.zero_grad()
         loss = model.loss(x, y).backward()
+        # loss and gradients in one schedule (one forward), before the update writes the weights they read
+        Tensor.realize(loss, *[p.grad for p in opt.params if p.grad is not None])
         opt.step()
-        return loss.realize()
+        return loss
 
     from tqdm import tqdm  # the train extra; imported late so --help works without it
 

@@ -101,8 +101,9 @@ def train(args: argparse.Namespace, data: DataSet) -> float:
         logits = model(images.float() / 255.0)  # (B, 1, 28, 28) uint8 -> (B, 10)
         loss = logits.sparse_categorical_crossentropy(labels).backward()
         accuracy = (logits.argmax(-1) == labels).float().mean()
-        # one schedule for all: the accuracy must read the logits of the weights before this step's update
-        Tensor.realize(loss, accuracy, *optimizer.schedule_step())
+        # loss, accuracy and gradients in one schedule (one forward, on the weights before this step's update)
+        Tensor.realize(loss, accuracy, *[p.grad for p in optimizer.params if p.grad is not None])
+        optimizer.step()
         return loss, accuracy
 
     order = np.random.default_rng(args.seed)
