@@ -344,7 +344,8 @@ def test_train_mode_context_and_decorator():
     def step() -> bool:
         return Tensor.training
 
-    assert step() and not Tensor.training
+    assert step()
+    assert not Tensor.training
 
 
 def test_contiguous_results_realized_together_do_not_share_memory():
