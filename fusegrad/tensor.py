@@ -513,31 +513,31 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
         return Tensor(x.uop.alu(op, other.uop))
 
     @_traced
-    def add(self, y: Any, reverse: bool = False) -> Tensor:
-        return self._binop(Ops.ADD, y, "add", reverse)
+    def add(self, x: Any, reverse: bool = False) -> Tensor:
+        return self._binop(Ops.ADD, x, "add", reverse)
 
     @_traced
-    def mul(self, y: Any, reverse: bool = False) -> Tensor:
-        return self._binop(Ops.MUL, y, "mul", reverse)
+    def mul(self, x: Any, reverse: bool = False) -> Tensor:
+        return self._binop(Ops.MUL, x, "mul", reverse)
 
     @_traced
-    def sub(self, y: Any, reverse: bool = False) -> Tensor:
-        x, other = self._broadcasted(y, "sub", reverse)
-        return Tensor(x.uop + other.uop.alu(Ops.MUL, other.uop.const_like(-1)))
+    def sub(self, x: Any, reverse: bool = False) -> Tensor:
+        lhs, other = self._broadcasted(x, "sub", reverse)
+        return Tensor(lhs.uop + other.uop.alu(Ops.MUL, other.uop.const_like(-1)))
 
     @_traced
     def neg(self) -> Tensor:
         return self.logical_not() if self.dtype == dtypes.bool else self * -1
 
     @_traced
-    def div(self, y: Any, reverse: bool = False, rounding_mode: Literal["trunc", "floor"] | None = None) -> Tensor:
+    def div(self, x: Any, reverse: bool = False, rounding_mode: Literal["trunc", "floor"] | None = None) -> Tensor:
         """True division (integers are promoted to float first); `rounding_mode` "trunc" or "floor" rounds it."""
         if rounding_mode is not None:
-            return self._div_rounded(y, reverse, rounding_mode)
-        x, other = self._broadcasted(y, "div", reverse)
-        if not dtypes.is_float(x.dtype):
-            x, other = x.cast(least_upper_float(x.dtype)), other.cast(least_upper_float(x.dtype))
-        return Tensor(x.uop * other.uop.reciprocal())
+            return self._div_rounded(x, reverse, rounding_mode)
+        lhs, other = self._broadcasted(x, "div", reverse)
+        if not dtypes.is_float(lhs.dtype):
+            lhs, other = lhs.cast(least_upper_float(lhs.dtype)), other.cast(least_upper_float(lhs.dtype))
+        return Tensor(lhs.uop * other.uop.reciprocal())
 
     @_traced
     def idiv(self, y: Any, reverse: bool = False) -> Tensor:
@@ -548,20 +548,20 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
         return Tensor(x.uop.alu(Ops.IDIV, other.uop))
 
     @_traced
-    def mod(self, y: Any, reverse: bool = False) -> Tensor:
-        x, other = self._broadcasted(y, "mod", reverse)
-        if not dtypes.is_int(x.dtype):
-            raise TypeError(f"mod: expected integer tensors, got {x.dtype}")
-        return Tensor(x.uop.alu(Ops.MOD, other.uop))
+    def mod(self, x: Any, reverse: bool = False) -> Tensor:
+        lhs, other = self._broadcasted(x, "mod", reverse)
+        if not dtypes.is_int(lhs.dtype):
+            raise TypeError(f"mod: expected integer tensors, got {lhs.dtype}")
+        return Tensor(lhs.uop.alu(Ops.MOD, other.uop))
 
     @_traced
-    def maximum(self, y: Any) -> Tensor:
-        return self._binop(Ops.MAX, y, "maximum")
+    def maximum(self, x: Any) -> Tensor:
+        return self._binop(Ops.MAX, x, "maximum")
 
     @_traced
-    def minimum(self, y: Any) -> Tensor:
-        x, other = self._broadcasted(y, "minimum")
-        return x._order_inverse().maximum(other._order_inverse())._order_inverse()
+    def minimum(self, x: Any) -> Tensor:
+        lhs, other = self._broadcasted(x, "minimum")
+        return lhs._order_inverse().maximum(other._order_inverse())._order_inverse()
 
     def _cmp(self, op: Ops, y: Any, name: str, reverse: bool = False) -> Tensor:
         x, other = self._broadcasted(y, name, reverse)
@@ -576,12 +576,12 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
         return self._cmp(Ops.CMPLT, y, "gt", reverse=True)
 
     @_traced
-    def eq(self, y: Any) -> Tensor:
-        return self._cmp(Ops.CMPEQ, y, "eq")
+    def eq(self, x: Any) -> Tensor:
+        return self._cmp(Ops.CMPEQ, x, "eq")
 
     @_traced
-    def ne(self, y: Any) -> Tensor:
-        return self._cmp(Ops.CMPNE, y, "ne")
+    def ne(self, x: Any) -> Tensor:
+        return self._cmp(Ops.CMPNE, x, "ne")
 
     def ge(self, y: Any) -> Tensor:
         return self._cmp(Ops.CMPLT, y, "ge").logical_not()
@@ -600,16 +600,16 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
         return Tensor(x.uop.alu(op, other.uop))
 
     @_traced
-    def bitwise_and(self, y: Any, reverse: bool = False) -> Tensor:
-        return self._bitwise(Ops.AND, y, "bitwise_and", reverse)
+    def bitwise_and(self, x: Any, reverse: bool = False) -> Tensor:
+        return self._bitwise(Ops.AND, x, "bitwise_and", reverse)
 
     @_traced
-    def bitwise_or(self, y: Any, reverse: bool = False) -> Tensor:
-        return self._bitwise(Ops.OR, y, "bitwise_or", reverse)
+    def bitwise_or(self, x: Any, reverse: bool = False) -> Tensor:
+        return self._bitwise(Ops.OR, x, "bitwise_or", reverse)
 
     @_traced
-    def bitwise_xor(self, y: Any, reverse: bool = False) -> Tensor:
-        return self._bitwise(Ops.XOR, y, "bitwise_xor", reverse)
+    def bitwise_xor(self, x: Any, reverse: bool = False) -> Tensor:
+        return self._bitwise(Ops.XOR, x, "bitwise_xor", reverse)
 
     @_traced
     def where(self, x: Any, y: Any) -> Tensor:
@@ -883,7 +883,8 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
 
     @_traced
     def reshape(self, *shape: Any) -> Tensor:
-        """A view with a new shape; one axis may be -1 (inferred). Raises ValueError when sizes differ."""
+        """A view with a new shape, `x.reshape(2, 3)` or `x.reshape((2, 3))`; one axis may be -1 (inferred).
+        Raises ValueError when sizes differ."""
         shp = list(_shape_arg(shape, allow_neg=True))
         if shp.count(-1) > 1:
             raise ValueError(f"reshape: only one axis can be -1, got {tuple(shp)}")
@@ -905,6 +906,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
 
     @_traced
     def permute(self, *order: Any) -> Tensor:
+        """Reorder the axes: `x.permute(1, 0)` or `x.permute((1, 0))`."""
         axes = [self._axis(a, "permute") for a in argfix(*order)]
         if sorted(axes) != list(range(self.ndim)):
             raise ValueError(f"permute: {tuple(argfix(*order))} is not a permutation of {self.ndim} axes")
@@ -912,6 +914,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
 
     @_traced
     def expand(self, *shape: Any) -> Tensor:
+        """Broadcast size-1 axes (and new leading ones) to `shape`; -1 keeps an axis."""
         shp = _shape_arg(shape, allow_neg=True)
         if len(shp) < self.ndim:
             raise ValueError(f"expand: cannot expand {self.shape} to fewer dims {shp}")
