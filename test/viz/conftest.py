@@ -30,7 +30,10 @@ class RealTrace:
 
 
 def clear_tracing() -> None:
-    for container in (tracked_keys, tracked_ctxs, active_rewrites, _name_cnt):
+    from fusegrad.engine.realize import method_cache
+
+    # a kernel another test in this process already compiled would be reused without a codegen trace
+    for container in (tracked_keys, tracked_ctxs, active_rewrites, _name_cnt, method_cache):
         container.clear()
 
 

@@ -136,7 +136,7 @@ def test_profiler_click_a_kernel(browser_page: tuple[Page, list[str]], served: S
     screenshot(page, "viz_profiler.png")
     page.click("#profile-details .link:has-text('buffer') >> nth=0")
     assert "used by" in page.inner_text("#profile-details")
-    page.click("#profile-details .link >> nth=0")  # the kernel that used the buffer
+    page.click("#profile-details .link:has-text('r_7_3') >> nth=0")  # a kernel that used the buffer (not its upload)
     page.click("#profile-details .link:has-text('rewrites')")
     page.wait_for_selector("#graph g.node")
     assert not page.is_hidden("#rewrites-view")

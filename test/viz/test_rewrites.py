@@ -381,11 +381,13 @@ def test_match_stats_print_a_rule_table_at_exit(tmp_path: Path) -> None:
 
 def test_kernel_nodes_link_to_their_codegen_group_and_tensor_nodes_show_shapes() -> None:
     from fusegrad import Tensor
+    from fusegrad.engine.realize import method_cache
     from fusegrad.helpers import Context
     from fusegrad.uop.ops import tracked_ctxs, tracked_keys
 
     for lst in (tracked_keys, tracked_ctxs):
         lst.clear()
+    method_cache.clear()  # compiled earlier in this process, the kernel would run without a codegen trace
     with Context(TRACK_MATCH_STATS=2):
         a = Tensor.empty(4, 4)
         (a + 1).realize()
