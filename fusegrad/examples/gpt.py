@@ -143,7 +143,7 @@ def load_checkpoint(path: pathlib.Path) -> tuple[GPTConfig, dict[str, Tensor], d
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--steps", type=int, default=500, help="training steps (default 500)")
+    parser.add_argument("--steps", type=int, default=1800, help="training steps (default 1800)")
     parser.add_argument("--batch-size", type=int, default=16, help="windows per step (default 16)")
     parser.add_argument("--context", type=int, default=64, help="characters per window (default 64)")
     parser.add_argument("--dim", type=int, default=128, help="model width (default 128)")
