@@ -112,8 +112,11 @@ class Conv2d:
         self.kernel_size = _tuple(kernel_size, 2)
         self.stride, self.dilation, self.groups, self.padding = stride, dilation, groups, padding
         bound = 1 / math.sqrt(in_channels * prod(self.kernel_size))
-        self.weight = _uniform((out_channels, in_channels // groups, *self.kernel_size), bound)
+        self.weight = _uniform(self._weight_shape(in_channels, out_channels, groups), bound)
         self.bias = _uniform((out_channels,), bound) if bias else None
+
+    def _weight_shape(self, in_channels: int, out_channels: int, groups: int) -> tuple[int, ...]:
+        return (out_channels, in_channels // groups, *self.kernel_size)
 
     def __call__(self, x: Tensor) -> Tensor:
         return x.conv2d(self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding)
@@ -154,9 +157,10 @@ class ConvTranspose2d(Conv2d):
         bias: bool = True,
     ) -> None:
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias)
-        bound = 1 / math.sqrt(in_channels * prod(self.kernel_size))
-        self.weight = _uniform((in_channels, out_channels // groups, *self.kernel_size), bound)
         self.output_padding = output_padding
+
+    def _weight_shape(self, in_channels: int, out_channels: int, groups: int) -> tuple[int, ...]:
+        return (in_channels, out_channels // groups, *self.kernel_size)  # transposed: input channels lead
 
     def __call__(self, x: Tensor) -> Tensor:
         if isinstance(self.padding, str):

@@ -26,10 +26,6 @@ class CPUProgram:
 
     def __init__(self, dev: Compiled, name: str, lib: bytes) -> None:
         self.dev, self.name, self.device = dev, name, dev.device
-        # OpenMP threads spin ~300k iterations at every barrier by default; on a machine busier than its core count
-        # that spinning starves the thread it waits for (a training step ran 2-3x slower). libgomp reads this once,
-        # when the first kernel loads it; a value the user set wins.
-        os.environ.setdefault("GOMP_SPINCOUNT", "10000")
         # dlopen needs a file: write a uniquely named one, load it, and unlink it (the mapping stays valid)
         fd, path = tempfile.mkstemp(prefix=f"fusegrad_{name[:64]}_", suffix=".so")
         try:
@@ -79,4 +75,8 @@ def _clang_renderer() -> Renderer:
 
 class CPUDevice(Compiled):
     def __init__(self, device: str) -> None:
+        # OpenMP threads spin ~300k iterations at every barrier by default; on a machine busier than its core count
+        # that spinning starves the thread it waits for (a training step ran 2-3x slower). libgomp reads this once,
+        # when the first kernel loads it, so it is set before any kernel exists; a value the user set wins.
+        os.environ.setdefault("GOMP_SPINCOUNT", "10000")
         super().__init__(device, MallocAllocator(self), _clang_renderer, ClangCompiler(), CPUProgram)

@@ -139,20 +139,22 @@ def kernelize(sink: UOp) -> KernelizeResult:
     run = run_order(topo, realized)
     buffer_of: dict[UOp, UOp] = {}
     kernels: list[UOp] = []
-    snapshots: dict[UOp, UOp] = {}  # written BUFFER -> its copy, for reads that can't run before the write
+    snapshots: dict[UOp, UOp] = {}  # write -> the kernel copying what it overwrites, for reads that can't precede it
+    redirected: list[UOp] = []  # buffers whose old contents later kernels read from that copy
     for write in run.after:
         buf, snap = snapshot(write)
-        buffer_of[buf] = snapshots[buf] = _kernel_for(snap, realized, buffer_of, placements)
-        kernels.append(snapshots[buf])
+        buffer_of[buf] = snapshots[write] = _kernel_for(snap, realized, buffer_of, placements)
+        redirected.append(buf)
+        kernels.append(snapshots[write])
     for root in run.roots:
         stored = _kernel_for(root, realized, buffer_of, placements)
         deps = [buffer_of[r] for r in run.before.get(root, ())]
-        if root in run.after:
-            deps.append(snapshots[snapshot(root)[0]])
+        if root in snapshots:
+            deps.append(snapshots[root])
         stored = add_dependencies(stored, deps)
         buffer_of[root] = stored
         kernels.append(stored)
-    for buf in snapshots:  # the redirect was for building kernels; the buffer itself stays what tensors hold
+    for buf in redirected:  # the redirect was for building kernels; the buffer itself stays what tensors hold
         del buffer_of[buf]
     becomes = _becomes_map(sink, prepare_map, buffer_of)
     if TRACK_MATCH_STATS.value >= 2 and kernels:  # a step showing the kernel graph: VIZ links each KERNEL to its code
