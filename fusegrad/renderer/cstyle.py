@@ -126,21 +126,85 @@ def render_range(ctx: RenderContext, x: UOp) -> str:
     return f"for ({index_type} {name} = 0; {name} < {strip_parens(ctx[x.src[0]])}; {name}++) {{"
 
 
-def render_alu(ctx: RenderContext, x: UOp) -> str | None:
-    if (fn := ctx.lang.code_for_op.get(x.op)) is None:
-        return None
-    code = fn(*[ctx[s] for s in x.src], x.dtype)
-    # C computes half arithmetic in float (excess precision): round every half result back to half, as a device would
-    if x.dtype.scalar() == dtypes.float16 and x.op not in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ):
+# C computes these in int: results of the ops that can leave their range are cast back (wrapped), as the IR defines
+_PROMOTED_INTS = frozenset({dtypes.int8, dtypes.int16, dtypes.uint8, dtypes.uint16})
+_MAY_LEAVE_RANGE = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.IDIV, Ops.SHL, Ops.MULACC})
+
+
+def _narrow(ctx: RenderContext, x: UOp, code: str) -> str:
+    """`code` rounded back to x's dtype where C computed it wider: half math runs in float (excess precision), and
+    8/16-bit ints in int (an inline `(a+b)<0` would otherwise see 200 where the IR has -56)."""
+    scalar = x.dtype.scalar()
+    if (scalar == dtypes.float16 and x.op not in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ)) or (
+        scalar in _PROMOTED_INTS and x.op in _MAY_LEAVE_RANGE
+    ):
         return f"(({ctx.lang.render_dtype(x.dtype)})({code}))"
     return code
 
 
-def render_add_negative(ctx: RenderContext, x: UOp, c: UOp) -> str | None:
+def render_alu(ctx: RenderContext, x: UOp) -> str | None:
+    if (fn := ctx.lang.code_for_op.get(x.op)) is None:
+        return None
+    return _narrow(ctx, x, fn(*[ctx[s] for s in x.src], x.dtype))
+
+
+def render_add_negative(ctx: RenderContext, x: UOp, c: UOp, a: UOp) -> str | None:
     """x + (-c) as x - c (exact in IEEE and in wrapping ints), skipped where -c would overflow."""
     if c.dtype == dtypes.bool or not c.arg < 0 or (dtypes.is_int(c.dtype) and c.arg == dtypes.min(c.dtype)):
         return None
-    return f"({ctx[x]}-{ctx.lang.render_const(-c.arg, c.dtype)})"
+    return _narrow(ctx, a, f"({ctx[x]}-{ctx.lang.render_const(-c.arg, c.dtype)})")
+
+
+def render_negate(ctx: RenderContext, x: UOp, m: UOp) -> str:
+    return _narrow(ctx, m, f"(-{ctx[x]})")
+
+
+def _int_min(dt: DType) -> int:
+    return -(2**63) if dt.scalar() == dtypes.index else int(dtypes.min(dt))
+
+
+def render_int_div(ctx: RenderContext, x: UOp) -> str | None:
+    """x // y and x % y with the results alu.py defines where C has none: 0 for a zero divisor, INT_MIN // -1 wraps to
+    INT_MIN (x86's idiv traps on both). Guarded only where y's bounds hold 0 (or -1 with an x that can be INT_MIN),
+    so index math, whose divisors are positive constants, renders bare."""
+    if not dtypes.is_int(x.dtype):
+        return None
+    a, b = x.src
+    text = render_alu(ctx, x)
+    wide = x.dtype.scalar() not in _PROMOTED_INTS  # 8/16-bit ints divide in int: INT8_MIN / -1 doesn't trap
+    minus_one = wide and not dtypes.is_unsigned(x.dtype) and b.vmin <= -1 <= b.vmax and a.vmin <= _int_min(x.dtype)
+    if minus_one:  # -x wraps (-fwrapv): INT_MIN // -1 is INT_MIN, and INT_MIN % -1 is 0
+        text = f"(({ctx[b]}=={ctx.lang.render_const(-1, b.dtype)})?{_negated(ctx, x, a)}:{text})"
+    if b.vmin <= 0 <= b.vmax:
+        text = f"(({ctx[b]}==0)?{ctx.lang.render_const(0, x.dtype)}:{text})"
+    return text
+
+
+def _negated(ctx: RenderContext, x: UOp, a: UOp) -> str:
+    return f"(-{ctx[a]})" if x.op is Ops.IDIV else ctx.lang.render_const(0, x.dtype)
+
+
+def render_shift(ctx: RenderContext, x: UOp) -> str | None:
+    """x << y and x >> y, with alu.py's results for a count outside [0, bits), which C leaves undefined: every bit
+    shifted out (0, or -1 for a negative x shifted right). Guarded only where y's bounds leave that range."""
+    a, b = x.src
+    bits = min(x.dtype.scalar().bitsize, 64)
+    if b.vmin >= 0 and b.vmax < bits:
+        return None
+    zero = ctx.lang.render_const(0, x.dtype)
+    out = zero
+    if x.op is Ops.SHR and not dtypes.is_unsigned(x.dtype) and a.vmin < 0:
+        out = f"(({ctx[a]}<0)?{ctx.lang.render_const(-1, x.dtype)}:{zero})"
+    in_range = f"({ctx[b]}<{bits})" if dtypes.is_unsigned(x.dtype) else f"({ctx[b]}>=0&&{ctx[b]}<{bits})"
+    return f"({in_range}?{render_alu(ctx, x)}:{out})"
+
+
+def render_cast(ctx: RenderContext, x: UOp) -> str:
+    """A value conversion; float -> int takes alu.float_to_int's results for NaN, inf and out-of-range values."""
+    src = x.src[0]
+    if dtypes.is_int(x.dtype) and dtypes.is_float(src.dtype):
+        return ctx.lang.render_float_to_int(ctx[src], src, x.dtype)
+    return f"(({ctx.lang.render_dtype(x.dtype)})({ctx[src]}))"
 
 
 _rules: list[tuple[UPat, Callable[..., str | None]]] = [
@@ -152,11 +216,13 @@ _rules: list[tuple[UPat, Callable[..., str | None]]] = [
     (UPat(Ops.INDEX, name="x"), render_index),
     (UPat(Ops.LOAD, src=(UPat(Ops.INDEX, name="idx"),), name="x"), render_load),
     (UPat(Ops.STORE, src=(UPat(Ops.INDEX, name="idx"), UPat.var("value"))), render_store),
-    (UPat(Ops.CAST, name="x"), lambda ctx, x: f"(({ctx.lang.render_dtype(x.dtype)})({ctx[x.src[0]]}))"),
+    (UPat(Ops.CAST, name="x"), render_cast),
     (UPat(Ops.BITCAST, name="x"), lambda ctx, x: ctx.lang.render_bitcast(ctx[x.src[0]], x.src[0].dtype, x.dtype)),
-    (UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c", vec=False))), render_add_negative),  # x+(-c) -> x-c
-    (UPat(Ops.MUL, src=(UPat.var("x"), UPat.const(None, -1))), lambda ctx, x: f"(-{ctx[x]})"),  # x*-1 -> -x
+    (UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c", vec=False)), name="a"), render_add_negative),  # x+(-c) -> x-c
+    (UPat(Ops.MUL, src=(UPat.var("x"), UPat.const(None, -1)), name="m"), render_negate),  # x*-1 -> -x
     (UPat(Ops.CMPNE, src=(UPat.var("x", dtypes.bool), UPat.const(dtypes.bool, True))), lambda ctx, x: f"(!{ctx[x]})"),
+    (UPat((Ops.IDIV, Ops.MOD), name="x"), render_int_div),  # guarded where the divisor may be 0 or -1
+    (UPat((Ops.SHL, Ops.SHR), name="x"), render_shift),  # guarded where the count may leave [0, bits)
     (UPat(GroupOp.ALU, name="x"), render_alu),
 ]
 # the rules return C text, not UOps: PatternMatcher is typed for rewrites, but `rewrite` hands back whatever they return
@@ -258,6 +324,28 @@ class CStyleLanguage(Renderer):
         if x < 0 and x == dtypes.min(dt) and dt.itemsize >= 4:  # -2147483648 would parse as -(a long)
             return f"({x + 1}{suffix}-1)"
         return f"({x}{suffix})" if x < 0 else f"{x}{suffix}"
+
+    def render_float_to_int(self, x: str, src: UOp, dt: DType) -> str:
+        """`x` (the text of float `src`) converted to int dtype `dt` as alu.float_to_int defines it."""
+        target = self.render_dtype(dt)
+        if dt.scalar() == dtypes.uint64:  # below 2**63 through int64; [2**63, 2**64) converts in C; 0 beyond
+            two63, two64 = self.render_float(2.0**63, src.dtype), self.render_float(2.0**64, src.dtype)
+            high = f"(({x}<{two64})?(({target})({x})):0)"
+            return f"(({x}>={two63})?{high}:(({target})({self._truncate_or_min(x, src, 64)})))"
+        bits = 64 if dt.scalar() in (dtypes.int64, dtypes.index, dtypes.uint32) else 32
+        inner = self._truncate_or_min(x, src, bits)
+        return inner if dt.scalar() in (dtypes.int32, dtypes.int64, dtypes.index) else f"(({target})({inner}))"
+
+    def _truncate_or_min(self, x: str, src: UOp, bits: int) -> str:
+        """x86's cvtt conversion in portable C: trunc(x) when it fits `bits`, else the int's minimum (NaN too).
+        Bare where src's bounds fit (finite bounds come only from finite operands, so no NaN either)."""
+        int_dt = dtypes.int64 if bits == 64 else dtypes.int32
+        lo = -(2 ** (bits - 1))
+        if lo <= src.vmin and src.vmax < -lo:
+            return f"(({self.render_dtype(int_dt)})({x}))"
+        low, high = self.render_float(float(lo), src.dtype), self.render_float(float(-lo), src.dtype)
+        fits = f"({x}>={low}&&{x}<{high})"
+        return f"({fits}?(({self.render_dtype(int_dt)})({x})):{self.render_int(lo, int_dt)})"
 
     def render_register(self, name: str, ptr: PtrDType) -> str:
         count = f"[{ptr.size}]" if ptr.size != 1 else ""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import struct
 import time
 from collections.abc import Callable, Sequence
@@ -35,7 +34,7 @@ from fusegrad.dtype import (
 )
 from fusegrad.helpers import cpu_profile
 from fusegrad.uop import AxisType, GroupOp, Ops
-from fusegrad.uop.alu import exec_alu, python_alu
+from fusegrad.uop.alu import exec_alu, float_to_int, python_alu
 
 if TYPE_CHECKING:
     from fusegrad.renderer import Renderer
@@ -247,14 +246,15 @@ class _Pointer:
 
 
 def cast_value(x: Any, dt: DType) -> Any:
-    """C's value conversion: float -> int truncates toward zero and wraps (out of range is UB in C; NaN/inf give 0)."""
+    """C's value conversion: an int wraps to its width; a float -> int is `float_to_int` (numpy's x86 results for
+    NaN, inf and out-of-range values, which C leaves undefined)."""
     if dt.count > 1:
         return tuple(cast_value(v, dt.scalar()) for v in x)
     if dt == dtypes.bool:
         return bool(x)
     if dtypes.is_int(dt):
         if isinstance(x, float):
-            x = math.trunc(x) if math.isfinite(x) else 0
+            return float_to_int(x, dt)
         return truncate[dt](int(x))
     return truncate.get(dt, float)(float(x))
 

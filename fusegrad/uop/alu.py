@@ -1,7 +1,11 @@
-"""What every ALU op means on Python values, with C semantics: what constant folding and the PYTHON device use.
+"""What every ALU op and value cast means on Python values: what constant folding, the PYTHON device and the C
+renderer's guards all follow (docs/KERNEL_IR.md §5 "Defined semantics").
 
 Integer division and modulo truncate toward zero, integers wrap at their width, floats follow IEEE-754 (division by
-zero gives inf/nan, never an exception) and float32/float16 results are rounded to their width.
+zero gives inf/nan, never an exception) and float32/float16 results are rounded to their width. Where C leaves a
+result undefined, numpy's result on x86 is the definition: x // 0 and x % 0 are 0, INT_MIN // -1 wraps to INT_MIN
+(and INT_MIN % -1 is 0), shifts by a count outside [0, bits) give 0 (or -1 for a negative value shifted right), and
+a float converts to an int as `float_to_int` says.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from fusegrad.uop import Ops
 
 
 def c_idiv(x: int, y: int) -> int:
-    """C integer division (toward zero); division by zero is undefined in C and gives 0 here."""
+    """C integer division (toward zero); x // 0 is 0 (numpy's choice: undefined in C). Unwrapped: INT_MIN // -1 is
+    2**(bits-1) here, and wraps back to INT_MIN when truncated to the dtype."""
     if y == 0:
         return 0
     q = abs(x) // abs(y)
@@ -23,8 +28,42 @@ def c_idiv(x: int, y: int) -> int:
 
 
 def c_mod(x: int, y: int) -> int:
-    """C remainder: takes the sign of the dividend, so x == c_idiv(x, y)*y + c_mod(x, y)."""
+    """C remainder: takes the sign of the dividend, so x == c_idiv(x, y)*y + c_mod(x, y); x % 0 is 0 (numpy)."""
     return 0 if y == 0 else x - c_idiv(x, y) * y
+
+
+def _cvtt(x: float, bits: int) -> int:
+    """x86's cvttss2si/cvttsd2si to a `bits`-wide int: truncation toward zero, or the "integer indefinite" value
+    -2**(bits-1) for NaN, inf and anything that does not fit."""
+    lo = -(1 << (bits - 1))
+    return math.trunc(x) if lo <= x < -lo else lo  # NaN fails both comparisons
+
+
+def float_to_int(x: float, dt: DType) -> int:
+    """A float converted to int dtype `dt` as numpy does on x86 (C leaves NaN, inf and out-of-range undefined):
+    int32 and int64 (and index) take `_cvtt` at their width; int8/int16/uint8/uint16 take the int32 result wrapped to
+    their width; uint32 the int64 result wrapped (numpy's scalar loop; its SIMD loop differs out of range); uint64 the
+    int64 result wrapped below 2**63, trunc(x) in [2**63, 2**64) and 0 from 2**64 on (NaN counts as below)."""
+    scalar = dt.scalar()
+    if scalar in (dtypes.int64, dtypes.index):
+        return _cvtt(x, 64)
+    if scalar == dtypes.uint64:
+        if x >= 2**63:
+            return math.trunc(x) if x < 2**64 else 0
+        return _cvtt(x, 64) & (2**64 - 1)
+    if scalar == dtypes.uint32:
+        return _cvtt(x, 64) & (2**32 - 1)
+    return int(truncate[scalar](_cvtt(x, 32)))
+
+
+def _shl(x: int, y: int, bits: int = 64) -> int:
+    return int(x) << int(y) if 0 <= y < bits else 0
+
+
+def _shr(x: int, y: int, bits: int = 64) -> int:
+    if 0 <= y < bits:
+        return int(x) >> int(y)
+    return -1 if x < 0 else 0  # numpy: every bit shifted out, the sign bit shifted in
 
 
 def _exp2(x: float) -> float:
@@ -76,14 +115,6 @@ def _trunc(x: float) -> float:
     return float(math.trunc(x)) if math.isfinite(x) else x
 
 
-def _shl(x: int, y: int) -> int:
-    return int(x) << int(y)
-
-
-def _shr(x: int, y: int) -> int:
-    return int(x) >> int(y)
-
-
 python_alu: dict[Ops, Callable[..., Any]] = {
     Ops.NEG: lambda x: (not x) if isinstance(x, bool) else -x,
     Ops.EXP2: _exp2,
@@ -106,7 +137,7 @@ python_alu: dict[Ops, Callable[..., Any]] = {
     Ops.XOR: lambda x, y: x ^ y,
     Ops.OR: lambda x, y: x | y,
     Ops.AND: lambda x, y: x & y,
-    Ops.SHL: _shl,
+    Ops.SHL: _shl,  # exec_alu passes the dtype's width
     Ops.SHR: _shr,
     Ops.WHERE: lambda c, x, y: x if c else y,
     Ops.MULACC: lambda x, y, z: x * y + z,
@@ -118,11 +149,14 @@ def exec_alu(op: Ops, dtype: DType, operands: tuple[Any, ...] | list[Any], trunc
     if dtype.count > 1:
         lanes = [tuple(x[i] if isinstance(x, tuple) else x for x in operands) for i in range(dtype.count)]
         return tuple(exec_alu(op, dtype.scalar(), lane, truncate_output) for lane in lanes)
-    if op not in python_alu:
+    if op in (Ops.SHL, Ops.SHR):
+        ret: Any = python_alu[op](*operands, bits=min(dtype.scalar().bitsize, 64))
+    elif op not in python_alu:
         raise NotImplementedError(f"exec_alu: no Python meaning for {op}")
-    if dtypes.is_int(dtype) and op in (Ops.ADD, Ops.MUL, Ops.SUB, Ops.IDIV, Ops.MOD, Ops.MAX):
-        operands = [int(x) for x in operands]
-    ret = python_alu[op](*operands)
+    else:
+        if dtypes.is_int(dtype) and op in (Ops.ADD, Ops.MUL, Ops.SUB, Ops.IDIV, Ops.MOD, Ops.MAX):
+            operands = [int(x) for x in operands]
+        ret = python_alu[op](*operands)
     if not truncate_output or op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ):
         return ret
     return truncate.get(dtype.scalar(), _identity)(ret)

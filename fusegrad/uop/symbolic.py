@@ -14,7 +14,7 @@ from typing import Any
 
 from fusegrad.dtype import ConstType, DType, Invalid, InvalidType, can_safe_cast, dtypes, truncate
 from fusegrad.uop import GroupOp, Ops
-from fusegrad.uop.alu import c_idiv, c_mod, exec_alu, python_alu
+from fusegrad.uop.alu import c_idiv, c_mod, exec_alu, float_to_int, python_alu
 from fusegrad.uop.ops import UOp
 from fusegrad.uop.rewrite import graph_rewrite
 from fusegrad.uop.upat import PatternMatcher, UPat
@@ -72,7 +72,7 @@ def _values(arg: Any) -> tuple[Any, ...]:
 
 
 def fold_constants(x: UOp) -> UOp | None:
-    """op(c0, c1, ...) -> c, computed as the kernel would (wrapping, truncating); never x//0, x%0 or a bad shift."""
+    """op(c0, c1, ...) -> c, computed as the kernel would (wrapping, truncating; x // 0 and x % 0 are 0, alu.py)."""
     if x.op not in python_alu:
         return None
     args = tuple(_lanes(s) for s in x.src)
@@ -80,22 +80,18 @@ def fold_constants(x: UOp) -> UOp | None:
         return None
     if any(isinstance(v, InvalidType) for a in args for v in _values(a)):
         return None
-    if x.op in (Ops.IDIV, Ops.MOD) and any(v == 0 for v in _values(args[1])):
-        return None
-    if x.op in (Ops.SHL, Ops.SHR) and not all(0 <= v < x.dtype.scalar().bitsize for v in _values(args[1])):
-        return None
     return x.const_like(exec_alu(x.op, x.dtype, args))
 
 
 def fold_cast_const(x: UOp, c: UOp) -> UOp | None:
-    """cast(c) -> c converted as C converts it: a float truncates toward zero into an int, an int wraps to its width."""
+    """cast(c) -> c converted as a kernel converts it: a float into an int by `float_to_int`, an int wraps."""
     value, dt = c.arg, x.dtype.scalar()
     if isinstance(value, InvalidType) or x.dtype.count != 1:
         return None
     if dtypes.is_int(dt):
-        if isinstance(value, float) and not math.isfinite(value):
-            return None  # undefined in C: leave it to the device
-        return UOp.const(dt, truncate[dt](math.trunc(value)))
+        if isinstance(value, float):
+            return UOp.const(dt, float_to_int(value, dt))
+        return UOp.const(dt, truncate[dt](int(value)))
     if dt == dtypes.bool:
         return UOp.const(dt, bool(value))
     if dtypes.is_float(dt) and abs(value) < 2**1000:
@@ -119,7 +115,7 @@ def fold_self_div(x: UOp) -> UOp | None:
 
 
 # an ALU op on constants -> its value; the first table of every symbolic pass. VCONST and VECTORIZE-of-CONST operands
-# fold lane by lane. Division and modulo by zero and out-of-range shifts are left alone (undefined in C).
+# fold lane by lane, with the defined results of alu.py where C has none (x // 0 is 0, wide shifts give 0 or -1).
 pm_fold_constants = PatternMatcher([
     (UPat(GroupOp.ALU, name="x", custom_early_reject={Ops.CONST}), fold_constants),  # op(c0, c1, ...) -> c
     (UPat(GroupOp.ALU, name="x", custom_early_reject={Ops.VCONST}), fold_constants),  # the same, lane by lane
@@ -134,6 +130,8 @@ pm_identities = PatternMatcher([
     (UPat.var("x") * 1, lambda x: x),  # x * 1 -> x
     (UPat.var("x", INTS) * 0, lambda x: x.const_like(0)),  # x * 0 -> 0 (ints only: a float x may be NaN or inf)
     (UPat.var("x") // 1, lambda x: x),  # x // 1 -> x
+    (UPat.var("x", INTS) // 0, lambda x: x.const_like(0)),  # x // 0 -> 0 (defined so, alu.py; C would trap)
+    (UPat.var("x", INTS) % 0, lambda x: x.const_like(0)),  # x % 0 -> 0 (defined so, alu.py)
     (UPat.var("x") // -1, lambda x: -x),  # x // -1 -> -x
     (UPat.var("x", INTS) % 1, lambda x: x.const_like(0)),  # x % 1 -> 0
     (UPat.var("x", INTS) % -1, lambda x: x.const_like(0)),  # x % -1 -> 0
@@ -316,6 +314,8 @@ def cancel_div_mod(r: UOp, x: UOp, y: UOp) -> UOp | None:
     if len(corners) != 1:
         return None  # C division by a fixed-sign divisor is monotone in each operand, so corners bound it
     q = corners.pop()
+    if not _fits(q, r.dtype):
+        return None  # INT_MIN // -1: the quotient wraps
     if r.op is Ops.IDIV:
         return r.const_like(q)
     return x if q == 0 else x - y * q
@@ -476,7 +476,7 @@ def fold_div_mod(r: UOp, x: UOp, c: UOp) -> UOp | None:
 
 def fold_nested_mod(x: UOp, c0: UOp, c1: UOp) -> UOp | None:
     """(x % c0) % c1 -> x % c1 when c1 divides c0: x % c0 keeps x's sign and residue mod c1 (any int dtype)."""
-    return x % c1 if c1.arg != 0 and c0.arg % c1.arg == 0 else None
+    return x % c1 if c1.arg != 0 and c0.arg != 0 and c0.arg % c1.arg == 0 else None
 
 
 def fold_nested_div(x: UOp, c0: UOp, c1: UOp) -> UOp | None:
