@@ -17,12 +17,23 @@ from fusegrad.viz.session import open_session
 from fusegrad.viz.trace_file import TraceFileError
 
 
+def port_number(text: str) -> int:
+    """argparse type for --port: an integer 0..65535 (0: any free port); anything else is a usage error."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r} (expected an integer 0..65535)") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is out of range: expected 0..65535 (0: any free port)")
+    return port
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fusegrad.viz", description=__doc__.split("\n", 1)[0])
     parser.add_argument("--rewrites", metavar="FILE", help="rewrite trace saved by VIZ=1")
     parser.add_argument("--profile", metavar="FILE", help="profile saved by VIZ=1")
     parser.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"port on 127.0.0.1 (default {DEFAULT_PORT}; 0: any)"
+        "--port", type=port_number, default=DEFAULT_PORT, help=f"port on 127.0.0.1 (default {DEFAULT_PORT}; 0: any)"
     )
     parser.add_argument("--no-browser", action="store_true", help="don't open a browser tab, just print the URL")
     parser.add_argument("--export-trace", metavar="OUT", help="write the profile as Chrome trace JSON and exit")

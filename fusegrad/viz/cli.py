@@ -8,7 +8,9 @@ between two markers, by name or number). `--json` prints machine-readable output
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
@@ -111,13 +113,17 @@ def run_command(session: VizSession, args: argparse.Namespace) -> tuple[Any, lis
                           for j, s in enumerate(g["steps"])]  # fmt: skip
             return groups, lines
         case "graph":
-            graphs = get_full_rewrite(
-                session.step(args.ctx, args.step), session.trace.uop_fields if session.trace else None
-            )
-            for i, replay in enumerate(graphs):
-                if i == args.match:
-                    return replay["graph"], graph_text(replay["graph"], args.max_lines)
-            raise ValueError(f"no match {args.match} in group {args.ctx} step {args.step}")
+            step = session.step(args.ctx, args.step)
+            assert session.trace is not None, "step() checked the trace"
+            if not 0 <= args.match <= len(step.matches):
+                raise IndexError(f"no match {args.match} in group {args.ctx} step {args.step}: --match goes from 0 "
+                                 f"(the input graph) to {len(step.matches)}")  # fmt: skip
+            graphs = get_full_rewrite(step, session.trace.uop_fields, session.trace.keys)
+            try:
+                replay = next(itertools.islice(graphs, args.match, None))
+            finally:
+                graphs.close()  # now: closing restores the tracking flag the replay turned off
+            return replay["graph"], graph_text(replay["graph"], args.max_lines)
         case "source":
             kernel = session.kernel(args.ctx)
             return kernel, str(kernel["src"]).splitlines()
@@ -170,10 +176,13 @@ def main(argv: list[str] | None = None) -> int:
     except (TraceFileError, ValueError, IndexError) as e:
         print(f"viz: {e}", file=sys.stderr)
         return 2
-    if args.json:
-        print(json.dumps(value, default=str, indent=1))
-    else:
-        print("\n".join(lines))
+    text = json.dumps(value, default=str, indent=1) if args.json else "\n".join(lines)
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # the reader stopped early (`| head`): that is its choice, not an error. Point stdout at devnull so the
+        # interpreter's own flush at exit doesn't fail again and print a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from fusegrad.helpers import ProfileEvent, ProfilePointEvent
 from fusegrad.viz.profile import RangeKind, clock_offsets, collect_spans
+from fusegrad.viz.trace_file import write_atomic
 
 _CATEGORIES = {RangeKind.KERNEL: "kernel", RangeKind.COPY: "copy", RangeKind.GRAPH: "graph"}
 MARKERS_PID = 0  # markers belong to no device: a process of their own, first in the list
@@ -71,7 +72,5 @@ def chrome_trace(events: Sequence[ProfileEvent]) -> dict[str, Any]:
 
 
 def export_chrome_trace(events: Sequence[ProfileEvent], path: str | Path) -> Path:
-    """Write `chrome_trace(events)` to `path` (open it in Perfetto or chrome://tracing)."""
-    path = Path(path)
-    path.write_text(json.dumps(chrome_trace(events), separators=(",", ":")))
-    return path
+    """Write `chrome_trace(events)` to `path` crash-safe (open it in Perfetto or chrome://tracing)."""
+    return write_atomic(path, json.dumps(chrome_trace(events), separators=(",", ":")).encode())

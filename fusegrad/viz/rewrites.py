@@ -1,21 +1,23 @@
 """The data side of the rewrite viewer: traced groups and steps as JSON-safe dicts, and the replay of a step.
 
 `get_rewrites(trace)` lists groups and steps; `get_full_rewrite(step)` rebuilds the step's input graph from the
-numbered node fields and yields the graph after every recorded match; `uop_to_json(uop)` is one graph for drawing.
+numbered node fields and yields the graph after every recorded match, marking the nodes each match created;
+`uop_to_json(uop)` is one graph for drawing (KERNEL nodes named, and linked to their codegen group).
 """
 
 from __future__ import annotations
 
 import difflib
 import linecache
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import Any
 
 from fusegrad.dtype import dtypes
-from fusegrad.helpers import TRACEMETA, Context
+from fusegrad.helpers import TRACEMETA, Context, TracingKey
 from fusegrad.uop import Ops
 from fusegrad.uop.ops import UOp, all_metadata, graph_rewrite, pm_substitute_fixed_point
 from fusegrad.uop.rewrite import RewriteLoopError, RewriteTrace, TrackedGraphRewrite, tracked_keys, uop_fields
+from fusegrad.viz.kernels import KernelLink, kernel_identity, kernel_links, kernel_stores, kernel_text
 
 # constants and device names are drawn inside their user's label, not as nodes of their own
 _FOLDED = frozenset({Ops.CONST, Ops.VCONST, Ops.DEVICE, Ops.UNIQUE})
@@ -61,22 +63,18 @@ def _shape_of(u: UOp) -> tuple[int, ...] | None:
         return None
 
 
-def _kernel_ref(u: UOp) -> int | None:
-    """For a KERNEL node: the trace group of its codegen (named after the kernel), once get_program has run."""
-    if u.op is not Ops.KERNEL or not hasattr(u.arg, "ast") or u.arg.ast.op is not Ops.SINK:
-        return None
-    from fusegrad.codegen import get_kernel_name  # codegen imports the whole IR; only KERNEL labels need it
-
-    name = get_kernel_name(u.arg.ast)
-    return next((i for i, key in enumerate(tracked_keys) if key.display_name == name), None)
+def _arg_line(u: UOp, kernel: KernelLink | None) -> str:
+    if kernel is not None:
+        return kernel_text(kernel.name, kernel_stores(u.arg))
+    return _arg_text(u.arg)
 
 
-def _label(u: UOp, folded: set[UOp]) -> str:
+def _label(u: UOp, folded: set[UOp], kernel: KernelLink | None = None) -> str:
     lines = [u.op.name]
     if u.dtype != dtypes.void:
         lines.append(str(u.dtype))
     if u.arg is not None and u.op not in (Ops.CONST,):
-        lines.append(_arg_text(u.arg))
+        lines.append(_arg_line(u, kernel))
     if u.op is Ops.CONST:
         lines.append(str(u.arg))
     for i, s in enumerate(u.src):
@@ -91,20 +89,23 @@ def _label(u: UOp, folded: set[UOp]) -> str:
     return "\n".join(lines)
 
 
-def uop_to_json(x: UOp) -> dict[int, dict[str, Any]]:
-    """The graph below `x` for drawing: node id -> label, sources `[(index, id)]`, colour. Constants fold into users."""
+def uop_to_json(x: UOp, keys: Sequence[TracingKey] | None = None) -> dict[int, dict[str, Any]]:
+    """The graph below `x` for drawing: node id -> label, sources `[(index, id)]`, colour, and `ref`: for a KERNEL
+    node, the group of `keys` (default: this process's trace) holding its codegen. Constants fold into users."""
     order = x.toposort()
     folded = {u for u in order if u.op in _FOLDED and u is not x}
     ranges = _loop_ranges(order)
+    links = kernel_links(tracked_keys if keys is None else keys) if any(u.op is Ops.KERNEL for u in order) else {}
     graph: dict[int, dict[str, Any]] = {}
     for u in order:
         if u in folded:
             continue
         srcs = [(i, id(s)) for i, s in enumerate(u.src) if s not in folded]
-        label = _label(u, folded)
+        kernel = kernel_identity(u.arg, links) if u.op is Ops.KERNEL else None
+        label = _label(u, folded, kernel)
         if u.op is not Ops.RANGE and (rngs := ranges[u]):
             label += "\nranges=" + ",".join(str(r) for r in sorted(rngs))
-        graph[id(u)] = {"label": label, "src": srcs, "color": _color(u), "ref": _kernel_ref(u)}
+        graph[id(u)] = {"label": label, "src": srcs, "color": _color(u), "ref": None if kernel is None else kernel.ref}
     return graph
 
 
@@ -165,28 +166,51 @@ def _replay_step(graph: UOp, replaces: dict[UOp, UOp]) -> UOp:
 _rebuilt: dict[int, UOp] = {}
 
 
+def created_nodes(result: UOp, old_graph: UOp, new_graph: UOp) -> list[int]:
+    """Ids of the drawn nodes a match created: its result and the nodes below it that the old graph lacked.
+
+    The ancestors rebuilt only because a source changed are not among them. A created constant is drawn inside its
+    users' labels, so the users showing it are marked instead.
+    """
+    old_nodes, new_nodes = old_graph.toposort(), new_graph.toposort()
+    created = [u for u in result.toposort() if u in new_nodes and (u is result or u not in old_nodes)]
+    marked: dict[UOp, None] = {}
+    for u in created:
+        if u.op not in _FOLDED or u is new_graph:
+            marked[u] = None
+            continue
+        marked.update((user, None) for user in new_nodes if u in user.src and user.op not in _FOLDED)
+    return [id(u) for u in marked]
+
+
 def get_full_rewrite(
-    step: TrackedGraphRewrite, fields: dict[int, tuple[Any, ...]] | None = None
-) -> Generator[dict[str, Any], None, None]:
-    """The step's input graph, then the graph after each recorded match (a failed replay shows as a NOOP node)."""
+    step: TrackedGraphRewrite, fields: dict[int, tuple[Any, ...]] | None = None,
+    keys: Sequence[TracingKey] | None = None,
+) -> Generator[dict[str, Any], None, None]:  # fmt: skip
+    """The step's input graph, then the graph after each recorded match (a failed replay shows as a NOOP node).
+
+    `changed_nodes` lists what the match created (`created_nodes`); `keys` are the trace's groups, for KERNEL links.
+    """
     fields = fields if fields is not None else uop_fields
     cache = _rebuilt
     with Context(TRACK_MATCH_STATS=0):
         graph = rebuild_uop(step.sink, fields, cache)
-        yield {"graph": uop_to_json(graph), "uop": str(graph), "changed_nodes": None, "diff": None, "upat": None}
+        yield {"graph": uop_to_json(graph, keys), "uop": str(graph), "changed_nodes": None, "diff": None,
+               "upat": None}  # fmt: skip
         replaces: dict[UOp, UOp] = {}
         for match in step.matches:
             before = rebuild_uop(match.before, fields, cache)
             if match.after is None:
-                new_graph = UOp(Ops.NOOP, arg=match.error)
+                new_graph = result = UOp(Ops.NOOP, arg=match.error)
                 diff: list[str] = [f"- {line}" for line in str(before).splitlines()] + [f"+ {match.error}"]
             else:
-                after = rebuild_uop(match.after, fields, cache)
-                replaces[before] = after
+                result = rebuild_uop(match.after, fields, cache)
+                replaces[before] = result
                 new_graph = _replay_step(graph, replaces)
-                diff = list(difflib.unified_diff(str(before).splitlines(), str(after).splitlines(), lineterm=""))[2:]
-            old_nodes = graph.toposort()
-            changed = [id(u) for u in new_graph.toposort() if u not in old_nodes]
-            yield {"graph": uop_to_json(new_graph), "uop": str(new_graph), "changed_nodes": changed, "diff": diff,
+                diff = list(difflib.unified_diff(str(before).splitlines(), str(result).splitlines(), lineterm=""))[2:]
+            if new_graph.op is Ops.NOOP and new_graph.src == ():
+                result = new_graph  # the replay failed: the error node is what there is to see
+            yield {"graph": uop_to_json(new_graph, keys), "uop": str(new_graph), "diff": diff,
+                   "changed_nodes": created_nodes(result, graph, new_graph),
                    "upat": (match.rule_loc, match.rule_src)}  # fmt: skip
             graph = new_graph

@@ -3,6 +3,7 @@ being served (`trace`), and what `VIZ=1` does at exit: save both traces, then se
 
 `VIZ=1`: save, print the viewer's URL and serve until Ctrl-C (a browser tab opens where one can). `VIZ=-1`, CI or a
 pytest run: save only. `register_at_exit()` arms the hook once; the saved files reopen with `python -m fusegrad.viz`.
+A save that fails (a folder that can't be created or written) prints why and ends the process with exit status 1.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import atexit
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from fusegrad.device import Buffer, Compiled
 from fusegrad.helpers import CI, OSX, PROFILE, VIZ, ProfileEvent, cpu_events
@@ -19,7 +21,7 @@ from fusegrad.viz.profile import get_profile
 from fusegrad.viz.rewrites import get_full_rewrite, get_rewrites, rebuild_uop, uop_to_json
 from fusegrad.viz.server import PortInUseError, make_server, serve_until_interrupted
 from fusegrad.viz.session import VizSession
-from fusegrad.viz.trace_file import default_paths, save_profile, save_rewrites
+from fusegrad.viz.trace_file import default_paths, new_run_id, rewrites_path_for, save_profile, save_rewrites
 
 __all__ = ["get_full_rewrite", "get_profile", "get_rewrites", "rebuild_uop", "register_at_exit",
            "save_and_serve_at_exit", "trace", "uop_to_json"]  # fmt: skip
@@ -41,10 +43,27 @@ def live_trace() -> RewriteTrace:
 
 
 def save_traces(rewrites: Path | None = None, profile: Path | None = None) -> tuple[Path, Path]:
-    """Save this process's rewrite trace and profile (safe JSON) to the given or default paths."""
-    default_rewrites, default_profile = default_paths()
-    return (save_rewrites(live_trace(), rewrites or default_rewrites),
-            save_profile(live_events(), profile or default_profile))  # fmt: skip
+    """Save this process's rewrite trace and profile (safe JSON, one shared run id) to the given or default paths.
+
+    The rewrites go beside the profile, named after it, unless `rewrites` is given.
+    """
+    profile = profile or default_paths()[1]
+    run_id = new_run_id()
+    return (save_rewrites(live_trace(), rewrites or rewrites_path_for(profile), run_id),
+            save_profile(live_events(), profile, run_id))  # fmt: skip
+
+
+def exit_on_save_error(e: OSError) -> NoReturn:
+    """A trace that can't be written must not pass silently: say which file and why, then exit with status 1.
+
+    Exceptions raised in an atexit hook are only printed as "ignored" and the exit status stays 0, so the process is
+    ended here (hooks registered before this one, which would run after it, are skipped).
+    """
+    where = f"{e.filename}: " if e.filename else ""
+    print(f"VIZ: could not save the trace: {where}{e.strerror or e}; set PROFILEPATH to a file in a writable folder",
+          file=sys.stderr, flush=True)  # fmt: skip
+    sys.stdout.flush()
+    os._exit(1)
 
 
 def can_open_browser() -> bool:
@@ -62,10 +81,16 @@ def save_and_serve_at_exit() -> None:
     """
     if not VIZ.value:
         if PROFILE.value:
-            path = save_profile(live_events(), default_paths()[1])
+            try:
+                path = save_profile(live_events(), default_paths()[1])
+            except OSError as e:
+                exit_on_save_error(e)
             print(f"PROFILE: saved {path}; view it with: python -m fusegrad.viz --profile {path}", flush=True)
         return
-    rewrites, profile = save_traces()
+    try:
+        rewrites, profile = save_traces()
+    except OSError as e:
+        exit_on_save_error(e)
     print(f"VIZ: saved {rewrites} and {profile}; view them any time with:", flush=True)
     print(
         f"  python -m fusegrad.viz --rewrites {rewrites} --profile {profile}   (terminal: python -m fusegrad.viz.cli)",

@@ -3,7 +3,8 @@
 `make_server(session, port)` binds (port 0 picks a free one; a taken port raises PortInUseError saying what to do),
 `start_in_thread` runs it in the background (tests, the benchmark), `serve_until_interrupted` in the foreground.
 Endpoints: `/` and the files of static/, `/ctxs`, `/ctxs?ctx=i&idx=j` (JSON lines, one graph per line, streamed),
-`/kernel?ctx=i`, `/search?q=text`, `/get_profile` (packed bytes), `/profile_info`.
+`/kernel?ctx=i`, `/search?q=text`, `/get_profile` (packed bytes), `/profile_info`. HEAD is answered like GET, bodiless;
+an index out of range or not a number 0 or more is a 404 whose JSON says which numbers exist.
 """
 
 from __future__ import annotations
@@ -39,10 +40,13 @@ class PortInUseError(OSError):
 
 
 def _int_arg(query: dict[str, list[str]], name: str) -> int:
-    try:
-        return int(query[name][0])
-    except (KeyError, ValueError):
-        raise ValueError(f"query parameter {name} must be an integer") from None
+    """Query parameter `name` as a non-negative integer; ValueError (a 404 answer) saying what was given otherwise."""
+    if name not in query:
+        raise ValueError(f"query parameter {name} is missing: expected an integer 0 or more")
+    text = query[name][0]
+    if not text.isdigit() or not text.isascii() or len(text) > 18:
+        raise ValueError(f"query parameter {name} must be an integer 0 or more: got {text[:40]!r}")
+    return int(text)
 
 
 class VizHandler(BaseHTTPRequestHandler):
@@ -54,12 +58,20 @@ class VizHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  # BaseHTTPRequestHandler's signature
         pass  # requests are not logged: the terminal shows the URL and errors only
 
+    def do_HEAD(self) -> None:  # BaseHTTPRequestHandler dispatches on this name
+        """The GET answer's status and headers, no body (send_error leaves the body out for HEAD by itself)."""
+        self.do_GET()
+
+    @property
+    def wants_body(self) -> bool:
+        return self.command != "HEAD"
+
     def do_GET(self) -> None:  # BaseHTTPRequestHandler dispatches on this name
         url = urlsplit(self.path)
         host = self.headers.get("Host", "")
         if host and host.rsplit(":", 1)[0] not in (HOST, "localhost"):  # a foreign Host: DNS rebinding
             return self.send_error(HTTPStatus.FORBIDDEN, "unexpected Host header")
-        query = parse_qs(url.query)
+        query = parse_qs(url.query, keep_blank_values=True)  # `ctx=` is a bad index, not a missing one
         routes: dict[str, Callable[[dict[str, list[str]]], None]] = {
             "/ctxs": self.ctxs, "/kernel": self.kernel, "/search": self.search,
             "/get_profile": self.get_profile, "/profile_info": self.profile_info}  # fmt: skip
@@ -80,7 +92,8 @@ class VizHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.security_headers()
         self.end_headers()
-        self.wfile.write(body)
+        if self.wants_body:
+            self.wfile.write(body)
 
     def security_headers(self) -> None:
         self.send_header("Cache-Control", "no-store")
@@ -96,6 +109,8 @@ class VizHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/x-ndjson")
         self.security_headers()
         self.end_headers()  # HTTP/1.0 without a length: the body ends when the connection closes
+        if not self.wants_body:
+            return  # the graphs are not replayed for a HEAD request
         for message in messages:
             self.wfile.write(json.dumps(message, default=str).encode() + b"\n")
             self.wfile.flush()

@@ -21,10 +21,11 @@ from fusegrad.viz.rewrites import get_full_rewrite, get_rewrites
 from fusegrad.viz.trace_file import (
     KernelProgram,
     TraceFileError,
+    check_same_run,
     default_paths,
     kernel_program,
-    load_profile,
     load_rewrites,
+    load_saved_profile,
 )
 
 MAX_SEARCH_RESULTS = 200
@@ -77,11 +78,22 @@ class VizSession:
         file, line = str(loc[0]), int(loc[1])
         return self.lines.get((file, line)) or linecache.getline(file, line).strip()
 
+    def check_group(self, ctx: int) -> RewriteTrace:
+        """The trace, when `ctx` numbers one of its groups; IndexError saying which numbers exist otherwise.
+
+        Negative numbers are refused, not counted from the end: a link or a typo must never show another group."""
+        count = len(self.trace.keys) if self.trace is not None else 0
+        if self.trace is None or not 0 <= ctx < count:
+            allowed = f"groups are numbered 0 to {count - 1}" if count else "this trace has no groups"
+            raise IndexError(f"no group {ctx}: {allowed}")
+        return self.trace
+
     def program(self, ctx: int) -> KernelProgram | None:
         """The kernel group `ctx` rendered (made once per group: a live ProgramSpec is converted on first use)."""
+        trace = self.check_group(ctx)
         programs: dict[int, KernelProgram | None] = self._cache.setdefault("programs", {})
         if ctx not in programs:
-            programs[ctx] = kernel_program(self.trace.keys[ctx].ret) if self.trace is not None else None
+            programs[ctx] = kernel_program(trace.keys[ctx].ret)
         return programs[ctx]
 
     def groups(self) -> list[dict[str, Any]]:
@@ -98,13 +110,12 @@ class VizSession:
         return list(self._cache["groups"])
 
     def step(self, ctx: int, idx: int) -> TrackedGraphRewrite:
-        if (
-            self.trace is None
-            or not 0 <= ctx < len(self.trace.rewrites)
-            or not 0 <= idx < len(self.trace.rewrites[ctx])
-        ):
-            raise IndexError(f"no step {idx} in group {ctx}")
-        return self.trace.rewrites[ctx][idx]
+        """Step `idx` of group `ctx`; IndexError naming the numbers that exist (negative ones never count back)."""
+        steps = self.check_group(ctx).rewrites[ctx]
+        if not 0 <= idx < len(steps):
+            allowed = f"its steps are numbered 0 to {len(steps) - 1}" if steps else "it has no steps"
+            raise IndexError(f"no step {idx} in group {ctx}: {allowed}")
+        return steps[idx]
 
     def step_stream(self, ctx: int, idx: int) -> Iterator[dict[str, Any]]:
         """A header, then the step's graph before any match and after each one, then "done" (or "error")."""
@@ -114,7 +125,7 @@ class VizSession:
         yield {"kind": "step", "ctx": ctx, "idx": idx, "name": step.name or "graph_rewrite", "loc": list(step.loc),
                "code_line": self.source_line(step.loc), "depth": step.depth, "match_count": len(step.matches),
                "group": self.trace.keys[ctx].display_name, "trace": trace[-CALL_TRACE_FRAMES:]}  # fmt: skip
-        replays, count = get_full_rewrite(step, self.trace.uop_fields), 0
+        replays, count = get_full_rewrite(step, self.trace.uop_fields, self.trace.keys), 0
         try:
             while (replay := self._next_replay(replays)) is not None:
                 message = graph_message(count, replay)
@@ -138,7 +149,8 @@ class VizSession:
     def kernel(self, ctx: int) -> dict[str, Any]:
         """A kernel group's program: source (and its highlighted HTML when Pygments is there), linear UOps, costs."""
         if (program := self.program(ctx)) is None:
-            raise IndexError(f"group {ctx} is not a kernel")
+            raise IndexError(f"group {ctx} ({self.check_group(ctx).keys[ctx].display_name}) is not a kernel: it has no "
+                             "source")  # fmt: skip
         uops = [{"i": i, "op": op, "dtype": dt, "src": list(srcs), "arg": arg} for i, (op, dt, srcs, arg) in
                 enumerate(program.uops)]  # fmt: skip
         source_html = highlight_c(program.src)
@@ -230,7 +242,8 @@ class VizSession:
 def open_session(rewrites: str | Path | None = None, profile: str | Path | None = None) -> VizSession:
     """A session over saved trace files; with neither given, the files VIZ=1 last saved (those that exist).
 
-    Raises TraceFileError for a missing or unreadable file, or when there is nothing to open.
+    Raises TraceFileError for a missing or unreadable file, when there is nothing to open, or when the rewrites and
+    the profile were saved by two different runs.
     """
     if rewrites is None and profile is None:
         rewrites, profile = (p if p.exists() else None for p in default_paths())
@@ -238,9 +251,12 @@ def open_session(rewrites: str | Path | None = None, profile: str | Path | None 
             raise TraceFileError(f"{default_paths()[1]}: no saved traces: run a program with VIZ=1 (or VIZ=-1) first, "
                                  "or pass --rewrites FILE / --profile FILE")  # fmt: skip
     session = VizSession()
-    if rewrites is not None:
-        saved = load_rewrites(rewrites)
+    saved = None if rewrites is None else load_rewrites(rewrites)
+    saved_profile = None if profile is None else load_saved_profile(profile)
+    if saved is not None and saved_profile is not None:
+        check_same_run(str(rewrites), saved.run_id, str(profile), saved_profile.run_id)
+    if saved is not None:
         session.trace, session.lines = saved.trace, saved.lines
-    if profile is not None:
-        session.events = load_profile(profile)
+    if saved_profile is not None:
+        session.events = saved_profile.events
     return session

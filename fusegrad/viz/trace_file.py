@@ -8,10 +8,14 @@ loads as a `ReprArg`. A missing, truncated, foreign or newer file raises `TraceF
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import linecache
 import math
+import os
+import tempfile
+import uuid
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +29,7 @@ from fusegrad.dtype import AddrSpace, DType, Invalid, InvalidType, PtrDType, dty
 from fusegrad.helpers import PROFILEPATH, Metadata, ProfileEvent, ProfilePointEvent, ProfileRangeEvent, TracingKey
 from fusegrad.uop import AxisType, Ops
 from fusegrad.uop.rewrite import RewriteTrace, TrackedGraphRewrite, TrackedMatch, _uop_counter
+from fusegrad.viz.kernels import SavedKernel, kernel_links, saved_kernel
 
 REWRITES_FORMAT, PROFILE_FORMAT, VERSION = "fusegrad-viz-rewrites", "fusegrad-viz-profile", 1
 _ENUMS: dict[str, type[Enum]] = {"Ops": Ops, "AxisType": AxisType, "AddrSpace": AddrSpace}
@@ -32,10 +37,23 @@ _SCALARS = {dt.name: dt for dt in (*dtypes.all, dtypes.void)}
 Json = Any  # Any: a decoded JSON value (dict, list, str, int, float, bool or None)
 
 
+def rewrites_path_for(profile: str | Path) -> Path:
+    """The rewrites file saved with `profile`: beside it, named after it (`run.json` -> `run.rewrites.json.gz`), so two
+    runs writing profiles into one folder never share one."""
+    profile = Path(profile)
+    stem = profile.name.removesuffix(".gz").removesuffix(".json")
+    return profile.with_name(f"{stem}.rewrites.json.gz")
+
+
 def default_paths() -> tuple[Path, Path]:
-    """(rewrites, profile) files VIZ=1 writes: the profile at PROFILEPATH, the rewrites beside it (gzip JSON)."""
+    """(rewrites, profile) files VIZ=1 writes: the profile at PROFILEPATH, its rewrites beside it (gzip JSON)."""
     profile = Path(PROFILEPATH.value)
-    return profile.with_name("fusegrad_rewrites.json.gz"), profile
+    return rewrites_path_for(profile), profile
+
+
+def new_run_id() -> str:
+    """A fresh id for one run's pair of files: both carry it, and a pair whose ids differ is refused when opened."""
+    return uuid.uuid4().hex
 
 
 class TraceFileError(ValueError):
@@ -118,6 +136,8 @@ def _encode_object(v: object) -> Json:
         return {"$": "invalid"}
     if isinstance(v, ReprArg):
         return {"$": "repr", "type": v.type_name, "v": v.text}
+    if isinstance(v, SavedKernel):
+        return {"$": "kernel", "name": v.name, "ref": v.ref, "stores": v.stores}
     return {"$": "repr", "type": type(v).__name__, "v": repr(v)}
 
 
@@ -152,22 +172,57 @@ def _decode_tagged(v: dict[str, Json]) -> Any:
             return Invalid
         case "repr":
             return ReprArg(str(v["type"]), str(v["v"]))
+        case "kernel":
+            name, ref = v["name"], v["ref"]
+            return SavedKernel(None if name is None else str(name), None if ref is None else int(ref), int(v["stores"]))
     raise ValueError(f"unknown value tag {v['$']!r}")
 
 
 # *** files ***
 
 
-def write_json(path: str | Path, document: dict[str, Json]) -> Path:
-    """Write `document` to `path` (gzip when it ends in .gz), through a temporary file so readers never see half."""
+def write_atomic(path: str | Path, data: bytes) -> Path:
+    """Write `data` to `path` crash-safe: a crash at any point leaves the old file or the new one, never a torn one.
+
+    The bytes go to a unique temporary file in the same folder (os.replace is atomic only within one file system),
+    are fsynced, then replace `path`; the folder is fsynced so the rename itself survives a power loss. The folder is
+    created when missing; an OSError (no permission, a file where a folder should be) propagates.
+    """
     path = Path(path)
-    data = json.dumps(document, separators=(",", ":"), allow_nan=False).encode()
-    if path.suffix == ".gz":
-        data = gzip.compress(data, compresslevel=6)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_folder(path.parent)
     return path
+
+
+def _fsync_folder(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return  # a folder that can't be opened (Windows): the file itself is already on disk
+    try:
+        with contextlib.suppress(OSError):  # some file systems refuse fsync on a folder
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_json(path: str | Path, document: dict[str, Json]) -> Path:
+    """Write `document` to `path` (gzip when it ends in .gz) with `write_atomic`."""
+    data = json.dumps(document, separators=(",", ":"), allow_nan=False).encode()
+    if Path(path).suffix == ".gz":
+        data = gzip.compress(data, compresslevel=6)
+    return write_atomic(path, data)
 
 
 def read_json(path: str | Path, expected_format: str) -> dict[str, Json]:
@@ -212,6 +267,7 @@ class SavedRewrites:
 
     trace: RewriteTrace
     lines: dict[tuple[str, int], str] = field(default_factory=dict)
+    run_id: str | None = None  # the id the run gave its pair of files (None: saved without one)
 
 
 def reachable_nodes(trace: RewriteTrace) -> list[int]:
@@ -240,20 +296,25 @@ def _source_lines(trace: RewriteTrace) -> dict[str, str]:
     return {k: text for k, text in found.items() if text}
 
 
-def save_rewrites(trace: RewriteTrace, path: str | Path) -> Path:
-    """Write the rewrite trace (groups, steps, matches, the nodes they refer to, source lines) to `path`."""
+def save_rewrites(trace: RewriteTrace, path: str | Path, run_id: str | None = None) -> Path:
+    """Write the rewrite trace (groups, steps, matches, the nodes they refer to, source lines) to `path`.
+
+    `run_id` (see `new_run_id`) ties the file to the profile saved with the same id."""
     keys: list[dict[str, Json]] = [{"name": k.display_name, "program": None} for k in trace.keys]
     for entry, key in zip(keys, trace.keys, strict=True):
         if (program := kernel_program(key.ret)) is not None:
             entry["program"] = {**{k: getattr(program, k) for k in ("name", "device", "src", "ops", "lds", "mem")},
                                 "uops": [[op, dt, list(srcs), arg] for op, dt, srcs, arg in program.uops]}  # fmt: skip
     nodes = []
+    links = kernel_links(trace.keys)
     for n in reachable_nodes(trace):
         op, dtype, srcs, arg, tag, *rest = trace.uop_fields[n]
+        if op is Ops.KERNEL:
+            arg = saved_kernel(arg, links)  # the kernel's name and codegen group, not its live AST
         nodes.append(
             [n, op.name, encode(dtype), list(srcs), encode(arg), encode(tag), encode(rest[0] if rest else None)]
         )
-    return write_json(path, {"format": REWRITES_FORMAT, "version": VERSION, "keys": keys,
+    return write_json(path, {"format": REWRITES_FORMAT, "version": VERSION, "run_id": run_id, "keys": keys,
                              "groups": [[_step_json(s) for s in steps] for steps in trace.rewrites],
                              "nodes": nodes, "lines": _source_lines(trace)})  # fmt: skip
 
@@ -303,7 +364,7 @@ def load_rewrites(path: str | Path) -> SavedRewrites:
                  [loc.rsplit(":", 1)]}  # fmt: skip
     except (KeyError, ValueError, TypeError, IndexError, AttributeError) as e:
         raise _malformed(path, "rewrite trace", e) from None
-    return SavedRewrites(RewriteTrace(keys, groups, fields), lines)
+    return SavedRewrites(RewriteTrace(keys, groups, fields), lines, _run_id(path, document))
 
 
 # *** profile events ***
@@ -330,10 +391,12 @@ def _event_json(e: ProfileEvent) -> dict[str, Json] | None:
     return None  # program binaries and other device-specific events are not part of the viewer's trace
 
 
-def save_profile(events: Sequence[ProfileEvent], path: str | Path) -> Path:
-    """Write the profile events VIZ draws (ranges, points, device clocks, graph batches) to `path`."""
+def save_profile(events: Sequence[ProfileEvent], path: str | Path, run_id: str | None = None) -> Path:
+    """Write the profile events VIZ draws (ranges, points, device clocks, graph batches) to `path`.
+
+    `run_id` (see `new_run_id`) ties the file to the rewrite trace saved with the same id."""
     rows = [j for e in events if (j := _event_json(e)) is not None]
-    return write_json(path, {"format": PROFILE_FORMAT, "version": VERSION, "events": rows})
+    return write_json(path, {"format": PROFILE_FORMAT, "version": VERSION, "run_id": run_id, "events": rows})
 
 
 def _decode_event(e: dict[str, Json]) -> ProfileEvent:
@@ -354,10 +417,39 @@ def _decode_event(e: dict[str, Json]) -> ProfileEvent:
     raise ValueError(f"unknown event type {e['type']!r}")
 
 
-def load_profile(path: str | Path) -> list[ProfileEvent]:
-    """The profile events saved in `path`; raises TraceFileError naming the file and the problem."""
+@dataclass
+class SavedProfile:
+    """A loaded profile: its events, and the id of the run that saved it (None: saved without one)."""
+
+    events: list[ProfileEvent]
+    run_id: str | None = None
+
+
+def load_saved_profile(path: str | Path) -> SavedProfile:
+    """The profile saved in `path` with its run id; raises TraceFileError naming the file and the problem."""
     document = read_json(path, PROFILE_FORMAT)
     try:
-        return [_decode_event(e) for e in document["events"]]
+        events = [_decode_event(e) for e in document["events"]]
     except (KeyError, ValueError, TypeError, IndexError, InvalidOperation) as e:
         raise _malformed(path, "profile", e) from None
+    return SavedProfile(events, _run_id(path, document))
+
+
+def load_profile(path: str | Path) -> list[ProfileEvent]:
+    """The profile events saved in `path`; raises TraceFileError naming the file and the problem."""
+    return load_saved_profile(path).events
+
+
+def _run_id(path: str | Path, document: dict[str, Json]) -> str | None:
+    run_id = document.get("run_id")
+    if run_id is not None and not isinstance(run_id, str):
+        raise TraceFileError(f"{path}: malformed run_id {run_id!r}: expected a string")
+    return run_id
+
+
+def check_same_run(rewrites: str | Path, rewrites_id: str | None, profile: str | Path, profile_id: str | None) -> None:
+    """Refuse a rewrite trace and a profile that two different runs saved (files without an id can't be checked)."""
+    if rewrites_id is not None and profile_id is not None and rewrites_id != profile_id:
+        raise TraceFileError(f"{rewrites} and {profile} come from different runs (run ids {rewrites_id[:12]} and "
+                             f"{profile_id[:12]}): open the rewrites file saved with this profile, "
+                             f"{rewrites_path_for(profile).name}, or pass only one of them")  # fmt: skip

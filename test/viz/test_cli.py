@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -120,7 +121,7 @@ def test_defaults_to_the_files_viz_saved(
         assert code == 2
         assert "no saved traces" in err
         save_profile(real_trace.events, tmp_path / "fusegrad_profile.json")
-        save_rewrites(real_trace.trace, tmp_path / "fusegrad_rewrites.json.gz")
+        save_rewrites(real_trace.trace, tmp_path / "fusegrad_profile.rewrites.json.gz")
         code, out, _ = run(capsys, "groups")
         assert code == 0
         assert out.startswith("[0] ")
@@ -131,3 +132,31 @@ def test_runs_as_a_module_without_a_browser(files: list[str]) -> None:
                           timeout=60, env={"PYTHONPATH": str(REPO)})  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "total us" in proc.stdout
+
+
+def test_a_reader_that_stops_early_ends_it_quietly(files: list[str]) -> None:
+    """`python -m fusegrad.viz.cli ... | head`: the pipe closes before the output is written."""
+    proc = subprocess.Popen([sys.executable, "-m", "fusegrad.viz.cli", *files, "--json", "groups"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={"PYTHONPATH": str(REPO)})  # fmt: skip
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    proc.stdout.close()  # like `head` exiting: the writes that follow get EPIPE
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0, err
+    assert err == ""
+
+
+@pytest.mark.parametrize("argv", [["source", "-1"], ["source", "99999"], ["graph", "-53", "0"], ["graph", "0", "-1"]])
+def test_out_of_range_numbers_are_refused(
+    files: list[str], argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, *files, *argv)
+    assert code == 2
+    assert out == ""
+    assert re.fullmatch(r"viz: no (group|step) -?\d+.*: .*numbered 0 to \d+\n", err), err
+
+
+def test_match_out_of_range_says_which_exist(files: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, *files, "graph", "0", "0", "--match", "-1")
+    assert code == 2
+    assert "--match goes from 0 (the input graph) to" in err

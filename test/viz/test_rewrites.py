@@ -400,3 +400,40 @@ def test_kernel_nodes_link_to_their_codegen_group_and_tensor_nodes_show_shapes()
         assert tracked_keys[refs[0]].display_name.startswith("E_4_4")
         first = next(get_full_rewrite(steps[0]))["graph"]
         assert any("shape=(4, 4)" in n["label"] for n in first.values())
+
+
+# *** the changed-node highlight ***
+
+pm_fold_mul = PatternMatcher([
+    (UPat(Ops.MUL, src=(UPat.cvar("x"), UPat.cvar("y"))), lambda x, y: x.const_like(x.arg * y.arg)),  # c*c -> c
+    (UPat(Ops.CUSTOM, arg="widen", name="x"), lambda x: UOp(Ops.CUSTOM, x.dtype, x.src, "wide") * 2),
+])  # fmt: skip
+
+
+def deep_chain(leaf: UOp, depth: int) -> UOp:
+    """`leaf` under `depth` additions of variables: every addition is an ancestor of the leaf."""
+    for i in range(depth):
+        leaf = leaf + UOp.variable(f"v{i}", 0, 10, dtypes.int)
+    return leaf
+
+
+def test_a_constant_fold_marks_only_what_it_created() -> None:
+    product = UOp(Ops.MUL, dtypes.int, (UOp.const(dtypes.int, 3), UOp.const(dtypes.int, 4)))
+    top = deep_chain(product + UOp.variable("x", 0, 10, dtypes.int), 40)
+    run_passes(top, [pm_fold_mul])
+    graphs = replay(0, 0)
+    assert len(graphs) == 2
+    new = graphs[1]
+    assert len(new["graph"]) > 80
+    # the 12 is drawn inside the addition that uses it: that node is marked, none of its 40 rebuilt ancestors
+    assert len(new["changed_nodes"]) == 1
+    assert "12" in new["graph"][new["changed_nodes"][0]]["label"]
+
+
+def test_a_rule_marks_its_result_and_the_nodes_below_it_it_made() -> None:
+    x = UOp.variable("x", 0, 10, dtypes.int)
+    top = deep_chain(UOp(Ops.CUSTOM, dtypes.int, (x,), "widen"), 30)
+    run_passes(top, [pm_fold_mul])
+    new = replay(0, 0)[1]
+    labels = sorted(ansistrip(new["graph"][n]["label"]).split("\n")[0] for n in new["changed_nodes"])
+    assert labels == ["CUSTOM", "MUL"]  # wide * 2: the product and the new CUSTOM, not x and not the 30 additions

@@ -27,11 +27,12 @@ print((x * 2.71875 - 1).max(axis=0).numpy())
 """
 
 
-def run_program(tmp_path: Path, viz: str, ci: bool) -> subprocess.Popen[str]:
+def run_program(tmp_path: Path, viz: str, ci: bool, profile: Path | None = None, **flags: str) -> subprocess.Popen[str]:
     script = tmp_path / "program.py"
     script.write_text(PROGRAM)
-    env = {k: v for k, v in os.environ.items() if k not in ("CI", "DISPLAY", "WAYLAND_DISPLAY", "VIZ")}
-    env |= {"PYTHONPATH": str(REPO), "VIZ": viz, "PROFILEPATH": str(tmp_path / "fusegrad_profile.json")}
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "DISPLAY", "WAYLAND_DISPLAY", "VIZ", "PROFILE")}
+    profile = profile or tmp_path / "fusegrad_profile.json"
+    env |= {"PYTHONPATH": str(REPO), "VIZ": viz, "PROFILEPATH": str(profile), **flags}
     if ci:
         env["CI"] = "true"
     return subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -39,7 +40,7 @@ def run_program(tmp_path: Path, viz: str, ci: bool) -> subprocess.Popen[str]:
 
 
 def check_saved(tmp_path: Path) -> None:
-    saved = load_rewrites(tmp_path / "fusegrad_rewrites.json.gz")
+    saved = load_rewrites(tmp_path / "fusegrad_profile.rewrites.json.gz")
     assert any(k.ret is not None for k in saved.trace.keys), "the kernel's codegen group was saved"
     events = load_profile(tmp_path / "fusegrad_profile.json")
     assert any(getattr(e, "name", None) == "marker" for e in events)
@@ -80,3 +81,25 @@ def test_viz_1_serves_the_traces_until_interrupted(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_missing_output_folder_is_created(tmp_path: Path) -> None:
+    folder = tmp_path / "not" / "yet"
+    proc = run_program(tmp_path, "-1", ci=False, profile=folder / "fusegrad_profile.json")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "Exception ignored" not in err
+    check_saved(folder)
+
+
+def test_an_unwritable_output_folder_fails_loudly(tmp_path: Path) -> None:
+    (tmp_path / "a_file").write_text("a file where the folder should be")
+    for viz, extra in (("-1", {}), ("0", {"PROFILE": "1"})):
+        proc = run_program(tmp_path, viz, ci=False, profile=tmp_path / "a_file" / "fusegrad_profile.json", **extra)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 1, err
+        assert "VIZ: could not save the trace" in err
+        assert "a_file" in err
+        assert "PROFILEPATH" in err
+        assert "Exception ignored" not in err
+        assert "Traceback" not in err

@@ -30,11 +30,11 @@ REPO = Path(__file__).resolve().parents[2]
 Served = tuple[VizSession, str]
 
 
-def raw_get(url: str, path: str, host: str | None = None) -> tuple[int, dict[str, str], bytes]:
-    """GET `path` exactly as written (no client-side normalisation of `..` or `%2e`)."""
+def raw_get(url: str, path: str, host: str | None = None, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+    """GET (or `method`) `path` exactly as written (no client-side normalisation of `..` or `%2e`)."""
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=30)
-    conn.putrequest("GET", path, skip_host=host is not None)
+    conn.putrequest(method, path, skip_host=host is not None)
     if host is not None:
         conn.putheader("Host", host)
     conn.endheaders()
@@ -148,6 +148,47 @@ class TestRewriteEndpoints:
             assert headers["Content-Type"] == "application/json", query
             assert "error" in json.loads(body)
 
+    @pytest.mark.parametrize("name", ["ctx", "idx"])
+    @pytest.mark.parametrize("value", ["-1", "-53", "99999", "1e3", "", "0x1", "%EF%BC%99", "9" * 40])
+    def test_index_parameters_out_of_range_are_404(self, served: Served, name: str, value: str) -> None:
+        query = {"ctx": f"ctxs?ctx={value}&idx=0", "idx": f"ctxs?ctx=0&idx={value}"}[name]
+        for path in (query, f"kernel?ctx={value}") if name == "ctx" else (query,):
+            status, headers, body = raw_get(served[1], "/" + path)
+            assert status == 404, path
+            assert headers["Content-Type"] == "application/json", path
+            error = json.loads(body)["error"]
+            assert name in error or "no " in error, error
+            assert "list index" not in error, error
+
+    def test_negative_and_large_groups_never_show_another_kernel(self, served: Served, real_trace: RealTrace) -> None:
+        session, _ = served
+        count = len(real_trace.trace.keys)
+        for ctx in (-1, -53 % count - count, count, 99999):
+            with pytest.raises(IndexError, match=f"no group {ctx}: groups are numbered 0 to {count - 1}"):
+                session.kernel(ctx)
+            with pytest.raises(IndexError, match=f"no group {ctx}"):
+                session.step(ctx, 0)
+        with pytest.raises(IndexError, match="no step -1 in group 0: its steps are numbered 0 to"):
+            session.step(0, -1)
+        status, _, body = raw_get(served[1], f"/kernel?ctx={count}")
+        assert status == 404
+        assert json.loads(body)["error"] == f"no group {count}: groups are numbered 0 to {count - 1}"
+
+    def test_head_is_get_without_a_body(self, served: Served, real_trace: RealTrace) -> None:
+        _, url = served
+        ctx = next(i for i, k in enumerate(real_trace.trace.keys) if k.ret is not None)
+        for path in ("/", "/app.js", "/ctxs", f"/kernel?ctx={ctx}", "/get_profile", "/profile_info", "/search?q=add",
+                     "/ctxs?ctx=0&idx=0"):  # fmt: skip
+            _, get_headers, get_body = raw_get(url, path)
+            status, headers, body = raw_get(url, path, method="HEAD")
+            assert (status, body) == (200, b""), path
+            assert headers["Content-Type"] == get_headers["Content-Type"], path
+            if "Content-Length" in get_headers:
+                assert headers["Content-Length"] == str(len(get_body)), path
+        for path in ("/nope.js", "/kernel?ctx=-1"):
+            status, _, body = raw_get(url, path, method="HEAD")
+            assert (status, body) == (404, b""), path
+
     def test_kernel_source_and_linear_uops(self, served: Served, real_trace: RealTrace) -> None:
         _, url = served
         ctx, key = next((i, k) for i, k in enumerate(real_trace.trace.keys) if k.ret is not None)
@@ -213,6 +254,20 @@ class TestBinding:
                                   env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, cwd=tmp_path)  # fmt: skip
         assert proc.returncode == 1
         assert re.search(f"port {port} on 127.0.0.1 is already in use", proc.stderr), proc.stderr
+
+
+@pytest.mark.parametrize("port", ["99999", "-1", "65536", "http"])
+def test_viewer_cli_refuses_a_bad_port_as_a_usage_error(port: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from fusegrad.viz.__main__ import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["--port", port, "--no-browser"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: ")
+    assert "argument --port:" in err
+    assert "0..65535" in err
+    assert "Traceback" not in err
 
 
 def test_empty_session_serves_empty_answers() -> None:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import os
 import pickle
+import subprocess
+import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,24 +16,31 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from fusegrad.dtype import AddrSpace, Invalid, dtypes
-from fusegrad.helpers import Metadata, ProfilePointEvent, TracingKey
+from fusegrad.helpers import Context, Metadata, ProfilePointEvent, TracingKey
 from fusegrad.uop import AxisType, Ops
+from fusegrad.viz import trace_file
 from fusegrad.viz.profile import get_profile
 from fusegrad.viz.rewrites import get_full_rewrite, get_rewrites
+from fusegrad.viz.session import open_session
 from fusegrad.viz.trace_file import (
     KernelProgram,
     ReprArg,
     TraceFileError,
     decode,
+    default_paths,
     encode,
     load_profile,
     load_rewrites,
+    new_run_id,
+    rewrites_path_for,
     save_profile,
     save_rewrites,
 )
 
 if TYPE_CHECKING:  # the fixture's type; conftest is not importable in importlib mode
     from conftest import RealTrace
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 class Opaque:
@@ -190,3 +200,97 @@ class TestErrors:
         bad_events = {"format": "fusegrad-viz-profile", "version": 1, "events": [{"type": "range", "st": "x"}]}
         path.write_text(json.dumps(bad_events))
         self.check(path, "malformed profile", load_profile)
+
+
+class TestRunPairs:
+    """Two runs writing profiles into one folder keep apart: each rewrites file is named after its profile, and a
+    rewrites file and a profile from different runs are refused together."""
+
+    def test_rewrites_are_named_after_the_profile(self, tmp_path: Path) -> None:
+        assert rewrites_path_for(tmp_path / "run_a.json") == tmp_path / "run_a.rewrites.json.gz"
+        assert rewrites_path_for(tmp_path / "run_b.json.gz") == tmp_path / "run_b.rewrites.json.gz"
+        assert rewrites_path_for(tmp_path / "trace") == tmp_path / "trace.rewrites.json.gz"
+        for name in ("run_a.json", "run_b.json"):
+            with Context(PROFILEPATH=str(tmp_path / name)):
+                assert default_paths() == (rewrites_path_for(tmp_path / name), tmp_path / name)
+        assert rewrites_path_for(tmp_path / "run_a.json") != rewrites_path_for(tmp_path / "run_b.json")
+
+    def test_two_runs_in_one_folder_open_their_own_rewrites(self, real_trace: RealTrace, tmp_path: Path) -> None:
+        from fusegrad.uop.rewrite import RewriteTrace
+
+        first = RewriteTrace([TracingKey("only in the first run")], [[]], {})
+        for name, trace in (("first.json", first), ("second.json", real_trace.trace)):
+            run_id = new_run_id()
+            save_profile(real_trace.events, tmp_path / name, run_id)
+            save_rewrites(trace, rewrites_path_for(tmp_path / name), run_id)
+        with Context(PROFILEPATH=str(tmp_path / "first.json")):
+            session = open_session()
+        assert [g["name"] for g in session.groups()] == ["only in the first run"]
+
+    def test_a_mismatched_pair_is_refused(self, real_trace: RealTrace, tmp_path: Path) -> None:
+        profile = save_profile(real_trace.events, tmp_path / "first.json", new_run_id())
+        rewrites = save_rewrites(real_trace.trace, tmp_path / "second.rewrites.json.gz", new_run_id())
+        with pytest.raises(TraceFileError, match=r"come from different runs.*first\.rewrites\.json\.gz") as info:
+            open_session(rewrites, profile)
+        assert "\n" not in str(info.value)
+        assert str(rewrites) in str(info.value)
+        assert str(profile) in str(info.value)
+        run_id = new_run_id()  # the same pair saved by one run opens
+        save_profile(real_trace.events, profile, run_id)
+        save_rewrites(real_trace.trace, rewrites, run_id)
+        assert open_session(rewrites, profile).groups()
+
+    def test_files_without_a_run_id_still_open(self, real_trace: RealTrace, tmp_path: Path) -> None:
+        profile = save_profile(real_trace.events, tmp_path / "p.json")
+        rewrites = save_rewrites(real_trace.trace, tmp_path / "r.json.gz", new_run_id())
+        assert json.loads(profile.read_text())["run_id"] is None
+        assert open_session(rewrites, profile).groups()
+
+
+class TestCrashSafeSaves:
+    """A save that dies at any point leaves the old file or the new one at the path, never a torn one."""
+
+    def test_a_failing_write_keeps_the_old_file(
+        self, real_trace: RealTrace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        path = save_profile(real_trace.events, tmp_path / "p.json")
+        old = path.read_bytes()
+
+        def disk_gone(fd: int) -> None:
+            raise OSError(5, "Input/output error")
+
+        monkeypatch.setattr(trace_file.os, "fsync", disk_gone)
+        with pytest.raises(OSError, match="Input/output error"):
+            save_profile([], path)
+        assert path.read_bytes() == old
+        assert os.listdir(tmp_path) == ["p.json"], "the temporary file is removed"
+
+    def test_data_is_on_disk_before_the_rename(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        calls: list[str] = []
+        fsync, replace = os.fsync, os.replace
+        monkeypatch.setattr(trace_file.os, "fsync", lambda fd: (calls.append("fsync"), fsync(fd))[1])
+        monkeypatch.setattr(trace_file.os, "replace", lambda a, b: (calls.append("replace"), replace(a, b))[1])
+        path = trace_file.write_atomic(tmp_path / "t.json", b"{}")
+        assert calls[:2] == ["fsync", "replace"]
+        assert path.read_bytes() == b"{}"
+
+    def test_a_process_killed_mid_save_leaves_the_old_file(self, real_trace: RealTrace, tmp_path: Path) -> None:
+        rewrites = save_rewrites(real_trace.trace, tmp_path / "r.json.gz")
+        old = rewrites.read_bytes()
+        script = (
+            "import os, signal\n"
+            "from fusegrad.uop.rewrite import RewriteTrace\n"
+            "from fusegrad.helpers import TracingKey\n"
+            "from fusegrad.viz import trace_file\n"
+            "os.replace = lambda a, b: os.kill(os.getpid(), signal.SIGKILL)  # dies between the write and the rename\n"
+            f"trace_file.save_rewrites(RewriteTrace([TracingKey('new')], [[]], {{}}), {str(rewrites)!r})\n"
+        )
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+        assert proc.returncode == -9, proc.stderr
+        assert rewrites.read_bytes() == old
+        assert load_rewrites(rewrites).trace.keys[0].display_name == real_trace.trace.keys[0].display_name
+
+    def test_a_missing_folder_is_created(self, real_trace: RealTrace, tmp_path: Path) -> None:
+        path = save_profile(real_trace.events, tmp_path / "new" / "deeper" / "p.json")
+        assert load_profile(path)
