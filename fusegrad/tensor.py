@@ -262,11 +262,16 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
         return self
 
     def schedule(self, *lst: Tensor) -> list[Any]:
-        """The ExecItems that would compute this tensor (and `lst`), in run order. Nothing runs."""
+        """The ExecItems that would compute this tensor (and `lst`), in run order. Nothing runs; once `run_schedule`
+        has run them, the tensors read their buffers, so a later schedule does not include these kernels again."""
         from fusegrad.engine.schedule import create_schedule
 
         _kernelize([self, *lst])
-        return create_schedule(Tensor._sink([self, *lst]))
+        sink = Tensor._sink([self, *lst])
+        schedule = create_schedule(sink)
+        if schedule:
+            schedule[-1].settles = tuple(u for u in sink.toposort() if u.op is Ops.ASSIGN and u.src[1].op is Ops.KERNEL)
+        return schedule
 
     def realize(self, *lst: Tensor, do_update_stats: bool = True) -> Tensor:
         """Compute this tensor (and `lst`) now; `Tensor.realize(a, b)` computes both in one schedule."""
@@ -328,9 +333,15 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
     def data(self) -> memoryview:
         return self._buffer().as_memoryview()  # type: ignore[no-any-return]
 
-    def assign(self, x: Tensor | ConstType) -> Tensor:
-        """Write `x` into this tensor's memory (in place); returns self."""
-        xt = x if isinstance(x, Tensor) else self.full_like(x)
+    def assign(self, x: Tensor | ConstType | Any) -> Tensor:
+        """Write `x` into this tensor's memory (in place); returns self. x: a Tensor, a number (filled everywhere), or
+        data `Tensor()` takes (a numpy array, a list) made on this tensor's device in its dtype."""
+        if isinstance(x, Tensor):
+            xt = x
+        elif isinstance(x, (bool, int, float)):
+            xt = self.full_like(x)
+        else:
+            xt = Tensor(x, device=self.device, dtype=self.dtype)
         if xt.shape != self.shape:
             raise ValueError(f"assign: shape {xt.shape} does not match the target's {self.shape}")
         if xt.device != self.device:
@@ -1180,6 +1191,11 @@ def _axis_selection(i: int | slice, size: int, axis: int) -> tuple[tuple[int, in
         return ((start, start + (n - 1) * step + 1) if n else (0, 0)), False, step
     n = max(0, math.ceil((start - stop) / -step))
     return ((start - (n - 1) * -step, start + 1) if n else (0, 0)), True, -step
+
+
+def settle_assigns(assigns: Sequence[UOp]) -> None:
+    """Kernels that have run: every tensor reading one of these ASSIGN(BUFFER, KERNEL) nodes reads its buffer."""
+    _apply_map({u: u.src[0] for u in assigns})
 
 
 def _forget(ref: weakref.ReferenceType[Tensor]) -> None:

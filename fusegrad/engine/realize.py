@@ -210,6 +210,9 @@ class ExecItem:
     metadata: tuple[Metadata, ...] | None = None
     fixedvars: dict[str, int] = field(default_factory=dict)
     prg: Runner | None = None
+    # ASSIGN(BUFFER, KERNEL) nodes this item completes: once run_schedule has run it, tensors read the buffer instead
+    # (Tensor.schedule fills it, so a kernel run from a returned schedule is not scheduled again)
+    settles: tuple[UOp, ...] = ()
 
     def _buffers(self) -> list[Buffer]:
         if missing := [i for i, b in enumerate(self.bufs) if b is None]:
@@ -297,9 +300,16 @@ capturing: list[Capturer] = []  # mutated in place, never rebound: TinyJit appen
 def run_schedule(
     schedule: list[ExecItem], var_vals: dict[str, int] | None = None, do_update_stats: bool = True
 ) -> None:
-    """Lower and run every item in order, popping each off `schedule` (so its buffers can be freed as it goes)."""
+    """Lower and run every item in order, popping each off `schedule` (so its buffers can be freed as it goes).
+    Afterwards the tensors whose kernels ran read their buffers (see ExecItem.settles)."""
+    settled: list[UOp] = []
     while schedule:
         ei = schedule.pop(0).lower()
         if capturing and CAPTURING:
             capturing[0].add(ei)
         ei.run(var_vals, do_update_stats=do_update_stats)
+        settled.extend(ei.settles)
+    if settled:
+        from fusegrad.tensor import settle_assigns  # the frontend imports this module: import on use
+
+        settle_assigns(settled)

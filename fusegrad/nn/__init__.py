@@ -54,6 +54,17 @@ def _tuple(value: int | Sequence[int], n: int) -> tuple[int, ...]:
     return (value,) * n if isinstance(value, int) else tuple(value)
 
 
+def _check_padding_string(padding: int | tuple[int, ...] | str, stride: int | tuple[int, ...]) -> None:
+    """ValueError for a padding string other than "same"/"valid", or "same" with a stride: its output size would
+    not be the input's, which is what "same" promises."""
+    if not isinstance(padding, str):
+        return
+    if padding not in ("same", "valid"):
+        raise ValueError(f"Conv2d: invalid padding string {padding!r}: expected 'same' or 'valid'")
+    if padding == "same" and any(s != 1 for s in _tuple(stride, 1)):
+        raise ValueError(f"Conv2d: padding='same' is not supported for strided convolutions: got stride {stride}")
+
+
 def _check_channels(op: str, x: Tensor, channels: int) -> None:
     """ValueError unless x is (N, channels, ...)."""
     if x.ndim < 2 or x.shape[1] != channels:
@@ -89,7 +100,8 @@ class Conv2d:
 
     weight (C_out, C_in/groups, *kernel_size), bias (C_out,), both U(-b, b) with b = 1/sqrt(C_in * prod(kernel_size))
     (the reference does not divide C_in by groups). padding: an int, one per axis, 2 per axis (F.pad order) or
-    "same"/"valid". Raises ValueError on a channel or rank mismatch.
+    "same"/"valid". Raises ValueError at construction for another padding string or "same" with a stride other than 1,
+    and at call on a channel or rank mismatch.
     Example: `Conv2d(1, 4, 3)(Tensor.ones(1, 1, 5, 5)).shape == (1, 4, 3, 3)`.
     """
 
@@ -110,6 +122,7 @@ class Conv2d:
                 f"in_channels={in_channels}, out_channels={out_channels}"
             )
         self.kernel_size = _tuple(kernel_size, 2)
+        _check_padding_string(padding, stride)
         self.stride, self.dilation, self.groups, self.padding = stride, dilation, groups, padding
         bound = 1 / math.sqrt(in_channels * prod(self.kernel_size))
         self.weight = _uniform(self._weight_shape(in_channels, out_channels, groups), bound)

@@ -121,13 +121,21 @@ def load_state_dict(
     for key, target in model_state.items():
         if key not in state_dict:
             continue
-        target.assign(state_dict[key].to(target.device).cast(target.dtype))
+        target.assign(_placed_like(target, state_dict[key]).cast(target.dtype))
         loaded.append(target)
         if consume:
             del state_dict[key]
     if realize and loaded:
         Tensor.realize(*loaded)
     return loaded
+
+
+def _placed_like(target: Tensor, value: Tensor) -> Tensor:
+    """value on target's device: a model sharded over several devices shards a one-device value along its own axis
+    (so each device loads only its block); a value already on several devices is moved as it is."""
+    if isinstance(target.device, tuple) and not isinstance(value.device, tuple):
+        return value.shard(target.device, target.uop.axis)
+    return value.to(target.device)
 
 
 def _fit_problems(
@@ -140,7 +148,7 @@ def _fit_problems(
     problems = [f"{len(missing)} missing keys: {', '.join(missing)}"] if missing else []
     problems += [f"{len(unexpected)} unexpected keys: {', '.join(unexpected)}"] if unexpected else []
     return problems + [
-        f"shape mismatch for {k!r}: got {state_dict[k].shape}, expected {v.shape}"
+        f"Shape mismatch in layer `{k}`: Expected shape {v.shape}, but found {state_dict[k].shape} in state dict."
         for k, v in model_state.items()
         if k in state_dict and state_dict[k].shape != v.shape
     ]

@@ -401,6 +401,17 @@ class UOp(MathTrait, metaclass=UOpMetaClass):
         return ret  # type: ignore[no-any-return]
 
     @property
+    def axis(self) -> int | None:
+        """The axis a multi-device tensor is sharded along; None when it is replicated, partial (a reduce over its
+        shard axis not yet combined) or on one device. Read off the placement the scheduler gives it."""
+        if not isinstance(self._cached("_device", compute_device), tuple):
+            return None
+        from fusegrad.schedule.multi import place_graph  # the scheduler imports this module: import on use
+
+        _, new, placements = place_graph(UOp.sink(self))
+        return placements[new[self]].axis
+
+    @property
     def size(self) -> int:
         return prod(self.shape)
 

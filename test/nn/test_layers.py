@@ -212,6 +212,38 @@ def test_embedding_index_out_of_range_gives_zeros() -> None:
     assert layer(Tensor([4, -1])).tolist() == [[0.0, 0.0], [0.0, 0.0]]  # as the reference: a row of zeros
 
 
+def test_embedding_after_a_run_schedule_is_one_kernel() -> None:
+    """A weight computed by a schedule run with run_schedule is memory afterwards: the next lookup schedules only its
+    own kernel, not the weight's again."""
+    from fusegrad.engine.realize import run_schedule
+    from fusegrad.uop import Ops
+
+    layer = nn.Embedding(20, 30)
+    layer.weight = Tensor.zeros_like(layer.weight).contiguous()
+    first = layer(Tensor([[1, 5], [12, 19]])).schedule()
+    assert sum(item.ast.op is Ops.SINK for item in first) == 2  # the weight and the lookup
+    run_schedule(first)
+    assert layer.weight.uop.base.op is Ops.BUFFER
+    out = layer(Tensor([[1, 2, 3]]))
+    second = out.schedule()
+    assert sum(item.ast.op is Ops.SINK for item in second) == 1
+    run_schedule(second)
+    assert out.tolist() == [[[0.0] * 30] * 3]
+
+
+def test_lstm_cell_weights_assigned_from_numpy() -> None:
+    """The reference's way to load torch weights: assign numpy arrays into the parameters."""
+    torch.manual_seed(0)
+    layer, module = nn.LSTMCell(5, 4), torch.nn.LSTMCell(5, 4)
+    for name in ["weight_ih", "weight_hh", "bias_ih", "bias_hh"]:
+        getattr(layer, name).assign(getattr(module, name).detach().numpy())
+    x = rand(2, 5)
+    h, c = layer(Tensor(x))
+    want_h, want_c = module(torch.from_numpy(x))
+    check_close(h, want_h, "h")
+    check_close(c, want_c, "c")
+
+
 @pytest.mark.slow  # about 5 s: several kernels compile on a cold cache
 @pytest.mark.parametrize("with_state", [True, False])
 def test_lstm_cell(with_state: bool) -> None:
@@ -384,6 +416,16 @@ def test_conv_wrong_channels() -> None:
         nn.Conv2d(3, 4, 3)(Tensor.ones(1, 2, 5, 5))
     with pytest.raises(ValueError, match=r"Conv2d: groups must divide both channel counts: got groups=2"):
         nn.Conv2d(3, 4, 3, groups=2)
+
+
+def test_conv_padding_string_errors() -> None:
+    with pytest.raises(ValueError, match=r"Conv2d: invalid padding string 'not_same': expected 'same' or 'valid'"):
+        nn.Conv2d(16, 32, 2, padding="not_same")
+    with pytest.raises(ValueError, match=r"Conv2d: padding='same' is not supported for strided .*got stride 2"):
+        nn.Conv2d(16, 32, 2, stride=2, padding="same")
+    with pytest.raises(ValueError, match=r"got stride \(1, 2\)"):
+        nn.Conv2d(16, 32, 2, stride=(1, 2), padding="same")
+    assert nn.Conv2d(1, 1, 3, padding="valid")(Tensor.ones(1, 1, 5, 5)).shape == (1, 1, 3, 3)
 
 
 def test_norm_wrong_shapes() -> None:

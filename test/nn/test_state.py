@@ -127,6 +127,37 @@ def test_load_state_dict_assigns_into_the_models_tensors() -> None:
     assert consumed == {}
 
 
+SHARDS = ("CPU:1", "CPU:2", "CPU:3")
+
+
+@pytest.mark.parametrize("sharded_dict", [False, True])
+def test_load_into_a_sharded_model_keeps_its_shard_axes(sharded_dict: bool) -> None:
+    """A model sharded over devices loads a one-device state dict sharded along the model's own axes (UOp.axis)."""
+    layer = nn.Conv2d(3, 5, kernel_size=3)
+    layer.weight.shard_(SHARDS, 3)
+    layer.bias.shard_(SHARDS, None)
+    assert layer.weight.uop.axis == 3
+    assert layer.bias.uop.axis is None
+    weight, bias = np.random.default_rng(0).standard_normal((5, 3, 3, 3)).astype(np.float32), np.arange(5.0)
+    state = {"weight": Tensor(weight), "bias": Tensor(bias, dtype=dtypes.float32)}
+    if sharded_dict:
+        state = {"weight": state["weight"].shard(SHARDS, 3), "bias": state["bias"].to(SHARDS)}
+    load_state_dict(layer, state)
+    assert layer.weight.device == SHARDS
+    assert layer.weight.uop.axis == 3
+    assert layer.bias.uop.axis is None
+    np.testing.assert_array_equal(layer.weight.numpy(), weight)
+    np.testing.assert_array_equal(layer.bias.numpy(), bias)
+
+
+def test_uop_axis_follows_the_placement() -> None:
+    t = Tensor.ones(6, 3, 3).shard(SHARDS, 0)
+    assert t.permute(1, 0, 2).uop.axis == 1
+    assert t.sum(1).uop.axis == 0
+    assert t.sum(0).uop.axis is None  # partial until combined
+    assert Tensor.ones(3).uop.axis is None  # one device
+
+
 def test_strict_load_lists_every_problem() -> None:
     model = Model()
     state = {k: Tensor.zeros(*v.shape, dtype=v.dtype) for k, v in get_state_dict(model).items()}
@@ -135,11 +166,12 @@ def test_strict_load_lists_every_problem() -> None:
     state["surplus"] = Tensor.zeros(1)
     message = (
         r"load_state_dict: the state dict does not fit the model: 2 missing keys: layers.0.bias, pair.right.weight; "
-        r"1 unexpected keys: surplus; shape mismatch for 'layers.0.weight': got \(3, 4\), expected \(4, 3\)"
+        r"1 unexpected keys: surplus; Shape mismatch in layer `layers.0.weight`: Expected shape \(4, 3\), but found "
+        r"\(3, 4\) in state dict\."
     )
     with pytest.raises(ValueError, match=message):
         load_state_dict(model, state)
-    with pytest.raises(ValueError, match=r"^load_state_dict: .*: shape mismatch for 'layers.0.weight'"):
+    with pytest.raises(ValueError, match=r"^load_state_dict: .*: Shape mismatch in layer `layers.0.weight`"):
         load_state_dict(model, state, strict=False, verbose=False)  # a mismatch is never skipped
 
 
