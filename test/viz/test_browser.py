@@ -5,6 +5,7 @@ Skips cleanly without playwright or a chromium binary; fails on any console erro
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import shutil
 import tempfile
@@ -177,3 +178,139 @@ def test_profiler_stays_smooth_at_100k_events(browser_page: tuple[Page, list[str
     finally:
         server.shutdown()
         server.server_close()
+
+
+def largest_step(real_trace: RealTrace) -> tuple[int, int]:
+    """The step whose input graph has the most nodes: laid out, far wider than the pane."""
+    sizes = {(c, i): len(next(get_full_rewrite(s, real_trace.trace.uop_fields))["graph"])
+             for c, steps in enumerate(real_trace.trace.rewrites) for i, s in enumerate(steps)}  # fmt: skip
+    return max(sizes, key=lambda k: sizes[k])
+
+
+GRAPH_BOXES = """() => {
+  const pane = document.getElementById('graph-wrap').getBoundingClientRect();
+  const graph = document.getElementById('viewport').getBoundingClientRect();
+  const edges = (r) => [r.left, r.top, r.right, r.bottom];
+  return {pane: edges(pane), graph: edges(graph)};
+}"""
+
+
+def assert_fitted(page: Page) -> None:
+    boxes = page.evaluate(GRAPH_BOXES)
+    (pl, pt, pr, pb), (gl, gt, gr, gb) = boxes["pane"], boxes["graph"]
+    assert pl - 1 <= gl, boxes
+    assert gr <= pr + 1, boxes
+    assert pt - 1 <= gt, boxes
+    assert gb <= pb + 1, boxes
+    # as large as fits: it spans the pane's width or height, less the margins
+    assert (gr - gl) >= (pr - pl) - 60 or (gb - gt) >= (pb - pt) - 60, boxes
+
+
+def test_a_graph_opens_fitted_and_f_fits_it_again(
+    browser_page: tuple[Page, list[str]], served: Served, real_trace: RealTrace
+) -> None:
+    page, errors = browser_page
+    page.goto(served[1])
+    ctx, idx = largest_step(real_trace)
+    page.click(f"#groups .group[data-ctx='{ctx}'] > div")
+    page.click(f"#groups .step[data-step='{ctx}:{idx}']")
+    page.wait_for_selector("#graph g.node")
+    assert_fitted(page)
+    screenshot(page, "viz_graph_fitted.png")
+    box = page.locator("#graph-wrap").bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"] + 100, box["y"] + 100)
+    for _ in range(6):
+        page.mouse.wheel(0, -300)  # zoom far in: the graph leaves the pane
+    page.wait_for_timeout(100)
+    boxes = page.evaluate(GRAPH_BOXES)
+    assert boxes["graph"][2] - boxes["graph"][0] > boxes["pane"][2] - boxes["pane"][0]
+    page.keyboard.press("f")
+    assert_fitted(page)
+    page.mouse.wheel(0, -300)
+    page.click("#fit-button")
+    assert_fitted(page)
+    page.keyboard.press("?")
+    assert page.is_visible("#help")
+    assert "fit the graph to the pane" in page.inner_text("#help")
+    page.keyboard.press("Escape")
+    assert page.is_hidden("#help")
+    assert errors == []
+
+
+def test_the_timeline_keeps_its_last_marker_and_axis_label(browser_page: tuple[Page, list[str]]) -> None:
+    page, errors = browser_page
+    events: list[ProfileEvent] = [ProfileRangeEvent("CPU", f"E_{i}", Decimal(i * 100), Decimal(i * 100 + 80))
+                                  for i in range(10)]  # fmt: skip
+    events += [ProfilePointEvent("TINY", "marker", None, {"name": name}, ts=Decimal(ts))
+               for name, ts in (("start of run", 0), ("end of run", 980))]  # fmt: skip
+    server, url = start_in_thread(VizSession(events=events))
+    try:
+        page.goto(url)
+        page.click("#tab-profiler")
+        page.wait_for_function("() => window.vizProbe.ready()")
+        for view in ((0, 980), (0, 1000), (500, 990), (180, 980)):
+            page.evaluate("v => window.vizProbe.setView(v[0], v[1])", list(view))
+            drawn: dict[str, Any] = page.evaluate("() => window.vizProbe.texts()")
+            texts, width = drawn["texts"], drawn["width"]
+            assert [t["text"] for t in texts if t["kind"] == "marker"][-1] == "end of run", view
+            axis = [t for t in texts if t["kind"] == "axis"]
+            assert len(axis) >= 3, view
+            for t in texts:
+                assert t["x0"] >= 0, f"{t} is cut off on the left (view {view})"
+                assert t["x1"] <= width, f"{t} is cut off at {width}px (view {view})"
+        screenshot(page, "viz_timeline_ends.png")
+        assert errors == []
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_profiler_says_when_no_profile_is_loaded(
+    browser_page: tuple[Page, list[str]], real_trace: RealTrace
+) -> None:
+    page, errors = browser_page
+    server, url = start_in_thread(VizSession(real_trace.trace))
+    try:
+        page.goto(url)
+        page.click("#tab-profiler")
+        page.wait_for_selector("#no-profile", state="visible")
+        assert "No profile is loaded" in page.inner_text("#no-profile")
+        assert "--profile" in page.inner_text("#no-profile")
+        assert page.inner_text("#status") == "no profile loaded"
+        assert page.is_hidden("#timeline")
+        assert errors == []
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_status_line_follows_the_view(
+    browser_page: tuple[Page, list[str]], served: Served, real_trace: RealTrace
+) -> None:
+    """A step still replaying when another view is picked leaves no "replaying..." behind."""
+    page, errors = browser_page
+    held: list[Any] = []
+    page.route("**/ctxs?ctx=*", lambda route: held.append(route))  # the replay never answers: it stays mid-load
+    try:
+        page.goto(served[1])
+        ctx = next(i for i, k in enumerate(real_trace.trace.keys) if k.ret is not None)
+        page.click(f"#groups .group[data-ctx='{ctx}'] > div")
+        page.click(f"#groups .step[data-step='{ctx}:0']")
+        page.wait_for_function("() => document.getElementById('status').textContent.startsWith('replaying')")
+        page.click(f"#groups .step[data-step='{ctx}:source']")  # the replay is abandoned for the kernel's code
+        page.wait_for_selector("#kernel-pane pre.code")
+        assert "replaying" not in page.inner_text("#status")
+        assert real_trace.trace.keys[ctx].ret.name in page.inner_text("#status")
+        page.click(f"#groups .step[data-step='{ctx}:0']")
+        page.wait_for_function("() => document.getElementById('status').textContent.startsWith('replaying')")
+        page.click("#tab-profiler")  # the profiler has its own status
+        page.wait_for_function("() => window.vizProbe.ready()")
+        assert "replaying" not in page.inner_text("#status")
+        assert "events on" in page.inner_text("#status")
+        assert errors == []
+    finally:
+        page.unroute("**/ctxs?ctx=*")
+        for route in held:
+            with contextlib.suppress(Exception):  # the page may have dropped the request already
+                route.abort()

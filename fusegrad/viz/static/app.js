@@ -6,6 +6,7 @@
 const $ = (id) => document.getElementById(id);
 const SVG_NS = $("graph").namespaceURI; // taken from the inline <svg>, so no namespace URL is spelled out here
 const LABEL_CHARS = 48, LABEL_LINES = 10, LINE_HEIGHT = 14, PADDING = 8; // as layout.py sizes the boxes
+const MIN_ZOOM = 0.02, MAX_ZOOM = 4, FIT_MARGIN = 20; // graph scale limits; space kept around a fitted graph
 const MODES = ["read", "write", "read+write"];
 
 // *** small helpers ***
@@ -27,7 +28,13 @@ function svg(tag, attrs = {}) {
   return node;
 }
 
-const setStatus = (text) => { $("status").textContent = text; };
+// each view keeps its own status line, so a view's message (say "replaying…") never shows over another view
+const statusOf = { rewrites: "", profiler: "" };
+let activeTab = "rewrites";
+function setStatus(text, view) {
+  statusOf[view] = text;
+  if (view === activeTab) $("status").textContent = text;
+}
 const shortPath = (file) => file.split("/").slice(-2).join("/");
 const cut = (line) => (line.length > LABEL_CHARS ? line.slice(0, LABEL_CHARS - 1) + "…" : line);
 const clamp = (x, lo, hi) => Math.min(Math.max(x, lo), hi);
@@ -72,6 +79,8 @@ async function readLines(url, signal, onMessage) {
 }
 
 function showTab(name) {
+  activeTab = name;
+  $("status").textContent = statusOf[name];
   $("rewrites-view").hidden = name !== "rewrites";
   $("profiler-view").hidden = name !== "profiler";
   $("tab-rewrites").classList.toggle("active", name === "rewrites");
@@ -109,6 +118,12 @@ function renderSidebar() {
   });
 }
 
+function toggleHelp(show) {
+  const help = $("help");
+  help.hidden = show === undefined ? !help.hidden : !show;
+  $("help-button").classList.toggle("active", !help.hidden);
+}
+
 function markSelected(key) {
   for (const node of document.querySelectorAll("#groups .step.selected")) node.classList.remove("selected");
   const item = document.querySelector(`#groups .step[data-step="${key}"]`);
@@ -141,11 +156,11 @@ async function selectStep(ctx, idx, want, found = "") {
   $("details").replaceChildren();
   $("slider").max = 0;
   $("slider").value = 0;
-  setStatus("replaying…");
+  setStatus("replaying…", "rewrites");
   try {
     await readLines(`/ctxs?ctx=${ctx}&idx=${idx}`, abort.signal, (msg) => { if (abort === rw.abort) onStepMessage(msg); });
   } catch (e) {
-    if (e.name !== "AbortError") setStatus(String(e));
+    if (e.name !== "AbortError") setStatus(String(e), "rewrites");
   }
 }
 
@@ -160,10 +175,10 @@ function onStepMessage(msg) {
     if (last === Math.min(rw.want, rw.header.match_count)) showMatch(last);
     else updateMatchLabel();
   } else if (msg.kind === "error") {
-    setStatus(msg.message);
+    setStatus(msg.message, "rewrites");
     $("details").prepend(el("h3", {}, "replay failed"), el("pre", {}, msg.message));
   } else if (msg.kind === "done") {
-    setStatus(`${msg.count} graphs`);
+    setStatus(`${msg.count} graphs`, "rewrites");
     if (rw.want >= msg.count && msg.count) showMatch(msg.count - 1);
   }
 }
@@ -254,15 +269,19 @@ function drawGraph(msg) {
   applyView();
 }
 
-// the whole graph when it fits at a readable size (half size or more), else its sink's end at half size
+// the whole graph, centred in the pane, at the largest scale that shows all of it (never above 1:1)
 function fitView(msg) {
   const wrap = $("graph-wrap");
   const W = wrap.clientWidth || 800, H = wrap.clientHeight || 600, L = msg.layout;
-  const k = Math.min(1, (W - 40) / Math.max(L.width, 1), (H - 40) / Math.max(L.height, 1));
-  if (k >= 0.5) return { k, x: (W - L.width * k) / 2, y: (H - L.height * k) / 2 };
-  const ids = Object.keys(msg.graph);
-  const sink = L.boxes[ids[ids.length - 1]] || [L.width, L.height / 2, 0, 0];
-  return { k: 0.5, x: W - 40 - (sink[0] + sink[2]) * 0.5, y: H / 2 - (sink[1] + sink[3] / 2) * 0.5 };
+  const k = clamp(Math.min((W - 2 * FIT_MARGIN) / Math.max(L.width, 1), (H - 2 * FIT_MARGIN) / Math.max(L.height, 1)),
+    MIN_ZOOM, 1);
+  return { k, x: (W - L.width * k) / 2, y: (H - L.height * k) / 2 };
+}
+
+function fitGraph() {
+  if (!rw.graphs.length || $("graph-wrap").hidden) return;
+  rw.view = fitView(rw.graphs[rw.match]);
+  applyView();
 }
 
 function applyView() {
@@ -308,7 +327,16 @@ async function showKernel(ctx) {
   const pane = $("kernel-pane");
   pane.replaceChildren(el("span", { class: "empty" }, "loading…"));
   $("details").replaceChildren();
-  const k = await getJSON(`/kernel?ctx=${ctx}`);
+  setStatus("loading kernel source…", "rewrites");
+  let k;
+  try {
+    k = await getJSON(`/kernel?ctx=${ctx}`);
+  } catch (e) {
+    setStatus(`kernel: ${e}`, "rewrites");
+    return;
+  }
+  if (rw.ctx !== ctx || rw.idx !== -1) return; // another step or kernel was picked meanwhile
+  setStatus(`${k.name}: ${k.uops.length} linear UOps`, "rewrites");
   const code = el("pre", { class: "code" });
   if (k.html !== null) code.innerHTML = k.html; // the server's highlighter escaped the source
   else code.textContent = k.src;
@@ -326,7 +354,7 @@ function setupGraphInput() {
     if (!rw.view) return;
     e.preventDefault();
     const r = wrap.getBoundingClientRect(), mx = e.clientX - r.left, my = e.clientY - r.top, v = rw.view;
-    const k = clamp(v.k * Math.exp(-e.deltaY * 0.0015), 0.02, 4);
+    const k = clamp(v.k * Math.exp(-e.deltaY * 0.0015), MIN_ZOOM, MAX_ZOOM);
     v.x = mx - ((mx - v.x) * k) / v.k;
     v.y = my - ((my - v.y) * k) / v.k;
     v.k = k;
@@ -358,12 +386,14 @@ function setupGraphInput() {
 }
 
 function onKey(e) {
-  if ($("rewrites-view").hidden) return;
   const t = e.target;
   if (t.tagName === "INPUT" && t.type !== "range") {
     if (e.key === "Escape") $("search-results").hidden = true;
     return;
   }
+  if (e.key === "?") return toggleHelp();
+  if (e.key === "Escape") return toggleHelp(false);
+  if ($("rewrites-view").hidden || e.ctrlKey || e.metaKey || e.altKey) return;
   if (t === $("slider") && (e.key === "ArrowLeft" || e.key === "ArrowRight")) return; // the slider moves itself
   if (e.key === "ArrowRight" || e.key === "ArrowLeft") {
     showMatch(rw.match + (e.key === "ArrowRight" ? 1 : -1));
@@ -372,6 +402,8 @@ function onKey(e) {
     const at = steps.findIndex(([c, i]) => c === rw.ctx && i === rw.idx);
     const next = steps[clamp(at + (e.key === "ArrowDown" ? 1 : -1), 0, steps.length - 1)];
     if (next) selectStep(next[0], next[1], 0);
+  } else if (e.key === "f" || e.key === "F") {
+    fitGraph();
   } else return;
   e.preventDefault();
 }
@@ -403,8 +435,9 @@ function openHit(hit, query) {
 // *** profiler: decoding /get_profile (layout in fusegrad/viz/profile.py) ***
 
 const prof = { started: false, ready: false, dur: 0, peak: 0, strings: [], markers: [], tracks: [], rows: [], info: null,
-  users: new Map(), t0: 0, t1: 1, selected: null, drawMs: 0, pending: false, colors: [] };
+  users: new Map(), t0: 0, t1: 1, selected: null, drawMs: 0, pending: false, colors: [], texts: [] };
 const LABEL_W = 160, AXIS_H = 36, ROW_H = 18, MEM_H = 70, MAX_LEVELS = 12, MAX_SEGMENTS = 400000;
+const RIGHT_PAD = 12; // the run's end sits this far left of the edge, so a marker there (and its line) stays visible
 
 function decodeProfile(buffer) {
   const view = new DataView(buffer);
@@ -507,7 +540,7 @@ function readMemoryTrack(name, n, u8, u32, u64, dtypes) {
 async function openProfiler() {
   if (prof.started) return;
   prof.started = true;
-  setStatus("loading profile…");
+  setStatus("loading profile…", "profiler");
   try {
     const [buffer, info] = await Promise.all([fetch("/get_profile").then((r) => r.arrayBuffer()), getJSON("/profile_info")]);
     decodeProfile(buffer);
@@ -519,13 +552,21 @@ async function openProfiler() {
     }
     prof.t0 = 0;
     prof.t1 = Math.max(prof.dur, 1);
+    if (!prof.tracks.length && !prof.markers.length) return showNoProfile();
     prof.ready = true;
     const events = prof.tracks.reduce((n, t) => n + (t.kind === "range" ? t.n : 0), 0);
-    setStatus(`${events} events on ${prof.tracks.length} tracks, ${fmtUs(prof.dur)}`);
+    setStatus(`${events} events on ${prof.tracks.length} tracks, ${fmtUs(prof.dur)}`, "profiler");
     layoutRows();
   } catch (e) {
-    setStatus(`profile: ${e}`);
+    setStatus(`profile: ${e}`, "profiler");
   }
+}
+
+function showNoProfile() {
+  $("timeline").hidden = true;
+  $("no-profile").hidden = false;
+  $("profile-details").replaceChildren(el("span", { class: "empty" }, "No profile loaded."));
+  setStatus("no profile loaded", "profiler");
 }
 
 function layoutRows() {
@@ -558,7 +599,7 @@ function scheduleDraw() {
   requestAnimationFrame(() => { prof.pending = false; draw(); });
 }
 
-const scaleOf = () => (prof.width - LABEL_W) / (prof.t1 - prof.t0);
+const scaleOf = () => (prof.width - LABEL_W - RIGHT_PAD) / (prof.t1 - prof.t0);
 const xOf = (t) => LABEL_W + (t - prof.t0) * scaleOf();
 const tOf = (x) => prof.t0 + (x - LABEL_W) / scaleOf();
 
@@ -588,6 +629,7 @@ function draw() {
   ctx.clearRect(0, 0, prof.width, prof.height);
   ctx.font = "11px sans-serif";
   ctx.textBaseline = "middle";
+  prof.texts = [];
   prof.rows.forEach((row, i) => {
     ctx.fillStyle = i % 2 ? "#1b1e24" : "#1f232a";
     ctx.fillRect(0, row.y, prof.width, row.h);
@@ -676,13 +718,21 @@ function drawMarkers(ctx) {
     ctx.lineTo(x, prof.height);
     ctx.stroke();
     ctx.fillStyle = "#ffd27f";
-    ctx.fillText(m.name, x + 3, AXIS_H - 10);
+    fillTextBeside(ctx, m.name, x, AXIS_H - 10, "marker");
   }
   ctx.setLineDash([]);
 }
 
+// text right of the line at x, or left of it where the right would run past the canvas; kept for vizProbe.texts()
+function fillTextBeside(ctx, text, x, y, kind) {
+  const w = ctx.measureText(text).width;
+  const left = x + 3 + w <= prof.width ? x + 3 : Math.max(x - 3 - w, LABEL_W);
+  ctx.fillText(text, left, y);
+  prof.texts.push({ kind, text, x0: left, x1: left + w });
+}
+
 function drawAxis(ctx) {
-  const span = prof.t1 - prof.t0, target = span / Math.max((prof.width - LABEL_W) / 110, 1);
+  const span = prof.t1 - prof.t0, target = span / Math.max((prof.width - LABEL_W - RIGHT_PAD) / 110, 1);
   const pow = 10 ** Math.floor(Math.log10(target));
   const step = [1, 2, 5, 10].map((m) => m * pow).find((s) => s >= target);
   ctx.fillStyle = "#8a92a3";
@@ -690,7 +740,7 @@ function drawAxis(ctx) {
   for (let t = Math.ceil(prof.t0 / step) * step; t <= prof.t1; t += step) {
     const x = xOf(t);
     ctx.fillRect(x, 2, 1, 12);
-    ctx.fillText(fmtUs(t), x + 3, 8);
+    fillTextBeside(ctx, fmtUs(t), x, 8, "axis");
   }
 }
 
@@ -822,6 +872,7 @@ function setupTimelineInput() {
 // for tests and debugging: where a kernel is drawn, and how long a frame took
 window.vizProbe = {
   ready: () => prof.ready,
+  texts: () => ({ width: prof.width, texts: prof.texts }), // every marker and axis label the last frame drew
   drawMs: () => prof.drawMs,
   redraw: () => { draw(); return prof.drawMs; },
   setView: (t0, t1) => { prof.t0 = t0; prof.t1 = t1; draw(); },
@@ -845,6 +896,8 @@ window.vizProbe = {
 async function main() {
   $("tab-rewrites").addEventListener("click", () => showTab("rewrites"));
   $("tab-profiler").addEventListener("click", () => showTab("profiler"));
+  $("help-button").addEventListener("click", () => toggleHelp());
+  $("fit-button").addEventListener("click", fitGraph);
   $("search").addEventListener("input", () => { clearTimeout(searchTimer); searchTimer = setTimeout(runSearch, 250); });
   document.addEventListener("click", (e) => { if (!e.target.closest("#search-results, #search")) $("search-results").hidden = true; });
   document.addEventListener("keydown", onKey);
@@ -853,9 +906,9 @@ async function main() {
   try {
     rw.groups = await getJSON("/ctxs");
     renderSidebar();
-    setStatus(`${rw.groups.length} groups`);
+    setStatus(`${rw.groups.length} groups`, "rewrites");
   } catch (e) {
-    setStatus(`rewrites: ${e}`);
+    setStatus(`rewrites: ${e}`, "rewrites");
   }
 }
 
