@@ -12,11 +12,13 @@ import ctypes
 import decimal
 import functools
 import getpass
+import hashlib
 import operator
 import os
 import pathlib
 import platform
 import re
+import shutil
 import string
 import sys
 import tempfile
@@ -166,6 +168,10 @@ CACHEDB = ContextVar("CACHEDB", _default_cache_db())  # sqlite file of the persi
 
 # *** small helpers ***
 
+DOWNLOADS_DIR = ContextVar("DOWNLOADS_DIR", "")  # folder fetch() and nn.datasets cache downloads in ("": cache_dir)
+DISABLE_HTTP_CACHE = ContextVar("DISABLE_HTTP_CACHE", 0)  # 1: fetch() downloads again even when a cached copy exists
+# fusegrad's cache folder (the compile cache and downloads live under it): $XDG_CACHE_HOME/fusegrad or ~/.cache/fusegrad
+cache_dir: str = os.path.dirname(_default_cache_db())
 
 def prod(xs: Iterable[T]) -> T | int:
     """Product of xs; int 1 when empty."""
@@ -442,6 +448,145 @@ class Timing(contextlib.ContextDecorator):
 
 
 def mv_address(mv: memoryview) -> int:
+# *** downloads ***
+
+
+class FetchError(OSError):
+    """fetch() could not download a URL (no network, refused, HTTP error, cut short); the message names the URL."""
+
+
+def downloads_dir() -> pathlib.Path:
+    """Where fetch() caches files: $DOWNLOADS_DIR, else <cache_dir>/downloads."""
+    return pathlib.Path(DOWNLOADS_DIR.value or os.path.join(cache_dir, "downloads"))
+
+
+def fetch(
+    url: str,
+    name: pathlib.Path | str | None = None,
+    subdir: str | None = None,
+    gunzip: bool = False,
+    allow_caching: bool | None = None,
+    headers: dict[str, str] | None = None,
+    sha256: str | None = None,
+    extract: bool = False,
+) -> pathlib.Path:
+    """The local path of `url`'s contents, downloaded into downloads_dir()/subdir/name on first use.
+
+    `name` defaults to the md5 of the URL (a name with "/" or a Path is used as the path itself); a path URL ("/", ".")
+    is returned as it is. `gunzip` stores the decompressed bytes, `sha256` checks them (a cached file that fails it is
+    fetched again), `extract` unpacks a tar into "<file>.extract" and returns that folder. `allow_caching=False` (or
+    DISABLE_HTTP_CACHE=1) downloads even when a copy exists. Writes go to a temporary file renamed into place, so no
+    reader sees a half-written file. Raises FetchError (an OSError) naming the URL when the download fails and
+    RuntimeError on a sha256 mismatch. Example: `fetch("https://example.com/w.bin", subdir="weights")`.
+    """
+    if url.startswith(("/", ".")):
+        return pathlib.Path(url)
+    path = _fetch_path(url, name, subdir, gunzip, headers or {})
+    caching = not DISABLE_HTTP_CACHE.value if allow_caching is None else allow_caching
+    if not caching or not path.is_file() or (sha256 is not None and _sha256_of(path) != sha256):
+        if extract:
+            shutil.rmtree(_extract_dir(path), ignore_errors=True)
+        _download(url, path, gunzip, headers or {}, sha256)
+    return _extract_tar(path) if extract else path
+
+
+def _fetch_path(
+    url: str, name: pathlib.Path | str | None, subdir: str | None, gunzip: bool, headers: dict[str, str]
+) -> pathlib.Path:
+    if isinstance(name, pathlib.Path) or (name is not None and "/" in name):
+        return pathlib.Path(name)
+    # different headers (an auth token) can mean different contents: they get a file of their own
+    header_text = "\n".join(f"{k.strip()}:{v.strip()}" for k, v in sorted(headers.items()))
+    suffix = "_" + hashlib.md5(header_text.encode()).hexdigest() if headers else ""
+    stem = name if name is not None else hashlib.md5(url.encode()).hexdigest()
+    return downloads_dir() / (subdir or "") / (stem + suffix + (".gunzip" if gunzip else ""))
+
+
+def _sha256_of(path: pathlib.Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _download(url: str, path: pathlib.Path, gunzip: bool, headers: dict[str, str], sha256: str | None) -> None:
+    """Stream `url` into a temporary file next to `path`, check it, then rename it to `path` (atomic)."""
+    import gzip
+    import urllib.request  # only when something is downloaded: importing helpers stays cheap
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    request = urllib.request.Request(url, headers={"User-Agent": "fusegrad", **headers})
+    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=path.name, suffix=".part", delete=False) as f:
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                length = None if gunzip else int(response.headers.get("content-length", 0)) or None
+                reader = gzip.GzipFile(fileobj=response) if gunzip else response
+                written, digest = _copy_stream(reader, f, length, url)
+        except (OSError, EOFError) as e:  # URLError, HTTPError, timeouts, refused connections, bad gzip data
+            _remove(f.name)
+            raise FetchError(f"fetch: cannot download {url}: {_download_failure(e)}") from e
+    if length is not None and written < length:
+        _remove(f.name)
+        raise FetchError(f"fetch: download of {url} was cut short: got {written} bytes, expected {length}")
+    if sha256 is not None and digest != sha256:
+        _remove(f.name)
+        raise RuntimeError(f"fetch: sha256 mismatch for {url}: got {digest}, expected {sha256}")
+    os.replace(f.name, path)
+
+
+def _download_failure(e: BaseException) -> str:
+    """What went wrong, briefly: "HTTP 404 File not found", "[Errno 111] Connection refused", "timed out"."""
+    if (code := getattr(e, "code", None)) is not None:  # urllib's HTTPError
+        return f"HTTP {code} {getattr(e, 'reason', '')}".strip()
+    return str(getattr(e, "reason", None) or e)
+
+
+def _copy_stream(reader: Any, out: Any, length: int | None, url: str) -> tuple[int, str]:
+    """Copy `reader` into `out` in chunks, with a tqdm bar when tqdm is installed; (bytes written, their sha256)."""
+    try:
+        from tqdm import tqdm  # optional (the `train` extra); the bar hides itself when stderr is not a terminal
+    except ImportError:
+        bar = None
+    else:
+        bar = tqdm(total=length, unit="B", unit_scale=True, desc=url, disable=None)
+    digest, written = hashlib.sha256(), 0
+    while chunk := reader.read(1 << 16):
+        out.write(chunk)
+        digest.update(chunk)
+        written += len(chunk)
+        if bar is not None:
+            bar.update(len(chunk))
+    if bar is not None:
+        bar.close()
+    return written, digest.hexdigest()
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def _extract_dir(path: pathlib.Path) -> pathlib.Path:
+    return path.parent / f"{path.name}.extract"
+
+
+def _extract_tar(path: pathlib.Path) -> pathlib.Path:
+    """Unpack the tar at `path` into "<path>.extract" once (into a temporary folder renamed into place)."""
+    import tarfile
+
+    target = _extract_dir(path)
+    if target.is_dir():
+        return target
+    staging = tempfile.mkdtemp(dir=path.parent, prefix=f"{path.name}.", suffix=".part")
+    try:
+        with tarfile.open(path) as archive:
+            archive.extractall(staging, filter="data")  # "data": no absolute paths, links out or device files
+        with contextlib.suppress(OSError):  # a concurrent fetch may have renamed its copy first: keep that one
+            os.rename(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    if not target.is_dir():
+        raise FetchError(f"fetch: could not unpack {path} into {target}")
+    return target
+
+
     """Address of a writable memoryview's first byte."""
     return ctypes.addressof(ctypes.c_char.from_buffer(mv))
 

@@ -4,14 +4,25 @@ from __future__ import annotations
 
 import ctypes
 import decimal
+import functools
+import gzip
+import hashlib
+import http.server
 import math
 import multiprocessing
 import os
 import pathlib
+import re
+import socket
 import sqlite3
+import subprocess
+import sys
+import tarfile
+import threading
 import uuid
 from collections.abc import Iterator
 from fractions import Fraction
+from typing import Any, ClassVar
 
 import pytest
 
@@ -23,6 +34,7 @@ from fusegrad.helpers import (
     VIZ,
     Context,
     ContextVar,
+    FetchError,
     GlobalCounters,
     Metadata,
     ProfilePointEvent,
@@ -46,6 +58,8 @@ from fusegrad.helpers import (
     diskcache_clear,
     diskcache_get,
     diskcache_put,
+    downloads_dir,
+    fetch,
     flatten,
     fully_flatten,
     get_child,
@@ -534,3 +548,122 @@ def test_connection_reopened_after_fork(cache_path: str) -> None:
     assert proc.exitcode == 0
     assert diskcache_get("fork", "child") == "child"
     assert diskcache_get("fork", "parent") == "parent"
+
+
+# *** fetch: a local 127.0.0.1 server, never the internet ***
+
+
+class _CountingHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves the test's folder and counts GETs per path (to see when fetch used its cache)."""
+
+    hits: ClassVar[dict[str, int]] = {}
+
+    def do_GET(self) -> None:  # the stdlib's hook name
+        _CountingHandler.hits[self.path] = _CountingHandler.hits.get(self.path, 0) + 1
+        super().do_GET()
+
+    def log_message(self, *args: Any) -> None:  # quiet: no request lines on stderr
+        pass
+
+
+@pytest.fixture
+def served(tmp_path: pathlib.Path) -> Iterator[tuple[str, pathlib.Path]]:
+    """(base URL of a 127.0.0.1 server over a folder, that folder); downloads go to tmp_path/cache."""
+    root = tmp_path / "www"
+    root.mkdir()
+    handler = functools.partial(_CountingHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _CountingHandler.hits.clear()
+    try:
+        with Context(DOWNLOADS_DIR=str(tmp_path / "cache")):
+            yield f"http://127.0.0.1:{server.server_address[1]}", root
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_fetch_downloads_once_then_reads_the_cache(served: tuple[str, pathlib.Path]) -> None:
+    base, root = served
+    (root / "w.bin").write_bytes(b"weights" * 1000)
+    path = fetch(f"{base}/w.bin")
+    assert path.read_bytes() == b"weights" * 1000
+    assert path.parent == downloads_dir()
+    assert fetch(f"{base}/w.bin") == path
+    assert _CountingHandler.hits == {"/w.bin": 1}
+    fetch(f"{base}/w.bin", allow_caching=False)
+    assert _CountingHandler.hits == {"/w.bin": 2}
+    with Context(DISABLE_HTTP_CACHE=1):
+        fetch(f"{base}/w.bin")
+    assert _CountingHandler.hits == {"/w.bin": 3}
+    assert not [p for p in path.parent.iterdir() if p.name.endswith(".part")], "no temporary files left behind"
+
+
+def test_fetch_name_subdir_and_headers(served: tuple[str, pathlib.Path]) -> None:
+    base, root = served
+    (root / "a.txt").write_bytes(b"abc")
+    assert fetch(f"{base}/a.txt", name="a.txt", subdir="sets") == downloads_dir() / "sets" / "a.txt"
+    with_header = fetch(f"{base}/a.txt", name="a.txt", headers={"X-Token": "1"})
+    assert with_header.name.startswith("a.txt_")  # its own file: headers may change what the server sends
+    explicit = downloads_dir() / "elsewhere" / "b.txt"
+    assert fetch(f"{base}/a.txt", name=explicit) == explicit
+    assert explicit.read_bytes() == b"abc"
+    assert fetch("/some/local/file") == pathlib.Path("/some/local/file")
+
+
+def test_fetch_gunzip(served: tuple[str, pathlib.Path]) -> None:
+    base, root = served
+    (root / "d.gz").write_bytes(gzip.compress(b"0123456789" * 500))
+    path = fetch(f"{base}/d.gz", gunzip=True)
+    assert path.name.endswith(".gunzip")
+    assert path.read_bytes() == b"0123456789" * 500
+
+
+def test_fetch_checks_sha256(served: tuple[str, pathlib.Path]) -> None:
+    base, root = served
+    (root / "s.bin").write_bytes(b"payload")
+    good = hashlib.sha256(b"payload").hexdigest()
+    with pytest.raises(RuntimeError, match=r"fetch: sha256 mismatch for http://127\.0\.0\.1:\d+/s\.bin"):
+        fetch(f"{base}/s.bin", sha256="0" * 64)
+    assert not downloads_dir().exists() or not list(downloads_dir().iterdir()), "a bad download is not kept"
+    path = fetch(f"{base}/s.bin", sha256=good)
+    path.write_bytes(b"tampered")  # a cached copy that no longer matches is fetched again
+    assert fetch(f"{base}/s.bin", sha256=good).read_bytes() == b"payload"
+    assert _CountingHandler.hits["/s.bin"] == 3
+
+
+def test_fetch_extracts_tar(served: tuple[str, pathlib.Path], tmp_path: pathlib.Path) -> None:
+    base, root = served
+    member = tmp_path / "inner.txt"
+    member.write_text("inside")
+    with tarfile.open(root / "pack.tar", "w") as archive:
+        archive.add(member, arcname="pack/inner.txt")
+    folder = fetch(f"{base}/pack.tar", extract=True)
+    assert folder.name.endswith(".extract")
+    assert (folder / "pack" / "inner.txt").read_text() == "inside"
+    assert fetch(f"{base}/pack.tar", extract=True) == folder
+
+
+def test_fetch_http_error_names_the_url(served: tuple[str, pathlib.Path]) -> None:
+    base, _ = served
+    with pytest.raises(FetchError, match=r"fetch: cannot download http://127\.0\.0\.1:\d+/missing\.bin: HTTP 404"):
+        fetch(f"{base}/missing.bin")
+
+
+def test_fetch_unreachable_url_raises_one_clear_error(tmp_path: pathlib.Path) -> None:
+    with socket.socket() as sock:  # a port nobody listens on: bound, then closed
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/w.bin"
+    with Context(DOWNLOADS_DIR=str(tmp_path)), pytest.raises(OSError, match=f"fetch: cannot download {re.escape(url)}"):
+        fetch(url)
+    assert list(tmp_path.iterdir()) == [], "nothing is left in the cache"
+
+
+def test_importing_helpers_reaches_for_no_network() -> None:
+    code = "import sys, fusegrad.helpers; print('urllib.request' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    assert out.stderr == ""
