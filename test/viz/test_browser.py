@@ -238,6 +238,17 @@ def test_a_graph_opens_fitted_and_f_fits_it_again(
     assert errors == []
 
 
+# pixels in the marker labels' colour (#ffd27f) in the canvas's rightmost 120 px, on the row marker labels use
+MARKER_LABEL_PIXELS_AT_THE_RIGHT = """() => {
+  const canvas = document.getElementById('timeline'), dpr = window.devicePixelRatio || 1;
+  const w = 120 * dpr, h = 14 * dpr;
+  const data = canvas.getContext('2d').getImageData(canvas.width - w, 19 * dpr, w, h).data;
+  let n = 0;
+  for (let i = 0; i < data.length; i += 4) if (data[i] > 200 && data[i + 1] > 170 && data[i + 2] < 160) n++;
+  return n;
+}"""
+
+
 def test_the_timeline_keeps_its_last_marker_and_axis_label(browser_page: tuple[Page, list[str]]) -> None:
     page, errors = browser_page
     events: list[ProfileEvent] = [ProfileRangeEvent("CPU", f"E_{i}", Decimal(i * 100), Decimal(i * 100 + 80))
@@ -259,6 +270,8 @@ def test_the_timeline_keeps_its_last_marker_and_axis_label(browser_page: tuple[P
             for t in texts:
                 assert t["x0"] >= 0, f"{t} is cut off on the left (view {view})"
                 assert t["x1"] <= width, f"{t} is cut off at {width}px (view {view})"
+        page.evaluate("() => window.vizProbe.setView(0, 980)")  # the end marker at the run's very end
+        assert page.evaluate(MARKER_LABEL_PIXELS_AT_THE_RIGHT) > 20, "the last marker's label is not on the canvas"
         screenshot(page, "viz_timeline_ends.png")
         assert errors == []
     finally:
