@@ -165,13 +165,13 @@ REWRITE_STACK_LIMIT = ContextVar("REWRITE_STACK_LIMIT", 250000)  # graph_rewrite
 DEV = ContextVar("DEV", "")  # default device name ("" means pick the first available)
 CPU_CC = ContextVar("CPU_CC", "")  # C compiler for the CPU backend ("" means clang, then cc)
 CACHEDB = ContextVar("CACHEDB", _default_cache_db())  # sqlite file of the persistent compile cache
-
-# *** small helpers ***
-
 DOWNLOADS_DIR = ContextVar("DOWNLOADS_DIR", "")  # folder fetch() and nn.datasets cache downloads in ("": cache_dir)
 DISABLE_HTTP_CACHE = ContextVar("DISABLE_HTTP_CACHE", 0)  # 1: fetch() downloads again even when a cached copy exists
 # fusegrad's cache folder (the compile cache and downloads live under it): $XDG_CACHE_HOME/fusegrad or ~/.cache/fusegrad
 cache_dir: str = os.path.dirname(_default_cache_db())
+
+# *** small helpers ***
+
 
 def prod(xs: Iterable[T]) -> T | int:
     """Product of xs; int 1 when empty."""
@@ -444,10 +444,6 @@ class Timing(contextlib.ContextDecorator):
             print(f"{self.prefix}{self.et * 1e-6:6.2f} ms" + (self.on_exit(self.et) if self.on_exit else ""))
 
 
-# *** ctypes memory ***
-
-
-def mv_address(mv: memoryview) -> int:
 # *** downloads ***
 
 
@@ -587,6 +583,10 @@ def _extract_tar(path: pathlib.Path) -> pathlib.Path:
     return target
 
 
+# *** ctypes memory ***
+
+
+def mv_address(mv: memoryview) -> int:
     """Address of a writable memoryview's first byte."""
     return ctypes.addressof(ctypes.c_char.from_buffer(mv))
 

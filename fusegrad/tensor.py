@@ -36,6 +36,14 @@ from fusegrad.mixin.random import RandomMixin
 from fusegrad.mixin.reduce import ReduceMixin
 from fusegrad.uop import Ops
 from fusegrad.uop.ops import UOp, all_metadata
+from fusegrad.uop.symbolic_shape import (
+    check_concrete,
+    is_symbolic,
+    shape_str,
+    size_tensor,
+    symbolic_reshape,
+    symbolic_selection,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -153,7 +161,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
     def __repr__(self) -> str:
         realized = self.uop.base.op is Ops.BUFFER
         state = " (realized)" if realized else ""
-        return f"<Tensor {self.shape} on {self.device} with grad {self.grad!r}, {self.dtype}{state}>"
+        return f"<Tensor {shape_str(self.shape)} on {self.device} with grad {self.grad!r}, {self.dtype}{state}>"
 
     # *** creation ***
 
@@ -313,9 +321,10 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
         return t.uop.buffer.ensure_allocated()
 
     def numpy(self) -> Any:
-        """The values as a numpy array (a copy)."""
+        """The values as a numpy array (a copy). Raises SymbolicError (an AssertionError) for a symbolic shape."""
         import numpy as np
 
+        check_concrete(self.shape, "numpy")
         if (np_dt := _to_np_dtype(self.dtype)) is None:
             raise TypeError(f"numpy: no numpy dtype for {self.dtype}; cast first")
         if self.numel() == 0:
@@ -331,6 +340,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
         return self.numpy().reshape(()).item()  # type: ignore[no-any-return]
 
     def data(self) -> memoryview:
+        check_concrete(self.shape, "data")
         return self._buffer().as_memoryview()  # type: ignore[no-any-return]
 
     def assign(self, x: Tensor | ConstType | Any) -> Tensor:
@@ -487,6 +497,8 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
     def _to_tensor_like(self, y: Any) -> Tensor:
         if isinstance(y, Tensor):
             return y
+        if isinstance(y, UOp) and y.dtype == dtypes.index:  # a symbolic size (bound variables) used as a value
+            return Tensor(size_tensor(y, self.dtype if dtypes.is_float(self.dtype) else dtypes.int32, self.device))
         if isinstance(y, UOp):
             return Tensor(y)
         if not isinstance(y, (bool, int, float)):
@@ -897,6 +909,9 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
         """A view with a new shape, `x.reshape(2, 3)` or `x.reshape((2, 3))`; one axis may be -1 (inferred).
         Raises ValueError when sizes differ."""
         shp = list(_shape_arg(shape, allow_neg=True))
+        if is_symbolic(tuple(shp)) or is_symbolic(self.shape):
+            new_shape = symbolic_reshape(self.shape, tuple(shp))
+            return Tensor(self.uop.reshape(new_shape))  # type: ignore[arg-type]  # UOp.reshape takes sints too
         if shp.count(-1) > 1:
             raise ValueError(f"reshape: only one axis can be -1, got {tuple(shp)}")
         if -1 in shp:
@@ -965,8 +980,11 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
     def shrink(self, arg: Sequence[tuple[builtins.int, builtins.int] | None]) -> Tensor:
         if len(arg) != self.ndim:
             raise ValueError(f"shrink: expected {self.ndim} (start, end) pairs for shape {self.shape}, got {len(arg)}")
-        bounds = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape, strict=True))
+        pairs = zip(arg, self.shape, strict=True)
+        bounds = tuple((0, s) if a is None else (_size(a[0]), _size(a[1])) for a, s in pairs)
         for (b, e), s in zip(bounds, self.shape, strict=True):
+            if is_symbolic((b, e, s)):
+                continue  # checked at the variables' bound values by the SHRINK node itself
             if not 0 <= b <= e <= s:
                 raise ValueError(f"shrink: bounds {bounds} do not fit shape {self.shape}")
         return Tensor(self.uop.shrink(bounds))
@@ -1181,6 +1199,8 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
 
 def _axis_selection(i: int | slice, size: int, axis: int) -> tuple[tuple[int, int], bool, int]:
     """(shrink bounds, flip?, step) selecting index or slice `i` of an axis of `size`."""
+    if isinstance(size, UOp) or (isinstance(i, slice) and is_symbolic((i.start, i.stop))):
+        return symbolic_selection(i, size, axis)  # type: ignore[return-value]  # shrink takes sints too
     if isinstance(i, int):
         if not -size <= i < size:
             raise IndexError(f"getitem: index {i} is out of bounds for axis {axis} with size {size}")
@@ -1202,11 +1222,16 @@ def _forget(ref: weakref.ReferenceType[Tensor]) -> None:
     _all_tensors.pop(ref, None)
 
 
+def _size(x: Any) -> Any:
+    """A size or bound as given: an int, or a symbolic size (a UOp of bound variables, symbolic_shape.py)."""
+    return x if isinstance(x, UOp) else int(x)
+
+
 def _shape_arg(shape: tuple[Any, ...], allow_neg: bool = False) -> tuple[int, ...]:
     shp = tuple(argfix(*shape)) if shape else ()
-    if not all(isinstance(s, int) and not isinstance(s, bool) for s in shp):
+    if not all((isinstance(s, int) and not isinstance(s, bool)) or isinstance(s, UOp) for s in shp):
         raise TypeError(f"shape must be ints, got {shp}")
-    if not allow_neg and any(s < 0 for s in shp):
+    if not allow_neg and any(isinstance(s, int) and s < 0 for s in shp):
         raise ValueError(f"shape must be non-negative, got {shp}")
     return shp
 

@@ -29,6 +29,7 @@ from fusegrad.helpers import (
     time_to_str,
 )
 from fusegrad.uop.ops import Ops, UOp, sint, sym_infer, track_rewrites
+from fusegrad.uop.symbolic_shape import check_bind
 
 if TYPE_CHECKING:
     from fusegrad.renderer import Estimates, ProgramSpec, Renderer
@@ -112,6 +113,8 @@ class CompiledRunner(Runner):
     def __call__(self, rawbufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
         if missing := [v.expr for v in self.p.vars if v.expr not in var_vals]:
             raise ValueError(f"{self.p.name}: no value for variables {missing}: got values for {sorted(var_vals)}")
+        for v in self.p.vars:  # the kernel was simplified for the variable's range: a value outside it is unsafe
+            check_bind(v, var_vals[v.expr])
         vals = tuple(var_vals[v.expr] for v in self.p.vars)
         global_size, local_size = _launch_dims(self.p.global_size, var_vals), _launch_dims(self.p.local_size, var_vals)
         bufs = [rawbufs[slot]._buf for slot in self.p.globals]  # a slot whose loads folded away is not passed
@@ -262,11 +265,19 @@ class ExecItem:
         if DEBUG >= 2:
             lds = sym_infer(prg.estimates.lds, var_vals)
             header = colored(f"*** {prg.device[:7]:7s} {GlobalCounters.kernel_count:4d}", _header_color(prg, jit))
-            name = prg.display_name + " " * (46 - ansilen(prg.display_name))
+            shown = prg.display_name + _var_values(prg, var_vals)  # a symbolic kernel says which sizes this run has
+            name = shown + " " * (46 - ansilen(shown))
             metadata = [repr(m) if TRACEMETA >= 2 else str(m) for m in self.metadata] if self.metadata else ""
             line = f"{header} {name} arg {len(bufs):2d} mem {GlobalCounters.mem_used / 1e9:6.2f} GB"
             print(f"{line}{_timing(et, ops, mem, lds)} {metadata}")
         prg.first_run = False
+
+
+def _var_values(prg: Runner, var_vals: dict[str, int]) -> str:
+    """' i=3 j=4' for the variables a compiled program takes (empty for other runners and variable-free kernels)."""
+    if not isinstance(prg, CompiledRunner) or not prg.p.vars:
+        return ""
+    return " " + " ".join(f"{v.expr}={var_vals[v.expr]}" for v in prg.p.vars)
 
 
 def _header_color(prg: Runner, jit: bool) -> str | None:

@@ -48,7 +48,7 @@ def create_schedule(sink: UOp) -> list[ExecItem]:
             items.extend(_multi_kernel_items(info, slots))
         else:
             bufs: list[Buffer | None] = [b.buffer for b in slots]
-            items.append(ExecItem(info.ast, bufs, metadata=info.metadata))
+            items.append(ExecItem(info.ast, bufs, metadata=info.metadata, fixedvars=dict(info.var_vals)))
     return items
 
 

@@ -28,6 +28,7 @@ from fusegrad.schedule.views import copy_then_rearrange, storage_view_kernel
 from fusegrad.uop import GroupOp, Ops
 from fusegrad.uop.ops import UOp, all_metadata
 from fusegrad.uop.rewrite import graph_rewrite, graph_rewrite_map, track_rewrites
+from fusegrad.uop.symbolic_shape import is_symbolic, kernel_var_vals, rebind_map, unbind_graph
 from fusegrad.uop.upat import PatternMatcher, UPat
 
 
@@ -127,6 +128,8 @@ def _kernel_name(result: Any) -> str:
 @track_rewrites(name=lambda *args, ret, **kwargs: _kernel_name(ret))
 def kernelize(sink: UOp) -> KernelizeResult:
     """Build the kernels for every node `sink` needs realized; see the module docstring."""
+    unbound, var_vals = unbind_graph(sink)  # kernels see variables, not their values: one kernel for every value
+    sink = unbound.get(sink, sink)
     prepare_map = graph_rewrite_map(sink, pm_prepare_realize, name="prepare for realize")
     prepared = prepare_map[sink]
     topo = prepared.toposort()
@@ -143,11 +146,11 @@ def kernelize(sink: UOp) -> KernelizeResult:
     redirected: list[UOp] = []  # buffers whose old contents later kernels read from that copy
     for write in run.after:
         buf, snap = snapshot(write)
-        buffer_of[buf] = snapshots[write] = _kernel_for(snap, realized, buffer_of, placements)
+        buffer_of[buf] = snapshots[write] = _kernel_for(snap, realized, buffer_of, placements, var_vals)
         redirected.append(buf)
         kernels.append(snapshots[write])
     for root in run.roots:
-        stored = _kernel_for(root, realized, buffer_of, placements)
+        stored = _kernel_for(root, realized, buffer_of, placements, var_vals)
         deps = [buffer_of[r] for r in run.before.get(root, ())]
         if root in snapshots:
             deps.append(snapshots[root])
@@ -156,7 +159,7 @@ def kernelize(sink: UOp) -> KernelizeResult:
         kernels.append(stored)
     for buf in redirected:  # the redirect was for building kernels; the buffer itself stays what tensors hold
         del buffer_of[buf]
-    becomes = _becomes_map(sink, prepare_map, buffer_of)
+    becomes = rebind_map(_becomes_map(sink, prepare_map, buffer_of), unbound, var_vals)
     if TRACK_MATCH_STATS.value >= 2 and kernels:  # a step showing the kernel graph: VIZ links each KERNEL to its code
         graph_rewrite(UOp.sink(*kernels), _pm_nothing, name="kernel graph")
     return KernelizeResult(becomes, kernels)
@@ -166,7 +169,11 @@ _pm_nothing = PatternMatcher([])
 
 
 def _kernel_for(
-    root: UOp, realized: dict[UOp, None], buffer_of: dict[UOp, UOp], placements: dict[UOp, Placement] | None
+    root: UOp,
+    realized: dict[UOp, None],
+    buffer_of: dict[UOp, UOp],
+    placements: dict[UOp, Placement] | None,
+    var_vals: dict[str, int],
 ) -> UOp:
     metadata = all_metadata.get(root, ())
     if root.op is Ops.COPY:
@@ -192,7 +199,9 @@ def _kernel_for(
         earlier = buffer_of.get(target.src[1]) if target.op is Ops.AFTER else target if is_kernelized(target) else None
         if earlier is not None and earlier not in built.inputs:
             deps = (earlier,)  # an earlier write to the same buffer must run first
-    kernel = UOp(Ops.KERNEL, src=(built.output, *built.inputs, *deps), arg=Kernel(simplify_kernel(built.ast), metadata))
+    ast = simplify_kernel(built.ast)
+    info = Kernel(ast, metadata, kernel_var_vals(ast, var_vals))
+    kernel = UOp(Ops.KERNEL, src=(built.output, *built.inputs, *deps), arg=info)
     return UOp(Ops.ASSIGN, built.output.dtype, (built.output, kernel))
 
 
@@ -201,6 +210,8 @@ def _result_view(root: UOp, stored: UOp) -> UOp:
     if root.op is Ops.ASSIGN:
         target = root.src[0]
         return target.substitute({target.base: stored}) if target.base is not stored else target
+    if is_symbolic(root.shape):  # the buffer holds the largest size; the result is its first prod(shape) elements
+        return stored.shrink(((0, prod(root.shape)),)).reshape(root.shape)
     return stored.reshape(root.shape) if root.shape != stored.shape else stored
 
 

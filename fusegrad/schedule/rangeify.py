@@ -19,6 +19,7 @@ from fusegrad.uop import AxisType, GroupOp, Ops
 from fusegrad.uop.ops import UOp
 from fusegrad.uop.rewrite import graph_rewrite
 from fusegrad.uop.symbolic import sym
+from fusegrad.uop.symbolic_shape import max_size
 
 # operations that cost several simple ones: counted 4x when deciding whether recomputing a value is dear
 _COSTLY_OPS = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.POW})
@@ -26,10 +27,12 @@ _COSTLY_OPS = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, 
 
 @dataclass(frozen=True)
 class Kernel:
-    """The arg of a KERNEL node: the kernel's AST and the tensor metadata of what it computes."""
+    """The arg of a KERNEL node: the kernel's AST, the tensor metadata of what it computes and the values of the
+    variables its AST uses (symbolic_shape.py: the AST holds variables, so one compile serves every value)."""
 
     ast: UOp
     metadata: tuple[Any, ...] = ()
+    var_vals: tuple[tuple[str, int], ...] = ()
 
     def __repr__(self) -> str:
         return f"<Kernel {len(self.ast.src)} store(s)>"
@@ -104,7 +107,7 @@ class KernelBuilder:
     def load(self, stored: UOp, node: UOp, idx: Index, valid: UOp | None) -> UOp:
         buf = stored.src[0] if is_kernelized(stored) else stored.src[0] if stored.op is Ops.ASSIGN else stored
         slot = 0 if buf is self.out_buf else self.loads.setdefault(stored, len(self.loads) + 1)
-        size = buf.arg if buf.op is Ops.BUFFER else prod(node.shape)
+        size = buf.arg if buf.op is Ops.BUFFER else max_size(prod(node.shape))
         shape = (size,) if (buf.op is Ops.BUFFER and node.op is Ops.BUFFER) or is_kernelized(node) else node.shape
         if self.device_index is not None:
             flat, size = self.local_index(buf, node, idx, shape, valid)
@@ -253,6 +256,8 @@ class KernelBuilder:
                 return srcs[0]
             case Ops.CAST | Ops.BITCAST:
                 return UOp(node.op, node.dtype, (srcs[0],))
+            case Ops.DEFINE_VAR:  # a symbolic size used as a value (symbolic_shape.py): a kernel argument
+                return node
         if node.op in GroupOp.ALU:
             return UOp(node.op, node.dtype, tuple(srcs))
         raise NotImplementedError(f"schedule: cannot compute {node.op} inside a kernel")
@@ -384,7 +389,7 @@ def build_kernel(root: UOp, realized: dict[UOp, None], buffer_of: dict[UOp, UOp]
             flat, _ = kb.local_index(out_buf, out_buf, (flat,), (out_buf.arg,), None, gate=masked)
         value = kb.emit(root.src[1], out_idx, None, ctx)
     else:
-        size = prod(root.shape)
+        size = max_size(prod(root.shape))  # a symbolic size: room for its largest value
         out_buf = device_buffer if device_buffer is not None else UOp.new_buffer(root.device, size, root.dtype)
         if kb.placements is not None and kb.device_index is not None:
             register_multi_buffer(out_buf, kb.placements[root], root.shape)

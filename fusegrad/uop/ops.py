@@ -284,10 +284,13 @@ class UOp(MathTrait, metaclass=UOpMetaClass):
         return str(self.arg[0])
 
     def bind(self, val: int) -> UOp:
+        """This variable with a value: `Variable("i", 1, 10).bind(3)`, usable as a size (`x[:i.bind(3)]`).
+        Raises SymbolicError (an AssertionError and a ValueError) for a value outside the variable's range."""
+        from fusegrad.uop.symbolic_shape import check_bind  # symbolic_shape builds on this module
+
         if self.op is not Ops.DEFINE_VAR:
             raise ValueError(f"bind: only a variable can be bound, got {self.op}")
-        if not self.arg[1] <= val <= self.arg[2]:
-            raise ValueError(f"bind: {val} is out of range for {self.arg[0]}: expected {self.arg[1]}..{self.arg[2]}")
+        check_bind(self, val)
         return UOp(Ops.BIND, self.dtype, (self, self.const_like(val)))
 
     def unbind(self) -> tuple[UOp, int]:

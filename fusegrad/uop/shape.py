@@ -6,10 +6,12 @@ at their sources' cached values. Kernel-level nodes (RANGE, INDEX, …) have no 
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Any
 
 from fusegrad.helpers import prod
 from fusegrad.uop import GroupOp, Ops
+from fusegrad.uop.symbolic_shape import at_bound, simplify_size
 
 if TYPE_CHECKING:
     from fusegrad.uop.ops import UOp
@@ -31,11 +33,35 @@ def _elementwise_shape(u: UOp) -> Shape | None:
     return shapes[0]  # type: ignore[no-any-return]
 
 
+# symbolic sizes (symbolic_shape.py) are checked at their bound values; inside the scheduler, where the values are
+# stripped, they were checked when the graph was built
+def _sizes_differ(x: Any, y: Any) -> bool:
+    if isinstance(x, int) and isinstance(y, int):
+        return x != y
+    a, b = at_bound(x), at_bound(y)
+    return a is not None and b is not None and a != b
+
+
+def _in_order(*xs: Any) -> bool:
+    """xs[0] <= xs[1] <= ..., checked among the sizes that have a value (a chain: skipping one keeps it sound)."""
+    known = [v for v in (at_bound(x) for x in xs) if v is not None]
+    return all(a <= b for a, b in itertools.pairwise(known))
+
+
+def _plus(x: Any, y: Any) -> Any:
+    """x + y without a `+ 0` node when one side is the int 0 (a symbolic size stays the same node)."""
+    if isinstance(y, int) and y == 0:
+        return x
+    if isinstance(x, int) and x == 0:
+        return y
+    return x + y
+
+
 def movement_shape(op: Ops, in_shape: Shape, arg: Any) -> Shape:  # noqa: C901  # one case per op: a dispatch table
     """The output shape of a movement op, checking its argument against the input shape."""
     match op:
         case Ops.RESHAPE:
-            if prod(arg) != prod(in_shape):
+            if _sizes_differ(prod(arg), prod(in_shape)):
                 raise ValueError(
                     f"reshape: cannot reshape {in_shape} ({prod(in_shape)} elements) to {arg} ({prod(arg)} elements)"
                 )
@@ -49,17 +75,19 @@ def movement_shape(op: Ops, in_shape: Shape, arg: Any) -> Shape:  # noqa: C901  
                 raise ValueError(f"expand: cannot expand {in_shape} to {arg}: only size-1 axes can grow")
             return tuple(arg)
         case Ops.PAD:
-            if len(arg) != len(in_shape) or any(b < 0 or a < 0 for b, a in arg):
+            if len(arg) != len(in_shape) or any(not _in_order(0, b) or not _in_order(0, a) for b, a in arg):
                 raise ValueError(
                     f"pad: padding {arg} does not fit {in_shape}: expected one non-negative (before, after) per axis"
                 )
-            return tuple(s + b + a for s, (b, a) in zip(in_shape, arg, strict=True))
+            padded = (simplify_size(_plus(_plus(s, b), a)) for s, (b, a) in zip(in_shape, arg, strict=True))
+            return tuple(padded)  # type: ignore[arg-type]  # sizes may be symbolic (UOps): Shape says int for now
         case Ops.SHRINK:
-            if len(arg) != len(in_shape) or any(not 0 <= b <= e <= s for s, (b, e) in zip(in_shape, arg, strict=True)):
+            if len(arg) != len(in_shape) or not all(_in_order(0, *b, s) for s, b in zip(in_shape, arg, strict=True)):
                 raise ValueError(
                     f"shrink: bounds {arg} do not fit {in_shape}: expected 0 <= start <= end <= size per axis"
                 )
-            return tuple(e - b for b, e in arg)
+            kept = (e if isinstance(b, int) and b == 0 else simplify_size(e - b) for b, e in arg)
+            return tuple(kept)  # type: ignore[arg-type]  # sizes may be symbolic (UOps): Shape says int for now
         case Ops.FLIP:
             if len(arg) != len(in_shape):
                 raise ValueError(f"flip: expected one flag per axis of {in_shape}, got {arg}")
