@@ -358,6 +358,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
             raise ValueError(f"assign: value on {xt.device} but target on {self.device}; use .to() first")
         if xt.dtype != self.dtype:
             raise TypeError(f"assign: value dtype {xt.dtype} does not match the target's {self.dtype}")
+        _check_storage_write(self.uop, xt.uop)
         self.uop = _write_target(self.uop)
         if self.uop.base.op not in (Ops.BUFFER, Ops.AFTER) and not _is_kernelized_view(self.uop):
             self.uop = xt.uop
@@ -1213,13 +1214,24 @@ def _axis_selection(i: int | slice, size: int, axis: int) -> tuple[tuple[int, in
     return ((start - (n - 1) * -step, start + 1) if n else (0, 0)), True, -step
 
 
+def _check_storage_write(target: UOp, value: UOp) -> None:
+    """A write into DISK (or NPY) memory must be a copy into one run of its bytes: refused here, before the write
+    joins the graph, rather than when it is scheduled."""
+    from fusegrad.schedule.views import check_storage_write, is_storage_device
+
+    if is_storage_device(target.device) and prod(target.shape) != 0:
+        check_storage_write(target, value)
+
+
 def settle_assigns(assigns: Sequence[UOp]) -> None:
     """Kernels that have run: every tensor reading one of these ASSIGN(BUFFER, KERNEL) nodes reads its buffer."""
     _apply_map({u: u.src[0] for u in assigns})
 
 
-def _forget(ref: weakref.ReferenceType[Tensor]) -> None:
-    _all_tensors.pop(ref, None)
+def _forget(ref: weakref.ReferenceType[Tensor], forget: Callable[..., Any] = _all_tensors.pop) -> None:
+    """The weakref callback of a dead tensor. `forget` is bound when this is defined: at interpreter exit the module's
+    globals may already be None when the last tensors die."""
+    forget(ref, None)
 
 
 def _size(x: Any) -> Any:

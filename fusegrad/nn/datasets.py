@@ -10,13 +10,13 @@ import hashlib
 import os
 import pathlib
 import sysconfig
-import tempfile
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from fusegrad.nn.state import write_atomically
 from fusegrad.tensor import Tensor
 
 Fetcher = Callable[[str], bytes]  # url -> the bytes found there (tests inject one; the default uses urllib)
@@ -111,10 +111,9 @@ def fetch(url: str, sha256: str, cache_dir: str | pathlib.Path | None = None, fe
             f"fetch: checksum mismatch for {url} ({len(data)} bytes): got sha256 {digest}, expected {sha256}"
         )
     path.parent.mkdir(parents=True, exist_ok=True)
-    # write then rename, so a concurrent or interrupted download never leaves a half-written file under the real name
-    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=path.name, suffix=".part", delete=False) as f:
+    # write then rename (fsynced), so a concurrent or killed download never leaves a half-written file under the name
+    with write_atomically(path) as f:
         f.write(data)
-    os.replace(f.name, path)
     return data
 
 

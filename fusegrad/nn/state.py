@@ -8,18 +8,20 @@ device: nothing is read until a tensor is used (`.to(device)`), so a large check
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import itertools
 import json
 import os
 import pathlib
 import pickle
-import shutil
+import secrets
+import stat
 import struct
 import tarfile
-import tempfile
 import zipfile
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -218,11 +220,19 @@ def _open(source: Tensor | PathLike, op: str, in_memory: bool) -> _File:
 # *** safetensors ***
 
 
+SAVE_CHUNK_BYTES = 16 << 20  # safe_save copies each tensor to the file in pieces of at most this many bytes
+
+
 def safe_save(tensors: dict[str, Tensor], fn: PathLike, metadata: dict[str, str] | None = None) -> None:
     """Write `tensors` as a safetensors file: an 8-byte little-endian header length, a JSON header of dtype, shape and
     data_offsets per tensor (plus `__metadata__`, str to str), then the raw little-endian data in the dict's order.
-    The data is staged in a temporary file first, so tensors loaded from the destination itself can be saved to it.
-    Raises TypeError for a dtype safetensors lacks or non-str metadata. Example: `safe_save({"w": w}, "w.safetensors")`.
+
+    Crash-safe: the file is written beside `fn` under a temporary name and renamed over it only once complete and on
+    disk (`write_atomically`), so `fn` always holds the complete old or the complete new checkpoint. Tensors loaded
+    from the old file (`safe_load(fn)`) keep reading the old bytes through their open file, so they can be saved to
+    `fn` itself; load again to see the new file. Data is copied in pieces of SAVE_CHUNK_BYTES: a DISK tensor larger
+    than memory is streamed from its file. Raises TypeError for a dtype safetensors lacks or non-str metadata.
+    Example: `safe_save({"w": w}, "w.safetensors")`.
     """
     header: dict[str, Any] = {}
     offset = 0
@@ -240,18 +250,62 @@ def safe_save(tensors: dict[str, Tensor], fn: PathLike, metadata: dict[str, str]
         header["__metadata__"] = metadata
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # the data starts 8-aligned, as the safetensors library writes it
-    path = os.path.abspath(os.fspath(fn))
-    with tempfile.TemporaryFile(dir=os.path.dirname(path)) as staged:
-        staged.write(struct.pack("<Q", len(raw)) + raw)
+    with write_atomically(fn) as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        chunk = memoryview(bytearray(min(SAVE_CHUNK_BYTES, max((t.nbytes() for t in tensors.values()), default=0))))
         for t in tensors.values():
             if t.numel():
-                staged.write(t.data())
-        staged.seek(0)
-        # copied over the old file in place, not renamed over it: DISK tensors of this file read one file (a rename
-        # would leave their open mapping on the old one, and a later load through it would read stale bytes)
-        with open(path, "r+b" if os.path.exists(path) else "wb") as f:
-            shutil.copyfileobj(staged, f)
-            f.truncate()
+                _write_in_chunks(f, t._buffer(), chunk)
+
+
+def _write_in_chunks(f: IO[bytes], buf: Buffer, chunk: memoryview) -> None:
+    """buf's bytes to f, len(chunk) at a time through `chunk`: a DISK buffer is read a piece at a time, never whole."""
+    for start in range(0, buf.nbytes, len(chunk)):
+        count = min(len(chunk), buf.nbytes - start)
+        piece = buf if count == buf.nbytes else buf.view(count, dtypes.uint8, start)
+        piece.ensure_allocated().copyout(chunk[:count])
+        f.write(chunk[:count])
+
+
+@contextlib.contextmanager
+def write_atomically(fn: PathLike) -> Iterator[IO[bytes]]:
+    """A binary file that takes `fn`'s place only once it is complete, so a crash never leaves `fn` half written.
+
+    It is written in fn's folder under a hidden temporary name, flushed and fsynced, renamed over fn with os.replace
+    (atomic on POSIX), then the folder is fsynced so the rename itself survives a power cut. An exception inside the
+    block removes the temporary file and leaves fn as it was; a killed process may leave the temporary file behind
+    (`.<name>.<random>.tmp`), never a damaged fn. The new file keeps the old one's permission bits.
+    Example: `with write_atomically("cache.bin") as f: f.write(data)`.
+    """
+    path = os.path.abspath(os.fspath(fn))
+    folder, name = os.path.split(path)
+    temporary = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open(fn, "wb")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(temporary, stat.S_IMODE(os.stat(path).st_mode))
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+    _fsync_folder(folder)
+
+
+def _fsync_folder(folder: str) -> None:
+    """Make a rename in `folder` durable. Filesystems that can't sync a directory (EINVAL) have nothing to sync."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno != errno.EINVAL:
+            raise
+    finally:
+        os.close(fd)
 
 
 def safe_load_metadata(fn: Tensor | PathLike) -> tuple[Tensor, int, dict[str, Any]]:

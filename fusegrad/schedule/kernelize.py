@@ -24,7 +24,7 @@ from fusegrad.schedule.rangeify import (
     is_view_of_stored,
     simplify_kernel,
 )
-from fusegrad.schedule.views import copy_then_rearrange, storage_view_kernel
+from fusegrad.schedule.views import copy_then_rearrange, storage_view_kernel, storage_write_kernel
 from fusegrad.uop import GroupOp, Ops
 from fusegrad.uop.ops import UOp, all_metadata
 from fusegrad.uop.rewrite import graph_rewrite, graph_rewrite_map, track_rewrites
@@ -190,6 +190,8 @@ def _kernel_for(
         out = UOp.new_buffer(root.device, prod(root.shape), root.dtype)
         kernel = UOp(Ops.KERNEL, src=(out, stored), arg=Kernel(copy_kernel(root), metadata))
         return UOp(Ops.ASSIGN, out.dtype, (out, kernel))
+    if (write := storage_write_kernel(root, buffer_of)) is not None:
+        return write  # an assign into DISK memory: the copy writes the bytes in place (views.py)
     if (view := storage_view_kernel(root, buffer_of)) is not None:
         return view  # DISK and NPY run no kernels: a view of their memory is a Buffer view (views.py)
     built = build_kernel(root, realized, buffer_of, {}, {}, None, placements)

@@ -215,6 +215,49 @@ def storage_view_kernel(root: UOp, buffer_of: dict[UOp, UOp]) -> UOp | None:
     return view_kernel(stored, run.offset, prod(run.shape), run.dtype)
 
 
+def check_storage_write(target: UOp, value: UOp) -> UOp:
+    """The COPY behind `value` for a write of it into `target` on a storage device. Raises RuntimeError naming the
+    device when the target is not one run of bytes, or the value is not a copy (the device can't compute it)."""
+    if byte_run(target) is None:
+        raise RuntimeError(
+            f"{target.device}: can't write a non-contiguous view: got {describe_view(target)}, expected one run of "
+            "bytes (whole rows, a slice of the last axis): this device runs no kernels; assign the whole tensor, or "
+            "rows of it, instead"
+        )
+    copy = value
+    while copy.op is Ops.RESHAPE:  # a reshape keeps the copied bytes in order
+        copy = copy.src[0]
+    if copy.op is not Ops.COPY:
+        raise RuntimeError(
+            f"{target.device}: can't compute {value.op} into its memory: this device runs no kernels; compute the "
+            "value on a compute device and assign a copy of it, e.g. t.assign(x.to(t.device))"
+        )
+    return copy
+
+
+def storage_write_kernel(root: UOp, buffer_of: dict[UOp, UOp]) -> UOp | None:
+    """The kernel for ASSIGN(view of memory, COPY(x)) on a storage device: the COPY writes straight into the viewed
+    bytes (a whole buffer or one run of it), so no kernel runs on the device. None when `root` is not such a write;
+    RuntimeError as check_storage_write."""
+    if root.op is not Ops.ASSIGN or not is_storage_device(root.device) or is_kernelized(root):
+        return None
+    target, value = root.src
+    base, _ = view_chain(target)
+    if (source := _stored_buffer(stored := buffer_of.get(base, base))) is None:
+        return None
+    copy = check_storage_write(target, value)
+    copied = buffer_of.get(copy, copy)
+    assert is_kernelized(copied), f"storage_write_kernel: the copy into {root.device} has no kernel yet"
+    run = byte_run(target)
+    assert run is not None, "checked by check_storage_write"
+    whole = run.offset == 0 and run.nbytes == source.buffer.nbytes
+    out = source if whole else _view_buffer(source, run.offset, prod(run.shape), run.dtype)
+    copy_kernel = copied.src[1]  # the COPY's own kernel, re-aimed at the target's bytes instead of a buffer of its own
+    kernel = UOp(Ops.KERNEL, src=(out, *copy_kernel.src[1:], *([stored] if stored is not source else [])),
+                 arg=copy_kernel.arg)  # fmt: skip
+    return UOp(Ops.ASSIGN, source.dtype, (source, kernel))
+
+
 def bitcast_view(x: UOp, dtype: DType) -> UOp:
     """`x` (a view of a realized buffer on a storage device) read as `dtype`, whose size differs: a buffer viewing the
     same bytes, with the last axis scaled. Nothing runs: the memory is there. Raises RuntimeError when `x` is not one

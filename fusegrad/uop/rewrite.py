@@ -355,8 +355,9 @@ def profile_matches(fn: F) -> F:
 
 
 def print_match_stats() -> None:
-    """The TRACK_MATCH_STATS=2 report: rules by total time, with match counts and where they were written."""
-    if TRACK_MATCH_STATS.value < 2 or not match_stats:
+    """The TRACK_MATCH_STATS=2 report: rules by total time, with match counts and where they were written. Not with
+    VIZ (as in the reference): there the stats go to the saved trace, and the exit stays quiet."""
+    if TRACK_MATCH_STATS.value < 2 or not match_stats or VIZ.value:
         return
     total = sum(v[3] for v in match_stats.values())
     print(f"{'matches':>8} {'tries':>8} {'match ms':>10} {'total ms':>10}  rule")

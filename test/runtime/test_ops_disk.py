@@ -246,3 +246,70 @@ def test_rearranged_views_copy_then_rearrange_on_the_destination(tmp_path: pathl
         assert kernels == ["CPU"]  # only the rearrangement runs, after the copy: no kernel on DISK
         np.testing.assert_array_equal(copied.numpy(), expected)
     assert [ei.ast.op for ei in t[4:6].pad(((1, 2),)).to("CPU").schedule()] == [Ops.BUFFER_VIEW, Ops.COPY, Ops.SINK]
+
+
+# *** writes: assign into DISK memory copies the bytes in place, no kernel runs on the device ***
+
+
+def test_assign_round_trip_writes_the_file(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "assigned.bin"
+    values = np.random.default_rng(1).standard_normal(1 << 20).astype(np.float32)  # 4 MiB
+    t = Tensor.empty(1 << 20, device=disk(path))
+    t.assign(Tensor(values).realize().to(t.device))
+    assert [ei.ast.op for ei in t.schedule()] == [Ops.COPY]  # one copy from the host: nothing computes on DISK
+    t.realize()
+    np.testing.assert_array_equal(np.fromfile(path, dtype=np.float32), values)
+    np.testing.assert_array_equal(t.to("CPU").numpy(), values)
+    t.assign((Tensor(values) * 2).to(t.device)).realize()  # a value computed on the host first
+    np.testing.assert_array_equal(np.fromfile(path, dtype=np.float32), values * 2)
+
+
+def test_assign_into_contiguous_views_writes_in_place(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "rows.bin"
+    m = Tensor.empty(4, 3, dtype=dtypes.int32, device=disk(path))
+    m.assign(Tensor(np.arange(12, dtype=np.int32).reshape(4, 3)).to(m.device)).realize()
+    m[1:3].assign(Tensor(np.full((2, 3), -1, dtype=np.int32)).to(m.device)).realize()  # whole rows
+    m[3, 1:].assign(Tensor(np.array([70, 80], dtype=np.int32)).to(m.device)).realize()  # a slice of the last axis
+    flat = m.reshape(12)
+    flat.shrink(((0, 2),)).assign(Tensor(np.array([100, 101], dtype=np.int32)).to(m.device)).realize()
+    want = [[100, 101, 2], [-1, -1, -1], [-1, -1, -1], [9, 70, 80]]
+    assert np.fromfile(path, dtype=np.int32).reshape(4, 3).tolist() == want
+    assert m.to("CPU").tolist() == want
+    assert path.stat().st_size == 48  # written where the view is: nothing past the end, nothing at offset 0 moved
+
+
+def test_assign_into_a_loaded_tensor_writes_its_bytes_of_the_file(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "offset.bin"
+    path.write_bytes(b"HEAD" + np.zeros(4, dtype=np.float32).tobytes() + b"TAIL")
+    w = Tensor.empty(24, dtype=dtypes.uint8, device=disk(path))[4:20].bitcast(dtypes.float32)
+    w.assign(Tensor(np.array([1, 2, 3, 4], dtype=np.float32)).to(w.device)).realize()
+    assert path.read_bytes() == b"HEAD" + np.array([1, 2, 3, 4], dtype=np.float32).tobytes() + b"TAIL"
+
+
+def test_assign_into_a_non_contiguous_view_is_refused(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "columns.bin"
+    path.write_bytes(bytes(48))
+    m = Tensor.empty(4, 3, dtype=dtypes.int32, device=disk(path))
+    with pytest.raises(RuntimeError, match=r"columns\.bin: can't write a non-contiguous view: got \(12,\) dtypes.int"):
+        m[:, 1].assign(Tensor(np.ones(4, dtype=np.int32)).to(m.device)).realize()
+    with pytest.raises(RuntimeError, match=r"can't compute .* into its memory: this device runs no kernels"):
+        m.assign(m + 1).realize()
+    assert path.read_bytes() == bytes(48)
+
+
+def test_buffers_of_a_replaced_file_keep_its_bytes(tmp_path: pathlib.Path) -> None:
+    """A file replaced at its path (os.replace, as safe_save does): buffers that opened it read the old bytes, new
+    buffers read the new file."""
+    path = tmp_path / "replaced.bin"
+    path.write_bytes(np.array([1, 2], dtype=np.int32).tobytes())
+    old = Tensor.empty(2, dtype=dtypes.int32, device=disk(path))
+    assert old.to("CPU").tolist() == [1, 2]  # opened now
+    (tmp_path / "next.bin").write_bytes(np.array([7, 8, 9], dtype=np.int32).tobytes())
+    os.replace(tmp_path / "next.bin", path)
+    new = Tensor.empty(3, dtype=dtypes.int32, device=disk(path))
+    assert new.to("CPU").tolist() == [7, 8, 9]
+    assert old.to("CPU").tolist() == [1, 2]
+    del old
+    gc.collect()
+    assert open_file(path) is not None  # the new file stays open for `new`
+    assert Tensor.empty(3, dtype=dtypes.int32, device=disk(path)).to("CPU").tolist() == [7, 8, 9]
