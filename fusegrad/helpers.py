@@ -159,7 +159,7 @@ LRU = ContextVar("LRU", 1)  # 0: free buffers immediately instead of keeping the
 ALLREDUCE_CAST = ContextVar("ALLREDUCE_CAST", 1)  # 1: allreduce half-precision inputs in a wider dtype
 VIZ = ContextVar("VIZ", 0)  # 1: record rewrites and profile events and serve them in the VIZ web app; -1: save only
 PROFILE = ContextVar("PROFILE", abs(VIZ.value))  # 1: record timing events (cpu_events, Buffer.profile_events)
-PROFILEPATH = ContextVar("PROFILEPATH", temp("fusegrad_profile.json"))  # where PROFILE writes its trace
+PROFILEPATH = ContextVar("PROFILEPATH", temp("fusegrad_profile.fgprof"))  # PROFILE's trace; .json: JSON at exit
 TRACK_MATCH_STATS = ContextVar("TRACK_MATCH_STATS", 2 if VIZ.value else 0)  # 1: count rule matches; 2: record them
 REWRITE_STACK_LIMIT = ContextVar("REWRITE_STACK_LIMIT", 250000)  # graph_rewrite stack size that signals a rule loop
 DEV = ContextVar("DEV", "")  # default device name ("" means pick the first available)
@@ -679,6 +679,10 @@ class ProfilePointEvent(ProfileEvent):
 
 
 cpu_events: list[ProfileEvent] = []  # mutated in place, never rebound: VIZ and tests read and .clear() it
+# VIZ's streaming profile writer, once armed: called when cpu_events holds PROFILE_CHUNK events, it appends them to the
+# profile file and empties the list, so a long run's memory stays bounded and a crash keeps what was written
+profile_sinks: list[Callable[[], None]] = []
+PROFILE_CHUNK = 8192
 
 
 @dataclass
@@ -704,6 +708,8 @@ def cpu_profile(
         timer.en = perf_counter_us()
         if PROFILE and display:
             cpu_events.append(ProfileRangeEvent(device, name, timer.st, timer.en, is_copy))
+            if len(cpu_events) >= PROFILE_CHUNK and profile_sinks:
+                profile_sinks[0]()
 
 
 def profile_marker(name: str, color: str = "gray") -> None:

@@ -11,17 +11,26 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import NoReturn
 
 from fusegrad.device import Buffer, Compiled
-from fusegrad.helpers import CI, OSX, PROFILE, VIZ, ProfileEvent, cpu_events
+from fusegrad.helpers import CI, OSX, PROFILE, VIZ, ProfileEvent, cpu_events, profile_sinks
 from fusegrad.uop.rewrite import RewriteTrace, tracked_ctxs, tracked_keys, uop_fields
 from fusegrad.viz.profile import get_profile
+from fusegrad.viz.profile_file import ProfileWriter
 from fusegrad.viz.rewrites import get_full_rewrite, get_rewrites, rebuild_uop, uop_to_json
 from fusegrad.viz.server import PortInUseError, make_server, serve_until_interrupted
-from fusegrad.viz.session import VizSession
-from fusegrad.viz.trace_file import default_paths, new_run_id, rewrites_path_for, save_profile, save_rewrites
+from fusegrad.viz.session import VizSession, open_session
+from fusegrad.viz.trace_file import (
+    default_paths,
+    is_json_path,
+    new_run_id,
+    rewrites_path_for,
+    save_profile,
+    save_rewrites,
+)
 
 __all__ = ["get_full_rewrite", "get_profile", "get_rewrites", "rebuild_uop", "register_at_exit",
            "save_and_serve_at_exit", "trace", "uop_to_json"]  # fmt: skip
@@ -37,6 +46,66 @@ def live_events() -> list[ProfileEvent]:
     return [*Compiled.profile_events, *cpu_events, *Buffer.profile_events]
 
 
+class ProfileStream:
+    """Streams this process's profile events to a ProfileWriter while it runs (helpers.profile_sinks calls `drain`).
+
+    cpu_events (kernel runs, ranges, markers: nearly every event) is emptied into each chunk. Device clocks and buffer
+    lifetimes are written from a cursor but stay in their lists: a buffer's trace number is that list's length."""
+
+    def __init__(self, path: Path) -> None:
+        self.writer = ProfileWriter(path, new_run_id())
+        self.devices_done = self.buffers_done = 0
+        self.lock = threading.Lock()
+
+    def drain(self) -> None:
+        if not self.lock.acquire(blocking=False):
+            return  # another thread is writing a chunk: these events go with the next one
+        try:
+            devices = Compiled.profile_events[self.devices_done :]
+            buffers = Buffer.profile_events[self.buffers_done :]
+            count = len(cpu_events)
+            batch = [*devices, *cpu_events[:count], *buffers]
+            del cpu_events[:count]  # events appended meanwhile (other threads) stay for the next chunk
+            self.devices_done += len(devices)
+            self.buffers_done += len(buffers)
+            self.writer.write(batch)
+        finally:
+            self.lock.release()
+
+    def close(self) -> Path:
+        self.drain()
+        return self.writer.close()
+
+
+_streams: list[ProfileStream] = []  # the armed stream, once
+
+
+def arm_stream() -> None:
+    """Start streaming profile events to PROFILEPATH (unless it names a .json file: that one is written at exit)."""
+    path = default_paths()[1]
+    if _streams or is_json_path(path):
+        return
+    try:
+        stream = ProfileStream(path)
+    except OSError as e:
+        exit_on_save_error(e)
+    _streams.append(stream)
+    profile_sinks.append(stream.drain)
+
+
+def save_profile_now(path: Path, run_id: str | None) -> tuple[Path, str | None]:
+    """Finish the streamed profile (or write the JSON one); returns its path and run id."""
+    if _streams:
+        stream = _streams.pop()
+        profile_sinks.remove(stream.drain)
+        return stream.close(), stream.writer.run_id
+    if is_json_path(path):
+        return save_profile(live_events(), path, run_id), run_id
+    writer = ProfileWriter(path, run_id)  # PROFILE was off when the process started: no stream, one chunk now
+    writer.write(live_events())
+    return writer.close(), run_id
+
+
 def live_trace() -> RewriteTrace:
     """`trace` when one was assigned, else this process's own tracing containers."""
     return trace if trace is not None else RewriteTrace(tracked_keys, tracked_ctxs, uop_fields)
@@ -47,10 +116,8 @@ def save_traces(rewrites: Path | None = None, profile: Path | None = None) -> tu
 
     The rewrites go beside the profile, named after it, unless `rewrites` is given.
     """
-    profile = profile or default_paths()[1]
-    run_id = new_run_id()
-    return (save_rewrites(live_trace(), rewrites or rewrites_path_for(profile), run_id),
-            save_profile(live_events(), profile, run_id))  # fmt: skip
+    profile, run_id = save_profile_now(profile or default_paths()[1], new_run_id())
+    return save_rewrites(live_trace(), rewrites or rewrites_path_for(profile), run_id), profile
 
 
 def exit_on_save_error(e: OSError) -> NoReturn:
@@ -82,7 +149,7 @@ def save_and_serve_at_exit() -> None:
     if not VIZ.value:
         if PROFILE.value:
             try:
-                path = save_profile(live_events(), default_paths()[1])
+                path = save_profile_now(default_paths()[1], None)[0]
             except OSError as e:
                 exit_on_save_error(e)
             print(f"PROFILE: saved {path}; view it with: python -m fusegrad.viz --profile {path}", flush=True)
@@ -98,7 +165,7 @@ def save_and_serve_at_exit() -> None:
     )
     if VIZ.value < 0 or CI or "pytest" in sys.modules:
         return  # save only: nothing may block a CI job or a test run
-    session = VizSession(live_trace(), live_events())
+    session = VizSession(live_trace(), live_events()) if is_json_path(profile) else open_session(rewrites, profile)
     try:
         server = make_server(session, DEFAULT_PORT)
     except PortInUseError:
@@ -111,3 +178,5 @@ def register_at_exit() -> None:
     if not _registered:
         _registered.append(True)
         atexit.register(save_and_serve_at_exit)
+        if PROFILE.value:
+            arm_stream()

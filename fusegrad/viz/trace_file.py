@@ -38,10 +38,10 @@ Json = Any  # Any: a decoded JSON value (dict, list, str, int, float, bool or No
 
 
 def rewrites_path_for(profile: str | Path) -> Path:
-    """The rewrites file saved with `profile`: beside it, named after it (`run.json` -> `run.rewrites.json.gz`), so two
-    runs writing profiles into one folder never share one."""
+    """The rewrites file saved with `profile`: beside it, named after it (`run.fgprof` -> `run.rewrites.json.gz`), so
+    two runs writing profiles into one folder never share one."""
     profile = Path(profile)
-    stem = profile.name.removesuffix(".gz").removesuffix(".json")
+    stem = profile.name.removesuffix(".gz").removesuffix(".json").removesuffix(".fgprof")
     return profile.with_name(f"{stem}.rewrites.json.gz")
 
 
@@ -49,6 +49,11 @@ def default_paths() -> tuple[Path, Path]:
     """(rewrites, profile) files VIZ=1 writes: the profile at PROFILEPATH, its rewrites beside it (gzip JSON)."""
     profile = Path(PROFILEPATH.value)
     return rewrites_path_for(profile), profile
+
+
+def is_json_path(path: str | Path) -> bool:
+    """A profile path that asks for the JSON form (written whole at exit) instead of the streaming file."""
+    return Path(path).name.endswith((".json", ".json.gz"))
 
 
 def new_run_id() -> str:
@@ -370,7 +375,7 @@ def load_rewrites(path: str | Path) -> SavedRewrites:
 # *** profile events ***
 
 
-def _event_json(e: ProfileEvent) -> dict[str, Json] | None:
+def event_json(e: ProfileEvent) -> dict[str, Json] | None:
     def name(x: str | TracingKey) -> str:
         return x.display_name if isinstance(x, TracingKey) else str(x)
 
@@ -395,11 +400,11 @@ def save_profile(events: Sequence[ProfileEvent], path: str | Path, run_id: str |
     """Write the profile events VIZ draws (ranges, points, device clocks, graph batches) to `path`.
 
     `run_id` (see `new_run_id`) ties the file to the rewrite trace saved with the same id."""
-    rows = [j for e in events if (j := _event_json(e)) is not None]
+    rows = [j for e in events if (j := event_json(e)) is not None]
     return write_json(path, {"format": PROFILE_FORMAT, "version": VERSION, "run_id": run_id, "events": rows})
 
 
-def _decode_event(e: dict[str, Json]) -> ProfileEvent:
+def event_from_json(e: dict[str, Json]) -> ProfileEvent:
     match e["type"]:
         case "range":
             en = None if e["en"] is None else Decimal(e["en"])
@@ -423,13 +428,25 @@ class SavedProfile:
 
     events: list[ProfileEvent]
     run_id: str | None = None
+    complete: bool = True  # False: a streaming file without its END record (the run crashed or is still going)
 
 
 def load_saved_profile(path: str | Path) -> SavedProfile:
-    """The profile saved in `path` with its run id; raises TraceFileError naming the file and the problem."""
+    """The profile saved in `path` (a streaming profile file, or the JSON form) with its run id; raises TraceFileError
+    naming the file and the problem. A streaming file cut short by a crash loads what it holds (`complete` False)."""
+    from fusegrad.viz.profile_file import is_profile_file, read_profile_file  # it builds on this module
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError as e:
+        raise TraceFileError(f"{path}: can't read the trace file: {e.strerror or e}") from None
+    if is_profile_file(head):
+        read = read_profile_file(path, Path(path).read_bytes())
+        return SavedProfile(read.events, read.run_id, read.complete)
     document = read_json(path, PROFILE_FORMAT)
     try:
-        events = [_decode_event(e) for e in document["events"]]
+        events = [event_from_json(e) for e in document["events"]]
     except (KeyError, ValueError, TypeError, IndexError, InvalidOperation) as e:
         raise _malformed(path, "profile", e) from None
     return SavedProfile(events, _run_id(path, document))
