@@ -164,6 +164,7 @@ TRACK_MATCH_STATS = ContextVar("TRACK_MATCH_STATS", 2 if VIZ.value else 0)  # 1:
 REWRITE_STACK_LIMIT = ContextVar("REWRITE_STACK_LIMIT", 250000)  # graph_rewrite stack size that signals a rule loop
 DEV = ContextVar("DEV", "")  # default device name ("" means pick the first available)
 CPU_CC = ContextVar("CPU_CC", "")  # C compiler for the CPU backend ("" means clang, then cc)
+CRASH_REPORT = ContextVar("CRASH_REPORT", 0)  # 1: print each kernel's name (source on first run) to stderr as it starts
 CACHEDB = ContextVar("CACHEDB", _default_cache_db())  # sqlite file of the persistent compile cache
 DOWNLOADS_DIR = ContextVar("DOWNLOADS_DIR", "")  # folder fetch() and nn.datasets cache downloads in ("": cache_dir)
 DISABLE_HTTP_CACHE = ContextVar("DISABLE_HTTP_CACHE", 0)  # 1: fetch() downloads again even when a cached copy exists
@@ -749,3 +750,13 @@ def diskcache(func: Callable[P, V]) -> Callable[P, V]:
         return diskcache_put(table, key, func(*args, **kwargs))
 
     return wrapper
+
+
+def report_kernel(name: str, src: str | None) -> None:
+    """CRASH_REPORT=1: say which kernel is about to run, flushed, so the last one before a crash is on stderr.
+    `src` is printed when given (a runtime passes it the first time a program runs)."""
+    text = f"CRASH_REPORT: running {name}\n"
+    if src is not None:
+        text = f"CRASH_REPORT: source of {name}:\n{src.rstrip()}\n{text}"
+    sys.stderr.write(text)
+    sys.stderr.flush()
