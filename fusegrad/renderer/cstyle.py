@@ -301,7 +301,7 @@ class CStyleLanguage(Renderer):
             return self.render_float(float(x), dt)
         if _is_bool(dt):
             return "1" if x else "0"
-        return self.render_int(int(x), dt)
+        return self.render_int(int(truncate.get(dt.scalar(), int)(int(x))), dt)  # wrapped, as PYTHON reads it
 
     def render_float(self, x: float, dt: DType) -> str:
         x = float(truncate.get(dt.scalar(), float)(x))  # the value the dtype holds: 1e39 as float32 is inf

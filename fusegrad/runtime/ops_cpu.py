@@ -12,8 +12,8 @@ import time
 from typing import TYPE_CHECKING
 
 from fusegrad.device import Compiled, MallocAllocator
-from fusegrad.helpers import PROFILE, cpu_profile, mv_address
-from fusegrad.runtime.support.compiler_cpu import ClangCompiler
+from fusegrad.helpers import CRASH_REPORT, PROFILE, cpu_profile, mv_address, report_kernel
+from fusegrad.runtime.support.compiler_cpu import ClangCompiler, binary_digest, sources_by_binary
 
 if TYPE_CHECKING:
     from fusegrad.renderer import Renderer
@@ -39,6 +39,8 @@ class CPUProgram:
         except AttributeError:
             raise ValueError(f"CPUProgram: no function {name!r} in the compiled library") from None
         self.fxn.restype = None
+        # CRASH_REPORT: the C source, printed before the first run (None once printed, or when unknown)
+        self.src = sources_by_binary.get(binary_digest(lib)) if CRASH_REPORT else None
 
     def __call__(
         self,
@@ -52,6 +54,9 @@ class CPUProgram:
         if self.fxn.argtypes is None:  # a kernel's signature never changes: declared once, ctypes converts plain ints
             self.fxn.argtypes = [ctypes.c_void_p] * len(bufs) + [ctypes.c_int64] * len(vals)
         args = [b if isinstance(b, int) else _address(b) for b in bufs]
+        if CRASH_REPORT:
+            report_kernel(self.name, self.src)
+            self.src = None
         if not PROFILE:  # the launch path TinyJit replays: no profile bookkeeping
             start = time.perf_counter()
             self.fxn(*args, *vals)

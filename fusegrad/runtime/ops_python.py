@@ -32,7 +32,7 @@ from fusegrad.dtype import (
     storage_fmt_for_dtype,
     truncate,
 )
-from fusegrad.helpers import cpu_profile
+from fusegrad.helpers import CRASH_REPORT, cpu_profile, report_kernel
 from fusegrad.uop import AxisType, GroupOp, Ops
 from fusegrad.uop.alu import exec_alu, float_to_int, python_alu
 
@@ -398,6 +398,7 @@ class PythonProgram:
     def __init__(self, dev: Compiled, name: str, lib: bytes) -> None:
         self.dev, self.name, self.device = dev, name, dev.device
         self.instrs = deserialize_program(lib)
+        self.src: str | None = lib.decode()  # CRASH_REPORT prints it before the first run
         if unknown := sorted({ins.op.name for ins in self.instrs if ins.op not in _HANDLERS}):
             raise NotImplementedError(f"PYTHON: {name}: can't interpret {', '.join(unknown)}")
         self.handlers = [_HANDLERS[ins.op] for ins in self.instrs]
@@ -432,6 +433,9 @@ class PythonProgram:
     ) -> float | None:
         if len(vals) != len(self.var_slot):
             raise ValueError(f"PYTHON: {self.name}: got {len(vals)} variable values, expected {len(self.var_slot)}")
+        if CRASH_REPORT:
+            report_kernel(self.name, self.src)
+            self.src = None
         with cpu_profile(self.name, self.device):
             start = time.perf_counter()
             run, pc, instrs, handlers = _Run(self, bufs, vals), 0, self.instrs, self.handlers

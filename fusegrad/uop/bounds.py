@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from fusegrad.dtype import ConstType, DType, InvalidType, PtrDType, dtypes
+from fusegrad.dtype import ConstType, DType, InvalidType, PtrDType, dtypes, truncate
 from fusegrad.uop import Ops
 from fusegrad.uop.alu import c_idiv
 
@@ -145,6 +145,8 @@ def _leaf_or_unary(u: UOp) -> Bounds | None:  # noqa: C901  # one case per op: a
             src = _b(u.src[0])
             if dtypes.is_int(u.dtype) and dtypes.is_float(u.src[0].dtype):
                 return None
+            if dtypes.is_float(u.dtype) and u.dtype.scalar() in truncate:  # rounding is monotone: 2**31-1 -> 2**31
+                return truncate[u.dtype.scalar()](src[0]), truncate[u.dtype.scalar()](src[1])
             return src if _fits(src[0], src[1], u.dtype) else None
         case Ops.NEG:
             src = _b(u.src[0])

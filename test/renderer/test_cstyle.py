@@ -46,7 +46,7 @@ def rng(end: int | UOp, axis: int, axis_type: AxisType = AxisType.LOOP) -> UOp:
 def compile_program(prg: ProgramSpec, tmp_path: pathlib.Path) -> Callable[..., None]:
     """The kernel as a Python function of numpy arrays and ints (buffers in slot order, then variables)."""
     lib = tmp_path / f"{prg.function_name}.so"
-    cmd = ["cc", "-O2", "-shared", "-fPIC", "-fopenmp", "-x", "c", "-", "-o", str(lib)]
+    cmd = ["cc", "-O2", "-shared", "-fPIC", "-fopenmp", "-fwrapv", "-x", "c", "-", "-o", str(lib)]  # as the runtime
     subprocess.run(cmd, input=prg.src.encode(), check=True, capture_output=True)
     fn = getattr(ctypes.CDLL(str(lib)), prg.function_name)
 
@@ -325,14 +325,16 @@ def operands(op: Ops, dt: DType, slot: int) -> np.ndarray:
     return values.astype(np_dt)
 
 
-def run_alu(ops: list[Ops], dt: DType, tmp_path: pathlib.Path) -> None:
+def run_alu(
+    ops: list[Ops], dt: DType, tmp_path: pathlib.Path, make_operands: Callable[[Ops, DType, int], np.ndarray] = operands
+) -> None:
     """One kernel with a store per op (outputs in slots 0.., then each op's inputs), checked lane by lane."""
     from fusegrad.uop.alu import exec_alu
 
     r0 = rng(N_ALU, 0)
     stores, outs, inputs, expected = [], [], [], []
     for i, op in enumerate(ops):
-        args = [operands(op, dt, k + 1) for k in range(1 if op in UNARY_FLOAT else 2)]
+        args = [make_operands(op, dt, k + 1) for k in range(1 if op in UNARY_FLOAT else 2)]
         loads = [glob(len(ops) + len(inputs) + k, N_ALU, dt).index(r0).load() for k in range(len(args))]
         inputs.extend(args)
         out_dt = dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ) else dt
@@ -355,6 +357,94 @@ def test_float_ops_run_like_exec_alu(dt: DType, tmp_path: pathlib.Path) -> None:
 @pytest.mark.parametrize("dt", [dtypes.int32, dtypes.uint8, dtypes.int64, dtypes.int8, dtypes.uint32])
 def test_int_ops_run_like_exec_alu(dt: DType, tmp_path: pathlib.Path) -> None:
     run_alu(BINARY_INT, dt, tmp_path)
+
+
+def edge_operands(op: Ops, dt: DType, slot: int) -> np.ndarray:
+    """Inputs where C alone has no answer: zero and -1 divisors, INT_MIN, shift counts outside [0, bits)."""
+    info = np.iinfo(_to_np_dtype(dt))
+    if op in (Ops.SHL, Ops.SHR) and slot == 2:
+        values = [-1, 0, 1, dt.bitsize - 1, dt.bitsize, dt.bitsize + 3, 63, 64, 100]
+    elif slot == 2:
+        values = [0, -1, 1, 2, -3, int(info.min), int(info.max)]
+    else:
+        values = [int(info.min), int(info.max), 0, -1, 1, 7, -7, int(info.min) + 1]
+    picked = [v for v in values if info.min <= v <= info.max]
+    return np.array([picked[i % len(picked)] for i in rand.permutation(N_ALU)], dtype=info.dtype)
+
+
+@needs_cc
+@pytest.mark.parametrize("dt", [dtypes.int32, dtypes.int64, dtypes.int8, dtypes.int16, dtypes.uint8, dtypes.uint32,
+                                dtypes.uint64])  # fmt: skip
+def test_int_ops_on_edge_values_run_like_exec_alu(dt: DType, tmp_path: pathlib.Path) -> None:
+    # x // 0, INT_MIN // -1, x << 40: guarded in the C (KERNEL_IR.md §5), so they neither trap nor differ
+    run_alu([Ops.ADD, Ops.SUB, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.SHL, Ops.SHR, Ops.NEG], dt, tmp_path, edge_operands)
+
+
+@needs_cc
+@pytest.mark.parametrize("src", [dtypes.float16, dtypes.float32, dtypes.float64])
+def test_float_to_int_casts_run_like_float_to_int(src: DType, tmp_path: pathlib.Path) -> None:
+    from fusegrad.uop.alu import float_to_int
+
+    special = [math.nan, math.inf, -math.inf, 1e20, -1e20, 3.7, -3.7, 300.7, -1.5, 2.0**31, -(2.0**31) - 5000, 2.0**32,
+               2.0**63, -(2.0**63), 2.0**64, 1e19, 65535.9, -0.0, 1e-40]  # fmt: skip
+    with np.errstate(over="ignore"):
+        x = np.array(special, dtype=_to_np_dtype(src))
+    r0 = rng(len(special), 0)
+    targets = [dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16, dtypes.uint32,
+               dtypes.uint64]  # fmt: skip
+    load = glob(len(targets), len(special), src).index(r0).load()
+    stores = [glob(i, len(special), dt).index(r0).store(load.cast(dt)) for i, dt in enumerate(targets)]
+    outs = [np.zeros(len(special), _to_np_dtype(dt)) for dt in targets]
+    compile_program(to_program(UOp.sink(*stores), CLANG), tmp_path)(*outs, x)
+    for dt, out in zip(targets, outs, strict=True):
+        assert out.tolist() == [float_to_int(float(v), dt) for v in x], f"{src} -> {dt}"
+
+
+def rendered(t: object) -> str:
+    """The C of a Tensor's last kernel."""
+    from fusegrad.engine.realize import get_program
+
+    asts = [ei.ast for ei in t.schedule() if ei.ast.op is Ops.SINK]  # type: ignore[attr-defined]  # a Tensor
+    return get_program(asts[-1], CLANG).src
+
+
+def has_guard(src: str) -> bool:
+    return "==0)?" in src or "==(-1))?" in src or ">=(-" in src
+
+
+def test_index_math_renders_without_guards() -> None:
+    from fusegrad import Tensor
+
+    moved = Tensor.arange(24).reshape(2, 3, 4).permute(2, 0, 1)[1:3].pad(((0, 0), (1, 1), (0, 0))).flip(0)
+    assert not has_guard(rendered(moved.contiguous()))
+    assert not has_guard(rendered(Tensor.ones(6, 8).sum(axis=1)))
+    assert not has_guard(rendered(Tensor.ones(4, 6)[Tensor([0, 3, -1])]))
+    assert not has_guard(rendered(Tensor([7, -9, 5]) // 4))  # a constant divisor other than 0 and -1
+
+
+def test_divisions_that_can_trap_are_guarded() -> None:
+    from fusegrad import Tensor
+
+    src = rendered(Tensor([1, 2], dtype=dtypes.int32).idiv(Tensor([0, 1], dtype=dtypes.int32)))
+    assert "==0)?0:" in src
+    assert "==(-1))?(-" in src  # INT_MIN // -1 wraps instead of trapping
+    assert "==(-1)" not in rendered(Tensor([1, 2], dtype=dtypes.uint32).idiv(Tensor([0, 1], dtype=dtypes.uint32)))
+
+
+def test_float_to_int_casts_are_guarded_unless_bounds_fit() -> None:
+    from fusegrad import Tensor
+
+    assert has_guard(rendered(Tensor([1.5, 2.5]).cast(dtypes.int32)))
+    assert not has_guard(rendered(Tensor([1, 2], dtype=dtypes.int16).cast(dtypes.float32).exp2().cast(dtypes.bool)))
+    # int32 -> float32 rounds 2**31 - 1 up to 2**31, which doesn't fit: the bounds know it
+    assert has_guard(rendered(Tensor([1, 2], dtype=dtypes.int32).cast(dtypes.float32).cast(dtypes.int32)))
+
+
+def test_small_int_results_are_cast_back() -> None:
+    from fusegrad import Tensor
+
+    a, b = Tensor([100], dtype=dtypes.int8), Tensor([100], dtype=dtypes.int8)
+    assert "((signed char)((val" in rendered((a + b) < 0)
 
 
 def run(ast: UOp, tmp_path: pathlib.Path, *args: np.ndarray | int) -> ProgramSpec:

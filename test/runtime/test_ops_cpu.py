@@ -4,8 +4,11 @@ compiler, running it on buffers, compile errors, a missing compiler, and the on-
 from __future__ import annotations
 
 import ctypes
+import os
 import pathlib
+import signal
 import subprocess
+import sys
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -155,3 +158,48 @@ def test_compile_cache_survives_a_truncated_db(tmp_path: pathlib.Path, count_com
     prg(out._buf, a._buf, a._buf)
     np.testing.assert_equal(out.numpy(), [2, 4, 6, 8])
     diskcache.close_all()
+
+
+# *** CRASH_REPORT: the last kernel before a crash is on stderr ***
+
+CRASHING_KERNEL = """void crash_here(int* restrict out) {
+  volatile int* nowhere = 0;
+  out[0] = *nowhere;
+}
+"""
+
+
+def test_crash_report_names_the_kernel_that_crashed() -> None:
+    code = (
+        "import numpy as np\nfrom fusegrad.device import Buffer, Device\nfrom fusegrad.dtype import dtypes\n"
+        "dev = Device['CPU']\nprg = dev.runtime('crash_here', dev.compiler.compile_cached(SRC))\n"
+        "out = Buffer('CPU', 1, dtypes.int32).allocate()\nprg(out._buf)\n"
+    )
+    env = {**os.environ, "CRASH_REPORT": "1", "CACHELEVEL": "0"}
+    proc = subprocess.run([sys.executable, "-c", f"SRC = {CRASHING_KERNEL!r}\n{code}"], env=env, capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+    assert proc.returncode == -signal.SIGSEGV, proc.stderr
+    assert "CRASH_REPORT: source of crash_here:" in proc.stderr
+    assert "out[0] = *nowhere;" in proc.stderr
+    assert proc.stderr.rstrip().endswith("CRASH_REPORT: running crash_here")
+
+
+def test_crash_report_prints_source_once_and_names_every_run() -> None:
+    code = "from fusegrad import Tensor\nt = Tensor([1, 2])\nprint((t + 1).tolist(), (t + 1).tolist())"
+    env = {**os.environ, "CRASH_REPORT": "1", "DEV": "CPU"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                          check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[2, 3] [2, 3]"
+    assert proc.stderr.count("CRASH_REPORT: source of E_2:") == 1
+    assert proc.stderr.count("CRASH_REPORT: running E_2") == 2
+    assert "void E_2(" in proc.stderr
+
+
+def test_crash_report_is_off_by_default() -> None:
+    code = "from fusegrad import Tensor\nprint((Tensor([1, 2]) + 1).tolist())"
+    env = {k: v for k, v in os.environ.items() if k != "CRASH_REPORT"} | {"DEV": "CPU"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                          check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "CRASH_REPORT" not in proc.stderr

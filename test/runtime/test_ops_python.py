@@ -4,8 +4,11 @@ semantics and compared to numpy, and the JSON serialisation that carries them fr
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -248,3 +251,15 @@ def test_bad_programs_are_rejected() -> None:
     special = UOp(Ops.SPECIAL, dtypes.index, (idx(4),), "gidx0")
     with pytest.raises(NotImplementedError, match="can't interpret SPECIAL"):
         PythonProgram(Device["PYTHON"], "k", serialize_program([idx(4), special]).encode())
+
+
+def test_crash_report_prints_the_program_before_it_runs() -> None:
+    code = "from fusegrad import Tensor\nt = Tensor([1, 2])\nprint((t * 3).tolist())"
+    env = {**os.environ, "CRASH_REPORT": "1", "DEV": "PYTHON"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                          check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[3, 6]"
+    assert "CRASH_REPORT: source of E_2:" in proc.stderr
+    assert '"format": "fusegrad-linear/1"' in proc.stderr
+    assert proc.stderr.rstrip().endswith("CRASH_REPORT: running E_2")

@@ -6,6 +6,7 @@ Used by runtime/ops_cpu.py; binaries are cached on disk by Compiler.compile_cach
 from __future__ import annotations
 
 import functools
+import hashlib
 import pathlib
 import shutil
 import subprocess
@@ -13,7 +14,7 @@ import tempfile
 
 from fusegrad.device import CompileError, Compiler
 from fusegrad.diskcache import CacheKey
-from fusegrad.helpers import CPU_CC
+from fusegrad.helpers import CPU_CC, CRASH_REPORT
 
 DEFAULT_COMPILERS = ("cc", "gcc", "clang")  # tried in order when CPU_CC is unset
 # -ffp-contract=off: no fused multiply-add, so float results match the PYTHON device's one rounding per op
@@ -31,8 +32,38 @@ def vector_math_flags() -> tuple[str, ...]:
     return ("-DFUSEGRAD_MVEC", "-lmvec") if ctypes.util.find_library("mvec") is not None else ()
 
 
+# a masked half-precision select: gcc 12 emits AVX512-FP16 `vmovsh` with masking that binutils 2.40 rejects
+_HALF_PROBE_SRC = """void fusegrad_half_probe(_Float16* restrict a, const _Float16* restrict b) {
+  #pragma omp simd
+  for (long long i = 0; i < 3; i++) { _Float16 v = b[i]; a[i] = ((_Float16)0.0f < v) ? v : (_Float16)0.0f; }
+}
+"""
+
+
+@functools.cache
+def half_precision_flags() -> tuple[str, ...]:
+    """`-mno-avx512fp16` where -march=native's AVX512-FP16 code doesn't assemble (found by compiling a probe)."""
+    try:
+        compiler = find_c_compiler()
+    except RuntimeError:
+        return ()  # no compiler: the first real compile says so
+    with tempfile.TemporaryDirectory(prefix="fusegrad_cc_") as tmp:
+        cmd = [compiler, *CFLAGS, "-o", str(pathlib.Path(tmp) / "probe.so")]
+        proc = subprocess.run(cmd, input=_HALF_PROBE_SRC.encode(), capture_output=True, check=False)
+    return ("-mno-avx512fp16",) if proc.returncode != 0 and b"vmovsh" in proc.stderr else ()
+
+
 def compiler_flags() -> tuple[str, ...]:
-    return (*CFLAGS, *vector_math_flags())
+    return (*CFLAGS, *vector_math_flags(), *half_precision_flags())
+
+
+# CRASH_REPORT=1: the C source of each binary compiled (or read from the cache), by the binary's sha256, so the CPU
+# runtime, which only sees the binary, can print the source of the kernel it is about to run
+sources_by_binary: dict[bytes, str] = {}
+
+
+def binary_digest(lib: bytes) -> bytes:
+    return hashlib.sha256(lib).digest()
 
 
 _PROBE_SRC = "void fusegrad_probe(float* restrict out) { out[0] = 1.0f; }\n"
@@ -64,6 +95,12 @@ class ClangCompiler(Compiler):
     def cache_key(self, src: str) -> CacheKey:
         wanted = CPU_CC.value or DEFAULT_COMPILERS[0]
         return (src, shutil.which(wanted) or wanted, list(compiler_flags()))
+
+    def compile_cached(self, src: str) -> bytes:
+        lib = super().compile_cached(src)
+        if CRASH_REPORT:
+            sources_by_binary[binary_digest(lib)] = src
+        return lib
 
     def compile(self, src: str) -> bytes:
         """C source -> .so bytes. Raises CompileError holding the compiler's stderr and the numbered source."""

@@ -1,0 +1,199 @@
+"""Runs fuzz programs in worker children (one per configuration: CPU and PYTHON, default opts and NOOPT=1) and
+compares what they give, with each other and with numpy.
+
+`Pool.check(program)` returns the problems found (empty: all agree). A child that dies or hangs is restarted, and its
+death is a problem naming the signal and the last kernel it started (CRASH_REPORT=1 in the children).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from test.fuzz.program import Program, describe, run_numpy
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = (("CPU", 0), ("CPU", 1), ("PYTHON", 0), ("PYTHON", 1))  # (device, NOOPT)
+# relative tolerance by dtype, for results that went through an inexact op (libm vs Python math, summation order)
+RTOL = {"float16": 1e-2, "float32": 1e-4, "float64": 1e-9}
+# steps whose result depends on libm or on the summation order, and steps that turn a tiny float difference into a
+# different value (an int, a bool, another integer-valued float)
+INEXACT = {"exp2", "log2", "sin"}
+DISCRETE = {"cast", "lt", "eq", "ne", "trunc", "floor", "ceil", "floordiv", "mod", "gather", "where"}
+
+
+class Child:
+    """One worker process for one configuration, with its stderr kept in a file for crash reports."""
+
+    def __init__(self, device: str, noopt: int) -> None:
+        self.device, self.noopt = device, noopt
+        self.proc: subprocess.Popen[str] | None = None
+        self.stderr: IO[bytes] | None = None
+        self.started = 0
+
+    def start(self) -> None:
+        env = {**os.environ, "DEV": self.device, "NOOPT": str(self.noopt), "CRASH_REPORT": "1", "DEBUG": "0"}
+        env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115  # lives as long as the child; closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "test.fuzz.worker"], cwd=REPO, env=env, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr)  # fmt: skip
+        self.started += 1
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        if self.stderr is not None:
+            self.stderr.close()
+        self.proc, self.stderr = None, None
+
+    def stderr_tail(self, lines: int = 40) -> str:
+        if self.stderr is None:
+            return ""
+        self.stderr.seek(0)
+        text = self.stderr.read().decode(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def send(self, request: dict[str, Any]) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            self.stop()
+            self.start()
+        assert self.proc is not None, "fuzz: child not started"
+        assert self.proc.stdin is not None, "fuzz: child has no stdin pipe"
+        if self.stderr is not None:  # keep only this program's stderr: the crash report is about it
+            self.stderr.seek(0)
+            self.stderr.truncate()
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+
+    def receive(self, deadline: float) -> dict[str, Any]:
+        """The child's answer, or {"crash": ...} / {"hang": ...} after restarting it."""
+        assert self.proc is not None, "fuzz: child not started"
+        assert self.proc.stdout is not None, "fuzz: child has no stdout pipe"
+        ready, _, _ = select.select([self.proc.stdout], [], [], max(deadline - time.monotonic(), 0))
+        line = self.proc.stdout.readline() if ready else None
+        if line:
+            return json.loads(line)  # type: ignore[no-any-return]  # a JSON object by the worker's protocol
+        if line is None:
+            outcome = {"hang": f"no answer within the time limit\n{self.stderr_tail()}"}
+        else:
+            code = self.proc.wait()
+            name = signal.Signals(-code).name if code < 0 else f"exit code {code}"
+            outcome = {"crash": f"the child died ({name})\n{self.stderr_tail()}"}
+        self.stop()
+        return outcome
+
+
+@dataclass
+class Pool:
+    """The four configuration children; `check` runs one program on all of them."""
+
+    timeout: float = 60.0
+    children: list[Child] = field(default_factory=lambda: [Child(d, n) for d, n in CONFIGS])
+    programs: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)  # how programs ended: compared, raised <type>, numpy, ...
+
+    def close(self) -> None:
+        for child in self.children:
+            child.stop()
+
+    def run(self, request: dict[str, Any]) -> list[dict[str, Any]]:
+        for child in self.children:
+            child.send(request)
+        deadline = time.monotonic() + self.timeout
+        return [child.receive(deadline) for child in self.children]
+
+    def check(self, program: Program) -> list[str]:
+        """Problems with `program`: crashes, hangs, differing errors or results, numpy disagreement."""
+        self.programs += 1
+        results = self.run(program)
+        names = [f"{d}{' NOOPT=1' if n else ''}" for d, n in CONFIGS]
+        problems = [f"{name}: {kind}: {r[kind]}" for name, r in zip(names, results, strict=True)
+                    for kind in ("crash", "hang") if kind in r]  # fmt: skip
+        if problems:
+            return problems
+        errors = {r.get("error") for r in results}
+        if len(errors) > 1:
+            raised = [(name, r.get("error"), r.get("message")) for name, r in zip(names, results, strict=True)]
+            return [f"configurations disagree on raising: {raised}"]
+        if None not in errors:
+            self.outcomes[f"raised {results[0]['error']}"] += 1
+            return []  # every configuration raised the same exception type: a clean error
+        self.outcomes["compared"] += 1
+        arrays = [_decode(r) for r in results]
+        rtol = _tolerance(program, results[0]["dtypes"])
+        for name, got in zip(names[1:], arrays[1:], strict=True):
+            if not _same(arrays[0], got, rtol):
+                problems.append(f"{name} differs from CPU: {_diff(arrays[0], got)}")
+        if not problems and (expected := _numpy(program, results[0]["dtypes"])) is not None:
+            self.outcomes["checked against numpy"] += 1
+            if not _same(expected, arrays[0], rtol):
+                problems.append(f"CPU differs from numpy: {_diff(expected, arrays[0])}")
+        return problems
+
+
+def _numpy(program: Program, value_dtypes: list[str]) -> np.ndarray | None:
+    try:
+        return run_numpy(program, value_dtypes)
+    except (ValueError, TypeError, IndexError, OverflowError):
+        return None  # numpy defines no result (e.g. a shape it won't broadcast): nothing to compare
+
+
+def _decode(result: dict[str, Any]) -> np.ndarray:
+    data = base64.b64decode(result["data"])
+    return np.frombuffer(data, dtype=result["dtype"]).reshape(result["shape"])
+
+
+def _tolerance(program: Program, value_dtypes: list[str]) -> float | None:
+    """None: results must match exactly (NaN-aware for floats). A float: the relative tolerance, when an inexact step
+    feeds the result. inf: nothing to compare (an inexact float feeds a step that makes it discrete)."""
+    inexact, base = False, len(program["inputs"])
+    for k, (op, refs, _params) in enumerate(program["steps"]):
+        float_in = any(value_dtypes[r].startswith("float") for r in refs)
+        if inexact and op in DISCRETE:
+            return float("inf")
+        if float_in and (op in INEXACT or op in ("sum", "prod")):
+            inexact = True
+        if inexact and op in ("sum", "prod") and not value_dtypes[base + k].startswith("float"):
+            return float("inf")
+    return RTOL.get(value_dtypes[-1], 0.0) if inexact else None
+
+
+def _same(expected: np.ndarray, got: np.ndarray, rtol: float | None) -> bool:
+    if expected.shape != got.shape or expected.dtype != got.dtype:
+        return False
+    if rtol == float("inf"):
+        return True
+    if expected.dtype.kind != "f":
+        return expected.tobytes() == got.tobytes()
+    nan_e, nan_g = np.isnan(expected), np.isnan(got)
+    if not np.array_equal(nan_e, nan_g):
+        return False
+    e, g = expected[~nan_e].astype(np.float64), got[~nan_g].astype(np.float64)
+    if rtol is None:
+        return bool(np.array_equal(e, g))  # -0.0 == 0.0
+    with np.errstate(all="ignore"):
+        return bool(np.all((e == g) | (np.abs(e - g) <= rtol * np.maximum(np.abs(e), np.abs(g)))))
+
+
+def _diff(expected: np.ndarray, got: np.ndarray) -> str:
+    return f"expected {expected.dtype}{list(expected.shape)} {expected.tolist()}, got {got.dtype}{list(got.shape)} {got.tolist()}"  # noqa: E501
+
+
+def report(program: Program, problems: list[str]) -> str:
+    """A failing example as text: the problems, then the program as Python."""
+    return "\n".join([*problems, "program:", describe(program), "json:", json.dumps(program)])

@@ -1,0 +1,240 @@
+"""A fuzz program: JSON-able inputs and steps, run with fusegrad (in a worker child) and with numpy (the reference).
+
+A program is `{"inputs": [{"dtype", "shape", "values"}], "steps": [[op, [value ids], params]]}`. Values are numbered
+inputs first, then one per step; the last value is the result. Every op has a fusegrad meaning and, where numpy
+defines the same operation, a numpy one (`None` for a step means "no numpy reference for this program").
+"""
+
+from __future__ import annotations
+
+import operator
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from fusegrad.dtype import DType, _to_np_dtype, dtypes, truncate
+from fusegrad.uop.alu import float_to_int
+
+Program = dict[str, Any]  # Any: JSON values
+Step = list[Any]
+
+DTYPE_NAMES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
+               "float64")  # fmt: skip
+FLOATS = ("float16", "float32", "float64")
+INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+
+
+def fg_dtype(name: str) -> DType:
+    return getattr(dtypes, name)  # type: ignore[no-any-return]  # dtypes' attributes are DTypes
+
+
+def is_float(name: str) -> bool:
+    return name in FLOATS
+
+
+def is_int(name: str) -> bool:
+    return name in INTS
+
+
+# *** numpy reference, with fusegrad's definitions where numpy has a choice of its own ***
+
+
+def np_cast(x: np.ndarray, name: str) -> np.ndarray:
+    """x.astype(name); float -> int by alu.float_to_int, which is numpy's scalar loop (its SIMD loop differs)."""
+    if is_int(name) and x.dtype.kind == "f":
+        dt = fg_dtype(name)
+        return np.array([float_to_int(float(v), dt) for v in x.ravel()], dtype=name).reshape(x.shape)
+    return x.astype(name)
+
+
+def _true_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """fusegrad's (and the reference's) float division: a * (1 / b), two roundings (x / x may be 1 - ulp)."""
+    return a * np.divide(b.dtype.type(1), b)
+
+
+def _floor_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind == "f":  # fusegrad: floor(a / b) (numpy's divmod-based // differs, e.g. 1 // 0.1 is 9)
+        return np.floor(_true_div(a, b))
+    return np.floor_divide(a, b)
+
+
+def _floor_mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind == "f":  # fusegrad: a - floor(a / b) * b
+        return a - np.floor(_true_div(a, b)) * b
+    return np.remainder(a, b)
+
+
+_NP_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": _true_div, "floordiv": _floor_div,
+    "mod": _floor_mod, "maximum": np.maximum, "minimum": np.minimum, "lt": np.less, "eq": np.equal,
+    "ne": np.not_equal, "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor, "lshift": np.left_shift,
+    "rshift": np.right_shift}  # fmt: skip
+_NP_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "neg": np.negative, "sqrt": np.sqrt, "exp2": np.exp2, "log2": np.log2, "sin": np.sin, "trunc": np.trunc,
+    "floor": np.floor, "ceil": np.ceil, "reciprocal": lambda x: np.divide(x.dtype.type(1), x)}  # fmt: skip
+_NP_REDUCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
+
+# *** fusegrad ***
+
+_FG_BINARY: dict[str, Callable[[Any, Any], Any]] = {
+    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv,
+    "floordiv": operator.floordiv, "mod": operator.mod, "maximum": lambda a, b: a.maximum(b),
+    "minimum": lambda a, b: a.minimum(b), "lt": operator.lt, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b,
+    "and": operator.and_, "or": operator.or_, "xor": operator.xor, "lshift": operator.lshift,
+    "rshift": operator.rshift}  # fmt: skip
+UNARY_OPS = tuple(_NP_UNARY)
+FLOAT_UNARY = ("sqrt", "exp2", "log2", "sin", "trunc", "floor", "ceil", "reciprocal")
+BINARY_OPS = tuple(_FG_BINARY)
+REDUCE_OPS = tuple(_NP_REDUCE)
+
+
+def np_name(dt: DType) -> str:
+    """numpy's name of a fusegrad dtype (fusegrad's own names are C's: "half", "int", "char")."""
+    return np.dtype(_to_np_dtype(dt)).name
+
+
+def _const(value: Any, dtype_name: str) -> Any:
+    """A Python scalar of the operand's kind (fusegrad gives a Python int the int tensor's dtype)."""
+    if dtype_name == "bool":
+        return bool(value)
+    return float(value) if is_float(dtype_name) else int(value)
+
+
+def _np_const(value: Any, like: np.ndarray) -> np.ndarray:
+    """A Python constant as fusegrad reads it beside `like`: an int wraps to like's width."""
+    if like.dtype.kind in "iu":
+        return np.array(truncate[fg_dtype(like.dtype.name)](int(value)), dtype=like.dtype)
+    return np.array(value, dtype=like.dtype)
+
+
+def fg_step(op: str, args: list[Any], params: dict[str, Any]) -> Any:  # noqa: C901  # one case per op
+    """Apply one step to fusegrad Tensors."""
+    x = args[0]
+    if op in _FG_BINARY:
+        y = args[1] if len(args) > 1 else _const(params["const"], np_name(x.dtype))
+        return _FG_BINARY[op](x, y)
+    match op:
+        case "neg":
+            return -x
+        case "sqrt" | "exp2" | "log2" | "sin" | "trunc" | "floor" | "ceil" | "reciprocal":
+            return getattr(x, op)()
+        case "cast":
+            return x.cast(fg_dtype(params["dtype"]))
+        case "where":
+            return args[0].where(args[1], args[2])
+        case "sum" | "prod" | "max" | "min":
+            return getattr(x, op)(axis=params["axis"])
+        case "reshape":
+            return x.reshape(params["shape"])
+        case "permute":
+            return x.permute(params["order"])
+        case "flip":
+            return x.flip(params["axis"])
+        case "pad":
+            return x.pad(params["pads"])
+        case "slice":
+            return x[tuple(slice(a, b) for a, b in params["ranges"])]
+        case "expand":
+            return x.reshape((1, *x.shape)).expand((params["n"], *x.shape))
+        case "getitem":
+            return x[params["index"]]
+        case "gather":
+            from fusegrad import Tensor
+
+            return x[Tensor(np.array(params["index"], dtype=np.int32), device=x.device)]
+        case "setitem":
+            t = x.clone()  # contiguous() of a realized buffer is that buffer: setitem would write the input too
+            t[params["start"] : params["stop"]] = _const(params["value"], np_name(x.dtype))
+            return t
+    raise ValueError(f"fuzz: unknown op {op!r}")
+
+
+def np_step(op: str, args: list[np.ndarray], params: dict[str, Any]) -> np.ndarray | None:  # noqa: C901
+    """The numpy meaning of one step, or None where numpy defines something else (or nothing)."""
+    x = args[0]
+    if op in _NP_BINARY:
+        y = args[1] if len(args) > 1 else _np_const(params["const"], x)
+        with np.errstate(all="ignore"):
+            return np.asarray(_NP_BINARY[op](x, y))
+    match op:
+        case "neg" | "sqrt" | "exp2" | "log2" | "sin" | "trunc" | "floor" | "ceil" | "reciprocal":
+            with np.errstate(all="ignore"):
+                return np.asarray(_NP_UNARY[op](x))
+        case "cast":
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                return np_cast(x, params["dtype"])
+        case "where":
+            return np.where(args[0], args[1], args[2])
+        case "reshape":
+            return x.reshape(params["shape"])
+        case "permute":
+            return x.transpose(params["order"])
+        case "flip":
+            return np.flip(x, params["axis"])
+        case "pad":
+            return np.pad(x, params["pads"])
+        case "slice":
+            return x[tuple(slice(a, b) for a, b in params["ranges"])]
+        case "expand":
+            return np.broadcast_to(x, (params["n"], *x.shape))
+        case "getitem":
+            return np.asarray(x[params["index"]]) if -x.shape[0] <= params["index"] < x.shape[0] else None
+        case "gather":
+            idx = np.array(params["index"], dtype=np.int32)
+            return x[idx] if all(-x.shape[0] <= i < x.shape[0] for i in params["index"]) else None
+        case "setitem":
+            t = x.copy()
+            t[params["start"] : params["stop"]] = _np_const(params["value"], x)
+            return t
+    return None  # reductions: out dtypes are fusegrad's (see np_reduce)
+
+
+def np_reduce(op: str, x: np.ndarray, axis: int | None, out_dtype: str) -> np.ndarray:
+    """A reduction accumulated in fusegrad's output dtype (ints wrap there)."""
+    with np.errstate(all="ignore"):
+        if op in ("sum", "prod"):
+            return np.asarray(_NP_REDUCE[op](x.astype(out_dtype), axis=axis, dtype=out_dtype))
+        return np.asarray(_NP_REDUCE[op](x, axis=axis)).astype(out_dtype)
+
+
+def run_numpy(program: Program, out_dtypes: list[str]) -> np.ndarray | None:
+    """The program's result by numpy; `out_dtypes` are the dtypes fusegrad gave each value (for reductions)."""
+    values: list[np.ndarray] = [np.array(i["values"], dtype=i["dtype"]).reshape(i["shape"]) for i in program["inputs"]]
+    for k, (op, refs, params) in enumerate(program["steps"]):
+        args = [values[r] for r in refs]
+        if op in _NP_REDUCE:
+            if op == "prod" and args[0].dtype.kind == "b":
+                return None
+            ret = np_reduce(op, args[0], params["axis"], out_dtypes[len(program["inputs"]) + k])
+        else:
+            ret = np_step(op, args, params)
+        if ret is None:
+            return None
+        values.append(np.asarray(ret))
+    return values[-1]
+
+
+def run_fusegrad(program: Program, device: str) -> tuple[Any, list[str]]:
+    """The program's result Tensor, realized to numpy, and every value's dtype name."""
+    from fusegrad import Tensor
+
+    values = []
+    for i in program["inputs"]:
+        values.append(Tensor(np.array(i["values"], dtype=i["dtype"]).reshape(i["shape"]), device=device))
+    for op, refs, params in program["steps"]:
+        values.append(fg_step(op, [values[r] for r in refs], params))
+    return values[-1].numpy(), [np_name(v.dtype) for v in values]
+
+
+def describe(program: Program) -> str:
+    """The program as readable Python, to reproduce a failing example by hand."""
+    lines = []
+    for i, inp in enumerate(program["inputs"]):
+        lines.append(f"v{i} = Tensor(np.array({inp['values']!r}, dtype={inp['dtype']!r}).reshape({inp['shape']}))")
+    base = len(program["inputs"])
+    for k, (op, refs, params) in enumerate(program["steps"]):
+        lines.append(f"v{base + k} = {op}({', '.join(f'v{r}' for r in refs)}{', ' if params else ''}{params or ''})")
+    return "\n".join(lines)
