@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import fusegrad.engine.realize as realize_module
-from fusegrad import Context, Tensor, UOp, Variable
+from fusegrad import Context, Tensor, TinyJit, UOp, Variable
+from fusegrad.engine.jit import JitError
 from fusegrad.engine.realize import ExecItem
 from fusegrad.uop.ops import sym_infer
 from fusegrad.uop.symbolic_shape import SymbolicError
@@ -182,3 +183,51 @@ def test_reference_expand_to_a_symbolic_size() -> None:
     prg = ei.lower().prg
     assert isinstance(prg, realize_module.CompiledRunner)
     assert prg.p.name.endswith("dim3")
+
+
+# *** TinyJit: captured once, replayed for every bound value ***
+
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_jit_with_a_variable_argument_replays_without_recompiling(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    n = Variable(f"jit_arg_{device}", 1, 10)  # fresh name: its kernels are not cached yet
+    compiled: list[int] = []
+    real = realize_module.get_program
+    monkeypatch.setattr(realize_module, "get_program", lambda ast, r: compiled.append(1) or real(ast, r))
+
+    @TinyJit
+    def step(a: Tensor, v: UOp) -> Tensor:
+        return (a[:, :v] * 2).sum(1).realize()
+
+    for k, s in enumerate((2, 5, 3, 7, 9)):
+        out = step(Tensor(A, device=device), n.bind(s))
+        np.testing.assert_allclose(out.numpy(), (A[:, :s] * 2).sum(1), rtol=1e-5)
+        if k == 0:
+            first = len(compiled)
+    assert step.captured is not None
+    assert len(compiled) == first  # the capture and every replay reuse the first call's kernels
+
+
+def test_jit_with_a_symbolic_input_refills_its_symbolic_output() -> None:
+    base = Tensor(np.arange(10, dtype=np.float32)).realize()
+
+    @TinyJit
+    def step(x: Tensor) -> Tensor:
+        return (x * 3).contiguous().realize()
+
+    for s in (2, 5, 3, 7):
+        out = step(base[: I_VAR.bind(s)])
+        assert out.shape[0].unbind() == (I_VAR, s)  # the returned tensor takes this call's value
+        assert out.contiguous()[:s].tolist() == [3.0 * k for k in range(s)]
+
+
+def test_jit_refuses_other_uops_and_still_checks_plain_arguments() -> None:
+    step = TinyJit(lambda x, v: (x[:v] + 1).realize())
+    x = Tensor.ones(10).contiguous().realize()
+    with pytest.raises(JitError, match="expected Tensors or bound variables"):
+        step(x, I_VAR)  # an unbound variable has no value to pass
+    other = Variable("other", 1, 10)
+    for s in (2, 3):
+        step(x, I_VAR.bind(s))
+    with pytest.raises(JitError, match=r"changed since capture: got variable other in 1\.\.10, expected variable i"):
+        step(x, other.bind(2))

@@ -21,6 +21,7 @@ from fusegrad.schedule.multi import _multi_buffers, multi_buffer, register_multi
 from fusegrad.tensor import Tensor, _all_tensors
 from fusegrad.uop import GroupOp, Ops
 from fusegrad.uop.ops import UOp, buffers, sym_infer
+from fusegrad.uop.symbolic_shape import call_var_vals, is_bound_variable, unbind_sizes, with_values
 
 R = TypeVar("R")
 # where an input's memory is used: (item, buffer slot, part, None) for a part (the buffer, or one device's buffer of
@@ -68,7 +69,8 @@ def _input_spec(t: Tensor) -> InputSpec:
         view.append((u.op, u.arg))
         u = u.src[0]
     placement = repr(multi_buffer(u).placement) if isinstance(u.device, tuple) else ""
-    return InputSpec(t.shape, t.dtype, t.device, tuple(view), int(u.arg), placement)
+    view = [(op, unbind_sizes(arg)) for op, arg in view]  # a symbolic size may take another value in each call
+    return InputSpec(unbind_sizes(t.shape), t.dtype, t.device, tuple(view), int(u.arg), placement)
 
 
 def _memory_parts(base: UOp) -> tuple[Buffer, ...]:
@@ -78,10 +80,10 @@ def _memory_parts(base: UOp) -> tuple[Buffer, ...]:
 
 def _tensor_items(key: Key, value: object) -> Iterator[tuple[Key, Tensor]]:
     """The Tensors in one argument: itself, or the items of a list/tuple/dict (one level, like the reference)."""
-    if isinstance(value, UOp):
+    if isinstance(value, UOp) and not is_bound_variable(value):
         raise JitError(
-            f"TinyJit: argument {_label(key)} is a UOp: got {value.op}, expected Tensors (symbolic "
-            "variables are not supported by this JIT)"
+            f"TinyJit: argument {_label(key)} is a UOp: got {value.op}, expected Tensors or bound variables "
+            "(`Variable('i', 1, 10).bind(3)`)"
         )
     if isinstance(value, Tensor):
         yield key, value
@@ -292,19 +294,23 @@ class CapturedJit(Generic[R]):
     training: bool = False
     _copies: dict[tuple[int, int], Buffer] = field(default_factory=dict)
 
-    def replay(self, inputs: list[JitInput]) -> R:
+    def replay(self, inputs: list[JitInput], var_vals: dict[str, int] | None = None) -> R:
+        """Run the captured kernels on this call's inputs, with its variables' values (`var_vals`) passed at launch."""
+        var_vals = {} if var_vals is None else var_vals
         for k, (inp, slots) in enumerate(zip(inputs, self.input_slots, strict=True)):
             parts = [self._private_copy(k, d, b) if id(b.base) in self._written else b for d, b in enumerate(inp.parts)]
             for j, i, d, view in slots:
                 self.items[j].bufs[i] = parts[d] if view is None else parts[d].view(*view).ensure_allocated()
         if DEBUG.value >= 2 or PROFILE.value:
             for ei in self.items:  # per-kernel lines and profile events
-                ei.run(jit=True)
+                ei.run(var_vals, jit=True)
         else:
-            self._launch()
+            self._launch(var_vals)
         for slots in self.input_slots:  # let go of the caller's memory
             for j, i, _, _ in slots:
                 self.items[j].bufs[i] = None
+        for _, t in _returned_tensors(self.ret, strict=False) if var_vals else ():  # symbolic sizes: this call's values
+            t.uop = with_values(t.uop, var_vals)
         if self.returned_inputs:
             return _swap_returned(self.ret, self.returned_inputs, inputs)  # type: ignore[no-any-return]  # same shape as ret
         return self.ret
@@ -321,20 +327,24 @@ class CapturedJit(Generic[R]):
             copy = self._copies[(k, part)] = Buffer(buf.device, buf.size, buf.dtype).allocate()
         return copy.copy_from(buf)
 
-    def _launch(self) -> None:
+    def _launch(self, var_vals: dict[str, int]) -> None:
         """Run every kernel straight through its runner, then add the whole replay to GlobalCounters at once."""
         for ei in self.items:
             assert ei.prg is not None, "TinyJit: a captured ExecItem was not lowered"
-            ei.prg(ei.bufs, ei.fixedvars)  # type: ignore[arg-type]  # every input slot was just filled
-        ops, mem = self._totals
+            ei.prg(ei.bufs, var_vals | ei.fixedvars)  # type: ignore[arg-type]  # every input slot was just filled
+        ops, mem = self._count(var_vals) if var_vals else self._totals
         GlobalCounters.kernel_count += len(self.items)
         GlobalCounters.global_ops += ops
         GlobalCounters.global_mem += mem
 
     @functools.cached_property
     def _totals(self) -> tuple[int, int]:
-        """(ops, bytes) of one replay, for GlobalCounters."""
-        progs = [(ei.prg, ei.fixedvars) for ei in self.items if ei.prg is not None]
+        """(ops, bytes) of one replay without variables, for GlobalCounters."""
+        return self._count({})
+
+    def _count(self, call_vals: dict[str, int]) -> tuple[int, int]:
+        """(ops, bytes) of one replay with these values of the call's variables."""
+        progs = [(ei.prg, call_vals | ei.fixedvars) for ei in self.items if ei.prg is not None]
         ops = sum(sym_infer(prg.estimates.ops, var_vals) for prg, var_vals in progs)
         return ops, sum(sym_infer(prg.estimates.mem, var_vals) for prg, var_vals in progs)
 
@@ -361,7 +371,9 @@ class TinyJit(Generic[R]):
     (plain values) or the same objects, and Tensor.training must not change. Everything else the function reads
     (weights, Python numbers, tensors made from data, `.numpy()` values) is frozen at capture. Intermediates stay
     allocated between calls, sharing buffers where their lifetimes allow (NO_MEMORY_PLANNER=1 turns that off).
-    Symbolic (bound) variables are not supported (the frontend has no bound shapes yet). `prune=True` (also as
+    Bound variables (`f(x, i.bind(3))`, or in an input's symbolic shape) may take another value in each call: the
+    kernels take them as arguments, so replays never recompile; returned tensors keep the capture call's symbolic
+    shapes (slice them with ints). `prune=True` (also as
     `@TinyJit(prune=True)`) replays only the kernels whose work changes between calls; the others ran at capture.
 
     Raises JitError (a RuntimeError) for changed inputs or arguments, constant or duplicate inputs, non-Tensor
@@ -401,22 +413,26 @@ class TinyJit(Generic[R]):
                 "JIT at a time (the outer capture would miss the inner kernels); call the inner function"
             )
         inputs = _collect_inputs(args, kwargs, self._names)
+        # the values of the variables this call binds (arguments, input sizes): kernel arguments at every replay
+        var_vals = call_var_vals([*args, *kwargs.values()], [inp.tensor.uop for inp in inputs])
         if not JIT.value or self.cnt == 0:
             ret = _call_and_realize(self.fxn, args, kwargs, strict=False)
         elif self.cnt == 1:
-            ret = self._capture(args, kwargs, inputs)
+            ret = self._capture(args, kwargs, inputs, var_vals)
         else:
             assert self.captured is not None, "TinyJit: call 3+ without a capture"
             self._check_inputs(inputs, args, kwargs)
             start = time.perf_counter()
-            ret = self.captured.replay(inputs)
+            ret = self.captured.replay(inputs, var_vals)
             if DEBUG.value >= 1:
                 took = (time.perf_counter() - start) * 1e3
                 print(colored(f"JIT replayed {len(self.captured.items)} kernels in {took:.2f} ms", "magenta"))
         self.cnt += 1
         return ret
 
-    def _capture(self, args: tuple[Any, ...], kwargs: dict[str, Any], inputs: list[JitInput]) -> R:
+    def _capture(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], inputs: list[JitInput], var_vals: dict[str, int]
+    ) -> R:
         assert self.fxn is not None, "TinyJit: capture without a function"
         names = [self._names[i] if i < len(self._names) else f"#{i}" for i in range(len(args))]
         objects = [(n, a) for n, a in zip(names, args, strict=True) if not isinstance(a, (Tensor, list, tuple, dict))]
@@ -432,6 +448,8 @@ class TinyJit(Generic[R]):
             capturing.remove(self)
             _undo_aliases(aliases, inputs)
         items, self._items = self._items, []
+        for ei in items:  # the call's variables take each replay's values; values bound inside the function stay
+            ei.fixedvars = {k: v for k, v in ei.fixedvars.items() if k not in var_vals}
         if not items:
             raise JitError(
                 "TinyJit: the function ran no kernels on the capture call (call 2): got 0 kernels, "
@@ -505,11 +523,18 @@ def _plain_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[Key,
     """{place: description} of the arguments that are not Tensors or containers: plain values (numbers, strings, None)
     by value, other objects (a model, `self`) by identity. A replay can't follow them, so other ones must not replay."""
     top: list[tuple[Key, Any]] = [((i,), a) for i, a in enumerate(args)] + [((k,), v) for k, v in kwargs.items()]
-    return {
-        key: f"{type(v).__name__} {v!r}" if isinstance(v, _PLAIN_TYPES) else f"{type(v).__name__} object {id(v):#x}"
-        for key, v in top
-        if not isinstance(v, (Tensor, list, tuple, dict))
-    }
+    return {key: _describe_argument(v) for key, v in top if not isinstance(v, (Tensor, list, tuple, dict))}
+
+
+def _describe_argument(v: object) -> str:
+    """A plain value by value, a bound variable by its variable (its value may change: it is passed at launch), any
+    other object by identity."""
+    if isinstance(v, _PLAIN_TYPES):
+        return f"{type(v).__name__} {v!r}"
+    if is_bound_variable(v):
+        name, lo, hi = v.src[0].arg
+        return f"variable {name} in {lo}..{hi}"
+    return f"{type(v).__name__} object {id(v):#x}"
 
 
 def _positional_names(fxn: Callable[..., Any]) -> tuple[str, ...]:

@@ -9,7 +9,7 @@ passes them as kernel arguments. Results are views whose sizes are bound again (
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from fusegrad.uop import GroupOp, Ops
 
@@ -225,3 +225,61 @@ def check_concrete(shape: tuple[sint, ...], op: str) -> None:
     """Raise SymbolicError when `shape` has a symbolic size: `op` needs the data of every element."""
     if is_symbolic(shape):
         raise SymbolicError(f"{op}: no data for a tensor of symbolic shape {shape_str(shape)}: slice it to int sizes")
+
+
+# *** TinyJit: a call's variables ***
+
+
+def unbind_sizes(arg: Any) -> Any:
+    """Sizes (an int, a UOp or nested tuples of them) with the bound values stripped: what stays the same across calls
+    that bind a variable to different values (TinyJit compares inputs by it)."""
+
+    def strip(x: UOp) -> UOp:
+        binds = {u: u.src[0] for u in x.toposort() if u.op is Ops.BIND}
+        return x.substitute(binds) if binds else x
+
+    return _map_arg(arg, strip)
+
+
+def is_bound_variable(x: object) -> TypeGuard[UOp]:
+    """A bound variable passed as a value (`f(x, i.bind(3))`): a BIND of a DEFINE_VAR to a constant."""
+    from fusegrad.uop.ops import UOp
+
+    return isinstance(x, UOp) and x.op is Ops.BIND
+
+
+def call_var_vals(values: list[object], views: list[UOp]) -> dict[str, int]:
+    """{name: value} of the variables one call binds: bound variables among `values` (the arguments, one level into
+    lists, tuples and dicts) and in the sizes of the input tensors' `views`. Raises SymbolicError for two values."""
+    found: list[UOp] = []
+    for v in values:
+        items = [v]
+        if isinstance(v, dict):
+            items = list(v.values())
+        elif isinstance(v, (list, tuple)):
+            items = list(v)
+        found += [x for x in items if is_bound_variable(x)]
+    for u in views:
+        node = u
+        while node.op in GroupOp.Movement:
+            found += _flat_uops(node.arg)
+            node = node.src[0]
+    var_vals: dict[str, int] = {}
+    for x in found:
+        for name, val in bound_vars(x).items():
+            if var_vals.setdefault(name, val) != val:
+                raise SymbolicError(f"TinyJit: variable {name!r} is bound to {var_vals[name]} and {val} in one call")
+    return var_vals
+
+
+def _flat_uops(arg: Any) -> list[UOp]:
+    if isinstance(arg, tuple):
+        return [u for a in arg for u in _flat_uops(a)]
+    return [arg] if _is_uop(arg) else []
+
+
+def with_values(u: UOp, var_vals: dict[str, int]) -> UOp:
+    """Tensor node `u` with its variables bound to the values in `var_vals` instead (TinyJit refills its captured
+    outputs: their sizes take each replay's values)."""
+    unbound, _ = unbind_graph(u)
+    return rebind(unbound.get(u, u), var_vals)
