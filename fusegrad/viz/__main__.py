@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"viz: {e}", file=sys.stderr)
         return 2
     if args.export_trace:
-        path = export_chrome_trace(session.events, args.export_trace)
+        path = export_chrome_trace(session.profile_events(), args.export_trace)
         print(f"viz: wrote {path} (open it in Perfetto or chrome://tracing)")
         return 0
     try:

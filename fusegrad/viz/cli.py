@@ -47,11 +47,12 @@ def graph_text(graph: Mapping[int, Mapping[str, Any]], max_lines: int = 2000) ->
 
 
 def spans_of(session: VizSession) -> list[Span]:
-    return collect_spans(session.events, clock_offsets(session.events))
+    events = session.profile_events()
+    return collect_spans(events, clock_offsets(events))
 
 
 def markers_of(session: VizSession) -> list[ProfilePointEvent]:
-    points = [e for e in session.events if isinstance(e, ProfilePointEvent) and e.name == "marker"]
+    points = [e for e in session.profile_events() if isinstance(e, ProfilePointEvent) and e.name == "marker"]
     return sorted(points, key=lambda e: e.ts)
 
 

@@ -316,3 +316,20 @@ def read_profile_file(path: str | Path, data: bytes) -> ProfileRead:
     if run_id is not None and not isinstance(run_id, str):
         raise TraceFileError(f"{path}: malformed run_id {run_id!r}: expected a string")
     return ProfileRead(events, run_id, complete)
+
+
+def streaming_run_id(path: str | Path) -> str | None:
+    """For a streaming profile file, its run id ("" when it has none), read from its first record alone; None for any
+    other file (the JSON form). TraceFileError for a missing, unreadable or newer file."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError as e:
+        raise TraceFileError(f"{path}: can't read the trace file: {e.strerror or e}") from None
+    if not is_profile_file(head):
+        return None
+    try:
+        length = _RECORD.unpack_from(head, len(HEADER))[0]
+    except struct.error:
+        return ""  # cut short before its first record: nothing to check it against
+    return read_profile_file(path, head[: len(HEADER) + _RECORD.size + length]).run_id or ""

@@ -6,17 +6,22 @@ every match, laid out), `kernel(ctx)`, `search(text)`, `profile_bytes()` and `pr
 
 from __future__ import annotations
 
+import itertools
 import linecache
+import re
 import threading
+from collections import OrderedDict
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from fusegrad.helpers import Context, ProfileEvent, ProfilePointEvent, ansistrip, to_function_name
 from fusegrad.uop.rewrite import RewriteTrace, TrackedGraphRewrite
 from fusegrad.viz.layout import layout_graph
-from fusegrad.viz.profile import get_profile, key_name
+from fusegrad.viz.profile import RangeKind, Span, clock_offsets, collect_spans, get_profile, key_name
+from fusegrad.viz.profile_file import streaming_run_id
 from fusegrad.viz.rewrites import get_full_rewrite, get_rewrites
 from fusegrad.viz.trace_file import (
     KernelProgram,
@@ -29,6 +34,7 @@ from fusegrad.viz.trace_file import (
 )
 
 MAX_SEARCH_RESULTS = 200
+STEP_CACHE = 32  # replayed steps the server keeps
 CALL_TRACE_FRAMES = 12  # innermost frames of a step's call trace shown in the step header
 
 
@@ -73,6 +79,31 @@ class VizSession:
     _cache: dict[str, Any] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _replay_lock: threading.Lock = field(default_factory=threading.Lock)
+    _loader: threading.Thread | None = None  # reads the profile file while the server already answers
+    _load_error: TraceFileError | None = None
+    # finished replays by (group, step), newest last: asking again costs nothing (STEP_CACHE steps kept)
+    _steps: OrderedDict[tuple[int, int], list[dict[str, Any]]] = field(default_factory=OrderedDict)
+
+    def load_profile_in_background(self, path: str | Path) -> None:
+        """Read the profile file (and pack the timeline) in a thread; the profile endpoints wait for it."""
+
+        def load() -> None:
+            try:
+                self.events = load_saved_profile(path).events
+                self.profile_bytes()
+            except TraceFileError as e:
+                self._load_error = e
+
+        self._loader = threading.Thread(target=load, name="viz-profile-loader", daemon=True)
+        self._loader.start()
+
+    def profile_events(self) -> Sequence[ProfileEvent]:
+        """The profile events, once a background load has finished; its error (a bad file) is raised here."""
+        if self._loader is not None:
+            self._loader.join()
+        if self._load_error is not None:
+            raise self._load_error
+        return self.events
 
     def source_line(self, loc: Sequence[Any]) -> str:
         file, line = str(loc[0]), int(loc[1])
@@ -125,6 +156,26 @@ class VizSession:
         yield {"kind": "step", "ctx": ctx, "idx": idx, "name": step.name or "graph_rewrite", "loc": list(step.loc),
                "code_line": self.source_line(step.loc), "depth": step.depth, "match_count": len(step.matches),
                "group": self.trace.keys[ctx].display_name, "trace": trace[-CALL_TRACE_FRAMES:]}  # fmt: skip
+        with self._lock:
+            cached = self._steps.get((ctx, idx))
+            if cached is not None:
+                self._steps.move_to_end((ctx, idx))
+        if cached is not None:
+            yield from cached
+            return
+        graphs = []
+        for message in self._replay(step):
+            graphs.append(message)
+            yield message
+        if graphs[-1]["kind"] == "done":  # a complete replay (not one that failed or was abandoned) is kept
+            with self._lock:
+                self._steps[(ctx, idx)] = graphs
+                while len(self._steps) > STEP_CACHE:
+                    self._steps.popitem(last=False)
+
+    def _replay(self, step: TrackedGraphRewrite) -> Iterator[dict[str, Any]]:
+        """The step's graph before any match and after each one, laid out, then "done" (or "error" then "done")."""
+        assert self.trace is not None, "step() checked the trace"
         replays, count = get_full_rewrite(step, self.trace.uop_fields, self.trace.keys), 0
         try:
             while (replay := self._next_replay(replays)) is not None:
@@ -219,6 +270,8 @@ class VizSession:
 
     def profile_bytes(self) -> bytes:
         """/get_profile: the packed timeline (profile.py's layout); range events link to their kernel's group."""
+        if threading.current_thread() is not self._loader:
+            self.profile_events()
         with self._lock:
             if "profile" not in self._cache:
                 self._cache["profile"] = get_profile(list(self.events), self.programs())
@@ -233,10 +286,64 @@ class VizSession:
             kernels[name] = {"ctx": ctx, "name": program.name, "ops": program.ops, "lds": program.lds,
                              "mem": program.mem}  # fmt: skip
         runs: dict[str, list[str]] = {}
-        execs = [e for e in self.events if isinstance(e, ProfilePointEvent) and e.name == "exec"]
+        execs = [e for e in self.profile_events() if isinstance(e, ProfilePointEvent) and e.name == "exec"]
         for e in sorted(execs, key=lambda e: e.ts):  # the order profile.py numbers runs in
             runs.setdefault(e.device, []).append(to_function_name(key_name(e.key)))
         return {"kernels": kernels, "runs": runs}
+
+    def kernel_stats(self) -> dict[str, Any]:
+        """/kernel_stats: per kernel name its runs, total and mean time, GFLOP/s and GB/s (the program's estimates over
+        its measured time; None where they are unknown or symbolic), its group; and the step-time series."""
+        events = self.profile_events()
+        spans = collect_spans(events, clock_offsets(events))
+        markers = [e for e in events if isinstance(e, ProfilePointEvent) and e.name == "marker"]
+        times = [t for s in spans for t in (s.st, s.en)] + [e.ts for e in events if isinstance(e, ProfilePointEvent)]
+        programs = self.programs()
+        rows: list[dict[str, Any]] = []
+        for name, k in kernel_totals(spans, min(times, default=Decimal(0))).items():
+            ctx = programs.get(name, programs.get(to_function_name(name)))
+            program = None if ctx is None else self.program(ctx)
+            ops, mem = (None, None) if program is None else (program.ops, program.mem)
+            seconds = k.total_us / 1e6
+            rows.append({"name": name, "runs": k.runs, "total_us": k.total_us, "mean_us": k.total_us / k.runs,
+                         "first_us": k.first_us, "ctx": ctx,
+                         "gflops": None if ops is None or not seconds else ops * k.runs / seconds / 1e9,
+                         "gbs": None if mem is None or not seconds else mem * k.runs / seconds / 1e9})  # fmt: skip
+        rows.sort(key=lambda r: -r["total_us"])
+        return {"kernels": rows, "steps": step_series(markers)}
+
+
+@dataclass
+class KernelTotals:
+    """One kernel name's runs over the whole profile."""
+
+    runs: int = 0
+    total_us: float = 0.0
+    first_us: float | None = None  # when its first run started, on the timeline's clock
+
+
+def kernel_totals(spans: Sequence[Span], start: Decimal) -> dict[str, KernelTotals]:
+    """Per kernel name (device tracks only: not the host's compile ranges, copies or graph batches), its runs."""
+    totals: dict[str, KernelTotals] = {}
+    for s in spans:
+        if s.kind is not RangeKind.KERNEL or s.track == "TINY" or s.track.endswith(" Graph"):
+            continue
+        k = totals.setdefault(s.name, KernelTotals())
+        k.runs += 1
+        k.total_us += float(s.en - s.st)
+        if k.first_us is None:
+            k.first_us = float(s.st - start)
+    return totals
+
+
+def step_series(markers: Sequence[ProfilePointEvent]) -> dict[str, list[float]]:
+    """Marker names that repeat (trailing numbers ignored: "step 1", "step 2" are one series) -> microseconds between
+    consecutive marks: the step-time series of a program that marks its steps with profile_marker."""
+    times: dict[str, list[Decimal]] = {}
+    for e in sorted(markers, key=lambda e: e.ts):
+        name = re.sub(r"[\s#:_-]*\d+$", "", str(e.arg.get("name", ""))) or "marker"
+        times.setdefault(name, []).append(e.ts)
+    return {name: [float(b - a) for a, b in itertools.pairwise(ts)] for name, ts in times.items() if len(ts) > 1}
 
 
 def open_session(rewrites: str | Path | None = None, profile: str | Path | None = None) -> VizSession:
@@ -252,11 +359,17 @@ def open_session(rewrites: str | Path | None = None, profile: str | Path | None 
                                  "or pass --rewrites FILE / --profile FILE")  # fmt: skip
     session = VizSession()
     saved = None if rewrites is None else load_rewrites(rewrites)
-    saved_profile = None if profile is None else load_saved_profile(profile)
-    if saved is not None and saved_profile is not None:
-        check_same_run(str(rewrites), saved.run_id, str(profile), saved_profile.run_id)
-    if saved is not None:
+    if saved is not None:  # before the profile's loader starts: the timeline links kernels to their groups
         session.trace, session.lines = saved.trace, saved.lines
-    if saved_profile is not None:
-        session.events = saved_profile.events
+    if profile is not None:
+        # a streaming file says its run id in its first record: checked now, its events read in the background
+        profile_id = streaming_run_id(profile)
+        streaming = profile_id is not None
+        if not streaming:
+            saved_profile = load_saved_profile(profile)  # the JSON form: read whole, now
+            session.events, profile_id = saved_profile.events, saved_profile.run_id
+        if saved is not None:
+            check_same_run(str(rewrites), saved.run_id, str(profile), profile_id or None)
+        if streaming:
+            session.load_profile_in_background(profile)
     return session

@@ -1,0 +1,113 @@
+"""Tests for fusegrad/viz/session.py at scale: replays kept per step, a streaming profile read in the background, the
+whole-run kernel table and the step times."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from fusegrad.helpers import ProfilePointEvent, ProfileRangeEvent
+from fusegrad.viz import session as session_module
+from fusegrad.viz.profile import get_profile
+from fusegrad.viz.profile_file import ProfileWriter
+from fusegrad.viz.session import VizSession, open_session
+from fusegrad.viz.trace_file import TraceFileError, save_rewrites
+
+from .conftest import RealTrace
+
+
+def first_step_with_matches(real_trace: RealTrace) -> tuple[int, int]:
+    return next((c, i) for c, steps in enumerate(real_trace.trace.rewrites) for i, s in enumerate(steps) if s.matches)
+
+
+def test_a_step_is_replayed_once(real_trace: RealTrace, monkeypatch: pytest.MonkeyPatch) -> None:
+    session = real_trace.session()
+    ctx, idx = first_step_with_matches(real_trace)
+    first = list(session.step_stream(ctx, idx))
+    assert first[-1]["kind"] == "done"
+    replays: list[object] = []
+    real = session_module.get_full_rewrite
+    monkeypatch.setattr(session_module, "get_full_rewrite", lambda *a: replays.append(a) or real(*a))
+    assert list(session.step_stream(ctx, idx)) == first
+    assert replays == []
+    other = next((c, i) for c, steps in enumerate(real_trace.trace.rewrites) for i in range(len(steps))
+                 if (c, i) != (ctx, idx))  # fmt: skip
+    list(session.step_stream(*other))
+    assert len(replays) == 1  # a step not asked for before is replayed
+
+
+def test_an_abandoned_replay_is_not_kept(real_trace: RealTrace) -> None:
+    session = real_trace.session()
+    ctx, idx = first_step_with_matches(real_trace)
+    stream = session.step_stream(ctx, idx)
+    next(stream)
+    next(stream)
+    stream.close()  # the page went elsewhere after the first graph
+    assert list(session.step_stream(ctx, idx))[-1]["kind"] == "done"
+
+
+def write_profile(path: Path, events: list, run_id: str | None) -> Path:  # type: ignore[type-arg]  # profile events
+    writer = ProfileWriter(path, run_id)
+    writer.write(events)
+    return writer.close()
+
+
+def test_a_streaming_profile_loads_in_the_background(tmp_path: Path, real_trace: RealTrace) -> None:
+    profile = write_profile(tmp_path / "run.fgprof", real_trace.events, "id1")
+    save_rewrites(real_trace.trace, tmp_path / "run.rewrites.json.gz", "id1")
+    session = open_session(tmp_path / "run.rewrites.json.gz", profile)
+    assert session._loader is not None
+    expected = VizSession(session.trace, list(session.profile_events())).profile_bytes()
+    assert session.profile_bytes() == expected
+    assert session.profile_bytes() == get_profile(list(session.profile_events()), session.programs())
+
+
+def test_a_streaming_profile_of_another_run_is_refused(tmp_path: Path, real_trace: RealTrace) -> None:
+    profile = write_profile(tmp_path / "run.fgprof", real_trace.events, "id2")
+    save_rewrites(real_trace.trace, tmp_path / "other.rewrites.json.gz", "id3")
+    with pytest.raises(TraceFileError, match=r"come from different runs"):
+        open_session(tmp_path / "other.rewrites.json.gz", profile)
+
+
+def test_a_bad_chunk_shows_when_the_profile_is_asked_for(tmp_path: Path, real_trace: RealTrace) -> None:
+    data = bytearray(write_profile(tmp_path / "run.fgprof", real_trace.events, None).read_bytes())
+    data[-40] ^= 0xFF
+    (tmp_path / "run.fgprof").write_bytes(bytes(data))
+    session = open_session(None, tmp_path / "run.fgprof")
+    with pytest.raises(TraceFileError, match=r"run.fgprof: malformed profile chunk"):
+        session.profile_bytes()
+
+
+def kernel_run(name: str, st: int, dur: int) -> list[ProfilePointEvent | ProfileRangeEvent]:
+    return [ProfilePointEvent("CPU", "exec", name, {"bufs": []}, Decimal(st)),
+            ProfileRangeEvent("CPU", name, Decimal(st), Decimal(st + dur))]  # fmt: skip
+
+
+def test_the_kernel_table_totals_each_kernel_over_the_run(real_trace: RealTrace) -> None:
+    events = [*kernel_run("r_a", 100, 10), *kernel_run("r_b", 120, 50), *kernel_run("r_a", 200, 30)]
+    events += [ProfileRangeEvent("TINY", "compile r_a", Decimal(0), Decimal(90))]  # host work: not a kernel run
+    stats = VizSession(events=events).kernel_stats()
+    rows = {r["name"]: r for r in stats["kernels"]}
+    assert [r["name"] for r in stats["kernels"]] == ["r_b", "r_a"]  # most time first
+    assert (rows["r_a"]["runs"], rows["r_a"]["total_us"], rows["r_a"]["mean_us"]) == (2, 40.0, 20.0)
+    assert rows["r_a"]["first_us"] == 100.0  # the compile range at 0 starts the timeline
+    assert rows["r_a"]["gflops"] is None  # no program: no estimates
+    # with the real trace's programs: ops and bytes over the measured time
+    real = real_trace.session().kernel_stats()["kernels"]
+    timed = [r for r in real if r["ctx"] is not None]
+    assert timed
+    for r in timed:
+        program = real_trace.session().program(r["ctx"])
+        assert program is not None
+        assert program.ops is not None
+        assert r["gflops"] == pytest.approx(program.ops * r["runs"] / (r["total_us"] / 1e6) / 1e9)
+
+
+def test_marked_steps_give_the_step_time_series() -> None:
+    def mark(name: str, ts: int) -> ProfilePointEvent:
+        return ProfilePointEvent("TINY", "marker", None, {"name": name, "color": "gray"}, Decimal(ts))
+
+    events = [mark("step 1", 100), mark("step 2", 350), mark("eval", 400), mark("step 3", 500), mark("step 4", 900)]
+    assert VizSession(events=events).kernel_stats()["steps"] == {"step": [250.0, 150.0, 400.0]}
