@@ -134,6 +134,7 @@ CI = getenv("CI", "") != ""  # running under continuous integration: tests pick 
 DEBUG = ContextVar("DEBUG", 0)  # 1: kernel counts, 2: per-kernel timing, 3: schedules, 4: source, 5+: UOp graphs
 IMAGE = ContextVar("IMAGE", 0)  # 1/2: use image (texture) dtypes for GPU convolutions
 BEAM = ContextVar("BEAM", 0)  # >0: beam-search kernel optimisations with this beam width
+IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0)  # 1: BEAM searches again instead of reusing cached opts
 NOOPT = ContextVar("NOOPT", 0)  # 1: apply no kernel optimisations (no heuristics, no BEAM)
 JIT = ContextVar("JIT", 1)  # 0: TinyJit runs the function eagerly every call; 1: capture once and replay
 WINO = ContextVar("WINO", 0)  # 1: use Winograd for 3x3 convolutions

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import Enum, auto
 from typing import TYPE_CHECKING
 
+from fusegrad.codegen.linearize import range_key
 from fusegrad.dtype import AddrSpace
 from fusegrad.helpers import NOOPT
 from fusegrad.uop import AxisType, Ops
@@ -105,20 +106,32 @@ def group(sink: UOp, opt: Opt, new_axis: int, new_reg: int) -> UOp:
     rng = _find_range(sink, opt.axis)
     size = _check_split(opt, rng, AxisType.REDUCE)
     red = next(u for u in sink.toposort() if u.op is Ops.REDUCE and rng in u.src[1:])  # a REDUCE range has one
+    if any(u.op is Ops.DEFINE_REG for u in red.src[0].toposort()):
+        raise ValueError(f"opt: GROUP of axis {opt.axis}: got the combination of partials, expected a reduce of data")
     chunk = size // opt.arg
     parts = UOp.range(opt.arg, new_axis, AxisType.LOOP)
     within = UOp.range(chunk, opt.axis, AxisType.REDUCE)
     others = [r for r in red.src[1:] if r is not rng]
     partial_value = red.src[0].substitute({rng: parts * chunk + within}).reduce(within, *others, arg=red.arg)
     partials = UOp(Ops.DEFINE_REG, red.dtype.ptr(opt.arg, AddrSpace.REG), arg=new_reg)
-    # the loops the result lives in: the value's, less those closed by this reduce or one inside it
-    inside = red.toposort()
-    closed = {r for u in inside if u.op is Ops.REDUCE for r in u.src[1:]}
-    outer = sorted((r for r in inside if r.op is Ops.RANGE and r not in closed), key=lambda r: r.arg)
+    outer = _enclosing_loops(sink, red)
     written = partials.index(parts).store(partial_value)
     combine = UOp.range(opt.arg, new_axis + 1, AxisType.REDUCE)
     combined = UOp(Ops.AFTER, partials.dtype, (partials, written, *outer)).index(combine).load()
     return graph_rewrite(sink, pm_replace_nodes, ctx={red: combined.reduce(combine, arg=red.arg)}, name="group")
+
+
+def _enclosing_loops(sink: UOp, red: UOp) -> list[UOp]:
+    """The loops a reduce's partials live in: the value's, less those closed by this reduce or one inside it, and
+    every output loop nested outside one of those (else the partials' write would sit outside a loop it is in)."""
+    inside = red.toposort()
+    closed = {r for u in inside if u.op is Ops.REDUCE for r in u.src[1:]}
+    ret = {r for r in inside if r.op is Ops.RANGE and r not in closed}
+    if ret:
+        deepest = max(range_key(r) for r in ret)
+        loops = [u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] is AxisType.LOOP]
+        ret |= {r for r in loops if range_key(r) < deepest}
+    return sorted(ret, key=lambda r: r.arg)
 
 
 def swap(sink: UOp, opt: Opt) -> UOp:
@@ -126,6 +139,10 @@ def swap(sink: UOp, opt: Opt) -> UOp:
     first, second = _find_range(sink, opt.axis), _find_range(sink, opt.arg)
     if first.arg[1] is not AxisType.LOOP or second.arg[1] is not AxisType.LOOP:
         raise ValueError(f"opt: SWAP needs two LOOP axes: got {first.arg[1].name} and {second.arg[1].name}")
+    # a GROUP's partials are written inside the output loops nested outside them then: a later swap could move one
+    # of those inside the write's loop (and its loop over partials is no output loop to swap)
+    if any(u.op is Ops.DEFINE_REG for u in sink.toposort()):
+        raise ValueError(f"opt: SWAP of axes {opt.axis} and {opt.arg}: got a kernel with GROUP applied, expected none")
     # substitute, not a rewrite to a fixed point: with equal ends the two new ranges are the old ones, swapped
     return sink.substitute({first: UOp.range(first.src[0], opt.arg), second: UOp.range(second.src[0], opt.axis)})
 
@@ -199,10 +216,14 @@ def upcast_opts(loops: list[UOp], loads: list[UOp], acc_bytes: int) -> list[Opt]
     return [vector]
 
 
-def swap_opts(opts: list[Opt], reduce_size: int) -> list[Opt]:
+def swap_opts(opts: list[Opt], reduce_size: int, sizes: dict[int, int]) -> list[Opt]:
     """For long reduces, the vector axis's loop outside the reuse axis's: the panel of vector loads (k rows of a few
-    columns, far apart) then serves every row tile while it is cached, and the rows stream (matmul 2048: ~1.5x)."""
+    columns, far apart) then serves every row tile while it is cached, and the rows stream (matmul 2048: ~1.5x).
+
+    `sizes` maps axis ids to loop sizes: an upcast by a whole axis leaves no loop of it to swap (nor one worth it)."""
     if len(opts) != 2 or reduce_size < SWAP_MIN_REDUCE or opts[0].axis > opts[1].axis:
+        return []
+    if any(sizes[o.axis] == o.arg for o in opts):
         return []
     return [Opt(OptOps.SWAP, opts[0].axis, opts[1].axis)]
 
@@ -243,7 +264,7 @@ def hand_coded_opts(sink: UOp) -> list[Opt]:
     reduce_size = max(
         math.prod(int(r.src[0].arg) if r.src[0].op is Ops.CONST else 0 for r in u.src[1:]) for u in reduces
     )
-    return opts + upcasts + swap_opts(upcasts, reduce_size)
+    return opts + upcasts + swap_opts(upcasts, reduce_size, {r.arg[0]: int(r.src[0].arg) for r in rest})
 
 
 def _largest_divisor(rng: UOp, limit: int = HOIST_MAX) -> int | None:

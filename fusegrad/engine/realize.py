@@ -183,10 +183,19 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
     if (base := method_cache.get(base_key)) is not None:
         runner = CompiledRunner(dataclasses.replace(base.p, device=device), base.lib)
     else:
-        program = get_program(ast, Device[device].renderer)
+        program = get_program(_with_beam_opts(ast, device), Device[device].renderer)
         runner = method_cache[base_key] = CompiledRunner(dataclasses.replace(program, device=device))
     method_cache[key] = runner
     return runner
+
+
+def _with_beam_opts(ast: UOp, device: str) -> UOp:
+    """With BEAM set, the AST with the opts a timed search picked on `device` (codegen/search.py)."""
+    if BEAM.value < 1:
+        return ast
+    from fusegrad.codegen.search import beam_ast  # the search imports this module: import on use
+
+    return beam_ast(ast, device)
 
 
 def lower_ast(ast: UOp, bufs: list[Buffer]) -> Runner:

@@ -10,15 +10,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fusegrad import Tensor
 from fusegrad.codegen import KernelInfo, full_rewrite, kernel_names, to_program
 from fusegrad.codegen.opt import Opt, OptOps, hand_coded_opts, stride
+from fusegrad.codegen.search import extensions
 from fusegrad.device import Buffer, Device
 from fusegrad.dtype import DType, _to_np_dtype, dtypes
 from fusegrad.engine.realize import CompiledRunner
 from fusegrad.helpers import Context
 from fusegrad.renderer.cstyle import ClangRenderer
 from fusegrad.uop import AxisType, Ops
-from fusegrad.uop.ops import UOp
+from fusegrad.uop.ops import UOp, graph_rewrite
+from fusegrad.uop.symbolic import sym
 
 DEVICES = ["CPU", "PYTHON"]
 PYTHON_WORK = 50_000  # output size x input size up to which a kernel is also interpreted without opts
@@ -400,3 +403,73 @@ def test_random_opts_keep_results_bit_for_bit(case: tuple[tuple[int, int, int, i
     sizes, opts = case
     for device in DEVICES:
         check(conv1d(*sizes, dtypes.int32), dtypes.int32, device, opts)
+
+
+# *** regressions: the heuristic's opts always apply ***
+
+
+def test_heuristic_swaps_no_loop_an_upcast_took_whole() -> None:
+    # a long reduce over 8 rows: the reuse upcast takes all 8, so no row loop is left to swap (it was SWAP 0 1, and
+    # apply_opts failed: "no single loop with axis id 0"; a ResNet's 3x3 convs with 256+ input channels hit it too)
+    assert hand_coded_opts(matmul(8, 2048, 64, dtypes.float32)[0]) == [
+        Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 8)]  # fmt: skip
+    assert hand_coded_opts(matmul(64, 2048, 8, dtypes.float32)[0]) == [
+        Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 8)]  # fmt: skip
+    check(matmul(8, 2048, 64, dtypes.int32), dtypes.int32, "CPU", None)
+
+
+def test_arange_gather_with_a_long_one_hot_reduce() -> None:
+    # out[i, j] = sum_k (idx[i] == k) * w[k, j]: the one-hot matmul that arange-based indexing builds
+    idx, w = np.array([3, 0, 4095, 17, 1, 2, 5, 4000]), np.random.default_rng(0).standard_normal((4096, 8))
+    one_hot = Tensor(idx).unsqueeze(-1) == Tensor.arange(4096)
+    got = one_hot.unsqueeze(-1).where(Tensor(w.astype(np.float32)), 0).sum(1).numpy()
+    np.testing.assert_allclose(got, w[idx], rtol=1e-6)
+    np.testing.assert_array_equal(Tensor.arange(4096)[Tensor(idx)].numpy(), idx)
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.integers(1, 24), st.sampled_from([1, 5, 2048, 2049]), st.integers(1, 24))
+def test_heuristic_opts_apply_to_any_matmul(m: int, k: int, n: int) -> None:
+    """Whatever the sizes, the heuristic's opts apply and keep an int matmul exact."""
+    check(matmul(m, k, n, dtypes.int32), dtypes.int32, "CPU", None)
+
+
+# *** property: any sequence of legal opts (BEAM's search space) computes what the plain kernel does ***
+
+KERNELS: dict[str, Callable[[DType], Case]] = {
+    "matmul": lambda dt: matmul(6, 5, 8, dt),
+    "transposed": lambda dt: matmul_transposed(4, 6, 6, dt),
+    "conv": lambda dt: conv1d(2, 2, 4, 6, dt),
+    "nested": lambda dt: nested(4, 3, 6, dt),
+    "broadcast": lambda dt: broadcast_sum(4, 6, 4, dt),
+    "full sum": lambda dt: full_sum(48, dt),
+}
+
+
+@st.composite
+def kernel_and_search_path(draw: st.DrawFn) -> tuple[str, tuple[Opt, ...]]:
+    """A kernel and a walk of 0-3 steps through BEAM's actions from no opts (or from the heuristic's)."""
+    name = draw(st.sampled_from(sorted(KERNELS)))
+    sink = graph_rewrite(KERNELS[name](dtypes.int32)[0], sym)
+    opts: tuple[Opt, ...] = tuple(hand_coded_opts(sink)) if draw(st.booleans()) else ()
+    for _ in range(draw(st.integers(0, 3))):
+        if not (options := extensions(sink, opts)):
+            break
+        opts = draw(st.sampled_from(options))
+    return name, opts
+
+
+@settings(max_examples=25, deadline=None)
+@given(kernel_and_search_path())
+def test_search_paths_keep_results_on_cpu_and_python(case: tuple[str, tuple[Opt, ...]]) -> None:
+    """int32 (exact): CPU and PYTHON with the opts, bit for bit against the plain kernel on PYTHON and numpy."""
+    name, opts = case
+    for device in DEVICES:
+        check(KERNELS[name](dtypes.int32), dtypes.int32, device, opts)
+
+
+@settings(max_examples=10, deadline=None)
+@given(kernel_and_search_path())
+def test_search_paths_keep_float_results_close(case: tuple[str, tuple[Opt, ...]]) -> None:
+    name, opts = case
+    check(KERNELS[name](dtypes.float32), dtypes.float32, "CPU", opts)

@@ -1,0 +1,237 @@
+"""BEAM search over kernel opts (codegen/opt.py): time candidate opt lists on the kernel's own device, keep the fastest.
+
+`beam_search(ast, device, width)` starts from no opts and the heuristic's, then each round extends every kept opt list
+by one legal action (`actions`), compiles and times the new kernels on fresh buffers (best of a few runs), drops any
+whose output differs from the unoptimised kernel's, and keeps the `width` fastest, until a round finds nothing faster.
+The winner goes to the disk cache, keyed by kernel AST and device, so a later process reuses it (`IGNORE_BEAM_CACHE=1`
+searches again). `beam_ast` is the engine's hook: the AST with the chosen opts in its KernelInfo when `BEAM` is set.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from fusegrad.codegen import KernelInfo, get_kernel_name, to_program
+from fusegrad.codegen.opt import Opt, OptOps, apply_opts, hand_coded_opts
+from fusegrad.device import Buffer, Device
+from fusegrad.diskcache import CacheValue, JSONValue
+from fusegrad.dtype import DType, PtrDType, _to_np_dtype, dtypes
+from fusegrad.engine.realize import CompiledRunner
+from fusegrad.helpers import BEAM, DEBUG, IGNORE_BEAM_CACHE, NOOPT, Context, dedup, diskcache_get, diskcache_put
+from fusegrad.uop import AxisType, Ops
+from fusegrad.uop.ops import UOp, graph_rewrite
+from fusegrad.uop.symbolic import sym
+
+__all__ = ["actions", "beam_ast", "beam_search"]
+
+# splits tried for an output axis: powers of two only, as gcc 12 -O2 -fopenmp miscompiled an `omp simd` loop of 3
+# inside an upcast loop of 4 (an aligned store to acc0 + 3: a crash, e.g. UPCAST 1 4 then UPCAST 0 3 of a 6x5x8 matmul)
+UPCAST_AMOUNTS = (2, 4, 8, 16)
+GROUP_AMOUNTS = (2, 4, 8, 16)  # partial reductions tried for a reduce axis
+MAX_UPCAST = 256  # product of the upcast loops' sizes a candidate may reach (unrolled code and accumulators grow)
+TIMING_RUNS = 3  # a candidate's time is the best of at least this many runs after its checked run (page faults)
+MIN_TIMING_S, MAX_TIMING_RUNS = 2e-3, 50  # fast kernels run more often, until this much time: one run is noise
+MAX_ROUNDS = 8  # actions appended to an opt list at most: bounds the search when every round improves a little
+BEAM_TABLE = "beam_search"  # disk-cache table: (AST key, device, renderer) -> the chosen opts as [op, axis, arg] lists
+SKIPPED_DEVICES = ("NULL", "DISK", "NPY")  # nothing runs there (NULL) or no kernels at all: no timing to search on
+
+
+# *** the search space ***
+
+
+def _const_ranges(sink: UOp, axis_type: AxisType) -> list[UOp]:
+    nodes = sink.toposort()
+    return sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] is axis_type and u.src[0].op is Ops.CONST),
+                  key=lambda r: r.arg)  # fmt: skip
+
+
+def actions(sink: UOp) -> list[Opt]:
+    """The opts that may extend `sink`'s current ones: UPCAST of each constant output loop by a divisor (the upcast
+    loops' sizes multiplying to at most MAX_UPCAST) unless a reduce is grouped, GROUP of each constant reduce axis by
+    a divisor unless there are upcasts, SWAP of each pair of output loops. Candidates only: apply_opts still decides
+    whether one fits (ValueError: it doesn't)."""
+    upcast = math.prod(int(r.src[0].arg) for r in _const_ranges(sink, AxisType.UPCAST))
+    loops, reduces = _const_ranges(sink, AxisType.LOOP), _const_ranges(sink, AxisType.REDUCE)
+    # GROUP and UPCAST exclude each other: gcc took 37 s to compile a 64x64 matmul tile with its reduce grouped
+    grouped = any(u.op is Ops.DEFINE_REG for u in sink.toposort())
+    ret: list[Opt] = []
+    for r in [] if grouped else loops:
+        size = int(r.src[0].arg)
+        ret += [Opt(OptOps.UPCAST, r.arg[0], a) for a in UPCAST_AMOUNTS if size % a == 0 and upcast * a <= MAX_UPCAST]
+    for r in [] if upcast > 1 else reduces:
+        ret += [Opt(OptOps.GROUP, r.arg[0], a) for a in GROUP_AMOUNTS if int(r.src[0].arg) % a == 0]
+    ret += [Opt(OptOps.SWAP, a.arg[0], b.arg[0]) for i, a in enumerate(loops) for b in loops[i + 1 :]]
+    return ret
+
+
+def extensions(sink: UOp, opts: tuple[Opt, ...]) -> list[tuple[Opt, ...]]:
+    """Every `opts + (action,)` that applies to the (simplified) kernel `sink` without error."""
+    ret = []
+    for action in actions(apply_opts(sink, opts)):
+        try:
+            apply_opts(sink, (*opts, action))
+        except ValueError:
+            continue
+        ret.append((*opts, action))
+    return ret
+
+
+# *** timing candidates on fresh buffers ***
+
+
+def _random_values(dt: DType, size: int, rng: np.random.Generator) -> np.ndarray:
+    """Small ints (in range of every int dtype), normal floats, random bools."""
+    if dt == dtypes.bool:
+        return rng.integers(0, 2, size).astype(np.bool_)
+    if dtypes.is_int(dt):
+        return rng.integers(0, 8, size).astype(_to_np_dtype(dt))
+    return rng.standard_normal(size).astype(_to_np_dtype(dt))
+
+
+def _close(got: np.ndarray, expected: np.ndarray) -> bool:
+    """Equal up to the reordered sums of GROUP and vectorised reductions (ints and bools: exactly)."""
+    if got.dtype.kind != "f":
+        return bool(np.array_equal(got, expected))
+    tolerance = 2e-2 if got.dtype.itemsize <= 2 else 1e-4
+    return bool(np.allclose(got, expected, rtol=tolerance, atol=tolerance, equal_nan=True))
+
+
+@dataclass
+class Bench:
+    """One kernel's search state: fresh random buffers (the same for every candidate), the unoptimised kernel's
+    outputs on them, and the opt lists timed so far (None: dropped, it failed or gave a different answer)."""
+
+    ast: UOp
+    device: str
+    name: str
+    bufs: list[Buffer]
+    initial: list[np.ndarray]
+    var_vals: dict[str, int]
+    expected: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)
+    timed: dict[tuple[Opt, ...], float | None] = dataclasses.field(default_factory=dict)
+
+    @staticmethod
+    def of(ast: UOp, device: str) -> Bench:
+        nodes = ast.toposort()
+        slots = {int(u.arg): u.dtype for u in nodes if u.op is Ops.DEFINE_GLOBAL and isinstance(u.dtype, PtrDType)}
+        rng = np.random.default_rng(0)
+        initial = [_random_values(slots[s].base, max(slots[s].size, 1), rng) if s in slots else np.zeros(1, np.uint8)
+                   for s in range(max(slots, default=-1) + 1)]  # fmt: skip
+        bufs = [Buffer(device, x.size, slots[s].base if s in slots else dtypes.uint8).allocate()
+                for s, x in enumerate(initial)]  # fmt: skip
+        var_vals = {u.expr: int(u.vmax) for u in nodes if u.op is Ops.DEFINE_VAR}  # the largest: buffers fit it
+        bench = Bench(ast, device, get_kernel_name(ast), bufs, initial, var_vals)
+        with Context(NOOPT=1):
+            plain = bench.run(())
+        if plain is None:
+            raise RuntimeError(f"beam: the unoptimised kernel {bench.name} failed on {device}")
+        bench.timed[()], bench.expected = plain
+        return bench
+
+    def run(self, opts: tuple[Opt, ...]) -> tuple[float, dict[int, np.ndarray]] | None:
+        """(best time, outputs) of the kernel with `opts`, or None when it fails to compile or run."""
+        try:
+            program = to_program(with_opts(self.ast, opts, self.name), Device[self.device].renderer)
+            runner = CompiledRunner(program)
+        except Exception as e:  # a candidate that cannot be compiled is dropped, never fatal
+            if DEBUG >= 3:
+                print(f"beam: {self.name} {opts} failed: {type(e).__name__}: {e}")
+            return None
+        for buf, values in zip(self.bufs, self.initial, strict=True):  # outputs may be read too (in-place kernels)
+            buf.copyin(values.data.cast("B"))
+        runner(self.bufs, self.var_vals, wait=True)
+        outputs = {s: self.bufs[s].numpy().copy() for s in program.outs}
+        return time_runner(runner, self.bufs, self.var_vals), outputs
+
+    def time(self, opts: tuple[Opt, ...]) -> float | None:
+        """The candidate's best time, or None when it failed or its outputs differ from the unoptimised kernel's."""
+        if opts not in self.timed:
+            ran = self.run(opts)
+            good = ran is not None and all(_close(ran[1][s], x) for s, x in self.expected.items())
+            self.timed[opts] = ran[0] if ran is not None and good else None
+        return self.timed[opts]
+
+    def ranked(self, candidates: list[tuple[Opt, ...]]) -> list[tuple[float, tuple[Opt, ...]]]:
+        """The candidates that ran right, fastest first."""
+        timed = [(self.time(opts), opts) for opts in candidates]
+        return sorted(((t, opts) for t, opts in timed if t is not None), key=lambda x: x[0])
+
+
+def time_runner(runner: CompiledRunner, bufs: list[Buffer], var_vals: dict[str, int]) -> float:
+    """Best of at least TIMING_RUNS runs, more for fast kernels (until MIN_TIMING_S in all): seconds."""
+    times: list[float] = []
+    while len(times) < TIMING_RUNS or (sum(times) < MIN_TIMING_S and len(times) < MAX_TIMING_RUNS):
+        times.append(runner(bufs, var_vals, wait=True) or 0.0)
+    return min(times)
+
+
+def with_opts(ast: UOp, opts: tuple[Opt, ...], name: str) -> UOp:
+    """The kernel AST with `opts` to apply and a fixed `name` (so candidates don't take new kernel names)."""
+    info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
+    return ast.replace(arg=dataclasses.replace(info, name=name, opts_to_apply=opts))
+
+
+# *** the search ***
+
+
+def _cache_key(ast: UOp, device: str) -> tuple[bytes, str, str]:
+    return ast.key, device.split(":")[0], type(Device[device].renderer).__name__
+
+
+def beam_search(ast: UOp, device: str, width: int) -> tuple[Opt, ...]:
+    """The fastest opts found for kernel `ast` on `device` by a beam of `width` (from the disk cache if it has them)."""
+    key = _cache_key(ast, device)
+    if not IGNORE_BEAM_CACHE.value and (hit := _cached_opts(diskcache_get(BEAM_TABLE, key))) is not None:
+        return hit
+    start = time.perf_counter()
+    sink = graph_rewrite(ast, sym, name="simplify indexing")
+    bench = Bench.of(ast, device)
+    beam = bench.ranked(dedup([(), tuple(hand_coded_opts(sink))]))[:width]
+    for round_ in range(MAX_ROUNDS):
+        candidates = dedup(ext for _, opts in beam for ext in extensions(sink, opts))
+        ranked = bench.ranked(candidates)
+        if DEBUG >= 2:
+            dropped, fastest = sum(bench.timed[c] is None for c in candidates), ranked[0][0] if ranked else math.nan
+            print(f"beam {bench.name}: round {round_ + 1}, {len(candidates)} candidates ({dropped} dropped), "
+                  f"best {fastest * 1e6:.1f} us vs {beam[0][0] * 1e6:.1f} us")  # fmt: skip
+        if not ranked or ranked[0][0] >= beam[0][0]:
+            break
+        beam = ranked[:width]
+    best = beam[0][1]
+    if DEBUG >= 2:
+        plain = bench.timed[()] or math.nan
+        print(f"beam {bench.name}: {len(bench.timed)} kernels timed in {time.perf_counter() - start:.1f} s, "
+              f"{plain * 1e6:.1f} us -> {beam[0][0] * 1e6:.1f} us with {best}")  # fmt: skip
+    stored: list[JSONValue] = [[o.op.name, o.axis, o.arg] for o in best]
+    diskcache_put(BEAM_TABLE, key, stored)
+    return best
+
+
+def _cached_opts(hit: CacheValue | None) -> tuple[Opt, ...] | None:
+    """The opts a disk-cache entry holds ([op name, axis, arg] lists), or None when it holds none (or garbage)."""
+    if not isinstance(hit, list):
+        return None
+    ret = []
+    for entry in hit:
+        if not (
+            isinstance(entry, list) and len(entry) == 3 and isinstance(op := entry[0], str) and op in OptOps.__members__
+        ):
+            return None
+        if not (isinstance(axis := entry[1], int) and isinstance(arg := entry[2], int)):
+            return None
+        ret.append(Opt(OptOps[op], axis, arg))
+    return tuple(ret)
+
+
+def beam_ast(ast: UOp, device: str) -> UOp:
+    """`ast` with BEAM-searched opts to apply, when BEAM is set, NOOPT is not, the kernel has no opts given already,
+    and its device runs kernels; otherwise `ast` itself."""
+    given = isinstance(ast.arg, KernelInfo) and ast.arg.opts_to_apply is not None
+    if BEAM.value < 1 or NOOPT.value or given or ast.op is not Ops.SINK or device.startswith(SKIPPED_DEVICES):
+        return ast
+    return with_opts(ast, beam_search(ast, device, BEAM.value), get_kernel_name(ast))
