@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import functools
 import itertools
 import math
+import sys
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -27,9 +29,10 @@ from fusegrad.dtype import (
     sum_acc_dtype,
     to_dtype,
 )
-from fusegrad.helpers import _METADATA, DEBUG, argfix, colored, prod
+from fusegrad.helpers import _METADATA, DEBUG, TRACEMETA, Metadata, argfix, colored, prod
 from fusegrad.mixin import traced as _mixin_traced
 from fusegrad.mixin.elementwise import ElementwiseMixin
+from fusegrad.mixin.linalg import LinalgMixin
 from fusegrad.mixin.movement import MovementMixin
 from fusegrad.mixin.nn import NNMixin
 from fusegrad.mixin.random import RandomMixin
@@ -78,7 +81,7 @@ def _broadcast_shape(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
-class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin):
+class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin, LinalgMixin):
     """A lazily evaluated n-d array on a device. Example: `(Tensor([1, 2]) * 2).tolist() == [2, 4]`.
 
     Raises ValueError for shape mismatches (naming the op and both shapes), TypeError for unsupported dtypes.
@@ -112,7 +115,9 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
 
     def __init__(self, data: Any, device: str | tuple[str, ...] | None = None, dtype: DTypeLike | None = None,
                  requires_grad: bool | None = None) -> None:  # fmt: skip
-        dt = to_dtype(dtype) if dtype is not None else None
+        dt = _init_dtype(dtype) if dtype is not None else None
+        if data is None:  # like the reference: Tensor(None) is the scalar 0.0
+            data = 0.0
         uop = data if isinstance(data, UOp) else _uop_from_data(data, _canonical_device(device), dt)
         if dt is not None and uop.dtype != dt:
             uop = uop.cast(dt)
@@ -144,10 +149,17 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
     def numel(self) -> int:
         return prod(self.shape)
 
+    def size(self, dim: int | None = None) -> int | tuple[int, ...]:
+        """The shape, or the length of axis `dim` (negative counts from the end), like torch.
+        Raises IndexError for an axis out of range. Example: `Tensor.zeros(2, 3).size(-1) == 3`."""
+        return self.shape if dim is None else self.shape[self._axis(dim, "size")]
+
     def element_size(self) -> int:
+        """Bytes per element: `Tensor([1], dtype=dtypes.int16).element_size() == 2`."""
         return self.dtype.itemsize
 
     def nbytes(self) -> int:
+        """Bytes of all elements: `Tensor([8, 9], dtype=dtypes.float).nbytes() == 8`."""
         return self.numel() * self.element_size()
 
     def __len__(self) -> int:
@@ -281,6 +293,15 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
             schedule[-1].settles = tuple(u for u in sink.toposort() if u.op is Ops.ASSIGN and u.src[1].op is Ops.KERNEL)
         return schedule
 
+    def schedule_with_vars(self, *lst: Tensor) -> tuple[list[Any], dict[str, builtins.int]]:
+        """`schedule()` and the values bound to the symbolic variables it uses (name -> int); each ExecItem also holds
+        its own in `fixedvars`. Example: `items, var_vals = t.schedule_with_vars()`."""
+        items = self.schedule(*lst)
+        var_vals: dict[str, builtins.int] = {}
+        for item in items:
+            var_vals.update(item.fixedvars)
+        return items, var_vals
+
     def realize(self, *lst: Tensor, do_update_stats: bool = True) -> Tensor:
         """Compute this tensor (and `lst`) now; `Tensor.realize(a, b)` computes both in one schedule."""
         from fusegrad.engine.realize import run_schedule
@@ -301,6 +322,29 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
         if self.uop.op is Ops.BUFFER:
             return self
         return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,), arg=next(_contiguous_ids)))
+
+    def clone(self, device: str | tuple[str, ...] | None = None) -> Tensor:
+        """A copy of this tensor in a buffer of its own (on `device` if given), same shape and dtype; its `.grad`, if
+        any, is cloned too. Gradients flow through it like `contiguous()`.
+        Example: `b = a.clone(); b.assign(b + 1)` leaves `a` unchanged."""
+        src = self if device is None or _canonical_device(device) == self.device else self.to(device)
+        ret = Tensor(UOp(Ops.CONTIGUOUS, src.dtype, (src.uop,), arg=next(_contiguous_ids)), requires_grad=self.requires_grad)
+        if self.grad is not None:
+            ret.grad = self.grad.clone(device)
+        return ret
+
+    def replace(self, x: Tensor) -> Tensor:
+        """Point this tensor at `x`'s data (dtype and device may differ; shapes must match) and return self.
+        Raises ValueError on a shape mismatch. Example: `w.replace(w.cast(dtypes.half))` converts a weight in place."""
+        if self.shape != x.shape:
+            raise ValueError(f"replace: shape mismatch: got {x.shape}, expected {self.shape}")
+        self.uop = x.uop
+        return self
+
+    def contiguous_backward(self) -> Tensor:
+        """The same values, but the gradient flowing back through this point is realized (made contiguous) before it
+        is used: a barrier that stops the backward graph from being fused across it. Example: `x.contiguous_backward()`."""
+        return Tensor(UOp(Ops.CONTIGUOUS_BACKWARD, self.dtype, (self.uop,)), requires_grad=self.requires_grad)
 
     def _buffer(self) -> Any:
         """The realized, contiguous Buffer holding this tensor's values (a multi-device tensor: gathered first)."""
@@ -899,6 +943,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
         ).transpose(-1, -min(w.ndim, 2))
         return (x * wt).sum(-1, dtype=least_upper_dtype(x.dtype, w.dtype) if not dtypes.is_float(x.dtype) else None)
 
+    @_traced
     def matmul(self, x: Tensor, reverse: builtins.bool = False, dtype: DTypeLike | None = None) -> Tensor:
         """self @ x (x @ self when `reverse`); see `dot`."""
         return x.dot(self, dtype=dtype) if reverse else self.dot(x, dtype=dtype)
@@ -906,10 +951,10 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
     # *** movement ***
 
     @_traced
-    def reshape(self, *shape: Any) -> Tensor:
-        """A view with a new shape, `x.reshape(2, 3)` or `x.reshape((2, 3))`; one axis may be -1 (inferred).
-        Raises ValueError when sizes differ."""
-        shp = list(_shape_arg(shape, allow_neg=True))
+    def reshape(self, shape: Any = (), *args: Any) -> Tensor:
+        """A view with a new shape, `x.reshape(2, 3)`, `x.reshape((2, 3))` or `x.reshape(shape=(2, 3))`; one axis may be
+        -1 (inferred); no shape at all (`x.reshape(*[])`) means 0-d. Raises ValueError when sizes differ."""
+        shp = list(_shape_arg((shape, *args), allow_neg=True))
         if is_symbolic(tuple(shp)) or is_symbolic(self.shape):
             new_shape = symbolic_reshape(self.shape, tuple(shp))
             return Tensor(self.uop.reshape(new_shape))  # type: ignore[arg-type]  # UOp.reshape takes sints too
@@ -928,21 +973,22 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
             )
         return Tensor(self.uop.reshape(tuple(shp)))
 
-    def view(self, *shape: Any) -> Tensor:
-        return self.reshape(*shape)
+    def view(self, shape: Any, *args: Any) -> Tensor:
+        """Same as `reshape`: `x.view(2, -1)`."""
+        return self.reshape(shape, *args)
 
     @_traced
-    def permute(self, *order: Any) -> Tensor:
-        """Reorder the axes: `x.permute(1, 0)` or `x.permute((1, 0))`."""
-        axes = [self._axis(a, "permute") for a in argfix(*order)]
+    def permute(self, order: Any = (), *args: Any) -> Tensor:
+        """Reorder the axes: `x.permute(1, 0)`, `x.permute((1, 0))` or `x.permute(order=(1, 0))`."""
+        axes = [self._axis(a, "permute") for a in argfix(order, *args)]
         if sorted(axes) != list(range(self.ndim)):
-            raise ValueError(f"permute: {tuple(argfix(*order))} is not a permutation of {self.ndim} axes")
+            raise ValueError(f"permute: {tuple(argfix(order, *args))} is not a permutation of {self.ndim} axes")
         return Tensor(self.uop.permute(tuple(axes)))
 
     @_traced
-    def expand(self, *shape: Any) -> Tensor:
-        """Broadcast size-1 axes (and new leading ones) to `shape`; -1 keeps an axis."""
-        shp = _shape_arg(shape, allow_neg=True)
+    def expand(self, shape: Any = (), *args: Any) -> Tensor:
+        """Broadcast size-1 axes (and new leading ones) to `shape`; -1 keeps an axis: `(3, 1) -> expand(2, 3, 4)`."""
+        shp = _shape_arg((shape, *args), allow_neg=True)
         if len(shp) < self.ndim:
             raise ValueError(f"expand: cannot expand {self.shape} to fewer dims {shp}")
         padded = (1,) * (len(shp) - self.ndim) + self.shape
@@ -989,6 +1035,11 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
             if not 0 <= b <= e <= s:
                 raise ValueError(f"shrink: bounds {bounds} do not fit shape {self.shape}")
         return Tensor(self.uop.shrink(bounds))
+
+    def shrink_to(self, shape: Any, *args: builtins.int | None) -> Tensor:
+        """Keep the first `shape[i]` entries of each axis (None keeps the axis): `(4, 8) -> shrink_to(2, None) -> (2, 8)`.
+        Raises ValueError unless one entry is given per axis, each within the axis. Example: `t.shrink_to(2, 2)`."""
+        return self.shrink(tuple(None if s is None else (0, s) for s in argfix(shape, *args)))
 
     @_traced
     def flip(self, axis: builtins.int | Sequence[builtins.int], *args: builtins.int) -> Tensor:
@@ -1190,9 +1241,41 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin)
         return y.dot(self)
 
     def __bool__(self) -> builtins.bool:
-        if self.numel() != 1:
-            raise ValueError(f"the truth value of a tensor with {self.numel()} elements is ambiguous")
-        return bool(self.item())
+        """Always TypeError, like the reference: `if t:` and `t in [a, b]` would realize silently; use `.item()`."""
+        raise TypeError(f"__bool__ on Tensor is not defined: use .item() or .any()/.all() for the {self.shape} tensor")
+
+
+# *** operator labels ***
+
+# operators that kernel metadata and VIZ name as the reference does (`a * b` -> "__mul__", not the "mul" inside it)
+_LABELLED_OPERATORS = ("__neg__", "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+    "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__matmul__", "__rmatmul__", "__pow__",
+    "__rpow__", "__and__", "__rand__", "__or__", "__ror__", "__xor__", "__rxor__", "__invert__", "__lshift__",
+    "__rshift__", "__rlshift__", "__rrshift__", "__lt__", "__gt__", "__le__", "__ge__", "__eq__", "__ne__")  # fmt: skip
+
+
+def _label_operator(fn: F) -> F:
+    """`fn` with its nodes labelled by its own name. Unlike `traced` it adds no op name to errors: the method it
+    calls (`mul` for `__mul__`) already names itself in them."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if _METADATA.get() is not None or not TRACEMETA.value:  # inside a labelled call, or labels are off
+            return fn(*args, **kwargs)
+        frame = sys._getframe(1)  # the user's line that used the operator
+        token = _METADATA.set(Metadata(fn.__name__, f"{frame.f_code.co_filename}:{frame.f_lineno}"))
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _METADATA.reset(token)
+
+    return wrapper  # type: ignore[return-value]  # same signature as fn (functools.wraps keeps it for inspect)
+
+
+for _name in _LABELLED_OPERATORS:
+    setattr(Tensor, _name, _label_operator(getattr(Tensor, _name)))
+
+
 
 
 # *** module helpers ***
@@ -1212,6 +1295,24 @@ def _axis_selection(i: int | slice, size: int, axis: int) -> tuple[tuple[int, in
         return ((start, start + (n - 1) * step + 1) if n else (0, 0)), False, step
     n = max(0, math.ceil((start - stop) / -step))
     return ((start - (n - 1) * -step, start + 1) if n else (0, 0)), True, -step
+
+
+class DTypeNameError(AttributeError, ValueError):
+    """Tensor(dtype="typo"): the reference raises AttributeError (a failed `dtypes.<name>` lookup)."""
+
+
+class DTypeArgumentError(AttributeError, TypeError):
+    """Tensor(dtype=(dtypes.int,)): neither a DType nor a dtype name; AttributeError like the reference."""
+
+
+def _init_dtype(dtype: DTypeLike) -> DType:
+    """`to_dtype` with the reference's exception type for a bad `dtype=` argument to Tensor()."""
+    try:
+        return to_dtype(dtype)
+    except ValueError as e:
+        raise DTypeNameError(f"Tensor: {e}") from e
+    except TypeError as e:
+        raise DTypeArgumentError(f"Tensor: {e}") from e
 
 
 def _check_storage_write(target: UOp, value: UOp) -> None:
@@ -1268,7 +1369,7 @@ def _uop_from_data(data: Any, device: str | tuple[str, ...], dtype: DType | None
         np_dt = _to_np_dtype(dt)
         if np_dt is None:
             raise TypeError(f"Tensor: cannot build a {dt} tensor from a list")
-        arr = np.array(data, dtype=np_dt)
+        arr = _list_to_numpy(data, np_dt)
     elif isinstance(data, (np.ndarray, np.generic)):
         return _uop_from_numpy(np.asarray(data), device)
     else:
@@ -1283,6 +1384,22 @@ def _uop_from_data(data: Any, device: str | tuple[str, ...], dtype: DType | None
     if arr.size:
         buf.buffer.allocate().copyin(arr.reshape(-1).view(np.uint8).data)
     return buf.reshape(arr.shape)
+
+
+def _list_to_numpy(data: Any, np_dt: Any) -> Any:
+    """A nested list as a numpy array of `np_dt`, converted the way a cast does: ints wrap modulo the width
+    ([-1] as uint8 is [255], 1 << 33 as uint32 is 0), floats truncate towards zero, and large floats saturate to inf.
+    Raises ValueError for ragged lists."""
+    import numpy as np
+
+    try:
+        natural = np.array(data)
+    except ValueError as e:
+        raise ValueError(f"Tensor: the nested list is ragged (every row needs the same length): {e}") from e
+    if natural.dtype == object:  # ints past int64 mixed with negatives: numpy's own checked conversion
+        return np.array(data, dtype=np_dt)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return natural.astype(np_dt)
 
 
 def _uop_from_numpy(array: Any, device: str | tuple[str, ...]) -> UOp:
