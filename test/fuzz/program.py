@@ -126,6 +126,8 @@ def fg_step(op: str, args: list[Any], params: dict[str, Any]) -> Any:  # noqa: C
             return args[0].where(args[1], args[2])
         case "sum" | "prod" | "max" | "min":
             return getattr(x, op)(axis=params["axis"])
+        case "contiguous":
+            return x.contiguous().realize()
         case "reshape":
             return x.reshape(params["shape"])
         case "permute":
@@ -145,7 +147,9 @@ def fg_step(op: str, args: list[Any], params: dict[str, Any]) -> Any:  # noqa: C
 
             return x[Tensor(np.array(params["index"], dtype=np.int32), device=x.device)]
         case "setitem":
-            t = x.clone()  # contiguous() of a realized buffer is that buffer: setitem would write the input too
+            # a fresh buffer through the host: contiguous() of a realized buffer is that buffer (as in the reference),
+            # and clone() aliases it too (a known bug, test_fuzz.test_clone_then_setitem_leaves_the_original_alone)
+            t = type(x)(x.numpy(), device=x.device)
             t[params["start"] : params["stop"]] = _const(params["value"], np_name(x.dtype))
             return t
     raise ValueError(f"fuzz: unknown op {op!r}")
@@ -168,6 +172,8 @@ def np_step(op: str, args: list[np.ndarray], params: dict[str, Any]) -> np.ndarr
                 return np_cast(x, params["dtype"])
         case "where":
             return np.where(args[0], args[1], args[2])
+        case "contiguous":
+            return x
         case "reshape":
             return x.reshape(params["shape"])
         case "permute":
