@@ -738,6 +738,15 @@ class Compiled:
             print(f"{self.device} synchronization failed before finalizing: {err}")
 
 
+def is_dtype_supported(dtype: DType, device: str | None = None) -> bool:
+    """Whether kernels on `device` (default Device.DEFAULT) can compute in `dtype`: its renderer writes that type.
+    A storage-only device (DISK, NPY) holds every dtype. Example: `is_dtype_supported(dtypes.bfloat16, "CPU")`."""
+    dev = Device[device if device is not None else Device.DEFAULT]
+    if dev._make_renderer is None:
+        return True
+    return dtype.scalar() not in getattr(dev.renderer, "unsupported_dtypes", frozenset())
+
+
 # *** `python -m fusegrad.device`: which devices work here ***
 
 

@@ -136,7 +136,8 @@ IMAGE = ContextVar("IMAGE", 0)  # 1/2: use image (texture) dtypes for GPU convol
 BEAM = ContextVar("BEAM", 0)  # >0: beam-search kernel optimisations with this beam width
 IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0)  # 1: BEAM searches again instead of reusing cached opts
 NOOPT = ContextVar("NOOPT", 0)  # 1: apply no kernel optimisations (no heuristics, no BEAM)
-JIT = ContextVar("JIT", 1)  # 0: TinyJit runs the function eagerly every call; 1: capture once and replay
+JIT = ContextVar("JIT", 1)  # 0: TinyJit runs the function eagerly every call; 1: capture once and replay; 2: no graphs
+JIT_BATCH_SIZE = ContextVar("JIT_BATCH_SIZE", 32)  # kernels in a JIT's first graph batch (doubling after); 0: no limit
 WINO = ContextVar("WINO", 0)  # 1: use Winograd for 3x3 convolutions
 CAPTURING = ContextVar("CAPTURING", 1)  # 0: JIT capture pauses (set internally while a JIT runs nested code)
 TRACEMETA = ContextVar("TRACEMETA", 1)  # 1: attach Tensor-call Metadata to UOps; 2: also record the caller's line
@@ -413,13 +414,14 @@ def size_to_str(nbytes: float) -> str:
 
 def suppress_finalizing(func: Callable[P, T]) -> Callable[P, T | None]:
     """For __del__ and finalizers: errors while the interpreter shuts down (modules half torn down) are ignored."""
+    is_finalizing = sys.is_finalizing  # bound now: at shutdown this module's globals (`sys` too) may already be None
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> T | None:
         try:
             return func(*args, **kwargs)
         except Exception:
-            if not sys.is_finalizing():
+            if not is_finalizing():
                 raise
             return None
 

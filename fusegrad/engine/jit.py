@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from fusegrad.device import Buffer, BufferSpec
-from fusegrad.dtype import DType
-from fusegrad.engine.realize import ExecItem, capturing
-from fusegrad.helpers import DEBUG, JIT, NO_MEMORY_PLANNER, PROFILE, GlobalCounters, colored
+from fusegrad.device import Buffer, BufferSpec, Compiled, Device
+from fusegrad.dtype import DType, dtypes
+from fusegrad.engine.realize import BufferCopy, BufferXfer, CompiledRunner, ExecItem, Runner, ViewOp, capturing
+from fusegrad.helpers import DEBUG, JIT, JIT_BATCH_SIZE, NO_MEMORY_PLANNER, PROFILE, GlobalCounters, colored, dedup
 from fusegrad.schedule.multi import _multi_buffers, multi_buffer, register_multi_buffer
 from fusegrad.tensor import Tensor, _all_tensors
 from fusegrad.uop import GroupOp, Ops
@@ -31,8 +31,149 @@ Slot = tuple[int, int, int, tuple[int, DType, int] | None]
 Key = tuple[int | str, ...]
 
 
-class JitError(RuntimeError):
-    """A TinyJit call that a replay could not run faithfully (changed inputs, baked-in values, nothing captured)."""
+class JitError(RuntimeError, AssertionError):
+    """A TinyJit call that a replay could not run faithfully (changed inputs, baked-in values, nothing captured).
+    Also an AssertionError: the reference's older JIT asserted these conditions, and its tests catch that type."""
+
+
+class GraphException(Exception):  # noqa: N818  # the reference's name
+    """A device's graph runner declining a batch; the batch's items then run one by one."""
+
+
+# *** graph runners: a batch of captured kernels replayed as one runner ***
+
+
+def get_input_replace(jit_cache: list[ExecItem], input_buffers: list[Buffer]) -> dict[tuple[int, int], int]:
+    """{(item, slot): index in input_buffers} for every slot that holds one of the input buffers (by identity)."""
+    index = {id(b): k for k, b in enumerate(input_buffers)}
+    return {(j, i): index[id(b)] for j, ei in enumerate(jit_cache) for i, b in enumerate(ei.bufs) if id(b) in index}
+
+
+class GraphRunner(Runner):
+    """Runs a batch of captured ExecItems as one step: `runner(input_buffers, var_vals)` puts the call's inputs into
+    the slots they fill (`input_replace`), launches every kernel in order, then lets go of the inputs. A device opts
+    in by naming a subclass as its `graph` (a backend overrides `__call__` to launch the batch natively);
+    `supports_exec_item` says which items a batch may hold."""
+
+    def __init__(self, jit_cache: list[ExecItem], input_buffers: list[Buffer], var_vals: dict[str, int]) -> None:
+        from fusegrad.renderer import Estimates
+
+        if not jit_cache or any(ei.prg is None for ei in jit_cache):
+            raise GraphException("graph: expected a non-empty batch of lowered ExecItems")
+        self.jit_cache = jit_cache
+        self.input_replace = get_input_replace(jit_cache, input_buffers)
+        self.vars = sorted(var_vals)
+        estimates = Estimates()
+        for ei in jit_cache:
+            assert ei.prg is not None, "graph: an item without a runner"
+            estimates += ei.prg.estimates
+        first = jit_cache[0].prg
+        assert first is not None, "graph: an item without a runner"
+        super().__init__(colored(f"<batched {len(jit_cache)}>", "cyan"), first.device, estimates.simplify())
+
+    @property
+    def inputs(self) -> list[int]:
+        return sorted(set(self.input_replace.values()))
+
+    @property
+    def outputs(self) -> list[int]:
+        return []
+
+    def __call__(self, rawbufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
+        for (j, i), k in self.input_replace.items():
+            self.jit_cache[j].bufs[i] = rawbufs[k]
+        start = time.perf_counter()
+        try:
+            for ei in self.jit_cache:
+                assert ei.prg is not None, "graph: an item without a runner"
+                ei.prg(ei.bufs, var_vals | ei.fixedvars)  # type: ignore[arg-type]  # every input slot was just filled
+        finally:
+            for j, i in self.input_replace:
+                self.jit_cache[j].bufs[i] = None  # don't keep the caller's memory alive
+        if not wait:
+            return None
+        Device[self.device].synchronize()
+        return time.perf_counter() - start
+
+    @staticmethod
+    def supports_exec_item(devs: list[Compiled], ei: ExecItem) -> bool:
+        """A compiled kernel, and the batch stays on one device."""
+        return isinstance(ei.prg, CompiledRunner) and len(dedup(devs)) == 1
+
+
+class MultiGraphRunner(GraphRunner):
+    """A graph runner whose batches may span several devices of one type, transfers between them included."""
+
+    @staticmethod
+    def supports_exec_item(devs: list[Compiled], ei: ExecItem) -> bool:
+        if not isinstance(ei.prg, (CompiledRunner, BufferXfer)):
+            return False
+        return len(dedup([type(Device[b.device]) for b in ei.bufs if b is not None] + [type(d) for d in devs])) == 1
+
+
+def graph_class(dev: Compiled) -> type[GraphRunner] | None:
+    """The GraphRunner subclass a device batches captured kernels with (its `graph`, unwrapping a partial), or None."""
+    graph = dev.graph.func if isinstance(dev.graph, functools.partial) else dev.graph
+    return graph if isinstance(graph, type) and issubclass(graph, GraphRunner) else None
+
+
+def _graph_device(ei: ExecItem) -> Compiled | None:
+    """The device whose graph could run this item: a kernel's, a transfer's destination, a copy's non-CPU side."""
+    match ei.prg:
+        case CompiledRunner():
+            return ei.prg.dev
+        case BufferXfer():
+            return Device[ei.prg.device]
+        case BufferCopy():
+            return next((Device[b.device] for b in ei.bufs if b is not None and b.device != "CPU"), None)
+    return None
+
+
+def apply_graph_to_jit(
+    jit_cache: list[ExecItem], input_buffers: list[Buffer], var_vals: dict[str, int], max_batch_size: int = 0
+) -> list[ExecItem]:
+    """Group runs of consecutive items that one device graph supports into GraphRunner items (a batch of one stays as
+    it is; each batch may hold `max_batch_size` items, doubling after each, 0: no limit). The graph items take
+    `input_buffers` as their buffers; ViewOps are dropped (their check ran at capture)."""
+    graphed: list[ExecItem] = []
+    batch: list[ExecItem] = []
+    batch_devs: list[Compiled] = []
+
+    def flush() -> None:
+        nonlocal max_batch_size
+        graph_t = graph_class(batch_devs[0]) if batch_devs else None
+        try:
+            if graph_t is None or len(batch) <= 1:
+                raise GraphException("a graph needs a device graph and two items or more")
+            runner = graph_t(list(batch), input_buffers, var_vals)
+            for j, i in runner.input_replace:
+                runner.jit_cache[j].bufs[i] = None  # the graph fills these on each call
+            bufs: list[Buffer | None] = list(input_buffers)
+            graphed.append(ExecItem(UOp(Ops.NOOP), bufs, prg=runner))
+            max_batch_size *= 2
+        except GraphException:
+            graphed.extend(batch)
+        batch.clear()
+        batch_devs.clear()
+
+    for ei in jit_cache:
+        if isinstance(ei.prg, ViewOp):
+            continue
+        dev = _graph_device(ei)
+        if dev is None or (graph_t := graph_class(dev)) is None or not graph_t.supports_exec_item([dev], ei):
+            if batch:
+                flush()
+            graphed.append(ei)  # runs on its own
+            continue
+        batch_graph = graph_class(batch_devs[0]) if batch_devs else None
+        fits = batch_graph is not None and batch_graph.supports_exec_item(dedup([*batch_devs, dev]), ei)
+        if batch and not (fits and (max_batch_size == 0 or len(batch) < max_batch_size)):
+            flush()
+        batch.append(ei)
+        batch_devs[:] = dedup([*batch_devs, dev])
+    if batch:
+        flush()
+    return graphed
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +243,7 @@ def _label(key: Key, names: tuple[str, ...] = ()) -> str:
 
 
 def _collect_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[str, ...]) -> list[JitInput]:
-    """Every Tensor argument, realized; JitError for a constant input or two inputs sharing one buffer."""
+    """Every Tensor argument, realized (constants into memory of their own); JitError for inputs sharing a buffer."""
     top: list[tuple[Key, Any]] = [((i,), a) for i, a in enumerate(args)] + [
         ((k,), v) for k, v in sorted(kwargs.items())
     ]
@@ -110,17 +251,16 @@ def _collect_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[
     for key, value in top:  # a Tensor inside a container that is also passed on its own is one input, not two
         if not isinstance(value, Tensor):
             found += [(k, t) for k, t in _tensor_items(key, value) if not any(t is other for _, other in found)]
-    if unrealized := [t for _, t in found if t.uop.base.op not in (Ops.BUFFER, Ops.CONST)]:
+    for _, t in found:
+        if t.uop.base.op is Ops.CONST:  # a constant gets memory of its own, so a replay can take the next call's value
+            t.uop = t.contiguous().uop
+    if unrealized := [t for _, t in found if t.uop.base.op is not Ops.BUFFER]:
         Tensor.realize(*unrealized)
     inputs: list[JitInput] = []
     seen: dict[int, Key] = {}
     for key, t in found:
-        if (base := t.uop.base).op is not Ops.BUFFER:
-            raise JitError(
-                f"TinyJit: input {_label(key, names)} is not in memory: got a {base.op.name} tensor "
-                "(a constant such as Tensor.zeros or a Python number), expected a realized buffer; "
-                "its value would be baked into the kernels: pass .contiguous() of it"
-            )
+        base = t.uop.base
+        assert base.op is Ops.BUFFER, f"TinyJit: input {_label(key, names)} was realized but is a {base.op}"
         parts = tuple(b.ensure_allocated() if b.size else b for b in _memory_parts(base))
         if (first := next((seen[id(b.base)] for b in parts if id(b.base) in seen), None)) is not None:
             raise JitError(
@@ -281,59 +421,112 @@ def _reachable_tensors(name: str, value: object, depth: int = 6) -> Iterator[tup
 
 @dataclass
 class CapturedJit(Generic[R]):
-    """The kernels of one captured call and how to feed them: `input_slots[k]` lists the (item, slot) pairs that read
-    input k; `returned_inputs` maps result paths that were input tensors themselves to the input's index."""
+    """The kernels of one captured call and how to feed them. Each call's inputs become one flat buffer list: every
+    input's parts (one buffer, or one per device), then the views of them that kernels read (`extra_view_inputs`:
+    flat index of the part, size, dtype, byte offset). `input_replace` maps (item, slot) to an index in that list;
+    `returned_inputs` maps result tensors that were input tensors themselves to the input's index.
+
+    `jit_cache` is the captured list; the first replay (and the first after `free_intermediates` or
+    `replan_buffers_memory_layout`) allocates what it needs and groups runs of kernels into the devices' graph
+    runners (JIT=2: no graphs), giving the list that replays run (`TinyJit.jit_cache`)."""
 
     ret: R
-    items: list[ExecItem]
+    jit_cache: list[ExecItem]
+    input_replace: dict[tuple[int, int], int]
+    extra_view_inputs: list[tuple[int, int, DType, int]]
     keys: list[Key]
     specs: list[InputSpec]
-    input_slots: list[list[Slot]]
     returned_inputs: dict[int, int] = field(default_factory=dict)
     plain: dict[Key, str] = field(default_factory=dict)
     training: bool = False
-    _copies: dict[tuple[int, int], Buffer] = field(default_factory=dict)
+    _copies: dict[int, Buffer] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._reset_replay()
+
+    @property
+    def items(self) -> list[ExecItem]:
+        """The captured ExecItems (`jit_cache`), under the name bench/train.py reads."""
+        return self.jit_cache
+
+    def _reset_replay(self) -> None:
+        """Forget the graphed list: the next replay allocates and graphs again."""
+        self._jit_cache, self._input_replace, self._first_run = self.jit_cache, self.input_replace, True
+        for j, i in self.input_replace:
+            self.jit_cache[j].bufs[i] = None
+        self.__dict__.pop("_written", None)
 
     def replay(self, inputs: list[JitInput], var_vals: dict[str, int] | None = None) -> R:
         """Run the captured kernels on this call's inputs, with its variables' values (`var_vals`) passed at launch."""
         var_vals = {} if var_vals is None else var_vals
-        for k, (inp, slots) in enumerate(zip(inputs, self.input_slots, strict=True)):
-            parts = [self._private_copy(k, d, b) if id(b.base) in self._written else b for d, b in enumerate(inp.parts)]
-            for j, i, d, view in slots:
-                self.items[j].bufs[i] = parts[d] if view is None else parts[d].view(*view).ensure_allocated()
-        if DEBUG.value >= 2 or PROFILE.value:
-            for ei in self.items:  # per-kernel lines and profile events
-                ei.run(var_vals, jit=True)
-        else:
-            self._launch(var_vals)
-        for slots in self.input_slots:  # let go of the caller's memory
-            for j, i, _, _ in slots:
-                self.items[j].bufs[i] = None
+        flat = self._input_buffers(inputs)
+        if self._first_run:
+            self._prepare(flat)
+        for (j, i), k in self._input_replace.items():
+            self._jit_cache[j].bufs[i] = flat[k]
+        try:
+            if DEBUG.value >= 2 or PROFILE.value:
+                for ei in self._jit_cache:  # per-kernel (per-graph) lines and profile events
+                    ei.run(var_vals, jit=True)
+            else:
+                self._launch(var_vals)
+        finally:
+            for j, i in self._input_replace:  # let go of the caller's memory
+                self._jit_cache[j].bufs[i] = None
         for _, t in _returned_tensors(self.ret, strict=False) if var_vals else ():  # symbolic sizes: this call's values
             t.uop = with_values(t.uop, var_vals)
         if self.returned_inputs:
             return _swap_returned(self.ret, self.returned_inputs, inputs)  # type: ignore[no-any-return]  # same shape as ret
         return self.ret
 
+    def _input_buffers(self, inputs: list[JitInput]) -> list[Buffer]:
+        """This call's flat input list; an input that is also memory the kernels write (e.g. the last call's output fed
+        back in) is copied first, or it would be overwritten while still being read."""
+        flat = [b for inp in inputs for b in inp.parts]
+        flat = [self._private_copy(k, b) if id(b.base) in self._written else b for k, b in enumerate(flat)]
+        return flat + [
+            flat[k].view(size, dtype, offset).ensure_allocated() for k, size, dtype, offset in self.extra_view_inputs
+        ]
+
+    def _prepare(self, flat: list[Buffer]) -> None:
+        """Allocate every buffer the kernels use (intermediates may have been freed), then group the kernels into the
+        devices' graph runners, with this call's inputs in their slots so the graphs find them."""
+        for ei in self.jit_cache:
+            for b in ei.bufs:
+                if b is not None:
+                    b.ensure_allocated()
+        if JIT.value < 2:
+            for (j, i), k in self.input_replace.items():
+                self.jit_cache[j].bufs[i] = flat[k]
+            own = {(id(self.jit_cache[j]), i): k for (j, i), k in self.input_replace.items()}
+            self._jit_cache = apply_graph_to_jit(self.jit_cache, flat, {}, max_batch_size=JIT_BATCH_SIZE.value)
+            self._input_replace = {}
+            for j, ei in enumerate(self._jit_cache):  # a graph takes every input; a plain item keeps its own slots
+                if isinstance(ei.prg, GraphRunner):
+                    self._input_replace.update({(j, k): k for k in range(len(flat))})
+                else:
+                    self._input_replace.update({(j, i): k for (item, i), k in own.items() if item == id(ei)})
+            for j, i in self.input_replace:
+                self.jit_cache[j].bufs[i] = None
+        self._first_run = False
+
     @functools.cached_property
     def _written(self) -> set[int]:
         """ids of the memory the captured kernels write besides their inputs (outputs, intermediates, weights)."""
-        return {id(b.base) for ei in self.items if ei.prg for i in ei.prg.outputs if (b := ei.bufs[i]) is not None}
+        return {id(b.base) for ei in self.jit_cache for b in _output_buffers(ei)}
 
-    def _private_copy(self, k: int, part: int, buf: Buffer) -> Buffer:
-        """Input k's values in memory of its own: an input that is also memory the kernels write (e.g. the last
-        call's output fed back in) would be overwritten while it is still being read."""
-        if (copy := self._copies.get((k, part))) is None or copy.nbytes != buf.nbytes:
-            copy = self._copies[(k, part)] = Buffer(buf.device, buf.size, buf.dtype).allocate()
+    def _private_copy(self, k: int, buf: Buffer) -> Buffer:
+        if (copy := self._copies.get(k)) is None or copy.nbytes != buf.nbytes:
+            copy = self._copies[k] = Buffer(buf.device, buf.size, buf.dtype).allocate()
         return copy.copy_from(buf)
 
     def _launch(self, var_vals: dict[str, int]) -> None:
-        """Run every kernel straight through its runner, then add the whole replay to GlobalCounters at once."""
-        for ei in self.items:
+        """Run every item straight through its runner, then add the whole replay to GlobalCounters at once."""
+        for ei in self._jit_cache:
             assert ei.prg is not None, "TinyJit: a captured ExecItem was not lowered"
             ei.prg(ei.bufs, var_vals | ei.fixedvars)  # type: ignore[arg-type]  # every input slot was just filled
         ops, mem = self._count(var_vals) if var_vals else self._totals
-        GlobalCounters.kernel_count += len(self.items)
+        GlobalCounters.kernel_count += len(self.jit_cache)
         GlobalCounters.global_ops += ops
         GlobalCounters.global_mem += mem
 
@@ -344,9 +537,101 @@ class CapturedJit(Generic[R]):
 
     def _count(self, call_vals: dict[str, int]) -> tuple[int, int]:
         """(ops, bytes) of one replay with these values of the call's variables."""
-        progs = [(ei.prg, call_vals | ei.fixedvars) for ei in self.items if ei.prg is not None]
+        progs = [(ei.prg, call_vals | ei.fixedvars) for ei in self.jit_cache if ei.prg is not None]
         ops = sum(sym_infer(prg.estimates.ops, var_vals) for prg, var_vals in progs)
         return ops, sum(sym_infer(prg.estimates.mem, var_vals) for prg, var_vals in progs)
+
+    def free_intermediates(self) -> None:
+        """Give back the memory of every buffer whose value comes from the inputs (written by a kernel that reads an
+        input or such a buffer, not updated in place): the next replay allocates it again. The returned tensors'
+        memory is among them, so their values are gone until that replay."""
+        depends: set[int] = set()
+        freed: list[Buffer] = []
+        for ei in self.jit_cache:
+            if any(b is None or id(b.base) in depends for b in ei.bufs):
+                outs = _output_buffers(ei, in_place=False)
+                depends |= {id(b.base) for b in outs}
+                freed += outs
+        for b in freed:
+            if b.is_allocated():
+                b.deallocate()
+            if (base := b._base) is not None and base.allocated_views == 0 and base.is_allocated():
+                base.deallocate()
+        self._reset_replay()
+
+    def replan_buffers_memory_layout(self) -> None:
+        """Move the memory the kernels use into one arena per device, intermediates whose lifetimes don't overlap
+        sharing bytes, values copied over. Left in place: the returned tensors' buffers, buffers a live tensor holds
+        that the kernels write (weights being trained), views and buffers with special options. Read-only buffers a
+        tensor holds (weights used for inference) are copied into the arena: later writes to them outside the JIT
+        are not seen by replays."""
+        moved = _replan_arenas(self.jit_cache, _result_buffers(self.ret))
+        for ei in self.jit_cache:
+            ei.bufs = [moved.get(id(b), b) if b is not None else None for b in ei.bufs]
+        self._reset_replay()
+
+
+def _output_buffers(ei: ExecItem, in_place: bool = True) -> list[Buffer]:
+    """The buffers an item writes; with in_place=False only those it does not also read (an in-place update of state
+    keeps its memory)."""
+    assert ei.prg is not None, "TinyJit: a captured ExecItem was not lowered"
+    if isinstance(ei.prg, (CompiledRunner, BufferCopy)):
+        slots = [i for i in ei.prg.outputs if in_place or i not in ei.prg.inputs]
+        return [b for i in slots if (b := ei.bufs[i]) is not None]
+    return []
+
+
+def _result_buffers(ret: object) -> set[int]:
+    """ids of the base Buffers of the tensors a captured call returned."""
+    return {b for _, t in _returned_tensors(ret, strict=False) for b in _memory_ids(t)}
+
+
+def _replan_arenas(items: list[ExecItem], kept: set[int]) -> dict[int, Buffer]:
+    """{id of a buffer: its view in its device's new arena} (see CapturedJit.replan_buffers_memory_layout)."""
+    held, written = _held_buffers(), {id(b.base) for ei in items for b in _output_buffers(ei)}
+    viewed = {id(b.base) for ei in items for b in ei.bufs if b is not None and b._base is not None}
+    spans: dict[int, list[Any]] = {}  # id -> [buffer, first use, last use, keeps its value across calls]
+    for j, ei in enumerate(items):
+        assert ei.prg is not None, "TinyJit: a captured ExecItem was not lowered"
+        for i, b in enumerate(ei.bufs):
+            if b is None or id(b) in kept or id(b) in viewed or b._base is not None or b.options != BufferSpec():
+                continue
+            if id(b) in held and id(b) in written:
+                continue
+            if id(b) not in spans:  # read before it is written: its value comes from before the call
+                spans[id(b)] = [b, j, j, not (i in ei.prg.outputs and i not in ei.prg.inputs)]
+            spans[id(b)][2] = j
+    moved: dict[int, Buffer] = {}
+    for device in dedup(v[0].device for v in spans.values()):
+        layout = _arena_offsets([v for v in spans.values() if v[0].device == device], len(items))
+        arena = Buffer(device, max((o + b.nbytes for b, o in layout), default=0), dtypes.uint8).allocate()
+        for b, offset in layout:
+            moved[id(b)] = view = arena.view(b.size, b.dtype, offset).ensure_allocated()
+            if b.is_allocated():
+                view.copy_from(b)
+    return moved
+
+
+_ARENA_ALIGN = 64  # bytes: keeps every buffer as aligned as its own allocation would be for vector loads
+
+
+def _arena_offsets(spans: list[list[Any]], n_items: int) -> list[tuple[Buffer, int]]:
+    """First-fit byte offsets: a buffer takes the lowest aligned offset whose bytes no buffer live at the same time
+    uses; buffers that keep values across calls are live over the whole replay."""
+    placed: list[tuple[int, int, int, int]] = []  # (offset, end, first, last)
+    layout: list[tuple[Buffer, int]] = []
+    for b, first, last, persistent in sorted(spans, key=lambda v: (v[1], -v[0].nbytes)):
+        if persistent:
+            first, last = 0, n_items
+        live = sorted((start, end) for start, end, used, freed in placed if used <= last and first <= freed)
+        offset = 0
+        for start, end in live:
+            if offset + b.nbytes <= start:
+                break
+            offset = max(offset, -(-end // _ARENA_ALIGN) * _ARENA_ALIGN)
+        placed.append((offset, offset + b.nbytes, first, last))
+        layout.append((b, offset))
+    return layout
 
 
 def _swap_returned(ret: Any, returned: dict[int, int], inputs: list[JitInput]) -> Any:
@@ -375,14 +660,18 @@ class TinyJit(Generic[R]):
     kernels take them as arguments, so replays never recompile; returned tensors keep the capture call's symbolic
     shapes (slice them with ints). `prune=True` (also as
     `@TinyJit(prune=True)`) replays only the kernels whose work changes between calls; the others ran at capture.
+    `optimize=True` moves the captured buffers into one arena per device (CapturedJit.replan_buffers_memory_layout).
+    A constant input (Tensor.zeros, Tensor.ones) is realized into memory of its own first, then treated like any input.
+    `jit_cache` lists what a replay runs: ExecItems, runs of kernels grouped into a device's graph runner.
 
-    Raises JitError (a RuntimeError) for changed inputs or arguments, constant or duplicate inputs, non-Tensor
-    results, a capture that ran no kernels, a nested TinyJit call and an input also read without being passed.
+    Raises JitError (a RuntimeError and an AssertionError) for changed inputs or arguments, duplicate inputs,
+    non-Tensor results, a capture that ran no kernels, a nested TinyJit call and an input also read without being
+    passed.
     Example: `step = TinyJit(lambda x: (x * 2).realize()); [step(Tensor.rand(3)) for _ in range(4)]`.
     """
 
-    def __init__(self, fxn: Callable[..., R] | None = None, *, prune: bool = False) -> None:
-        self.fxn, self.prune = fxn, prune
+    def __init__(self, fxn: Callable[..., R] | None = None, *, prune: bool = False, optimize: bool = False) -> None:
+        self.fxn, self.prune, self.optimize = fxn, prune, optimize
         self.cnt = 0
         self.captured: CapturedJit[R] | None = None
         self._items: list[ExecItem] = []
@@ -398,6 +687,16 @@ class TinyJit(Generic[R]):
         """Called by run_schedule for every ExecItem run while this JIT captures."""
         self._items.append(ei)
 
+    @property
+    def jit_cache(self) -> list[ExecItem]:
+        """What a replay runs (graph runners included once the first replay grouped them); [] before capture."""
+        return self.captured._jit_cache if self.captured is not None else []
+
+    @property
+    def input_replace(self) -> dict[tuple[int, int], int]:
+        """{(item in jit_cache, buffer slot): index in a call's flat input buffer list}; {} before capture."""
+        return self.captured._input_replace if self.captured is not None else {}
+
     def __get__(self, obj: object, objtype: type | None = None) -> Callable[..., R]:
         return functools.partial(self.__call__, obj)  # a jitted method gets its instance as argument 0
 
@@ -405,12 +704,13 @@ class TinyJit(Generic[R]):
         if self.fxn is None:  # `@TinyJit(prune=True)`: this call hands over the function
             if len(args) != 1 or kwargs or not callable(args[0]):
                 raise TypeError(f"TinyJit: expected the function to wrap, got {len(args)} args {sorted(kwargs)}")
-            self.__init__(args[0], prune=self.prune)  # type: ignore[misc]  # rebinding the function is the intent
+            self.__init__(args[0], prune=self.prune, optimize=self.optimize)  # type: ignore[misc]  # rebinding the function is the intent
             return self  # type: ignore[return-value]  # the decorator form returns the JIT itself
         if capturing and capturing[0] is not self and self.cnt >= 1 and JIT.value:
             raise JitError(
-                "TinyJit: called from inside another TinyJit's capture: got a nested JIT, expected one "
-                "JIT at a time (the outer capture would miss the inner kernels); call the inner function"
+                "TinyJit: having TinyJit inside another TinyJit is not supported: called from inside another "
+                "TinyJit's capture, expected one JIT at a time (the outer capture would miss the inner kernels); "
+                "call the inner function"
             )
         inputs = _collect_inputs(args, kwargs, self._names)
         # the values of the variables this call binds (arguments, input sizes): kernel arguments at every replay
@@ -426,7 +726,7 @@ class TinyJit(Generic[R]):
             ret = self.captured.replay(inputs, var_vals)
             if DEBUG.value >= 1:
                 took = (time.perf_counter() - start) * 1e3
-                print(colored(f"JIT replayed {len(self.captured.items)} kernels in {took:.2f} ms", "magenta"))
+                print(colored(f"JIT replayed {len(self.captured.jit_cache)} kernels in {took:.2f} ms", "magenta"))
         self.cnt += 1
         return ret
 
@@ -461,19 +761,20 @@ class TinyJit(Generic[R]):
             items, slots = _prune(items, slots)
         if not NO_MEMORY_PLANNER.value:
             _plan_memory(items)
-        self.captured = CapturedJit(
+        input_replace, views = _flatten_slots(slots, [len(inp.parts) for inp in inputs])
+        self.captured = CapturedJit(  # its __post_init__ empties the input slots: don't keep this call's inputs alive
             ret,
             items,
+            input_replace,
+            views,
             [i.key for i in inputs],
             [i.spec for i in inputs],
-            slots,
             _returned_inputs(ret, inputs, self._names),
             _plain_arguments(args, kwargs),
             Tensor.training,
         )
-        for slot in slots:  # replays fill these; don't keep the capture call's inputs alive
-            for j, i, _, _ in slot:
-                items[j].bufs[i] = None
+        if self.optimize:
+            self.captured.replan_buffers_memory_layout()
         if DEBUG.value >= 1:
             print(colored(f"JIT captured {len(items)} kernels with {len(inputs)} inputs", "magenta"))
         return ret
@@ -552,6 +853,25 @@ def _constant_error(key: Key, how: str, names: tuple[str, ...]) -> JitError:
         "buffer on two paths, expected inputs to reach the kernels only as arguments (a replay would "
         "swap both reads to the new input); pass it as an argument only, or pass a copy (.contiguous())"
     )
+
+
+def _flatten_slots(
+    slots: list[list[Slot]], part_counts: list[int]
+) -> tuple[dict[tuple[int, int], int], list[tuple[int, int, DType, int]]]:
+    """Per-input slots -> (input_replace, extra view inputs) over the flat list of every input's parts followed by
+    the distinct views of them that kernels read."""
+    starts = [sum(part_counts[:k]) for k in range(len(part_counts))]
+    replace: dict[tuple[int, int], int] = {}
+    views: dict[tuple[int, int, DType, int], int] = {}
+    for k, input_slots in enumerate(slots):
+        for j, i, d, view in input_slots:
+            part = starts[k] + d
+            if view is None:
+                replace[(j, i)] = part
+            else:
+                key = (part, *view)
+                replace[(j, i)] = views.setdefault(key, sum(part_counts) + len(views))
+    return replace, list(views)
 
 
 def _input_slots(

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from fusegrad.device import Buffer, Compiled, Compiler, Device, Program
+from fusegrad.device import Buffer, Compiled, Compiler, Device, MallocAllocator, Program
 from fusegrad.helpers import (
     BEAM,
     CAPTURING,
@@ -168,6 +168,28 @@ class BufferCopy(Runner):
         return time.perf_counter() - start
 
 
+class BufferXfer(BufferCopy):
+    """A COPY between two devices of one type whose memory the host sees (CPU -> CPU:1): one direct memory move,
+    without staging through a third buffer."""
+
+    def __init__(self, total_sz: int, dest_device: str, src_device: str) -> None:
+        super().__init__(total_sz, dest_device, src_device)
+        self.display_name = self.display_name.replace("copy", "xfer", 1)
+
+    @staticmethod
+    def can_transfer(dest: Buffer, src: Buffer) -> bool:
+        """Same device type, different devices, both in host memory (decided without allocating either)."""
+        if dest.device == src.device or dest.device.split(":")[0] != src.device.split(":")[0]:
+            return False
+        return isinstance(dest.allocator, MallocAllocator) and isinstance(src.allocator, MallocAllocator)
+
+    def copy(self, dest: Buffer, src: Buffer) -> None:
+        dest_memory, src_memory = dest.allocator._as_buffer(dest._buf), src.allocator._as_buffer(src._buf)
+        assert dest_memory is not None, "xfer: lowered for a destination the host cannot see"
+        assert src_memory is not None, "xfer: lowered for a source the host cannot see"
+        dest_memory[: dest.nbytes] = src_memory[: src.nbytes]
+
+
 # kernels compiled so far, by (device, compiler type, ast key, (BEAM, NOOPT), is-base-device entry)
 method_cache: dict[tuple[str, type[Compiler], bytes, tuple[int, int], bool], CompiledRunner] = {}
 
@@ -199,12 +221,14 @@ def _with_beam_opts(ast: UOp, device: str) -> UOp:
 
 
 def lower_ast(ast: UOp, bufs: list[Buffer]) -> Runner:
-    """SINK -> compiled kernel, COPY -> BufferCopy, BUFFER_VIEW -> ViewOp."""
+    """SINK -> compiled kernel, COPY -> BufferXfer between host-visible devices of one type else BufferCopy,
+    BUFFER_VIEW -> ViewOp."""
     match ast.op:
         case Ops.SINK:
             return get_runner(bufs[0].device, ast)
         case Ops.COPY:
-            return BufferCopy(bufs[0].nbytes, bufs[0].device, bufs[1].device)
+            runner = BufferXfer if BufferXfer.can_transfer(bufs[0], bufs[1]) else BufferCopy
+            return runner(bufs[0].nbytes, bufs[0].device, bufs[1].device)
         case Ops.BUFFER_VIEW:
             return ViewOp(bufs[0])
     raise ValueError(f"lower: can't run a {ast.op} kernel: expected SINK, COPY or BUFFER_VIEW")
@@ -315,6 +339,14 @@ class Capturer(Protocol):
 
 
 capturing: list[Capturer] = []  # mutated in place, never rebound: TinyJit appends itself while capturing
+
+
+def lower_schedule(schedule: list[ExecItem]) -> Iterator[tuple[ExecItem, ExecItem]]:
+    """Pop each item off `schedule` and yield it with its lowered form, (item, item with its runner): the scheduled
+    step and what runs it are one ExecItem here, so both are the same object, lowered."""
+    while schedule:
+        ei = schedule.pop(0)
+        yield ei, ei.lower()
 
 
 def run_schedule(

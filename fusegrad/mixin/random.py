@@ -14,7 +14,7 @@ import math
 import struct
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from fusegrad.dtype import DType, DTypeLike, dtypes, to_dtype
 from fusegrad.helpers import argfix, ceildiv, prod
@@ -38,6 +38,8 @@ class _GeneratorState:
 
     seed: int | None = None
     devices: dict[str | tuple[str, ...], Tensor] = field(default_factory=dict)
+    # the devices drawn from since the last manual_seed (their states, which outlive a reseed, are in `devices`)
+    drawn: dict[str | tuple[str, ...], Tensor] = field(default_factory=dict)
 
 
 _state = _GeneratorState()  # mutated in place by manual_seed and every draw
@@ -78,6 +80,7 @@ def _next_key(device: str | tuple[str, ...] | None) -> Tensor:
     dev = canonicalize_device(device) if device is not None else Device.DEFAULT
     if (state := _state.devices.get(dev)) is None:
         state = _state.devices[dev] = Tensor(_seed_words(_state.seed), device=dev, dtype=dtypes.uint32)
+    _state.drawn[dev] = state
     # (3,): this draw's own copy in memory of its own (a contiguous() of a realized buffer would be that buffer)
     key = Tensor.empty(3, device=dev, dtype=dtypes.uint32).assign(state)
     call_word = Tensor.arange(3, device=dev) == 2  # (3,): 0, 0, 1
@@ -161,6 +164,17 @@ class RandomMixin:
     """Mixed into Tensor; see the module docstring."""
 
     __slots__ = ()
+    # {device: its generator state} for the devices drawn from since the last manual_seed, under the reference's two
+    # names (it keeps seeds and counters apart; here one 3-word state tensor per device holds both)
+    _device_seeds: ClassVar[dict[str | tuple[str, ...], Tensor]] = _state.drawn
+    _device_rng_counters: ClassVar[dict[str | tuple[str, ...], Tensor]] = _state.drawn
+
+    @staticmethod
+    def _threefry_random_bits(key: Tensor, counts0: Tensor, counts1: Tensor) -> Tensor:
+        """Threefry-2x32 of the counter pairs (counts0[i], counts1[i]) under the key words (key[0], key[1]), all
+        uint32: (n,), (n,) -> (2n,), every pair's first word, then every second word (JAX's layout)."""
+        x0, x1 = threefry2x32((key[0:1], key[1:2]), (counts0, counts1))
+        return x0.cat(x1)
 
     @staticmethod
     def manual_seed(seed: int = 0) -> None:
@@ -178,6 +192,7 @@ class RandomMixin:
                 state.assign(Tensor(words, device=dev, dtype=dtypes.uint32)).realize()
             else:
                 state.uop.base.buffer.ensure_allocated().copyin(memoryview(struct.pack("<3I", *words)))
+        _state.drawn.clear()
 
     @staticmethod
     def rand(

@@ -11,7 +11,16 @@ import pytest
 from fusegrad.device import Buffer, Device
 from fusegrad.dtype import DType, dtypes
 from fusegrad.engine import realize
-from fusegrad.engine.realize import BufferCopy, CompiledRunner, ExecItem, ViewOp, get_program, run_schedule
+from fusegrad.engine.realize import (
+    BufferCopy,
+    BufferXfer,
+    CompiledRunner,
+    ExecItem,
+    ViewOp,
+    get_program,
+    lower_schedule,
+    run_schedule,
+)
 from fusegrad.helpers import Context, GlobalCounters, ProfilePointEvent, ProfileRangeEvent, cpu_events
 from fusegrad.renderer import Estimates, ProgramSpec
 from fusegrad.uop import AxisType, Ops
@@ -159,6 +168,33 @@ def test_get_program_is_traced_under_the_kernel_name() -> None:
         assert tracked_keys[start].keys == (program.function_name, ast)
     finally:
         del tracked_keys[start:], tracked_ctxs[start:]
+
+
+def test_copies_between_devices_of_one_type_are_transfers() -> None:
+    src, dest = buffer("CPU", [1, 2, 3], i32), Buffer("CPU:1", 3, i32)
+    xfer = ExecItem(UOp(Ops.COPY), [dest, src])
+    assert xfer.run(wait=True) is not None
+    assert isinstance(xfer.prg, BufferXfer)
+    assert "xfer" in xfer.prg.display_name
+    assert dest.numpy().tolist() == [1, 2, 3]
+    back = ExecItem(UOp(Ops.COPY), [Buffer("CPU", 3, i32), dest]).lower()
+    assert isinstance(back.prg, BufferXfer)
+    # another device type, or the same device, stays a plain copy
+    assert type(ExecItem(UOp(Ops.COPY), [Buffer("PYTHON", 3, i32), src]).lower().prg) is BufferCopy
+    assert type(ExecItem(UOp(Ops.COPY), [Buffer("CPU", 3, i32), src]).lower().prg) is BufferCopy
+
+
+def test_lower_schedule_pops_and_lowers_each_item() -> None:
+    from fusegrad import Tensor
+
+    schedule = (Tensor([1.0, 2.0]).realize() * 3).schedule()
+    pairs = list(lower_schedule(schedule))
+    assert schedule == []  # popped, like run_schedule, so buffers can be freed as it goes
+    assert len(pairs) == 1
+    item, lowered = pairs[0]
+    assert item is lowered  # a scheduled step and what runs it are one ExecItem
+    assert isinstance(lowered.prg, CompiledRunner)
+    assert lowered.prg.p.name == lowered.prg.display_name
 
 
 def test_copy_and_view_runners() -> None:
