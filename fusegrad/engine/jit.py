@@ -13,11 +13,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from fusegrad.device import Buffer, BufferSpec, Compiled, Device
-from fusegrad.dtype import DType, dtypes
-from fusegrad.engine.realize import BufferCopy, BufferXfer, CompiledRunner, ExecItem, Runner, ViewOp, capturing
-from fusegrad.helpers import DEBUG, JIT, JIT_BATCH_SIZE, NO_MEMORY_PLANNER, PROFILE, GlobalCounters, colored, dedup
-from fusegrad.schedule.multi import _multi_buffers, multi_buffer, register_multi_buffer
+from fusegrad.device import Buffer
+from fusegrad.dtype import DType
+from fusegrad.engine.graph import GraphException as GraphException  # the reference imports these from engine.jit
+from fusegrad.engine.graph import GraphRunner, apply_graph_to_jit
+from fusegrad.engine.graph import MultiGraphRunner as MultiGraphRunner
+from fusegrad.engine.graph import graph_class as graph_class
+from fusegrad.engine.memory import output_buffers, plan_memory, replan_arenas
+from fusegrad.engine.realize import ExecItem, capturing
+from fusegrad.helpers import DEBUG, JIT, JIT_BATCH_SIZE, NO_MEMORY_PLANNER, PROFILE, GlobalCounters, colored
+from fusegrad.schedule.multi import multi_buffer, register_multi_buffer
 from fusegrad.tensor import Tensor, _all_tensors
 from fusegrad.uop import GroupOp, Ops
 from fusegrad.uop.ops import UOp, buffers, sym_infer
@@ -34,146 +39,6 @@ Key = tuple[int | str, ...]
 class JitError(RuntimeError, AssertionError):
     """A TinyJit call that a replay could not run faithfully (changed inputs, baked-in values, nothing captured).
     Also an AssertionError: the reference's older JIT asserted these conditions, and its tests catch that type."""
-
-
-class GraphException(Exception):  # noqa: N818  # the reference's name
-    """A device's graph runner declining a batch; the batch's items then run one by one."""
-
-
-# *** graph runners: a batch of captured kernels replayed as one runner ***
-
-
-def get_input_replace(jit_cache: list[ExecItem], input_buffers: list[Buffer]) -> dict[tuple[int, int], int]:
-    """{(item, slot): index in input_buffers} for every slot that holds one of the input buffers (by identity)."""
-    index = {id(b): k for k, b in enumerate(input_buffers)}
-    return {(j, i): index[id(b)] for j, ei in enumerate(jit_cache) for i, b in enumerate(ei.bufs) if id(b) in index}
-
-
-class GraphRunner(Runner):
-    """Runs a batch of captured ExecItems as one step: `runner(input_buffers, var_vals)` puts the call's inputs into
-    the slots they fill (`input_replace`), launches every kernel in order, then lets go of the inputs. A device opts
-    in by naming a subclass as its `graph` (a backend overrides `__call__` to launch the batch natively);
-    `supports_exec_item` says which items a batch may hold."""
-
-    def __init__(self, jit_cache: list[ExecItem], input_buffers: list[Buffer], var_vals: dict[str, int]) -> None:
-        from fusegrad.renderer import Estimates
-
-        if not jit_cache or any(ei.prg is None for ei in jit_cache):
-            raise GraphException("graph: expected a non-empty batch of lowered ExecItems")
-        self.jit_cache = jit_cache
-        self.input_replace = get_input_replace(jit_cache, input_buffers)
-        self.vars = sorted(var_vals)
-        estimates = Estimates()
-        for ei in jit_cache:
-            assert ei.prg is not None, "graph: an item without a runner"
-            estimates += ei.prg.estimates
-        first = jit_cache[0].prg
-        assert first is not None, "graph: an item without a runner"
-        super().__init__(colored(f"<batched {len(jit_cache)}>", "cyan"), first.device, estimates.simplify())
-
-    @property
-    def inputs(self) -> list[int]:
-        return sorted(set(self.input_replace.values()))
-
-    @property
-    def outputs(self) -> list[int]:
-        return []
-
-    def __call__(self, rawbufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
-        for (j, i), k in self.input_replace.items():
-            self.jit_cache[j].bufs[i] = rawbufs[k]
-        start = time.perf_counter()
-        try:
-            for ei in self.jit_cache:
-                assert ei.prg is not None, "graph: an item without a runner"
-                ei.prg(ei.bufs, var_vals | ei.fixedvars)  # type: ignore[arg-type]  # every input slot was just filled
-        finally:
-            for j, i in self.input_replace:
-                self.jit_cache[j].bufs[i] = None  # don't keep the caller's memory alive
-        if not wait:
-            return None
-        Device[self.device].synchronize()
-        return time.perf_counter() - start
-
-    @staticmethod
-    def supports_exec_item(devs: list[Compiled], ei: ExecItem) -> bool:
-        """A compiled kernel, and the batch stays on one device."""
-        return isinstance(ei.prg, CompiledRunner) and len(dedup(devs)) == 1
-
-
-class MultiGraphRunner(GraphRunner):
-    """A graph runner whose batches may span several devices of one type, transfers between them included."""
-
-    @staticmethod
-    def supports_exec_item(devs: list[Compiled], ei: ExecItem) -> bool:
-        if not isinstance(ei.prg, (CompiledRunner, BufferXfer)):
-            return False
-        return len(dedup([type(Device[b.device]) for b in ei.bufs if b is not None] + [type(d) for d in devs])) == 1
-
-
-def graph_class(dev: Compiled) -> type[GraphRunner] | None:
-    """The GraphRunner subclass a device batches captured kernels with (its `graph`, unwrapping a partial), or None."""
-    graph = dev.graph.func if isinstance(dev.graph, functools.partial) else dev.graph
-    return graph if isinstance(graph, type) and issubclass(graph, GraphRunner) else None
-
-
-def _graph_device(ei: ExecItem) -> Compiled | None:
-    """The device whose graph could run this item: a kernel's, a transfer's destination, a copy's non-CPU side."""
-    match ei.prg:
-        case CompiledRunner():
-            return ei.prg.dev
-        case BufferXfer():
-            return Device[ei.prg.device]
-        case BufferCopy():
-            return next((Device[b.device] for b in ei.bufs if b is not None and b.device != "CPU"), None)
-    return None
-
-
-def apply_graph_to_jit(
-    jit_cache: list[ExecItem], input_buffers: list[Buffer], var_vals: dict[str, int], max_batch_size: int = 0
-) -> list[ExecItem]:
-    """Group runs of consecutive items that one device graph supports into GraphRunner items (a batch of one stays as
-    it is; each batch may hold `max_batch_size` items, doubling after each, 0: no limit). The graph items take
-    `input_buffers` as their buffers; ViewOps are dropped (their check ran at capture)."""
-    graphed: list[ExecItem] = []
-    batch: list[ExecItem] = []
-    batch_devs: list[Compiled] = []
-
-    def flush() -> None:
-        nonlocal max_batch_size
-        graph_t = graph_class(batch_devs[0]) if batch_devs else None
-        try:
-            if graph_t is None or len(batch) <= 1:
-                raise GraphException("a graph needs a device graph and two items or more")
-            runner = graph_t(list(batch), input_buffers, var_vals)
-            for j, i in runner.input_replace:
-                runner.jit_cache[j].bufs[i] = None  # the graph fills these on each call
-            bufs: list[Buffer | None] = list(input_buffers)
-            graphed.append(ExecItem(UOp(Ops.NOOP), bufs, prg=runner))
-            max_batch_size *= 2
-        except GraphException:
-            graphed.extend(batch)
-        batch.clear()
-        batch_devs.clear()
-
-    for ei in jit_cache:
-        if isinstance(ei.prg, ViewOp):
-            continue
-        dev = _graph_device(ei)
-        if dev is None or (graph_t := graph_class(dev)) is None or not graph_t.supports_exec_item([dev], ei):
-            if batch:
-                flush()
-            graphed.append(ei)  # runs on its own
-            continue
-        batch_graph = graph_class(batch_devs[0]) if batch_devs else None
-        fits = batch_graph is not None and batch_graph.supports_exec_item(dedup([*batch_devs, dev]), ei)
-        if batch and not (fits and (max_batch_size == 0 or len(batch) < max_batch_size)):
-            flush()
-        batch.append(ei)
-        batch_devs[:] = dedup([*batch_devs, dev])
-    if batch:
-        flush()
-    return graphed
 
 
 @dataclass(frozen=True, slots=True)
@@ -513,7 +378,7 @@ class CapturedJit(Generic[R]):
     @functools.cached_property
     def _written(self) -> set[int]:
         """ids of the memory the captured kernels write besides their inputs (outputs, intermediates, weights)."""
-        return {id(b.base) for ei in self.jit_cache for b in _output_buffers(ei)}
+        return {id(b.base) for ei in self.jit_cache for b in output_buffers(ei)}
 
     def _private_copy(self, k: int, buf: Buffer) -> Buffer:
         if (copy := self._copies.get(k)) is None or copy.nbytes != buf.nbytes:
@@ -549,7 +414,7 @@ class CapturedJit(Generic[R]):
         freed: list[Buffer] = []
         for ei in self.jit_cache:
             if any(b is None or id(b.base) in depends for b in ei.bufs):
-                outs = _output_buffers(ei, in_place=False)
+                outs = output_buffers(ei, in_place=False)
                 depends |= {id(b.base) for b in outs}
                 freed += outs
         for b in freed:
@@ -565,73 +430,15 @@ class CapturedJit(Generic[R]):
         that the kernels write (weights being trained), views and buffers with special options. Read-only buffers a
         tensor holds (weights used for inference) are copied into the arena: later writes to them outside the JIT
         are not seen by replays."""
-        moved = _replan_arenas(self.jit_cache, _result_buffers(self.ret))
+        moved = replan_arenas(self.jit_cache, _result_buffers(self.ret))
         for ei in self.jit_cache:
             ei.bufs = [moved.get(id(b), b) if b is not None else None for b in ei.bufs]
         self._reset_replay()
 
 
-def _output_buffers(ei: ExecItem, in_place: bool = True) -> list[Buffer]:
-    """The buffers an item writes; with in_place=False only those it does not also read (an in-place update of state
-    keeps its memory)."""
-    assert ei.prg is not None, "TinyJit: a captured ExecItem was not lowered"
-    if isinstance(ei.prg, (CompiledRunner, BufferCopy)):
-        slots = [i for i in ei.prg.outputs if in_place or i not in ei.prg.inputs]
-        return [b for i in slots if (b := ei.bufs[i]) is not None]
-    return []
-
-
 def _result_buffers(ret: object) -> set[int]:
     """ids of the base Buffers of the tensors a captured call returned."""
     return {b for _, t in _returned_tensors(ret, strict=False) for b in _memory_ids(t)}
-
-
-def _replan_arenas(items: list[ExecItem], kept: set[int]) -> dict[int, Buffer]:
-    """{id of a buffer: its view in its device's new arena} (see CapturedJit.replan_buffers_memory_layout)."""
-    held, written = _held_buffers(), {id(b.base) for ei in items for b in _output_buffers(ei)}
-    viewed = {id(b.base) for ei in items for b in ei.bufs if b is not None and b._base is not None}
-    spans: dict[int, list[Any]] = {}  # id -> [buffer, first use, last use, keeps its value across calls]
-    for j, ei in enumerate(items):
-        assert ei.prg is not None, "TinyJit: a captured ExecItem was not lowered"
-        for i, b in enumerate(ei.bufs):
-            if b is None or id(b) in kept or id(b) in viewed or b._base is not None or b.options != BufferSpec():
-                continue
-            if id(b) in held and id(b) in written:
-                continue
-            if id(b) not in spans:  # read before it is written: its value comes from before the call
-                spans[id(b)] = [b, j, j, not (i in ei.prg.outputs and i not in ei.prg.inputs)]
-            spans[id(b)][2] = j
-    moved: dict[int, Buffer] = {}
-    for device in dedup(v[0].device for v in spans.values()):
-        layout = _arena_offsets([v for v in spans.values() if v[0].device == device], len(items))
-        arena = Buffer(device, max((o + b.nbytes for b, o in layout), default=0), dtypes.uint8).allocate()
-        for b, offset in layout:
-            moved[id(b)] = view = arena.view(b.size, b.dtype, offset).ensure_allocated()
-            if b.is_allocated():
-                view.copy_from(b)
-    return moved
-
-
-_ARENA_ALIGN = 64  # bytes: keeps every buffer as aligned as its own allocation would be for vector loads
-
-
-def _arena_offsets(spans: list[list[Any]], n_items: int) -> list[tuple[Buffer, int]]:
-    """First-fit byte offsets: a buffer takes the lowest aligned offset whose bytes no buffer live at the same time
-    uses; buffers that keep values across calls are live over the whole replay."""
-    placed: list[tuple[int, int, int, int]] = []  # (offset, end, first, last)
-    layout: list[tuple[Buffer, int]] = []
-    for b, first, last, persistent in sorted(spans, key=lambda v: (v[1], -v[0].nbytes)):
-        if persistent:
-            first, last = 0, n_items
-        live = sorted((start, end) for start, end, used, freed in placed if used <= last and first <= freed)
-        offset = 0
-        for start, end in live:
-            if offset + b.nbytes <= start:
-                break
-            offset = max(offset, -(-end // _ARENA_ALIGN) * _ARENA_ALIGN)
-        placed.append((offset, offset + b.nbytes, first, last))
-        layout.append((b, offset))
-    return layout
 
 
 def _swap_returned(ret: Any, returned: dict[int, int], inputs: list[JitInput]) -> Any:
@@ -760,7 +567,7 @@ class TinyJit(Generic[R]):
         if self.prune:
             items, slots = _prune(items, slots)
         if not NO_MEMORY_PLANNER.value:
-            _plan_memory(items)
+            plan_memory(items)
         input_replace, views = _flatten_slots(slots, [len(inp.parts) for inp in inputs])
         self.captured = CapturedJit(  # its __post_init__ empties the input slots: don't keep this call's inputs alive
             ret,
@@ -908,57 +715,6 @@ def _returned_inputs(ret: object, inputs: list[JitInput], names: tuple[str, ...]
                 ".contiguous() of it"
             )
     return found
-
-
-def _held_buffers() -> set[int]:
-    """ids of the Buffers some live BUFFER node still names (results, weights, lazy graphs; per-device buffers of
-    multi-device nodes too): their memory outlives the call, so the planner leaves them alone."""
-    held = {id(b.base) for b in list(buffers.values())}
-    for multi in list(_multi_buffers.values()):
-        held |= {id(b.base) for b in multi.bufs}
-    return held
-
-
-def _buffer_lifetimes(items: list[ExecItem]) -> dict[int, tuple[Buffer, int, int]]:
-    """{id: (buffer, first, last item)} for buffers whose first use writes them whole: their old value is never read.
-    A buffer that any kernel reaches through a view is left out (the view would keep naming the old memory)."""
-    spans: dict[int, tuple[Buffer, int, int]] = {}
-    skipped = {id(b.base) for ei in items for b in ei.bufs if b is not None and b._base is not None}
-    for j, ei in enumerate(items):
-        assert ei.prg is not None, "TinyJit: a captured ExecItem was not lowered"
-        outs, ins = set(ei.prg.outputs), set(ei.prg.inputs)
-        for i, b in enumerate(ei.bufs):
-            if b is None or id(b) in skipped:
-                continue
-            if id(b) in spans:
-                spans[id(b)] = (b, spans[id(b)][1], j)
-            elif i in outs and i not in ins and b._base is None and b.options == BufferSpec():
-                spans[id(b)] = (b, j, j)
-            else:
-                skipped.add(id(b))
-    return spans
-
-
-def _plan_memory(items: list[ExecItem]) -> None:
-    """Let intermediates whose lifetimes (first write .. last use) don't overlap share one buffer of the same device,
-    dtype and size. Buffers that live tensors still reach are left alone."""
-    held = _held_buffers()
-    spans = sorted((v for k, v in _buffer_lifetimes(items).items() if k not in held), key=lambda v: v[1])
-    pools: dict[tuple[str, DType, int], list[list[Any]]] = {}  # key -> [[buffer, last use], ...]
-    replace: dict[int, Buffer] = {}
-    for b, first, last in spans:
-        pool = pools.setdefault((b.device, b.dtype, b.size), [])
-        if (free := next((entry for entry in pool if entry[1] < first), None)) is not None:
-            replace[id(b)] = free[0]
-            free[1] = last
-        else:
-            pool.append([b, last])
-    for ei in items:
-        ei.bufs = [replace.get(id(b), b) if b is not None else None for b in ei.bufs]
-    if DEBUG.value >= 1 and replace:
-        saved = sum(b.nbytes for b, _, _ in spans if id(b) in replace)
-        print(colored(f"JIT memory planner: {len(spans)} intermediates share {len(spans) - len(replace)} buffers, "
-                      f"{saved} bytes freed", "magenta"))  # fmt: skip
 
 
 def _accesses(ei: ExecItem) -> tuple[set[int], set[int]]:
