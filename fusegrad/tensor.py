@@ -42,6 +42,7 @@ from fusegrad.uop.ops import UOp, all_metadata
 from fusegrad.uop.symbolic_shape import (
     check_concrete,
     is_symbolic,
+    max_size,
     shape_str,
     size_tensor,
     symbolic_reshape,
@@ -184,6 +185,9 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         """An uninitialised tensor: memory is allocated on first use and never written."""
         shp = _shape_arg(shape)
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        if is_symbolic(shp):  # memory for the largest size, viewed as its first prod(shape) elements
+            buf = UOp.new_buffer(_canonical_device(device), max_size(prod(shp)), dt)
+            return Tensor(buf.shrink(((0, prod(shp)),)).reshape(shp), **kwargs)
         buf = UOp.new_buffer(_canonical_device(device), prod(shp), dt)
         return Tensor(buf.reshape(shp), **kwargs)
 

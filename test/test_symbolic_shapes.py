@@ -33,6 +33,8 @@ CASES: list[Case] = [
     ("sum_all", lambda a, b, v, d: a[:, :v].sum(), lambda s: A[:, :s].sum()),
     ("max", lambda a, b, v, d: a[:, :v].max(1), lambda s: A[:, :s].max(1)),
     ("mean", lambda a, b, v, d: a[:, :v].mean(1), lambda s: A[:, :s].mean(1)),
+    ("var", lambda a, b, v, d: a[:, :v].var(1), lambda s: A[:, :s].var(1, ddof=1)),
+    ("std_all", lambda a, b, v, d: a[:, :v].std(), lambda s: A[:, :s].std(ddof=1)),
     ("softmax", lambda a, b, v, d: a[:, :v].softmax(1), lambda s: np.exp(A[:, :s]) / np.exp(A[:, :s]).sum(1)[:, None]),
     ("matmul_over_symbolic", lambda a, b, v, d: a[:, :v] @ b[:v], lambda s: A[:, :s] @ B[:s]),
     ("matmul_symbolic_out", lambda a, b, v, d: a[:, :v].T @ a[:, :v], lambda s: A[:, :s].T @ A[:, :s]),
@@ -160,6 +162,13 @@ def test_shapes_are_checked_at_the_bound_values() -> None:
         Tensor.ones(4, 10)[:, : I_VAR.bind(3)].reshape(5, -1)
     with pytest.raises(ValueError, match="step 1"):
         Tensor.ones(10)[: I_VAR.bind(4) : 2]
+
+
+def test_empty_with_a_symbolic_size_holds_the_largest() -> None:
+    for s in (3, 6):
+        t = Tensor.empty(2, I_VAR.bind(s))
+        assert t.uop.base.arg == 20  # 2 x max(i): one buffer serves every value
+        assert (t * 0 + 1).sum().item() == 2 * s
 
 
 def test_data_of_a_symbolic_shape_is_refused() -> None:

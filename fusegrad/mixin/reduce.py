@@ -25,6 +25,7 @@ from fusegrad.dtype import (
 )
 from fusegrad.mixin import traced
 from fusegrad.uop import Ops
+from fusegrad.uop.ops import UOp, smax
 
 if TYPE_CHECKING:
     from fusegrad.tensor import Tensor
@@ -269,7 +270,9 @@ class ReduceMixin:
         axes = self._resolve_axes(axis, "var")
         count = math.prod(self.shape[a] for a in axes) if self.ndim else 1
         squares = (x - x.mean(axis, keepdim=True)).square().sum(axis, keepdim)
-        return (squares / max(count - correction, 0)).cast(out_dt)
+        # a symbolic count (a UOp size) needs smax: Python's max would compare it, and a UOp comparison is truthy
+        divisor = smax(count - correction, 0) if isinstance(count, UOp) else max(count - correction, 0)
+        return (squares / divisor).cast(out_dt)
 
     @traced
     def std(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1) -> Tensor:

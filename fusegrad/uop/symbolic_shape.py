@@ -41,11 +41,10 @@ def bound_vars(x: UOp) -> dict[str, int]:
 
 def at_bound(x: sint) -> int | None:
     """The value of size `x` at its variables' bound values; None when some variable is not bound."""
-    if not _is_uop(x):
-        return int(x)
+    if isinstance(x, int):
+        return x
     from fusegrad.uop.ops import sym_infer
 
-    assert not isinstance(x, int), "at_bound: ints returned above"
     try:
         return sym_infer(x, bound_vars(x))
     except KeyError:  # an unbound variable: a graph inside the scheduler, checked when it was built
@@ -66,6 +65,12 @@ def check_bind(var: UOp, val: int) -> None:
         raise SymbolicError(f"bind: {val} is out of range for variable {name!r}: expected {lo}..{hi}")
 
 
+def _strip(x: UOp) -> UOp:
+    """Size expression `x` with each BIND replaced by its variable."""
+    binds = {u: u.src[0] for u in x.toposort() if u.op is Ops.BIND}
+    return x.substitute(binds) if binds else x
+
+
 def _map_arg(arg: Any, fn: Any) -> Any:
     """`arg` (nested tuples of sizes) with `fn` applied to each UOp in it."""
     if isinstance(arg, tuple):
@@ -74,13 +79,17 @@ def _map_arg(arg: Any, fn: Any) -> Any:
 
 
 def _has_uop_arg(u: UOp) -> bool:
-    return u.op in GroupOp.Movement and _arg_has_uop(u.arg)
-
-
-def _arg_has_uop(arg: Any) -> bool:
-    if isinstance(arg, tuple):
-        return any(_arg_has_uop(a) for a in arg)
-    return _is_uop(arg)
+    """Whether movement op `u` has a symbolic size in its arg. Runs on every node kernelize sees, so it tests types
+    directly: movement args hold ints and bools, or (PAD, SHRINK) pairs of them; anything else is a size UOp."""
+    if u.op not in GroupOp.Movement:
+        return False
+    for a in u.arg:
+        if type(a) is tuple:
+            if type(a[0]) is not int or type(a[1]) is not int:
+                return True
+        elif type(a) is not int and type(a) is not bool:
+            return True
+    return False
 
 
 def _rebuild(sink: UOp, fn: Any) -> dict[UOp, UOp]:
@@ -112,12 +121,10 @@ def unbind_graph(sink: UOp) -> tuple[dict[UOp, UOp], dict[str, int]]:
     var_vals: dict[str, int] = {}
 
     def strip(x: UOp) -> UOp:
-        binds = {u: u.src[0] for u in x.toposort() if u.op is Ops.BIND}
-        for bind, var in binds.items():
-            val = int(bind.src[1].arg)
-            if var_vals.setdefault(var.expr, val) != val:
-                raise SymbolicError(f"schedule: variable {var.expr!r} is bound to {var_vals[var.expr]} and {val}")
-        return x.substitute(binds) if binds else x
+        for name, val in bound_vars(x).items():
+            if var_vals.setdefault(name, val) != val:
+                raise SymbolicError(f"schedule: variable {name!r} is bound to {var_vals[name]} and {val}")
+        return _strip(x)
 
     if not any(_has_uop_arg(u) or u.op is Ops.BIND for u in sink.toposort()):
         return {}, {}
@@ -146,14 +153,14 @@ def symbolic_selection(i: int | slice, size: sint, axis: int) -> tuple[tuple[sin
     if isinstance(i, int):
         n = at_bound(size)
         if i < 0 or (n is not None and i >= n):
-            raise IndexError(f"getitem: index {i} is out of bounds for axis {axis} with symbolic size {size}")
+            raise IndexError(f"getitem: index {i} is out of bounds for axis {axis} of symbolic size {size_str(size)}")
         return (i, i + 1), False, 1
     if i.step not in (None, 1):
         raise ValueError(f"getitem: a slice with a symbolic size or bound takes step 1, got step {i.step}")
     start = 0 if i.start is None else i.start
     stop = size if i.stop is None else i.stop
     if any(isinstance(b, int) and b < 0 for b in (start, stop)):
-        raise IndexError(f"getitem: negative bound in slice {i} on axis {axis} with symbolic size {size}")
+        raise IndexError(f"getitem: negative bound in slice {i} on axis {axis} of symbolic size {size_str(size)}")
     return (start, stop), False, 1
 
 
@@ -164,18 +171,20 @@ def symbolic_reshape(old: tuple[sint, ...], new: tuple[sint, ...]) -> tuple[sint
     from fusegrad.uop.ops import ssimplify
 
     if sum(1 for s in new if isinstance(s, int) and s == -1) > 1:
-        raise ValueError(f"reshape: only one axis can be -1, got {new}")
+        raise ValueError(f"reshape: only one axis can be -1, got {shape_str(new)}")
     if any(isinstance(s, int) and s < -1 for s in new):
-        raise ValueError(f"reshape: negative size in {new}")
+        raise ValueError(f"reshape: negative size in {shape_str(new)}")
     numel, shape = prod(old), list(new)
     if (at := next((a for a, s in enumerate(new) if isinstance(s, int) and s == -1), None)) is not None:
         known = prod(s for a, s in enumerate(new) if a != at)
         if at_bound(known) == 0 or (at_bound(numel) or 0) % (at_bound(known) or 1):
-            raise ValueError(f"reshape: cannot reshape {old} to {new}")
+            raise ValueError(f"reshape: cannot reshape {shape_str(old)} to {shape_str(new)}")
         shape[at] = ssimplify(numel // known)
     have, want = at_bound(numel), at_bound(prod(shape))
     if have is not None and want is not None and have != want:
-        raise ValueError(f"reshape: cannot reshape {old} ({have} elements) to {tuple(shape)} ({want} elements)")
+        raise ValueError(
+            f"reshape: cannot reshape {shape_str(old)} ({have} elements) to {shape_str(tuple(shape))} ({want} elements)"
+        )
     return tuple(shape)
 
 
@@ -211,14 +220,14 @@ def simplify_size(x: sint) -> sint:
     return ssimplify(x)
 
 
+def size_str(x: sint) -> str:
+    """A size for messages: an int, or a symbolic size's expression (`i`, `(i+2)`)."""
+    return str(x) if isinstance(x, int) else x.render()
+
+
 def shape_str(shape: tuple[sint, ...]) -> str:
     """A shape for messages: `(4, i)`, symbolic sizes rendered as their expressions."""
-    return (
-        "("
-        + ", ".join(str(s) if isinstance(s, int) else s.render() for s in shape)
-        + ("," if len(shape) == 1 else "")
-        + ")"
-    )
+    return "(" + ", ".join(size_str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
 def check_concrete(shape: tuple[sint, ...], op: str) -> None:
@@ -233,12 +242,7 @@ def check_concrete(shape: tuple[sint, ...], op: str) -> None:
 def unbind_sizes(arg: Any) -> Any:
     """Sizes (an int, a UOp or nested tuples of them) with the bound values stripped: what stays the same across calls
     that bind a variable to different values (TinyJit compares inputs by it)."""
-
-    def strip(x: UOp) -> UOp:
-        binds = {u: u.src[0] for u in x.toposort() if u.op is Ops.BIND}
-        return x.substitute(binds) if binds else x
-
-    return _map_arg(arg, strip)
+    return _map_arg(arg, _strip)
 
 
 def is_bound_variable(x: object) -> TypeGuard[UOp]:
