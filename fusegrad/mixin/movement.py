@@ -8,11 +8,12 @@ reduces over the indexed axis, so it fuses like any other reduction; only boolea
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from fusegrad.dtype import ConstType, DTypeLike, dtypes, least_upper_dtype, to_dtype
-from fusegrad.helpers import argfix, ceildiv
+from fusegrad.helpers import argfix, ceildiv, prod
 from fusegrad.mixin import traced
 from fusegrad.mixin.indexing import (
     broadcast_shapes,
@@ -92,6 +93,100 @@ def _circular(x: Tensor, axis: int, before: int, after: int) -> Tensor:
 
 
 _PAD_MODES = {"reflect": _reflect, "replicate": _replicate, "circular": _circular}
+
+
+# *** rearrange: einops formulas ***
+
+
+class RearrangeError(ValueError, AssertionError):
+    """A rearrange formula that cannot apply; an AssertionError too, as the reference raises."""
+
+
+ELLIPSIS = "..."
+_TOKEN = re.compile(r"\.\.\.|[()]|[A-Za-z_][A-Za-z0-9_]*|\d+|\S")
+
+
+def _parse_side(side: str, formula: str) -> list[list[str]]:
+    """One side of the arrow as axis groups: "a (b c) ... 1" -> [["a"], ["b", "c"], ["..."], []]."""
+    groups: list[list[str]] = []
+    group: list[str] | None = None  # the names of the open parenthesis
+    for token in _TOKEN.findall(side):
+        if token == "(" and group is None:
+            group = []
+        elif token == ")" and group is not None:
+            groups.append(group)
+            group = None
+        elif token == "1":  # a unit axis: size 1 on the left, a new axis on the right; nothing inside a group
+            if group is None:
+                groups.append([])
+        elif token.isidentifier() and group is not None:
+            group.append(token)
+        elif token.isidentifier() or (token == ELLIPSIS and group is None):
+            groups.append([token])
+        else:
+            raise RearrangeError(
+                f"rearrange: unexpected {token!r} in {formula!r}: expected names, (groups), '...' or 1, not nested"
+            )
+    if group is not None:
+        raise RearrangeError(f"rearrange: unclosed '(' in {formula!r}")
+    return groups
+
+
+def _parse_formula(formula: str, sizes: dict[str, int]) -> tuple[list[list[str]], list[list[str]]]:
+    """Both sides of "left -> right", checked: each name once per side, the same names on both, sizes named left."""
+    if formula.count("->") != 1:
+        raise RearrangeError(f"rearrange: need exactly one '->' in {formula!r}")
+    left, right = (_parse_side(side, formula) for side in formula.split("->"))
+    left_names, right_names = ([n for g in side for n in g] for side in (left, right))
+    for side, names in (("left", left_names), ("right", right_names)):
+        if len(set(names)) != len(names):
+            repeated = sorted({n for n in names if names.count(n) > 1})
+            raise RearrangeError(f"rearrange: {repeated} appear twice on the {side} of {formula!r}")
+    if set(left_names) != set(right_names):
+        only = sorted(set(left_names) ^ set(right_names))
+        raise RearrangeError(f"rearrange: {only} must appear on both sides of {formula!r}")
+    if unused := sorted(set(sizes) - set(left_names)):
+        raise RearrangeError(f"rearrange: sizes given for {unused}, which the left of {formula!r} does not name")
+    return left, right
+
+
+def _bind_axes(left: list[list[str]], shape: tuple[int, ...], formula: str, sizes: dict[str, int]) -> dict[str, int]:
+    """Each name's size (the ellipsis' axes as "...0", "...1", ...), in left order; a group may leave one unknown."""
+    named = sum(g != [ELLIPSIS] for g in left)
+    if named > len(shape) or (named == len(left) and named != len(shape)):
+        raise RearrangeError(f"rearrange: the left of {formula!r} names {named} axes, the tensor has shape {shape}")
+    dims: dict[str, int] = {}
+    axes = iter(shape)
+    for group in left:
+        if group == [ELLIPSIS]:
+            for i in range(len(shape) - len(left) + 1):
+                dims[f"{ELLIPSIS}{i}"] = next(axes)
+            continue
+        dims.update(_split_axis(group, next(axes), formula, sizes))
+    return dims
+
+
+def _split_axis(group: list[str], size: int, formula: str, sizes: dict[str, int]) -> dict[str, int]:
+    """The sizes of the names merged into one axis of `size`: the given ones, and at most one inferred."""
+    if not group and size != 1:
+        raise RearrangeError(f"rearrange: a unit axis ('()' or 1) needs size 1, got {size} in {formula!r}")
+    unknown = [n for n in group if n not in sizes]
+    known = prod(sizes[n] for n in group if n in sizes)
+    if len(unknown) > 1:
+        raise RearrangeError(f"rearrange: cannot infer all of {unknown} in {formula!r}: pass sizes for all but one")
+    inferred = size // known if known else 0
+    if (unknown and inferred * known != size) or (not unknown and known != size):
+        raise RearrangeError(f"rearrange: an axis of size {size} cannot split into {group} in {formula!r} ({sizes=})")
+    return {n: sizes.get(n, inferred) for n in group}
+
+
+def _expand_ellipsis(groups: list[list[str]], dims: dict[str, int]) -> list[list[str]]:
+    """The right side with '...' replaced by the ellipsis' axes, one group each."""
+    held = [[n] for n in dims if n.startswith(ELLIPSIS)]
+    expanded: list[list[str]] = []
+    for group in groups:
+        expanded.extend(held if group == [ELLIPSIS] else [group])
+    return expanded
 
 
 class MovementMixin:
@@ -270,6 +365,21 @@ class MovementMixin:
         """Split one axis into `sizes` (one may be -1): (2, 12).unflatten(1, (3, 4)) -> (2, 3, 4)."""
         d = self._axis(dim, "unflatten")
         return self.reshape(*self.shape[:d], *sizes, *self.shape[d + 1 :])
+
+    @traced
+    def rearrange(self: Tensor, formula: str, **sizes: int) -> Tensor:
+        """Reshape, permute, split and merge axes by an einops formula: names for axes, `(a b)` for merged axes,
+        `...` for the axes not named, `()` or `1` for a unit axis; `sizes` fixes names a split cannot infer.
+        `(2, 12)` with `"b (h d) -> h b d", h=3` -> `(3, 2, 4)`. Raises RearrangeError (a ValueError and an
+        AssertionError, the reference's type) naming the formula for a malformed one, names that do not match
+        across the arrow, or sizes that do not divide. Example: `x.rearrange("b c h w -> b (c h w)")`."""
+        left, right = _parse_formula(formula, sizes)
+        dims = _bind_axes(left, self.shape, formula, sizes)  # name -> size, in left order
+        names = list(dims)
+        order = [names.index(n) for group in _expand_ellipsis(right, dims) for n in group]
+        out_shape = [prod(dims[n] for n in group) for group in _expand_ellipsis(right, dims)]
+        # (left axes) -> one axis per name -> names in right order -> (right groups)
+        return self.reshape(tuple(dims.values())).permute(order).reshape(tuple(out_shape))
 
     # *** triangles and diagonals ***
 

@@ -213,10 +213,11 @@ class RandomMixin:
 
     @staticmethod
     def randn(*shape: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
-        """Standard normal floats by Box-Muller: (u1, u2) -> sqrt(-2 ln(1 - u1)) cos(2 pi u2)."""
+        """Standard normal floats by Box-Muller: (u1, u2) -> sqrt(-2 ln(1 - u1)) cos(2 pi u2). A non-float `dtype`
+        gets the float draw cast to it, as the reference does (`Tensor.randn(3, dtype=dtypes.int)`)."""
         from fusegrad.tensor import Tensor
 
-        dt, shp = _float_dtype(dtype, "randn"), _shape(shape, "randn")
+        dt, shp = to_dtype(dtype) if dtype is not None else dtypes.default_float, _shape(shape, "randn")
         device, contiguous = kwargs.pop("device", None), kwargs.pop("contiguous", True)
         if prod(shp) == 0:
             return _finish(Tensor.zeros(shp, dtype=dt, device=device), kwargs)

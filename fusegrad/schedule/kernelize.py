@@ -175,7 +175,7 @@ def _kernel_for(
     placements: dict[UOp, Placement] | None,
     var_vals: dict[str, int],
 ) -> UOp:
-    metadata = all_metadata.get(root, ())
+    metadata = _fused_metadata(root, realized)
     if root.op is Ops.COPY:
         src = root.src[0]
         node = src
@@ -205,6 +205,32 @@ def _kernel_for(
     info = Kernel(ast, metadata, kernel_var_vals(ast, var_vals))
     kernel = UOp(Ops.KERNEL, src=(built.output, *built.inputs, *deps), arg=info)
     return UOp(Ops.ASSIGN, built.output.dtype, (built.output, kernel))
+
+
+# leaves shared by every method that makes the same constant or buffer: their label says nothing about this kernel
+_UNLABELLED_LEAVES = (Ops.CONST, Ops.DEVICE, Ops.UNIQUE, Ops.BUFFER, Ops.DEFINE_VAR, Ops.BIND)
+
+
+def _fused_metadata(root: UOp, realized: dict[UOp, None]) -> tuple[Any, ...]:
+    """The Tensor-call labels of every node computed inside root's kernel (not those of kernels it reads), so a
+    kernel fusing `x.relu() * y.sigmoid()` reports relu, sigmoid and __mul__; in first-seen order from the root."""
+    found: dict[Any, None] = dict.fromkeys(all_metadata.get(root, ()))
+    stack, seen = list(root.src), {root}
+    while stack:
+        node = stack.pop()
+        if node in seen or node in realized:
+            continue
+        seen.add(node)
+        if node.op not in _UNLABELLED_LEAVES and not _is_identity(node):
+            found.update(dict.fromkeys(all_metadata.get(node, ())))
+        stack.extend(node.src)
+    return tuple(found)
+
+
+def _is_identity(node: UOp) -> bool:
+    """x * 1 or x + 0 (a gradient times the implicit ones of `backward()`): the kernel folds it away, label and all."""
+    unit = {Ops.MUL: 1, Ops.ADD: 0}.get(node.op)
+    return unit is not None and any(s.base.op is Ops.CONST and s.base.arg == unit for s in node.src)
 
 
 def _result_view(root: UOp, stored: UOp) -> UOp:
