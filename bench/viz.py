@@ -1,129 +1,242 @@
-"""Benchmark: the VIZ app on the trace of a training-like run, its graph layout, and the profile's packed size.
+"""Benchmark: VIZ at the scale of real runs: recording, the profile file, the server and the page.
 
-Records `--steps` steps of a small two-layer MLP trained with hand-written gradients (TRACK_MATCH_STATS=2, PROFILE=1),
-saves both traces, then prints: server ready time (load the files, bind, first answer), `/ctxs` time, time to the
-first graph of the biggest step, layout time for 500 / 2,000 / 5,000-node graphs, and profile bytes per event.
+For each size (default 10k, 100k and 500k profile events; each kernel run is two events, an exec point and a range,
+recorded exactly as the engine and the CPU runtime record them), a child process records the events while streaming
+them to a profile file (PROFILE=1) and another runs the same loop unrecorded (PROFILE=0); each reports its loop time
+and its peak RSS. Then: file bytes per event, write overhead per event (recorded loop minus unrecorded, per event),
+server-ready time (open the file, bind, first answer), and in headless Chromium (playwright driving
+/usr/bin/chromium; never `playwright install`): the timeline's first paint (Profiler tab clicked -> timeline drawn)
+and the frame time while zooming (the page's own draw time per wheel step, worst and median). Once: a synthetic
+rewrite step whose graph has 7,000 nodes (first paint after the step is picked) and one of 1,000 nodes with 8 matches
+(time of a ←/→ step, to the next frame).
 
-    python bench/viz.py [--steps 50] [--reps 3]
+    python bench/viz.py [--sizes 10000,100000,500000] [--no-browser] [--keep DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
 import random
+import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.request import urlopen
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
-import numpy as np  # after the path set-up above
+# after the path set-up above (E402 on purpose)
+from fusegrad.dtype import dtypes  # noqa: E402
+from fusegrad.helpers import TracingKey  # noqa: E402
+from fusegrad.uop import Ops  # noqa: E402
+from fusegrad.uop.rewrite import RewriteTrace, TrackedGraphRewrite, TrackedMatch, _uop_counter  # noqa: E402
+from fusegrad.viz.server import start_in_thread  # noqa: E402
+from fusegrad.viz.session import VizSession, open_session  # noqa: E402
 
-from fusegrad import Tensor
-from fusegrad.dtype import dtypes
-from fusegrad.helpers import Context, ProfileRangeEvent
-from fusegrad.viz.layout import layout_graph
-from fusegrad.viz.profile import get_profile
-from fusegrad.viz.serve import live_events, live_trace
-from fusegrad.viz.server import start_in_thread
-from fusegrad.viz.session import open_session
-from fusegrad.viz.trace_file import save_profile, save_rewrites
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
 
+# the child: `events` profile events as the engine records them (an exec point, then the runtime's cpu_profile range)
+RECORDER = """import json, resource, sys, time
+from fusegrad import helpers
+from fusegrad.helpers import Metadata, ProfilePointEvent, cpu_events, cpu_profile
+from fusegrad.viz.serve import register_at_exit
 
-def train_mlp(steps: int, batch: int = 64, features: int = 16, hidden: int = 32, lr: float = 0.05) -> float:
-    """Gradient descent on a ReLU MLP, gradients written out by hand; returns the last loss."""
-    rng = np.random.default_rng(0)
-    x = Tensor(rng.standard_normal((batch, features)).astype(np.float32))
-    y = Tensor(rng.standard_normal((batch, 1)).astype(np.float32))
-    w1 = Tensor((rng.standard_normal((features, hidden)) * 0.1).astype(np.float32)).contiguous().realize()
-    w2 = Tensor((rng.standard_normal((hidden, 1)) * 0.1).astype(np.float32)).contiguous().realize()
-    loss = Tensor(0.0)
-    for _ in range(steps):
-        h = (x @ w1).relu()  # (B, H)
-        diff = h @ w2 - y  # (B, 1)
-        loss = (diff * diff).mean()
-        d_out = diff * (2.0 / batch)  # d loss / d out
-        d_h = (d_out @ w2.T) * (h > 0).cast(dtypes.float32)  # back through the ReLU
-        w1.assign(w1 - (x.T @ d_h) * lr)
-        w2.assign(w2 - (h.T @ d_out) * lr)
-        Tensor.realize(loss, w1, w2)
-    return float(loss.item())
-
-
-def random_dag(n: int, seed: int = 0) -> dict[int, dict[str, Any]]:
-    rng = random.Random(seed)
-    graph: dict[int, dict[str, Any]] = {}
-    for i in range(n):
-        srcs = sorted({rng.randrange(max(0, i - 40), i) for _ in range(rng.choice((0, 1, 2, 2, 3)))}) if i > 4 else []
-        graph[i] = {"label": f"ADD\ndtypes.float\nnode {i}", "src": list(enumerate(srcs))}
-    return graph
+register_at_exit()  # what opening a device does when PROFILE is set: arms the streaming writer
+names = [f"r_{i}_{16 * (i % 5 + 1)}_{i % 3 + 2}" for i in range(240)]  # about a GPT step's kernels
+metadata = [(Metadata("linear", f"nn.py:{i}", False),) for i in range(240)]
+start = time.perf_counter()
+for i in range(int(sys.argv[1]) // 2):
+    k = i % 240
+    if helpers.PROFILE:
+        payload = {"metadata": metadata[k], "var_vals": {}, "bufs": [3 * k, 3 * k + 1, 3 * k + 2], "inputs": (1, 2),
+                   "outputs": (0,)}
+        cpu_events.append(ProfilePointEvent("CPU", "exec", names[k], payload))
+    with cpu_profile(names[k], "CPU"):
+        pass
+    if k == 239:
+        helpers.profile_marker(f"step {i // 240}")
+seconds = time.perf_counter() - start
+print(json.dumps({"seconds": seconds, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
 
 
-def best_of(reps: int, fn: Any) -> float:
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+def record(events: int, path: Path, profile: bool) -> dict[str, float]:
+    """Run the recorder child; its loop time and peak RSS (the profile file lands at `path` when `profile`)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("VIZ", "PROFILE", "CI", "DISPLAY", "WAYLAND_DISPLAY")}
+    env |= {"PYTHONPATH": str(REPO), "PROFILE": "1" if profile else "0", "PROFILEPATH": str(path)}
+    done = subprocess.run([sys.executable, "-c", RECORDER, str(events)], env=env, capture_output=True, text=True,
+                          timeout=3600, check=True)  # fmt: skip
+    return dict(json.loads(done.stdout.splitlines()[0]))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--steps", type=int, default=50, help="training steps to trace (default 50)")
-    parser.add_argument("--reps", type=int, default=3, help="repetitions of each timing, best kept (default 3)")
-    args = parser.parse_args()
-
+def server_ready(profile: Path) -> tuple[float, Any, str]:
+    """Seconds from opening the file to the server's first answer, and the server and its URL."""
     start = time.perf_counter()
-    with Context(TRACK_MATCH_STATS=2, PROFILE=1):
-        loss = train_mlp(args.steps)
-    trace, events = live_trace(), live_events()
-    steps = sum(len(s) for s in trace.rewrites)
-    matches = sum(len(s.matches) for group in trace.rewrites for s in group)
-    print(f"traced {args.steps} MLP steps in {time.perf_counter() - start:.2f} s (loss {loss:.4f}): "
-          f"{len(trace.keys)} groups, {steps} steps, {matches} matches, {len(events)} profile events")  # fmt: skip
+    session = open_session(None, profile)
+    server, url = start_in_thread(session)
+    with urlopen(url, timeout=60) as res:
+        res.read()
+    return time.perf_counter() - start, server, url
 
-    with tempfile.TemporaryDirectory() as tmp:
-        rewrites_file = save_rewrites(trace, Path(tmp) / "rewrites.json.gz")
-        profile_file = save_profile(events, Path(tmp) / "profile.json")
-        sizes = f"{rewrites_file.stat().st_size / 1e3:.0f} kB + {profile_file.stat().st_size / 1e3:.0f} kB"
-        start = time.perf_counter()
-        session = open_session(rewrites_file, profile_file)
-        server, url = start_in_thread(session)
-        with urlopen(url, timeout=60) as res:
-            res.read()
-        print(f"server ready (load {sizes}, bind, first answer): {(time.perf_counter() - start) * 1e3:.1f} ms")
-        start = time.perf_counter()
-        with urlopen(url + "ctxs", timeout=60) as res:
-            res.read()
-        print(f"/ctxs (first request, {len(trace.keys)} groups): {(time.perf_counter() - start) * 1e3:.1f} ms")
-        ctx, idx = max(((c, i) for c, group in enumerate(trace.rewrites) for i in range(len(group))),
-                       key=lambda ci: len(trace.rewrites[ci[0]][ci[1]].matches))  # fmt: skip
-        start = time.perf_counter()
-        with urlopen(url + f"ctxs?ctx={ctx}&idx={idx}", timeout=60) as res:
-            res.readline()
-            res.readline()  # the header, then the first graph
-            first = time.perf_counter() - start
-            lines = 2 + sum(1 for _ in res)
-        total = time.perf_counter() - start
-        timing = f"first graph after {first * 1e3:.1f} ms, all after {total * 1e3:.1f} ms"
-        print(f"biggest step ({lines - 3} matches): {timing}")
+
+# *** synthetic rewrite steps ***
+
+
+def synthetic_step(nodes: int, matches: int, seed: int = 0) -> RewriteTrace:
+    """One group with one step on a random DAG of `nodes` nodes (64 constants, then ADD/MUL/MAX nodes whose sources are
+    the node before and one of the 40 before it, so no two subgraphs repeat), and `matches` matches that each turn one
+    node of the last third into a SUB of the same sources. Numbers come from the trace counter, so they meet no others.
+    """
+    rng, fields, order = random.Random(seed), dict[int, tuple[Any, ...]](), list[int]()
+    for i in range(nodes):
+        if i < 64:
+            row: tuple[Any, ...] = (Ops.CONST, dtypes.int, (), i, None, None)
+        else:
+            srcs = (order[i - 1], order[rng.randrange(max(0, i - 40), i - 1)])
+            row = ((Ops.ADD, Ops.MUL, Ops.MAX)[i % 3], dtypes.int, srcs, None, None, None)
+        fields[n := next(_uop_counter)] = row
+        order.append(n)
+    fields[sink := next(_uop_counter)] = (Ops.SINK, dtypes.void, (order[-1],), None, None, None)
+    found = []
+    for before in rng.sample(order[2 * nodes // 3 :], matches):
+        fields[after := next(_uop_counter)] = (Ops.SUB, dtypes.int, fields[before][2], None, None, None)
+        found.append(TrackedMatch(before, after, (__file__, 1), "x op y -> x - y", 0.0))
+    step = TrackedGraphRewrite((__file__, 1), sink, 0, False, f"random DAG of {nodes}", found)
+    return RewriteTrace([TracingKey(f"synthetic {nodes} nodes")], [[step]], fields)
+
+
+# *** the page ***
+
+FIRST_FRAME = "() => new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)))"
+STEP_KEY = """async () => {
+  const t = performance.now();
+  document.dispatchEvent(new KeyboardEvent("keydown", { key: "ArrowRight" }));
+  await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
+  return performance.now() - t;
+}"""
+
+
+def timeline_figures(page: Any, url: str) -> tuple[float, list[float]]:
+    """First paint of the timeline (seconds) and the page's draw time per wheel step (ms) zooming in and out."""
+    page.goto(url)
+    page.wait_for_function("() => document.getElementById('status').textContent.includes('groups')")
+    start = time.perf_counter()
+    page.click("#tab-profiler")
+    page.wait_for_function("() => window.vizProbe.ready() && window.vizProbe.drawMs() > 0", timeout=600_000)
+    first = time.perf_counter() - start
+    box = page.locator("#timeline").bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + 60)
+    frames = []
+    for dy in [-240] * 12 + [240] * 12:
+        page.mouse.wheel(0, dy)
+        page.evaluate(FIRST_FRAME)
+        frames.append(page.evaluate("() => window.vizProbe.drawMs()"))
+    return first, frames
+
+
+def graph_figures(page: Any) -> tuple[float, float, list[float]]:
+    """First paint of a 7,000-node step (seconds), the same step asked again (seconds), ←/→ times at 1,000 nodes."""
+    times = []
+    for nodes, matches in ((7000, 2), (1000, 8)):
+        server, url = start_in_thread(VizSession(synthetic_step(nodes, matches)))
+        page.goto(url)
+        page.wait_for_selector("#groups .group > div")
+        page.click("#groups .group > div")
+        runs = []
+        for _ in range(2):  # picked, then (every graph of the step loaded) picked again: from the page's cache
+            start = time.perf_counter()
+            page.click("#groups .step")
+            page.wait_for_function("() => document.querySelectorAll('#viewport g.node').length > 0")
+            page.evaluate(FIRST_FRAME)
+            runs.append(time.perf_counter() - start)
+            page.wait_for_function(f"() => document.getElementById('status').textContent === '{matches + 1} graphs'",
+                                   timeout=600_000)  # fmt: skip
+            page.evaluate("() => document.getElementById('graph').replaceChildren()")
+        if nodes == 1000:
+            page.click("#groups .step")
+            page.evaluate(FIRST_FRAME)
+            steps = [page.evaluate(STEP_KEY) for _ in range(matches)]
+        else:
+            times = runs
         server.shutdown()
         server.server_close()
+    return times[0], times[1], steps
 
-    for n in (500, 2000, 5000):
-        graph = random_dag(n)
-        seconds = best_of(args.reps, lambda graph=graph, n=n: layout_graph(graph, max_nodes=n))
-        print(f"layout of {n:5d} nodes: {seconds * 1e3:7.1f} ms")
 
-    ranges = sum(isinstance(e, ProfileRangeEvent) for e in events)
-    packed = get_profile(events)
-    per_event = len(packed) / max(len(events), 1)
-    print(f"profile: {len(packed)} bytes for {len(events)} events ({per_event:.1f} bytes/event, {ranges} range events)")
-    print(f"viewer files: {sizes}")
+def measure_size(events: int, folder: Path, page: Any | None) -> dict[str, Any]:
+    path = folder / f"run_{events}.fgprof"
+    off, on = record(events, folder / "unused.fgprof", False), record(events, path, True)
+    out = {"events": events, "bytes_per_event": path.stat().st_size / events, "rss_off_mb": off["rss_mb"],
+           "rss_on_mb": on["rss_mb"], "write_us": (on["seconds"] - off["seconds"]) / events * 1e6}  # fmt: skip
+    out["ready_ms"], server, url = server_ready(path)
+    out["ready_ms"] *= 1e3
+    if page is not None:
+        first, frames = timeline_figures(page, url)
+        out |= {"first_paint_s": first, "frame_max_ms": max(frames), "frame_median_ms": statistics.median(frames)}
+    server.shutdown()
+    server.server_close()
+    return out
+
+
+def report(row: dict[str, Any]) -> str:
+    text = (f"{row['events']:>7,} events: {row['bytes_per_event']:5.2f} bytes/event on disk, write overhead "
+            f"{row['write_us']:5.2f} us/event, peak RSS {row['rss_on_mb']:.0f} MB recording vs "
+            f"{row['rss_off_mb']:.0f} MB not, server ready {row['ready_ms']:.0f} ms")  # fmt: skip
+    if "first_paint_s" in row:
+        text += (f", timeline first paint {row['first_paint_s']:.2f} s, zoom frames max {row['frame_max_ms']:.1f} ms"
+                 f" / median {row['frame_median_ms']:.1f} ms")  # fmt: skip
+    return text
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--sizes", default="10000,100000,500000", help="profile sizes in events (comma-separated)")
+    parser.add_argument("--no-browser", action="store_true", help="skip the page figures (no Chromium needed)")
+    parser.add_argument("--keep", metavar="DIR", help="keep the profile files in DIR")
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    use_browser = not args.no_browser and Path(CHROMIUM).exists()
+    if not args.no_browser and not use_browser:
+        print(f"no {CHROMIUM}: page figures skipped")
+    folder = Path(args.keep or tempfile.mkdtemp(prefix="bench_viz_"))
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = []
+    with browser_page(use_browser) as page:
+        for events in sizes:
+            rows.append(measure_size(events, folder, page))
+            print(report(rows[-1]), flush=True)
+        if page is not None:
+            first, again, steps = graph_figures(page)
+            print(f"7,000-node graph: first paint {first:.2f} s, asked again {again:.3f} s; ←/→ at 1,000 nodes: "
+                  f"max {max(steps):.1f} ms, median {statistics.median(steps):.1f} ms")  # fmt: skip
+            rows.append({"graph_first_s": first, "graph_again_s": again, "step_ms": steps})
+    if not args.keep:
+        shutil.rmtree(folder, ignore_errors=True)
+    return rows
+
+
+@contextlib.contextmanager
+def browser_page(use: bool) -> Iterator[Any]:
+    """A page in headless Chromium when `use` (None otherwise), closed on exit."""
+    if not use:
+        yield None
+        return
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield browser.new_page(viewport={"width": 1400, "height": 850})
+        browser.close()
 
 
 if __name__ == "__main__":

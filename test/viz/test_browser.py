@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import random
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -16,7 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from fusegrad.helpers import ProfileEvent, ProfilePointEvent, ProfileRangeEvent
+from fusegrad.dtype import dtypes
+from fusegrad.helpers import ProfileEvent, ProfilePointEvent, ProfileRangeEvent, TracingKey
+from fusegrad.uop import Ops
+from fusegrad.uop.rewrite import RewriteTrace, TrackedGraphRewrite, TrackedMatch, _uop_counter
 from fusegrad.viz.rewrites import get_full_rewrite
 from fusegrad.viz.server import start_in_thread
 from fusegrad.viz.session import VizSession
@@ -70,6 +74,15 @@ def browser_page() -> Iterator[tuple[Page, list[str]]]:
 def screenshot(page: Page, name: str) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / name))
+
+
+# one ←/→ step, timed in the page from the key to the next frame (ms)
+STEP_KEY = """async () => {
+  const t = performance.now();
+  document.dispatchEvent(new KeyboardEvent("keydown", { key: "ArrowRight" }));
+  await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
+  return performance.now() - t;
+}"""
 
 
 def matching_step(real_trace: RealTrace) -> tuple[int, int]:
@@ -327,3 +340,110 @@ def test_the_status_line_follows_the_view(
         for route in held:
             with contextlib.suppress(Exception):  # the page may have dropped the request already
                 route.abort()
+
+
+def dag_trace(nodes: int, matches: int) -> RewriteTrace:
+    """One step on a random DAG (constants, then nodes on the node before and one of the 40 before it: no repeated
+    subgraphs for the layout to fold) and `matches` matches each turning a late node into a SUB."""
+    rng, fields, order = random.Random(1), dict[int, tuple[Any, ...]](), list[int]()
+    for i in range(nodes):
+        srcs = () if i < 32 else (order[i - 1], order[rng.randrange(max(0, i - 40), i - 1)])
+        fields[n := next(_uop_counter)] = (Ops.ADD, dtypes.int, srcs, None, None, None) if srcs else \
+            (Ops.CONST, dtypes.int, (), i, None, None)  # fmt: skip
+        order.append(n)
+    fields[sink := next(_uop_counter)] = (Ops.SINK, dtypes.void, (order[-1],), None, None, None)
+    found = []
+    for before in rng.sample(order[nodes // 2 :], matches):
+        fields[after := next(_uop_counter)] = (Ops.SUB, dtypes.int, fields[before][2], None, None, None)
+        found.append(TrackedMatch(before, after, (__file__, 1), "x + y -> x - y", 0.0))
+    step = TrackedGraphRewrite((__file__, 1), sink, 0, False, "dag", found)
+    return RewriteTrace([TracingKey("dag")], [[step]], fields)
+
+
+def open_dag_step(page: Page, url: str, matches: int) -> None:
+    page.goto(url)
+    page.click("#groups .group > div")
+    page.click("#groups .step")
+    page.wait_for_function(f"() => document.getElementById('status').textContent === '{matches + 1} graphs'")
+
+
+def test_stepping_through_matches_keeps_the_unchanged_nodes(browser_page: tuple[Page, list[str]]) -> None:
+    """At 1,000 nodes a ←/→ step moves the nodes that stay (same elements) instead of drawing the graph again; a step
+    picked again is shown from the page's cache, without asking the server."""
+    page, errors = browser_page
+    server, url = start_in_thread(VizSession(dag_trace(1000, 6)))
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "ctx=" in r.url else None)
+    try:
+        open_dag_step(page, url, 6)
+        page.evaluate("() => document.querySelectorAll('#viewport g.node').forEach((g) => { g.marked = true; })")
+        times = [page.evaluate(STEP_KEY) for _ in range(6)]
+        kept = page.evaluate("() => [...document.querySelectorAll('#viewport g.node')].filter((g) => g.marked).length")
+        total = page.locator("#viewport g.node").count()
+        # the matches are in the DAG's later half: the nodes below them never change, and keep their elements
+        assert kept >= total // 3, f"only {kept} of {total} nodes were kept across 6 matches"
+        assert page.inner_text("#match-label").startswith("match 6 / 6")
+        assert sorted(times)[3] < 100, f"←/→ steps took {times} ms"  # the target is 30 ms on a quiet machine
+        page.click("#groups .step")  # picked again: from the cache, at once
+        page.wait_for_function("() => document.getElementById('match-label').textContent.startsWith('match 0 / 6')")
+        assert len(asked) == 1, asked
+        assert errors == []
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_big_graph_gets_its_labels_when_zoomed_in(browser_page: tuple[Page, list[str]]) -> None:
+    """Fitted, a 3,000-node graph is boxes and one path of edges; zoomed in, the boxes on screen get their labels."""
+    page, errors = browser_page
+    server, url = start_in_thread(VizSession(dag_trace(3000, 1)))
+    try:
+        open_dag_step(page, url, 1)
+        assert page.locator("#viewport g.node").count() > 2000
+        assert page.locator("#viewport g.node text").count() == 0
+        assert page.locator("#viewport path.edge").count() == 1
+        box = page.locator("#graph-wrap").bounding_box()
+        assert box is not None
+        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        for _ in range(12):
+            page.mouse.wheel(0, -300)
+        labelled = page.locator("#viewport g.node text").count()
+        assert 0 < labelled < 500, labelled
+        assert errors == []
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_kernel_table_sorts_and_leads_to_the_timeline(browser_page: tuple[Page, list[str]]) -> None:
+    page, errors = browser_page
+    events: list[ProfileEvent] = []
+    for i in range(30):
+        name = ("r_slow", "r_fast", "r_mid")[i % 3]
+        st = Decimal(i * 100)
+        events.append(ProfileRangeEvent("CPU", name, st, st + {"r_slow": 60, "r_fast": 5, "r_mid": 20}[name]))
+        if i % 3 == 0:
+            events.append(ProfilePointEvent("TINY", "marker", None, {"name": f"step {i // 3}"}, ts=st))
+    server, url = start_in_thread(VizSession(events=events))
+    try:
+        page.goto(url)
+        page.click("#tab-profiler")
+        page.wait_for_selector("#kernel-table")
+        names = lambda: page.locator("#kernel-table td.mono").all_inner_texts()  # noqa: E731  # read again each time
+        assert names() == ["r_slow", "r_mid", "r_fast"]  # most total time first
+        page.click("#kernel-table th:has-text('total')")
+        assert names() == ["r_fast", "r_mid", "r_slow"]
+        page.click("#kernel-table th:has-text('kernel')")
+        assert names() == ["r_fast", "r_mid", "r_slow"]
+        assert '"step" steps: 9' in page.inner_text("#profile-details")
+        page.click("#kernel-table td:has-text('r_mid')")
+        details = page.inner_text("#profile-details")
+        assert "r_mid" in details
+        assert "← all kernels" in details
+        assert page.evaluate("() => prof.strings[prof.highlight]") == "r_mid"
+        page.click("text=← all kernels")
+        page.wait_for_selector("#kernel-table")
+        assert errors == []
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -91,7 +91,9 @@ function showTab(name) {
 // *** rewrites: sidebar ***
 
 const rw = { groups: [], ctx: -1, idx: -1, header: null, graphs: [], match: 0, want: 0, abort: null, view: null,
-  picked: null, found: "" };
+  picked: null, found: "", failed: false, nodes: new Map() };
+// replayed steps kept in the page, newest last: going back to one shows it at once, without asking the server
+const STEP_CACHE = 8, stepCache = new Map();
 
 function renderSidebar() {
   const list = $("groups");
@@ -149,19 +151,38 @@ function allSteps() {
 async function selectStep(ctx, idx, want, found = "") {
   if (rw.abort) rw.abort.abort();
   const abort = (rw.abort = new AbortController());
-  Object.assign(rw, { ctx, idx, header: null, graphs: [], match: 0, want, view: null, picked: null, found });
+  Object.assign(rw, { ctx, idx, header: null, graphs: [], match: 0, want, view: null, picked: null, found, failed: false,
+    nodes: new Map() });
   markSelected(`${ctx}:${idx}`);
   showPane("graph");
   $("graph").replaceChildren();
   $("details").replaceChildren();
   $("slider").max = 0;
   $("slider").value = 0;
+  const cached = stepCache.get(`${ctx}:${idx}`);
+  if (cached) return showCachedStep(`${ctx}:${idx}`, cached);
   setStatus("replaying…", "rewrites");
   try {
     await readLines(`/ctxs?ctx=${ctx}&idx=${idx}`, abort.signal, (msg) => { if (abort === rw.abort) onStepMessage(msg); });
   } catch (e) {
     if (e.name !== "AbortError") setStatus(String(e), "rewrites");
   }
+}
+
+function showCachedStep(key, cached) {
+  stepCache.delete(key);
+  stepCache.set(key, cached); // now the newest
+  Object.assign(rw, { header: cached.header, graphs: cached.graphs, abort: null });
+  renderStepHead(cached.header);
+  $("slider").max = cached.graphs.length - 1;
+  showMatch(Math.min(rw.want, cached.graphs.length - 1));
+  setStatus(`${cached.graphs.length} graphs`, "rewrites");
+}
+
+function keepStep() {
+  if (rw.failed || !rw.header) return;
+  stepCache.set(`${rw.ctx}:${rw.idx}`, { header: rw.header, graphs: rw.graphs });
+  while (stepCache.size > STEP_CACHE) stepCache.delete(stepCache.keys().next().value);
 }
 
 function onStepMessage(msg) {
@@ -175,10 +196,12 @@ function onStepMessage(msg) {
     if (last === Math.min(rw.want, rw.header.match_count)) showMatch(last);
     else updateMatchLabel();
   } else if (msg.kind === "error") {
+    rw.failed = true;
     setStatus(msg.message, "rewrites");
     $("details").prepend(el("h3", {}, "replay failed"), el("pre", {}, msg.message));
   } else if (msg.kind === "done") {
     setStatus(`${msg.count} graphs`, "rewrites");
+    keepStep();
     if (rw.want >= msg.count && msg.count) showMatch(msg.count - 1);
   }
 }
@@ -218,55 +241,104 @@ function curve(points) {
   return d;
 }
 
-function drawGraph(msg) {
+// a step's graphs share most nodes and edges: each element is made once per step (keyed by everything it shows) and
+// kept in place while it stays, so a ←/→ step touches only what the match changed. Zoomed out, labels are unreadable:
+// a node gets its text when the view is at TEXT_ZOOM or closer and it is on screen (level of detail)
+const TEXT_ZOOM = 0.3, MERGED_EDGES = 1500; // more edges than this are drawn as one path, without arrowheads
+
+function graphLayers() {
   const root = $("graph");
-  root.replaceChildren();
-  const marker = svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7, markerHeight: 7,
-    orient: "auto" });
-  marker.append(svg("path", { d: "M0,0 L10,5 L0,10 z", fill: "#9aa3b5" }));
-  const defs = svg("defs");
-  defs.append(marker);
-  const viewport = svg("g", { id: "viewport" });
-  root.append(defs, viewport);
-  const { boxes, edges } = msg.layout;
-  const inputs = {};
+  if (!$("viewport")) {
+    const marker = svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7, markerHeight: 7,
+      orient: "auto" });
+    marker.append(svg("path", { d: "M0,0 L10,5 L0,10 z", fill: "#9aa3b5" }));
+    const defs = svg("defs");
+    defs.append(marker);
+    const viewport = svg("g", { id: "viewport" });
+    viewport.append(svg("g", { id: "edge-layer" }), svg("g", { id: "node-layer" }));
+    root.replaceChildren(defs, viewport);
+    rw.shown = new Map(); // key -> element, what the viewport holds now
+  }
+  return [$("edge-layer"), $("node-layer")];
+}
+
+function drawGraph(msg) {
+  const [edgeLayer, nodeLayer] = graphLayers();
+  const { boxes, edges } = msg.layout, want = new Map(), inputs = {};
+  if (edges.length > MERGED_EDGES) { // one path for all: thousands of elements cost more than the picture is worth
+    const d = edges.map((e) => curve(e[3])).join(""), key = `all|${d}`;
+    want.set(key, rw.nodes.get(key) || svg("path", { class: "edge", d }));
+  }
   for (const e of edges) inputs[e[1]] = (inputs[e[1]] || 0) + 1;
-  for (const [, dst, index, points] of edges) {
-    viewport.append(svg("path", { class: "edge", d: curve(points), "marker-end": "url(#arrow)" }));
+  for (const [, dst, index, points] of edges.length > MERGED_EDGES ? [] : edges) {
+    const d = curve(points), key = `e|${d}`;
+    want.set(key, rw.nodes.get(key) || svg("path", { class: "edge", d, "marker-end": "url(#arrow)" }));
     if (inputs[dst] > 1) {
-      const [x, y] = points[points.length - 1];
-      const text = svg("text", { class: "edge-index", x: x - 12, y: y - 3 });
-      text.textContent = index;
-      viewport.append(text);
+      const [x, y] = points[points.length - 1], ikey = `i|${x}|${y}|${index}`;
+      let text = rw.nodes.get(ikey);
+      if (!text) {
+        text = svg("text", { class: "edge-index", x: x - 12, y: y - 3 });
+        text.textContent = index;
+      }
+      want.set(ikey, text);
     }
   }
   const changed = new Set(msg.changed.map(String));
+  rw.boxes = [];
   for (const [id, box] of Object.entries(boxes)) {
     const node = msg.graph[id];
     const note = msg.layout.labels ? msg.layout.labels[id] : undefined; // e.g. a repeated subgraph drawn once
     const label = note || (node ? node.label : `${msg.layout.hidden} more nodes\n(graph too big to draw)`);
-    const g = svg("g", { class: "node", transform: `translate(${box[0]},${box[1]})`, "data-id": id });
-    if (changed.has(id)) g.classList.add("changed");
-    if (rw.found && label.toLowerCase().replace(/\n/g, " ").includes(rw.found)) g.classList.add("found");
-    if (id === rw.picked) g.classList.add("picked");
-    g.append(svg("rect", { width: box[2], height: box[3], rx: 4, fill: node ? node.color : "#666" }));
+    const key = `n|${id}|${box[2]}|${box[3]}|${node ? node.color : ""}|${node ? node.ref : ""}|${label}`;
+    const g = rw.nodes.get(key) || makeNode(id, box, node, label);
+    const at = `translate(${box[0]},${box[1]})`;
+    if (g.vizAt !== at) g.setAttribute("transform", (g.vizAt = at));
+    g.vizBox = box;
+    g.classList.toggle("changed", changed.has(id));
+    g.classList.toggle("found", Boolean(rw.found) && label.toLowerCase().replace(/\n/g, " ").includes(rw.found));
+    g.classList.toggle("picked", id === rw.picked);
+    want.set(key, g);
+    rw.boxes.push(g);
+  }
+  for (const [key, element] of rw.shown) if (!want.has(key)) element.remove();
+  for (const [key, element] of want) {
+    rw.nodes.set(key, element);
+    if (!rw.shown.has(key)) (key[0] === "n" ? nodeLayer : edgeLayer).append(element);
+  }
+  rw.shown = want;
+  if (!rw.view) rw.view = fitView(msg);
+  applyView();
+}
+
+function makeNode(id, box, node, label) {
+  const g = svg("g", { class: "node", "data-id": id });
+  g.append(svg("rect", { width: box[2], height: box[3], rx: 4, fill: node ? node.color : "#666" }));
+  g.vizLabel = label;
+  g.vizTitle = node && node.ref != null ? `${label}\n(click: open this kernel's code)` : label;
+  if (node && node.ref != null) {
+    g.classList.add("linked");
+    g.addEventListener("click", () => openGroup(node.ref)); // a KERNEL node: jump to its codegen trace
+  }
+  return g;
+}
+
+// the label of every on-screen node that has none yet, when the view is close enough to read it
+function addVisibleText() {
+  const v = rw.view, wrap = $("graph-wrap");
+  if (!v || v.k < TEXT_ZOOM || !rw.boxes) return;
+  const x0 = -v.x / v.k, y0 = -v.y / v.k, x1 = x0 + wrap.clientWidth / v.k, y1 = y0 + wrap.clientHeight / v.k;
+  for (const g of rw.boxes) {
+    const b = g.vizBox;
+    if (g.vizText || b[0] > x1 || b[0] + b[2] < x0 || b[1] > y1 || b[1] + b[3] < y0) continue;
     const text = svg("text", { y: PADDING / 2 + 11 });
-    label.split("\n").slice(0, LABEL_LINES).forEach((line, i) => {
+    g.vizLabel.split("\n").slice(0, LABEL_LINES).forEach((line, i) => {
       const span = svg("tspan", { x: PADDING, dy: i ? LINE_HEIGHT : 0 });
       span.textContent = cut(line);
       text.append(span);
     });
-    const title = svg("title");
-    title.textContent = node && node.ref != null ? `${label}\n(click: open this kernel's code)` : label;
-    g.append(title, text);
-    if (node && node.ref != null) {
-      g.classList.add("linked");
-      g.addEventListener("click", () => openGroup(node.ref)); // a KERNEL node: jump to its codegen trace
-    }
-    viewport.append(g);
+    g.append(text);
+    g.vizText = true;
   }
-  if (!rw.view) rw.view = fitView(msg);
-  applyView();
 }
 
 // the whole graph, centred in the pane, at the largest scale that shows all of it (never above 1:1)
@@ -288,6 +360,7 @@ function applyView() {
   const viewport = $("viewport");
   const v = rw.view;
   if (viewport && v) viewport.setAttribute("transform", `translate(${v.x},${v.y}) scale(${v.k})`);
+  addVisibleText();
 }
 
 function renderDetails(msg) {
@@ -383,6 +456,14 @@ function setupGraphInput() {
     showMatch(rw.match);
   });
   $("slider").addEventListener("input", () => showMatch(Number($("slider").value)));
+  wrap.addEventListener("mouseover", (e) => { // a node's tooltip is made when first hovered, not with the node
+    const g = e.target.closest ? e.target.closest("g.node") : null;
+    if (!g || g.vizTitled) return;
+    const title = svg("title");
+    title.textContent = g.vizTitle;
+    g.prepend(title);
+    g.vizTitled = true;
+  });
 }
 
 function onKey(e) {
@@ -435,7 +516,8 @@ function openHit(hit, query) {
 // *** profiler: decoding /get_profile (layout in fusegrad/viz/profile.py) ***
 
 const prof = { started: false, ready: false, dur: 0, peak: 0, strings: [], markers: [], tracks: [], rows: [], info: null,
-  users: new Map(), t0: 0, t1: 1, selected: null, drawMs: 0, pending: false, colors: [], texts: [] };
+  users: new Map(), t0: 0, t1: 1, selected: null, drawMs: 0, pending: false, colors: [], texts: [], stats: null,
+  sort: { key: "total_us", down: true }, highlight: -1 };
 const LABEL_W = 160, AXIS_H = 36, ROW_H = 18, MEM_H = 70, MAX_LEVELS = 12, MAX_SEGMENTS = 400000;
 const RIGHT_PAD = 12; // the run's end sits this far left of the edge, so a marker there (and its line) stays visible
 
@@ -542,9 +624,11 @@ async function openProfiler() {
   prof.started = true;
   setStatus("loading profile…", "profiler");
   try {
-    const [buffer, info] = await Promise.all([fetch("/get_profile").then((r) => r.arrayBuffer()), getJSON("/profile_info")]);
+    const [buffer, info, stats] = await Promise.all([fetch("/get_profile").then((r) => r.arrayBuffer()),
+      getJSON("/profile_info"), getJSON("/kernel_stats")]);
     decodeProfile(buffer);
     prof.info = info;
+    prof.stats = stats;
     prof.runsByName = {}; // device -> kernel name -> its run numbers, in order
     for (const [device, names] of Object.entries(info.runs)) {
       const byName = (prof.runsByName[device] = {});
@@ -557,6 +641,7 @@ async function openProfiler() {
     const events = prof.tracks.reduce((n, t) => n + (t.kind === "range" ? t.n : 0), 0);
     setStatus(`${events} events on ${prof.tracks.length} tracks, ${fmtUs(prof.dur)}`, "profiler");
     layoutRows();
+    showKernelTable();
   } catch (e) {
     setStatus(`profile: ${e}`, "profiler");
   }
@@ -665,7 +750,7 @@ function drawRanges(ctx, row) {
     const left = Math.max(x, painted[lv]), w = Math.max(x2 - left, 1);
     painted[lv] = left + w;
     const y = row.y + 3 + lv * ROW_H;
-    ctx.fillStyle = colorOf(tr.nameIdx[i]);
+    ctx.fillStyle = prof.highlight < 0 || prof.highlight === tr.nameIdx[i] ? colorOf(tr.nameIdx[i]) : "#3a3f4a";
     ctx.fillRect(left, y, w, ROW_H - 2);
     if (prof.selected && prof.selected.track === tr && prof.selected.i === i) {
       ctx.strokeStyle = "#fff";
@@ -788,7 +873,7 @@ function showEvent(hit) {
   const users = prof.users.get(`${tr.name}|${kernelRun(tr, i)}`) || [];
   const bufs = users.map((u) => el("div", { class: "link mono", onclick: () => showEvent({ track: u.track, buffer: u.buffer }) },
     `arg ${u.pos}: buffer ${u.buffer.key} ${u.buffer.dtype}[${u.buffer.sz}] ${fmtBytes(u.buffer.bytes)} (${MODES[u.mode]})`));
-  const parts = [table, el("h4", {}, bufs.length ? "buffers" : "no buffer records"), ...bufs];
+  const parts = [backToKernels(), table, el("h4", {}, bufs.length ? "buffers" : "no buffer records"), ...bufs];
   if (tr.ref[i] >= 0) parts.push(el("div", { class: "link", onclick: () => openGroup(tr.ref[i]) }, "→ view its rewrites and source"));
   box.replaceChildren(...parts);
 }
@@ -800,7 +885,66 @@ function showBuffer(tr, b) {
   const runs = prof.info.runs[tr.device] || [];
   const users = b.users.map(([run, nameIdx, pos, mode]) => el("div", { class: "link mono", onclick: () => jumpToRun(tr.device, run) },
     `run ${run}: ${prof.strings[nameIdx] || runs[run]} arg ${pos} (${MODES[mode]})`));
-  $("profile-details").replaceChildren(table, el("h4", {}, users.length ? "used by" : "no kernel used it"), ...users);
+  $("profile-details").replaceChildren(backToKernels(), table, el("h4", {}, users.length ? "used by" : "no kernel used it"),
+    ...users);
+}
+
+// *** profiler: the whole run, per kernel name (sortable), and the step times ***
+
+const KERNEL_COLUMNS = [["name", "kernel"], ["runs", "runs"], ["total_us", "total"], ["mean_us", "mean"],
+  ["gflops", "GFLOP/s"], ["gbs", "GB/s"]];
+
+function backToKernels() {
+  return el("div", { class: "link", onclick: () => { prof.highlight = -1; prof.selected = null; scheduleDraw(); showKernelTable(); } },
+    "← all kernels");
+}
+
+function cellText(key, v) {
+  if (v === null || v === undefined) return "–";
+  if (key === "total_us" || key === "mean_us") return fmtUs(v);
+  if (key === "gflops" || key === "gbs") return v.toFixed(2);
+  return String(v);
+}
+
+function showKernelTable() {
+  if (!prof.stats) return;
+  const { key, down } = prof.sort;
+  const rows = [...prof.stats.kernels].sort((a, b) => {
+    const x = a[key] ?? -Infinity, y = b[key] ?? -Infinity;
+    return (x < y ? -1 : x > y ? 1 : 0) * (down ? -1 : 1);
+  });
+  const head = el("tr", {}, ...KERNEL_COLUMNS.map(([k, title]) => el("th", { class: "link", onclick: () => {
+    prof.sort = { key: k, down: prof.sort.key === k ? !prof.sort.down : k !== "name" };
+    showKernelTable();
+  } }, title + (k === key ? (down ? " ▾" : " ▴") : ""))));
+  const table = el("table", { id: "kernel-table" }, head, ...rows.map((r) => el("tr", { class: "link", onclick: () => selectKernel(r.name) },
+    ...KERNEL_COLUMNS.map(([k]) => el("td", { class: k === "name" ? "mono" : "num" }, cellText(k, r[k]))))));
+  const parts = [el("h4", {}, `${rows.length} kernels over the run`), table];
+  for (const [name, times] of Object.entries(prof.stats.steps)) parts.unshift(...stepSeries(name, times));
+  $("profile-details").replaceChildren(...parts);
+}
+
+// the times between a repeated marker's marks, as a line (one point per step)
+function stepSeries(name, times) {
+  const W = 340, H = 60, max = Math.max(...times), min = Math.min(...times), mean = times.reduce((a, b) => a + b, 0) / times.length;
+  const points = times.map((t, i) => `${(i / Math.max(times.length - 1, 1)) * W},${H - (t / Math.max(max, 1e-9)) * (H - 4)}`);
+  const chart = svg("svg", { width: W, height: H, class: "series" });
+  chart.append(svg("polyline", { points: points.join(" "), fill: "none", stroke: "#ffb347", "stroke-width": 1.5 }));
+  return [el("h4", {}, `"${name}" steps: ${times.length}, mean ${fmtUs(mean)}, min ${fmtUs(min)}, max ${fmtUs(max)}`), chart];
+}
+
+// dim every other kernel, bring this one's first run into view and show it (its details link to its source)
+function selectKernel(name) {
+  prof.highlight = prof.strings.indexOf(name);
+  for (const tr of prof.tracks) {
+    if (tr.kind !== "range") continue;
+    const j = tr.order.find((i) => tr.nameIdx[i] === prof.highlight);
+    if (j === undefined) continue;
+    const span = Math.min(prof.t1 - prof.t0, Math.max(tr.dur[j] * 200, 1));
+    [prof.t0, prof.t1] = [tr.st[j] - span / 2, tr.st[j] + span / 2];
+    return showEvent({ track: tr, i: j });
+  }
+  scheduleDraw();
 }
 
 // select the range event of a device's run number, and bring it into view
@@ -876,6 +1020,7 @@ window.vizProbe = {
   drawMs: () => prof.drawMs,
   redraw: () => { draw(); return prof.drawMs; },
   setView: (t0, t1) => { prof.t0 = t0; prof.t1 = t1; draw(); },
+  selectKernel: (name) => selectKernel(name),
   kernelPoint(name) {
     for (const row of prof.rows) {
       const tr = row.track;

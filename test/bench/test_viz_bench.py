@@ -1,0 +1,54 @@
+"""Smoke test of bench/viz.py at its small size (10k events): every figure is printed and within sane bounds; the page
+figures come too where playwright and /usr/bin/chromium are there."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "viz.py"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_viz", BENCH)
+    assert spec is not None, f"cannot load {BENCH}"
+    assert spec.loader is not None, f"cannot load {BENCH}"
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def has_browser(bench: ModuleType) -> bool:
+    return importlib.util.find_spec("playwright") is not None and Path(bench.CHROMIUM).exists()
+
+
+def test_the_small_size_runs(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = bench.main(["--sizes", "10000", *([] if has_browser(bench) else ["--no-browser"])])
+    out = capsys.readouterr().out
+    size = rows[0]
+    assert "10,000 events:" in out
+    assert 0 < size["bytes_per_event"] <= 16  # the issue's target for kernel events
+    assert size["rss_on_mb"] > 0
+    assert size["rss_off_mb"] > 0
+    assert size["ready_ms"] > 0
+    if has_browser(bench):
+        assert size["first_paint_s"] > 0
+        assert size["frame_max_ms"] >= size["frame_median_ms"] >= 0
+        assert rows[1]["graph_first_s"] > 0
+        assert len(rows[1]["step_ms"]) == 8
+        assert "7,000-node graph: first paint" in out
+
+
+def test_the_synthetic_step_replays(bench: ModuleType) -> None:
+    from fusegrad.viz.session import VizSession
+
+    messages = list(VizSession(bench.synthetic_step(300, 3)).step_stream(0, 0))
+    assert [m["kind"] for m in messages] == ["step", "graph", "graph", "graph", "graph", "done"]
+    assert len(messages[1]["graph"]) > 200  # no repeated subgraphs: the layout folds nothing away
+    assert len(messages[1]["layout"]["boxes"]) == len(messages[1]["graph"])
