@@ -240,3 +240,10 @@ def test_jit_refuses_other_uops_and_still_checks_plain_arguments() -> None:
         step(x, I_VAR.bind(s))
     with pytest.raises(JitError, match=r"changed since capture: got variable other in 1\.\.10, expected variable i"):
         step(x, other.bind(2))
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_sharded_tensor_with_a_symbolic_slice(axis: int) -> None:
+    for s in (3, 6):
+        t = Tensor(A).shard(("CPU:0", "CPU:1"), axis=axis)
+        np.testing.assert_allclose((t[:, : I_VAR.bind(s)] * 2).sum(1).numpy(), (A[:, :s] * 2).sum(1), rtol=1e-6)

@@ -86,8 +86,10 @@ def _multi_kernel_items(info: Kernel, slots: list[UOp]) -> list[ExecItem]:
     if multi := [u for u in ast.toposort() if is_multi_range(u)]:
         ast = ast.substitute({multi[0]: UOp.variable(DEVICE_VAR, 0, n - 1)})
     held = [multi_buffer(b) for b in slots]
+    var_vals = dict(info.var_vals)  # symbolic sizes (symbolic_shape.py) are the same on every device
     return [
-        ExecItem(ast, [h.bufs[d] for h in held], metadata=info.metadata, fixedvars={DEVICE_VAR: d}) for d in range(n)
+        ExecItem(ast, [h.bufs[d] for h in held], metadata=info.metadata, fixedvars=var_vals | {DEVICE_VAR: d})
+        for d in range(n)
     ]
 
 
