@@ -431,6 +431,16 @@ def test_divisions_that_can_trap_are_guarded() -> None:
     assert "==(-1)" not in rendered(Tensor([1, 2], dtype=dtypes.uint32).idiv(Tensor([0, 1], dtype=dtypes.uint32)))
 
 
+def test_a_constant_zero_divisor_is_folded_before_c() -> None:
+    from fusegrad import Tensor
+
+    for t in (Tensor([1, 2], dtype=dtypes.int64) // 0, Tensor([1, 2], dtype=dtypes.int64) % 0):
+        body = rendered(t).split("#endif")[-1]
+        assert "/" not in body
+        assert "%" not in body
+        assert "= 0ll;" in body
+
+
 def test_float_to_int_casts_are_guarded_unless_bounds_fit() -> None:
     from fusegrad import Tensor
 
