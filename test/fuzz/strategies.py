@@ -81,6 +81,7 @@ class Builder:
         self.values: list[Value]
 
     def add_input(self, shape: tuple[int, ...], dtype: str) -> int:
+        assert not self.program["steps"], "fuzz: inputs come before steps (values are numbered inputs first)"
         n = math.prod(shape)
         values = self.draw(st.lists(edge_values(dtype), min_size=n, max_size=n))
         self.program["inputs"].append({"dtype": dtype, "shape": list(shape), "values": values})
@@ -139,7 +140,7 @@ def add_where(b: Builder, ref: int) -> int:
     other = b.cast_to(b.draw(st.sampled_from(range(len(b.values)))), v.dtype)
     shape = _broadcast(_broadcast(v.shape, b.values[cond].shape) or (), b.values[other].shape)
     if shape is None or _broadcast(b.values[cond].shape, b.values[other].shape) is None:
-        other = b.cast_to(b.add_input((), v.dtype), v.dtype)
+        other = ref  # where(c, x, x): inputs can't be added once steps exist (values are numbered inputs first)
         shape = _broadcast(v.shape, b.values[cond].shape)
     assert shape is not None, "fuzz: where operands broadcast"
     return b.step("where", [cond, ref, other], {}, Value(shape, v.dtype))
