@@ -31,6 +31,11 @@ _ROUNDS = 20
 _WORD = 0xFFFFFFFF
 
 
+class SampleError(ValueError, AssertionError):
+    """Bad multinomial arguments (weights not 1-d or 2-d, or a sample count the draw can't give); an AssertionError as
+    well, the type the reference raises. Example: `Tensor(2.0).multinomial(1)`."""
+
+
 @dataclass(slots=True)
 class _GeneratorState:
     """The generator: the seed (None until first use) and, per device, the realized state tensor
@@ -287,9 +292,9 @@ class RandomMixin:
         """Indices drawn with probability proportional to the weights in the last axis: (K,) or (B, K) ->
         (num_samples,) or (B, num_samples), int32. Without replacement, num_samples <= K."""
         if not 1 <= self.ndim <= 2:
-            raise ValueError(f"multinomial: expected a 1-d or 2-d tensor of weights, got shape {self.shape}")
+            raise SampleError(f"multinomial: expected a 1-d or 2-d tensor of weights, got shape {self.shape}")
         if num_samples < 1 or (not replacement and num_samples > self.shape[-1]):
-            raise ValueError(
+            raise SampleError(
                 f"multinomial: cannot draw {num_samples} samples from {self.shape[-1]} categories "
                 f"({'with' if replacement else 'without'} replacement)"
             )

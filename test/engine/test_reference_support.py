@@ -1,6 +1,6 @@
 """Tests for what the reference's test_jit.py and test_randomness.py need beside the engine: device.is_dtype_supported,
-Tensor._threefry_random_bits and the per-device generator registries (mixin/random.py), and helpers.suppress_finalizing
-at interpreter shutdown."""
+Tensor._threefry_random_bits, the per-device generator registries and multinomial's error type (mixin/random.py), and
+helpers.suppress_finalizing at interpreter shutdown."""
 
 from __future__ import annotations
 
@@ -42,6 +42,16 @@ def test_device_registries_list_devices_drawn_from_since_the_seed() -> None:
     Tensor.manual_seed(1337)
     assert len(Tensor._device_rng_counters) == 0
     assert Tensor.rand(4).tolist() == first  # the reseeded state is reused: the stream restarts
+
+
+def test_multinomial_misuse_is_a_value_error_and_an_assertion_error() -> None:
+    """ValueError is the house type; the reference raises AssertionError and its tests catch that."""
+    with pytest.raises(AssertionError, match="expected a 1-d or 2-d tensor of weights, got shape"):
+        Tensor(2.0).multinomial(1)
+    with pytest.raises(ValueError, match=r"cannot draw 0 samples from 2 categories"):
+        Tensor([1.0, 9.0]).multinomial(0)
+    with pytest.raises(AssertionError, match=r"cannot draw 100 samples from 2 categories \(without replacement\)"):
+        Tensor([0.1, 0.9]).multinomial(100, replacement=False)
 
 
 def test_suppress_finalizing_survives_a_torn_down_sys(monkeypatch: pytest.MonkeyPatch) -> None:
