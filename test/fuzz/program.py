@@ -66,15 +66,30 @@ def _floor_mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.remainder(a, b)
 
 
+def _trunc_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """C's truncating division on ints, with numpy's x // 0 == 0 and INT_MIN // -1 == INT_MIN."""
+    q = np.floor_divide(a, b)
+    inexact = (np.remainder(a, b) != 0) & ((a < 0) != (b < 0))
+    return np.where(inexact, q + np.array(1, dtype=q.dtype), q)
+
+
 _NP_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": _true_div, "floordiv": _floor_div,
     "mod": _floor_mod, "maximum": np.maximum, "minimum": np.minimum, "lt": np.less, "eq": np.equal,
     "ne": np.not_equal, "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor, "lshift": np.left_shift,
-    "rshift": np.right_shift}  # fmt: skip
+    "rshift": np.right_shift, "idiv": _trunc_div, "pow": np.power}  # fmt: skip
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    one = x.dtype.type(1)
+    return one / (one + np.exp(-x))
+
+
 _NP_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "abs": np.abs, "invert": np.invert, "exp": np.exp, "log": np.log, "tanh": np.tanh, "sigmoid": _sigmoid,
     "neg": np.negative, "sqrt": np.sqrt, "exp2": np.exp2, "log2": np.log2, "sin": np.sin, "trunc": np.trunc,
     "floor": np.floor, "ceil": np.ceil, "reciprocal": lambda x: np.divide(x.dtype.type(1), x)}  # fmt: skip
-_NP_REDUCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
+_NP_REDUCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min, "cumsum": np.cumsum, "mean": np.mean}
 
 # *** fusegrad ***
 
@@ -83,9 +98,9 @@ _FG_BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "floordiv": operator.floordiv, "mod": operator.mod, "maximum": lambda a, b: a.maximum(b),
     "minimum": lambda a, b: a.minimum(b), "lt": operator.lt, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b,
     "and": operator.and_, "or": operator.or_, "xor": operator.xor, "lshift": operator.lshift,
-    "rshift": operator.rshift}  # fmt: skip
+    "rshift": operator.rshift, "idiv": lambda a, b: a.idiv(b), "pow": operator.pow}  # fmt: skip
 UNARY_OPS = tuple(_NP_UNARY)
-FLOAT_UNARY = ("sqrt", "exp2", "log2", "sin", "trunc", "floor", "ceil", "reciprocal")
+FLOAT_UNARY = ("sqrt", "exp2", "log2", "sin", "trunc", "floor", "ceil", "reciprocal", "exp", "log", "tanh", "sigmoid")
 BINARY_OPS = tuple(_FG_BINARY)
 REDUCE_OPS = tuple(_NP_REDUCE)
 
@@ -118,14 +133,24 @@ def fg_step(op: str, args: list[Any], params: dict[str, Any]) -> Any:  # noqa: C
     match op:
         case "neg":
             return -x
-        case "sqrt" | "exp2" | "log2" | "sin" | "trunc" | "floor" | "ceil" | "reciprocal":
+        case "invert":
+            return ~x
+        case "matmul":
+            return x @ x.T
+        case "bitcast":
+            return x.bitcast(fg_dtype(params["dtype"]))
+        case "abs" | "sqrt" | "exp2" | "log2" | "sin" | "trunc" | "floor" | "ceil" | "reciprocal" | "exp" | "log":
+            return getattr(x, op)()
+        case "tanh" | "sigmoid":
             return getattr(x, op)()
         case "cast":
             return x.cast(fg_dtype(params["dtype"]))
         case "where":
             return args[0].where(args[1], args[2])
-        case "sum" | "prod" | "max" | "min":
+        case "sum" | "prod" | "max" | "min" | "mean":
             return getattr(x, op)(axis=params["axis"])
+        case "cumsum":
+            return x.cumsum(params["axis"])
         case "contiguous":
             return x.contiguous().realize()
         case "reshape":
@@ -163,9 +188,14 @@ def np_step(op: str, args: list[np.ndarray], params: dict[str, Any]) -> np.ndarr
         with np.errstate(all="ignore"):
             return np.asarray(_NP_BINARY[op](x, y))
     match op:
-        case "neg" | "sqrt" | "exp2" | "log2" | "sin" | "trunc" | "floor" | "ceil" | "reciprocal":
+        case _ if op in _NP_UNARY:
             with np.errstate(all="ignore"):
                 return np.asarray(_NP_UNARY[op](x))
+        case "matmul":
+            with np.errstate(all="ignore"):
+                return x @ x.T
+        case "bitcast":
+            return x.view(params["dtype"])
         case "cast":
             with warnings.catch_warnings(), np.errstate(all="ignore"):
                 warnings.simplefilter("ignore")
@@ -201,7 +231,7 @@ def np_step(op: str, args: list[np.ndarray], params: dict[str, Any]) -> np.ndarr
 def np_reduce(op: str, x: np.ndarray, axis: int | None, out_dtype: str) -> np.ndarray:
     """A reduction accumulated in fusegrad's output dtype (ints wrap there)."""
     with np.errstate(all="ignore"):
-        if op in ("sum", "prod"):
+        if op in ("sum", "prod", "cumsum", "mean"):
             return np.asarray(_NP_REDUCE[op](x.astype(out_dtype), axis=axis, dtype=out_dtype))
         return np.asarray(_NP_REDUCE[op](x, axis=axis)).astype(out_dtype)
 
@@ -211,7 +241,11 @@ def run_numpy(program: Program, out_dtypes: list[str]) -> np.ndarray | None:
     values: list[np.ndarray] = [np.array(i["values"], dtype=i["dtype"]).reshape(i["shape"]) for i in program["inputs"]]
     for k, (op, refs, params) in enumerate(program["steps"]):
         args = [values[r] for r in refs]
-        if op in _NP_REDUCE:
+        if op == "matmul":
+            out = out_dtypes[len(program["inputs"]) + k]
+            with np.errstate(all="ignore"):
+                ret = args[0].astype(out) @ args[0].astype(out).T
+        elif op in _NP_REDUCE:
             if op == "prod" and args[0].dtype.kind == "b":
                 return None
             ret = np_reduce(op, args[0], params["axis"], out_dtypes[len(program["inputs"]) + k])

@@ -20,7 +20,6 @@ from test.fuzz.program import (
     DTYPE_NAMES,
     FLOAT_UNARY,
     FLOATS,
-    REDUCE_OPS,
     Program,
     is_float,
     is_int,
@@ -102,8 +101,8 @@ def _binary_ops(dtype: str) -> list[str]:
     """The ops for this operand dtype, those C leaves partly undefined first (hypothesis favours early choices)."""
     if dtype == "bool":
         return ["add", "mul", "maximum", "minimum", "lt", "eq", "ne", "and", "or", "xor"]
-    risky = ["floordiv", "mod", "div"] if is_float(dtype) else ["floordiv", "mod", "lshift", "rshift"]
-    rest = [op for op in BINARY_OPS if op not in risky and op not in ("div", "lshift", "rshift")]
+    risky = ["floordiv", "mod", "div", "pow"] if is_float(dtype) else ["floordiv", "mod", "idiv", "lshift", "rshift"]
+    rest = [op for op in BINARY_OPS if op not in risky and op not in ("div", "lshift", "rshift", "idiv")]
     return risky + [op for op in rest if is_int(dtype) or op not in ("and", "or", "xor")]
 
 
@@ -126,8 +125,10 @@ def add_binary(b: Builder, ref: int) -> int:
 def add_unary(b: Builder, ref: int) -> int:
     v = b.values[ref]
     if v.dtype == "bool":
+        if b.draw(st.booleans()):
+            return b.step("invert", [ref], {}, v)
         return b.cast_to(ref, b.draw(st.sampled_from(DTYPE_NAMES)))
-    op = b.draw(st.sampled_from(["neg", *FLOAT_UNARY] if is_float(v.dtype) else ["neg"]))
+    op = b.draw(st.sampled_from(["neg", "abs", *FLOAT_UNARY] if is_float(v.dtype) else ["neg", "abs", "invert"]))
     return b.step(op, [ref], {}, v)
 
 
@@ -148,7 +149,13 @@ def add_where(b: Builder, ref: int) -> int:
 
 def add_reduce(b: Builder, ref: int) -> int:
     v = b.values[ref]
-    op = b.draw(st.sampled_from([o for o in REDUCE_OPS if not (o == "prod" and v.dtype == "bool")]))
+    if v.shape and b.draw(st.integers(0, 3)) == 0:  # a scan, or a matmul of a matrix with its transpose
+        if len(v.shape) == 2 and v.dtype != "bool" and b.draw(st.booleans()):
+            return b.step("matmul", [ref], {}, Value((v.shape[0], v.shape[0]), v.dtype))
+        axis = b.draw(st.integers(0, len(v.shape) - 1))
+        return b.step("cumsum", [ref], {"axis": axis}, Value(v.shape, _sum_dtype(v.dtype)))
+    ops = [o for o in ("sum", "prod", "max", "min") if not (o == "prod" and v.dtype == "bool")]
+    op = b.draw(st.sampled_from(ops + (["mean"] if is_float(v.dtype) else [])))
     axis = b.draw(st.sampled_from([None, *range(len(v.shape))]))
     shape = () if axis is None else tuple(s for i, s in enumerate(v.shape) if i != axis)
     return b.step(op, [ref], {"axis": axis}, Value(shape, _sum_dtype(v.dtype) if op == "sum" else v.dtype))
@@ -204,6 +211,10 @@ def add_indexing(b: Builder, ref: int) -> int:
 
 
 def add_cast(b: Builder, ref: int) -> int:
+    v = b.values[ref]
+    if is_int(v.dtype) and b.draw(st.integers(0, 3)) == 0:  # the same bits as the other signedness
+        other = v.dtype[1:] if v.dtype.startswith("u") else "u" + v.dtype
+        return b.step("bitcast", [ref], {"dtype": other}, Value(v.shape, other))
     return b.cast_to(ref, b.draw(st.sampled_from(DTYPE_NAMES)))
 
 
