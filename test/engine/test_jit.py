@@ -12,6 +12,7 @@ import pytest
 from fusegrad import Tensor
 from fusegrad.dtype import dtypes
 from fusegrad.engine.jit import JitError, TinyJit
+from fusegrad.engine.realize import CompiledRunner
 from fusegrad.helpers import JIT, Context, GlobalCounters
 from fusegrad.uop import Ops
 
@@ -577,3 +578,29 @@ def test_result_view_of_an_input() -> None:
     step(vec(1, 2))
     with pytest.raises(JitError, match=r"result\[1\] is a view of input 'x' \(argument 0\)"):
         step(vec(1, 2))
+
+
+def steps(x: Tensor, n: int) -> Tensor:
+    """n realized kernels: x -> (x + 1) * 2 -> ... ."""
+    for _ in range(n):
+        x = ((x + 1) * 2).realize()
+    return x
+
+
+def expected(values: list[float], n: int) -> list[float]:
+    for _ in range(n):
+        values = [(v + 1) * 2 for v in values]
+    return values
+
+
+def test_jit_cache_lists_what_replays_run() -> None:
+    step = TinyJit(lambda x: steps(x, 3))
+    assert step.jit_cache == []
+    assert step.input_replace == {}
+    for i in range(3):
+        assert step(vec(i)).tolist() == expected([i], 3)
+    assert len(step.jit_cache) == 3
+    assert all(isinstance(ei.prg, CompiledRunner) for ei in step.jit_cache)
+    assert step.captured is not None
+    assert step.captured.jit_cache == step.jit_cache  # no device graph: the captured list is what replays run
+    assert set(step.input_replace) == {(0, 1)}  # the first kernel reads the input in slot 1
