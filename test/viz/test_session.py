@@ -6,6 +6,7 @@ from __future__ import annotations
 import struct
 from decimal import Decimal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -16,7 +17,8 @@ from fusegrad.viz.profile_file import ProfileWriter
 from fusegrad.viz.session import VizSession, open_session
 from fusegrad.viz.trace_file import TraceFileError, save_rewrites
 
-from .conftest import RealTrace
+if TYPE_CHECKING:  # the fixture's type; conftest is not importable in importlib mode
+    from conftest import RealTrace
 
 
 def first_step_with_matches(real_trace: RealTrace) -> tuple[int, int]:
