@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import TYPE_CHECKING, ClassVar, Final, NoReturn, TypeAlias, TypeVar
 
+from fusegrad.errors import UnknownDTypeError
+
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
@@ -321,13 +323,14 @@ _DTYPES_BY_NAME: Final = {**_NAMED_DTYPES, "void": dtypes.void, "index": dtypes.
 
 
 def to_dtype(x: DTypeLike) -> DType:
-    """A DType, or one looked up by name ("float32", "float", "half"; any case)."""
+    """A DType, or one looked up by name ("float32", "float", "half"; any case). Raises TypeError for other types and
+    UnknownDTypeError (a ValueError and an AttributeError, as in the reference) for an unknown name."""
     if isinstance(x, DType):
         return x
     if not isinstance(x, str):
         raise TypeError(f"to_dtype: not a dtype or dtype name: got {type(x).__name__}, expected DType or str")
     if (dt := _DTYPES_BY_NAME.get(x.lower())) is None:
-        raise ValueError(f"to_dtype: unknown dtype name {x!r}: expected one of {', '.join(_DTYPES_BY_NAME)}")
+        raise UnknownDTypeError(f"to_dtype: unknown dtype name {x!r}: expected one of {', '.join(_DTYPES_BY_NAME)}")
     return dt
 
 

@@ -34,6 +34,15 @@ def _max_gradient(ctx: UOp, x: UOp, y: UOp) -> SourceGrads:
     return (y < x).where(ctx, tie), (x < y).where(ctx, tie)
 
 
+def _pow_gradient(ctx: UOp, ret: UOp, b: UOp, e: UOp) -> SourceGrads:
+    """d b**e, as torch's: e * b**(e-1), 0 where e == 0 (else 0 * inf at b == 0); and b**e * ln(b), 0 where b == 0 and
+    e >= 0 (else 0 * -inf). A negative base gives NaN in e (ln of a negative number), as torch's does."""
+    zero = ctx.const_like(0)
+    d_base = e.eq(0).where(zero, e * b.alu(Ops.POW, e - 1))
+    d_exponent = (b.eq(0) & (e.gt(0) | e.eq(0))).where(zero, ret * b.log2() * math.log(2))  # NaN e: not masked
+    return ctx * d_base, ctx * d_exponent
+
+
 def _product_of_others(ret: UOp, x: UOp) -> UOp:
     """d prod(x) / dx_i: the product of the other elements of x_i's group. prod / x_i where x_i != 0 (no division by
     zero: a 0 * inf there would be NaN); at a zero, the product of the nonzero values if it is the group's only zero,
@@ -93,6 +102,7 @@ _gradient_rules: list[tuple[UPat, Callable[..., SourceGrads | None]]] = [
     (UPat(Ops.ADD), lambda ctx: (ctx, ctx)),  # d(x+y) = (1, 1)
     (UPat(Ops.MUL, src=(UPat.var("x"), UPat.var("y"))), lambda ctx, x, y: (ctx * y, ctx * x)),  # d(x*y) = (y, x)
     (UPat(Ops.MAX, src=(UPat.var("x"), UPat.var("y"))), _max_gradient),  # d max(x,y) = ([x>y], [y>x]), ties 1/2
+    (UPat(Ops.POW, src=(UPat.var("b"), UPat.var("e")), name="ret"), _pow_gradient),  # d b^e = (e b^(e-1), b^e ln b)
     (UPat(Ops.WHERE, src=(UPat.var("c"), UPat.var(), UPat.var())),  # d where(c,x,y) = (-, [c], [!c])
      lambda ctx, c: (None, c.where(ctx, ctx.const_like(0)), c.where(ctx.const_like(0), ctx))),
     (UPat((Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR)),

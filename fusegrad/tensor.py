@@ -29,6 +29,7 @@ from fusegrad.dtype import (
     sum_acc_dtype,
     to_dtype,
 )
+from fusegrad.errors import OpTypeError, OpValueError
 from fusegrad.helpers import _METADATA, DEBUG, TRACEMETA, Metadata, argfix, colored, prod
 from fusegrad.mixin import traced as _mixin_traced
 from fusegrad.mixin.elementwise import ElementwiseMixin
@@ -44,7 +45,6 @@ from fusegrad.uop.symbolic_shape import (
     is_symbolic,
     max_size,
     shape_str,
-    simplify_size,
     size_tensor,
     symbolic_reshape,
     symbolic_selection,
@@ -246,12 +246,6 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             start, stop = 0, start
         if step == 0:
             raise ValueError("arange: step must not be 0")
-        if is_symbolic((start, stop, step)):  # a symbolic length (symbolic_shape.py): 0, 1, ..., stop - 1
-            if not isinstance(stop, UOp) or start != 0 or step != 1:
-                raise ValueError(f"arange: a symbolic length takes start 0, step 1 and a symbolic stop: {start=} {step=}")
-            device = _canonical_device(kwargs.pop("device", None))
-            dt = to_dtype(dtype) if dtype is not None else dtypes.int32
-            return Tensor(UOp.iota(stop, device), **kwargs).cast(dt)
         dt = to_dtype(dtype) if dtype is not None else dtypes.from_py([start, stop, step])
         n = max(0, math.ceil((stop - start) / step))
         positions = Tensor(UOp.iota(n, _canonical_device(kwargs.pop("device", None))), **kwargs)
@@ -487,9 +481,10 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     ) -> list[Tensor]:
         """d(self)/d(target) for each target, as lazy Tensors shaped like the targets.
 
-        `gradient` is d(loss)/d(self) (default: ones; then self must have one element). Raises ValueError for a
-        missing or mis-shaped `gradient`, TypeError for non-float tensors, and RuntimeError for a target the result
-        does not depend on unless `materialize_grads` (then its gradient is zeros).
+        `gradient` is d(loss)/d(self) (default: ones; then self must have one element). A target in the graph whose
+        derivative is zero everywhere (`x.sign()`, a comparison, a detached path) and an empty target get zeros, like
+        torch. Raises ValueError for a missing or mis-shaped `gradient`, TypeError for non-float tensors, and
+        RuntimeError for a target outside the result's graph unless `materialize_grads` (then its gradient is zeros).
         Example: `x = Tensor([3.0]); (x * x).sum().gradient(x)[0].tolist() == [6.0]`.
         """
         from fusegrad.gradient import compute_gradient
@@ -503,7 +498,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         for i, t in enumerate(targets):
             if (g := grads.get(t.uop)) is not None:
                 ret.append(Tensor(g))
-            elif materialize_grads:
+            elif materialize_grads or t.numel() == 0 or t.uop in self.uop.toposort():
                 ret.append(t.zeros_like(requires_grad=False))
             else:
                 raise RuntimeError(f"gradient: the result does not depend on target {i} (shape {t.shape})")
@@ -628,9 +623,13 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     @_traced
     def mod(self, x: Any, reverse: bool = False) -> Tensor:
-        lhs, other = self._broadcasted(x, "mod", reverse)
-        if not dtypes.is_int(lhs.dtype):
-            raise TypeError(f"mod: expected integer tensors, got {lhs.dtype}")
+        """The remainder with the sign of the divisor, like `%` in Python and torch, for integers and floats:
+        `Tensor([-7, 7]).mod(3)` -> [2, 1]. `fmod` keeps the sign of the dividend instead."""
+        return self._mod_floor(x, reverse)
+
+    def _mod_trunc(self, x: Any) -> Tensor:
+        """C remainder (the sign of the dividend) of integer tensors: the MOD primitive."""
+        lhs, other = self._broadcasted(x, "mod")
         return Tensor(lhs.uop.alu(Ops.MOD, other.uop))
 
     @_traced
@@ -675,7 +674,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def _bitwise(self, op: Ops, y: Any, name: str, reverse: bool = False) -> Tensor:
         x, other = self._broadcasted(y, name, reverse)
         if not (dtypes.is_int(x.dtype) or x.dtype == dtypes.bool):
-            raise TypeError(f"{name}: bitwise ops need integer or bool tensors, got {x.dtype}")
+            raise OpTypeError(f"{name}: bitwise ops need integer or bool tensors, got {x.dtype}")
         return Tensor(x.uop.alu(op, other.uop))
 
     @_traced
@@ -754,9 +753,11 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     @_traced
     def abs(self) -> Tensor:
-        """|x|. Its gradient at 0 is 1 (torch: 0): atan, asinh and friends are built as f(|x|) with the sign put
-        back, which relies on that."""
-        return (self < 0).where(-self, self) if self.dtype != dtypes.bool else self
+        """|x|; -0.0 gives 0.0 and NaN stays NaN. Its gradient is sign(x), 0 at 0 (as torch's).
+        Example: `Tensor([-2.0, 0.0, 3.0]).abs()` -> [2., 0., 3.]."""
+        if self.dtype == dtypes.bool:
+            return self
+        return (self < 0).where(-self, (self == 0).where(0, self))
 
     @_traced
     def sigmoid(self) -> Tensor:
@@ -942,10 +943,10 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         if dtype is not None:
             return self.cast(dtype).dot(w.cast(dtype))
         if self.ndim == 0 or w.ndim == 0:
-            raise ValueError(f"matmul: both operands need at least 1 dimension, got {self.shape} and {w.shape}")
+            raise OpValueError(f"matmul: both operands need at least 1 dimension, got {self.shape} and {w.shape}")
         k_self, k_w = self.shape[-1], w.shape[-min(w.ndim, 2)]
         if k_self != k_w:
-            raise ValueError(f"matmul: inner dimensions differ: {self.shape} @ {w.shape} ({k_self} vs {k_w})")
+            raise OpValueError(f"matmul: inner dimensions differ: {self.shape} @ {w.shape} ({k_self} vs {k_w})")
         if self.device != w.device:
             raise ValueError(f"matmul: tensors on different devices {self.device} and {w.device}; use .to() first")
         x = self.reshape(*self.shape[:-1], *([1] * min(self.ndim - 1, w.ndim - 1, 1)), self.shape[-1])
@@ -964,13 +965,17 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     @_traced
     def reshape(self, shape: Any = (), *args: Any) -> Tensor:
         """A view with a new shape, `x.reshape(2, 3)`, `x.reshape((2, 3))` or `x.reshape(shape=(2, 3))`; one axis may be
-        -1 (inferred); no shape at all (`x.reshape(*[])`) means 0-d. Raises ValueError when sizes differ."""
-        shp = list(_shape_arg((shape, *args), allow_neg=True))
+        -1 (inferred) and None keeps the axis (`x.reshape(None, -1)`); no shape at all (`x.reshape(*[])`) means 0-d.
+        Raises ValueError when sizes differ (OpValueError, also a RuntimeError, for more than one -1)."""
+        given = argfix(shape, *args)
+        if any(s is None for s in given[self.ndim :]):
+            raise IndexError(f"reshape: None keeps an axis, but {tuple(given)} has more axes than shape {self.shape}")
+        shp = list(_shape_arg(tuple(self.shape[i] if s is None else s for i, s in enumerate(given)), allow_neg=True))
         if is_symbolic(tuple(shp)) or is_symbolic(self.shape):
             new_shape = symbolic_reshape(self.shape, tuple(shp))
             return Tensor(self.uop.reshape(new_shape))  # type: ignore[arg-type]  # UOp.reshape takes sints too
         if shp.count(-1) > 1:
-            raise ValueError(f"reshape: only one axis can be -1, got {tuple(shp)}")
+            raise OpValueError(f"reshape: only one axis can be -1, got {tuple(shp)}")
         if -1 in shp:
             known = prod(s for s in shp if s != -1)
             if known == 0 or self.numel() % known:
@@ -993,7 +998,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         """Reorder the axes: `x.permute(1, 0)`, `x.permute((1, 0))` or `x.permute(order=(1, 0))`."""
         axes = [self._axis(a, "permute") for a in argfix(order, *args)]
         if sorted(axes) != list(range(self.ndim)):
-            raise ValueError(f"permute: {tuple(argfix(order, *args))} is not a permutation of {self.ndim} axes")
+            raise OpValueError(f"permute: {tuple(argfix(order, *args))} is not a permutation of {self.ndim} axes")
         return Tensor(self.uop.permute(tuple(axes)))
 
     @_traced
@@ -1022,10 +1027,10 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             raise ValueError(
                 f"pad: expected {self.ndim} (before, after) pairs for shape {self.shape}, got {len(padding)}"
             )
-        pads = [(0, 0) if p is None else (_pad_size(p[0]), _pad_size(p[1])) for p in padding]
-        shrink = tuple((_cut(b), s - _cut(a)) for (b, a), s in zip(pads, self.shape, strict=True))
-        x = self.shrink(shrink) if any(_cut(b) or _cut(a) for b, a in pads) else self
-        pos = tuple((_grow(b), _grow(a)) for b, a in pads)
+        pads = [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
+        shrink = tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(pads, self.shape, strict=True))
+        x = self.shrink(shrink) if any(b < 0 or a < 0 for b, a in pads) else self
+        pos = tuple((max(0, b), max(0, a)) for b, a in pads)
         if not any(b or a for b, a in pos):
             return x
         padded = Tensor(x.uop.pad(pos))
@@ -1054,8 +1059,12 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     @_traced
     def flip(self, axis: builtins.int | Sequence[builtins.int], *args: builtins.int) -> Tensor:
-        """Reverse the order along the given axes: `x.flip(0)`, `x.flip(0, 1)` or `x.flip((0, 1))`."""
-        axes = {self._axis(a, "flip") for a in argfix(axis, *args)}
+        """Reverse the order along the given axes: `x.flip(0)`, `x.flip(0, 1)` or `x.flip((0, 1))`.
+        Raises IndexError for an axis out of range, OpValueError (a ValueError and RuntimeError) for a repeated one."""
+        given = [self._axis(a, "flip") for a in argfix(axis, *args)]
+        if len(set(given)) != len(given):
+            raise OpValueError(f"flip: each axis can appear once, got {tuple(argfix(axis, *args))}")
+        axes = set(given)
         return Tensor(self.uop.flip(tuple(i in axes for i in range(self.ndim))))
 
     def _axis(self, a: builtins.int, op: str) -> builtins.int:
@@ -1090,8 +1099,8 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def squeeze(self, dim: builtins.int | None = None) -> Tensor:
         if dim is None:
             return self.reshape(*[s for s in self.shape if s != 1])
-        d = self._axis(dim, "squeeze")
-        return self if self.shape[d] != 1 else self.reshape(*self.shape[:d], *self.shape[d + 1 :])
+        d = self._axis(dim, "squeeze")  # a 0-d tensor takes dim 0 or -1, like torch, and stays as it is
+        return self if self.ndim == 0 or self.shape[d] != 1 else self.reshape(*self.shape[:d], *self.shape[d + 1 :])
 
     def _expand_index(self, indices: Any) -> list[Any]:
         """The index as one entry per axis (plus None entries): Ellipsis and missing trailing axes become slices."""
@@ -1349,21 +1358,6 @@ def _forget(ref: weakref.ReferenceType[Tensor], forget: Callable[..., Any] = _al
 def _size(x: Any) -> Any:
     """A size or bound as given: an int, or a symbolic size (a UOp of bound variables, symbolic_shape.py)."""
     return x if isinstance(x, UOp) else int(x)
-
-
-def _pad_size(x: Any) -> Any:
-    """A pad amount: an int, or a symbolic one folded (cat's `total - offset - size` may fold to an int)."""
-    return simplify_size(x) if isinstance(x, UOp) else int(x)
-
-
-# a negative pad shrinks: the part cut off and the part added. A symbolic pad is a size, never negative; Python's
-# max would compare it, and a UOp comparison is truthy whatever its value
-def _cut(x: Any) -> Any:
-    return 0 if isinstance(x, UOp) else max(0, -x)
-
-
-def _grow(x: Any) -> Any:
-    return x if isinstance(x, UOp) else max(0, x)
 
 
 def _shape_arg(shape: tuple[Any, ...], allow_neg: bool = False) -> tuple[int, ...]:

@@ -123,7 +123,13 @@ UNARY: dict[str, tuple[Op, Op, tuple[float, float], tuple[float, ...]]] = {
     "celu_alpha": (lambda t: t.celu(2.0), lambda a: F.celu(a, 2.0), (-8, 8), INF_NAN),
     "selu": (lambda t: t.selu(), F.selu, (-8, 8), (0.0, *INF_NAN)),
     "gelu": (lambda t: t.gelu(), lambda a: F.gelu(a, approximate="tanh"), (-8, 8), (0.0, -20.0, *INF_NAN)),
-    "gelu_erf": (lambda t: t.gelu("none"), F.gelu, (-8, 8), (0.0, 20.0, math.inf, math.nan)),
+    # the formula, not F.gelu: torch 2.13 gives NaN at +inf where x * Phi(x) is inf
+    "gelu_erf": (
+        lambda t: t.gelu("none"),
+        lambda x: x * 0.5 * (1 + torch.erf(x / math.sqrt(2))),
+        (-8, 8),
+        (0.0, 20.0, math.inf, math.nan),
+    ),
     "quick_gelu": (lambda t: t.quick_gelu(), lambda a: a * torch.sigmoid(1.702 * a), (-8, 8), (0.0, math.nan)),
     "silu": (lambda t: t.silu(), F.silu, (-8, 8), (0.0, -100.0, math.inf, math.nan)),
     "swish": (lambda t: t.swish(), F.silu, (-8, 8), (0.0,)),
@@ -374,6 +380,16 @@ def test_div_rounding_mode(mode: str) -> None:
     check(Tensor(fa)._div_rounded(Tensor(fb), rounding_mode=mode), ref, dtypes.float32)
     check(Tensor(b)._div_rounded(7, True, mode), torch.div(7, torch_of(b), rounding_mode=mode), dtypes.int32)
     check(Tensor(a)._div_rounded(Tensor(b)), torch.div(torch_of(a), torch_of(b)), dtypes.float32)
+
+
+def test_mod_is_floor_mod_for_ints_and_floats() -> None:
+    """Tensor.mod and % take the sign of the divisor for ints and floats, as torch.remainder and the reference."""
+    a, b = [-4, 7, 5, 4, -7, 8, -9], [2, -3, 8, -2, 3, 5, -5]
+    fa, fb = [float(v) + 0.25 for v in a], [float(v) for v in b]
+    check(Tensor(a).mod(Tensor(b)), torch.remainder(torch.tensor(a), torch.tensor(b)), dtypes.int32)
+    check(Tensor(fa).mod(Tensor(fb)), torch.remainder(torch.tensor(fa), torch.tensor(fb)), dtypes.float32)
+    check(Tensor(fa) % 3.5, torch.tensor(fa) % 3.5, dtypes.float32)
+    check(100.5 % Tensor(fb), 100.5 % torch.tensor(fb), dtypes.float32)
 
 
 def test_div_rounding_mode_rejects_unknown_modes() -> None:

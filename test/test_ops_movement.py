@@ -154,7 +154,7 @@ def test_pad_errors(mode: str, padding: tuple[int, ...], value: float, match: st
 
 
 @pytest.mark.parametrize(
-    ("shifts", "dims"), [(1, None), (-7, None), (2, 0), (-1, 1), ((1, -2), (0, 1)), ((3, 1), (1, 1)), (0, 0)]
+    ("shifts", "dims"), [(1, None), ((-7,), None), (2, 0), (-1, 1), ((1, -2), (0, 1)), ((3, 1), (1, 1)), (0, 0)]
 )
 @pytest.mark.parametrize("shape", [(3, 4), (0, 3)])
 def test_roll(shifts: Any, dims: Any, shape: tuple[int, ...]) -> None:
@@ -182,7 +182,7 @@ def test_cat_promotes_dtypes_and_keeps_negative_zero() -> None:
 def test_cat_errors() -> None:
     with pytest.raises(ValueError, match=r"cat: shapes \(2, 3\) and \(2, 4\) differ outside dim 0"):
         Tensor.ones(2, 3).cat(Tensor.ones(2, 4))
-    with pytest.raises(ValueError, match="zero-dimensional"):
+    with pytest.raises(IndexError, match="zero-dimensional"):  # no dim to join along: IndexError, as the reference
         Tensor(1.0).cat(Tensor(2.0))
     with pytest.raises(IndexError, match="cat: axis 2 out of range"):
         Tensor.ones(2, 3).cat(Tensor.ones(2, 3), dim=2)
@@ -194,6 +194,29 @@ def test_stack(dim: int) -> None:
     check(tensor(arrs[0]).stack(tensor(arrs[1]), tensor(arrs[2]), dim=dim), np.stack(arrs, axis=dim))
     with pytest.raises(ValueError, match="stack: all tensors need the same shape"):
         Tensor.ones(2).stack(Tensor.ones(3))
+
+
+def test_stack_takes_one_sequence_and_0d_tensors() -> None:
+    arrs = [data((2, 3), seed=i) for i in range(3)]
+    for seq in (tuple(tensor(a) for a in arrs), [tensor(a) for a in arrs]):
+        check(Tensor.stack(seq, dim=1), np.stack(arrs, axis=1))  # type: ignore[arg-type]  # a sequence as self
+    check(Tensor.stack(Tensor(3.5), Tensor(3.5)), [3.5, 3.5])
+
+
+def test_squeeze_reshape_and_flip_edge_cases_match_torch() -> None:
+    """A 0-d tensor squeezes at dim 0 or -1 (as torch); reshape keeps an axis for None; flip names each axis once."""
+    x = data((4, 3, 6, 6))
+    for dim in (0, -1):
+        check(Tensor(2.5).squeeze(dim), torch.tensor(2.5).squeeze(dim))
+    check(tensor(x).reshape(None, None, 36), x.reshape(4, 3, 36))
+    check(tensor(x).reshape((None, -1, 6)), x.reshape(4, -1, 6))
+    check(tensor(x[:1, :1, :1, :1]).reshape([]), x[0, 0, 0, 0])  # an empty shape is 0-d
+    with pytest.raises(ValueError, match=r"^reshape: cannot reshape \(4, 3, 6, 6\) \(432 elements\) to \(\)"):
+        tensor(x).reshape([])
+    with pytest.raises(IndexError, match=r"^reshape: None keeps an axis, but \(None, None, None\) has more axes"):
+        Tensor.ones(2, 3).reshape(None, None, None)
+    with pytest.raises(RuntimeError, match=r"^flip: each axis can appear once, got \(0, 0\)"):
+        Tensor.ones(3, 4).flip(0, 0)
 
 
 @pytest.mark.parametrize(("sizes", "dim"), [(2, 0), (3, 1), ([1, 4], 0), ([2, 0, 1], 1), (10, 0)])
@@ -338,6 +361,12 @@ def test_scatter_reduce_arg_with_a_constant(reduce: str) -> None:
     x, idx = data((2, 4)), np.array([[2, 2], [3, 0]])
     ref = torch.from_numpy(x).scatter(1, torch.from_numpy(idx), 1.5, reduce=reduce)
     check(tensor(x).scatter(1, Tensor(idx.astype(np.int32)), 1.5, reduce=reduce), ref)  # type: ignore[arg-type]
+
+
+def test_scatter_reduce_arg_takes_only_a_scalar_src() -> None:
+    """As the reference: a tensor src with reduce= raises TypeError (before the axis check) and names scatter_reduce."""
+    with pytest.raises(TypeError, match=r"^scatter: reduce='multiply' takes a scalar src, got a Tensor: use scatter_r"):
+        Tensor.ones(4).scatter(1, Tensor([0]), Tensor.ones(4), reduce="multiply")
 
 
 def test_scatter_duplicates_last_wins() -> None:

@@ -93,11 +93,6 @@ def trunc_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.trunc(a.astype(np.float64) / b.astype(np.float64)).astype(np.result_type(a, b))
 
 
-def trunc_mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """C remainder: takes the sign of the dividend."""
-    return (a - b * trunc_div(a, b)).astype(np.result_type(a, b))
-
-
 # *** creation ***
 
 
@@ -283,7 +278,7 @@ BINARY_OPS: dict[str, tuple[Callable[[Any, Any], Any], Callable[[Any, Any], Any]
     "mul": (lambda a, b: a * b, np.multiply, ("float32", "float16", "int32", "bool"), False),
     "div": (lambda a, b: a / b, _np_div, ("float32", "float16", "int32"), True),
     "idiv": (lambda a, b: a.idiv(b), trunc_div, ("int32",), True),
-    "mod": (lambda a, b: a.mod(b), trunc_mod, ("int32",), True),
+    "mod": (lambda a, b: a.mod(b), np.mod, ("int32", "float32"), True),  # floor semantics, as the reference
     "floordiv": (lambda a, b: a // b, np.floor_divide, ("int32", "float32"), True),
     "floormod": (lambda a, b: a % b, np.mod, ("int32", "float32"), True),
     "maximum": (lambda a, b: a.maximum(b), np.maximum, ("float32", "float16", "int32", "bool"), False),
@@ -326,12 +321,13 @@ def test_binary_op(device: str, shapes: tuple[tuple[int, ...], ...], op: str, dt
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_idiv_mod_truncate_toward_zero(device: str) -> None:
-    """idiv/mod are C's (toward zero): -7 idiv 2 == -3, -7 mod 2 == -1; the operators // and % are Python's floor."""
+def test_idiv_truncates_toward_zero_and_mod_floors(device: str) -> None:
+    """idiv is C's (toward zero): -7 idiv 2 == -3; mod is the reference's (and %'s): the sign of the divisor,
+    -7 mod 2 == 1; the operator // is Python's floor division."""
     a = Tensor([-7, 7, -7, 7, 0, -1, 6], device=device)
     b = Tensor([2, 2, -2, -2, 3, 4, -3], device=device)
     assert a.idiv(b).tolist() == [-3, 3, 3, -3, 0, 0, -2]
-    assert a.mod(b).tolist() == [-1, 1, -1, 1, 0, -1, 0]
+    assert a.mod(b).tolist() == [1, 1, -1, -1, 0, 3, 0]
     assert a.idiv(3).tolist() == trunc_div(np.array([-7, 7, -7, 7, 0, -1, 6]), np.array(3)).tolist()
     na, nb = np.array([-7, 7, -7, 7, 0, -1, 6]), np.array([2, 2, -2, -2, 3, 4, -3])
     assert (a // b).tolist() == (na // nb).tolist()

@@ -14,14 +14,13 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from fusegrad.errors import INPUT_ERRORS
 from fusegrad.helpers import _METADATA, TRACEMETA, Metadata
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 # the user-facing op being run: set by the outermost traced call, so nested ones leave labels and errors alone
 _OUTER_OP: contextvars.ContextVar[str | None] = contextvars.ContextVar("_OUTER_OP", default=None)
-# input errors (see STYLE.md): re-raised with the user-facing op in front, as the same type
-_INPUT_ERRORS = (ValueError, TypeError, IndexError)
 # methods whose messages name the op differently from the method (Tensor.dot's say "matmul: ...")
 _ERROR_NAMES = {"dot": "matmul"}
 
@@ -45,8 +44,8 @@ def traced(fn: F) -> F:
         op_token, meta_token = _OUTER_OP.set(op), _METADATA.set(meta)
         try:
             return fn(*args, **kwargs)
-        except _INPUT_ERRORS as e:
-            if type(e) not in _INPUT_ERRORS or str(e).startswith(f"{op}:"):
+        except INPUT_ERRORS as e:  # input errors: re-raised with the user-facing op in front, as the same type
+            if type(e) not in INPUT_ERRORS or str(e).startswith(f"{op}:"):
                 raise
             raise type(e)(f"{op}: {e}") from e
         finally:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal
 
 from fusegrad.dtype import ConstType, DType, dtypes, least_upper_dtype, least_upper_float
+from fusegrad.errors import OpTypeError, OpValueError
 from fusegrad.mixin import traced
 from fusegrad.uop import Ops
 
@@ -96,6 +97,12 @@ def _sigmoid(x: Tensor) -> Tensor:
     return (x < 0).where(e, 1) / (1 + e)
 
 
+def _magnitude(x: Tensor) -> Tensor:
+    """|x| with gradient 1 at 0 (abs's is 0, as torch's): odd functions built as f(|x|) with the sign put back
+    (atan, atanh, asinh) need the slope of f at 0 to come through."""
+    return (x < 0).where(-x, x)
+
+
 def _is_negative(x: Tensor) -> Tensor:
     """The sign bit of a float: True for negative values and -0.0 (1/-0.0 is -inf)."""
     return (x < 0) | ((x == 0) & (x.reciprocal() < 0))
@@ -123,25 +130,10 @@ def _int_pow(base: Tensor, exponent: Tensor) -> Tensor:
 
 
 def _float_pow(base: Tensor, exponent: Tensor) -> Tensor:
-    """base ** exponent for float tensors: exp2(e * log2|b|), then the sign and the special cases of C's pow.
-
-    A zero base takes its own branch (log2(0) = -inf would make every gradient there NaN): 0 for e > 0, inf for e < 0,
-    1 for e == 0, and the base itself for e == 1 (so its gradient is 1, as torch's)."""
-    is_zero = base == 0
-    magnitude = (exponent * is_zero.where(1, base).abs().log2()).exp2()
-    is_int = exponent == exponent.trunc()
-    is_odd = is_int & ((exponent * 0.5).trunc() != exponent * 0.5)
-    negative = _is_negative(base)
-    ret = (negative & is_odd).where(-magnitude, magnitude)
-    zero_magnitude = (exponent > 0).where(0.0, (exponent < 0).where(math.inf, 1.0))
-    at_zero = (exponent == 1).where(base, (negative & is_odd).where(-zero_magnitude, zero_magnitude))  # keeps -0.0
-    ret = is_zero.where(at_zero, ret)
-    finite_nonzero = (base != 0) & (base.abs() != math.inf)  # C's pow(-0.0, 0.5) is 0 and pow(-inf, 0.5) is inf
-    ret = (negative & is_int.logical_not() & finite_nonzero).where(math.nan, ret)
-    # where exp2(e * log2|b|) is inf * 0 = NaN but C's pow is 1: 1 ** inf, 1 ** nan, (-1) ** inf, inf ** 0, nan ** 0
-    one = ((base == 1) & exponent.isfinite().logical_not()) | ((base == -1) & exponent.isinf())
-    one = one | ((exponent == 0) & base.isfinite().logical_not())
-    return one.where(1.0, ret)
+    """base ** exponent for float tensors of one shape and dtype: the POW primitive, C's pow with its special cases
+    (0 ** 0 = 1, 1 ** nan = 1, a negative base to a non-integer power is NaN). Its gradients are torch's (gradient.py):
+    e * b ** (e - 1) and b ** e * ln(b), so inf at a zero base under 0 < e < 1 and NaN in e for a negative base."""
+    return type(base)(base.uop.alu(Ops.POW, exponent.uop))
 
 
 def _const_pow(base: Tensor, exponent: float) -> Tensor:
@@ -160,8 +152,10 @@ def _const_pow(base: Tensor, exponent: float) -> Tensor:
             result = power if result is None else result * power
         n >>= 1
         power = power * power if n else power
-    ret = base.ones_like() if result is None else result
-    return ret.reciprocal() if exponent < 0 else ret
+    if result is None:  # x ** 0: 1 everywhere (NaN and inf too, as C's pow), built on base so its gradient is 0
+        ones = base.ones_like()
+        return (base != base).where(ones, ones)
+    return result.reciprocal() if exponent < 0 else result
 
 
 class ElementwiseMixin:
@@ -266,12 +260,13 @@ class ElementwiseMixin:
 
     @traced
     def bitwise_not(self: Tensor) -> Tensor:
-        """~self for integer tensors, logical not for bools; `~t` calls it. Raises TypeError for floats.
+        """~self for integer tensors, logical not for bools; `~t` calls it. Raises OpTypeError (a TypeError and
+        RuntimeError) for floats.
         Example: `Tensor([0, -3]).bitwise_not()` -> [-1, 2]."""
         if self.dtype == dtypes.bool:
             return self.logical_not()
         if not dtypes.is_int(self.dtype):
-            raise TypeError(f"bitwise_not: expected an integer or bool tensor, got {self.dtype}")
+            raise OpTypeError(f"bitwise_not: expected an integer or bool tensor, got {self.dtype}")
         return self ^ (dtypes.max(self.dtype) if dtypes.is_unsigned(self.dtype) else -1)
 
     @traced
@@ -320,7 +315,7 @@ class ElementwiseMixin:
         """Arcsine in [-pi/2, pi/2]; NaN outside [-1, 1]. Example: `Tensor([1.0]).asin()` -> [1.5708]."""
 
         def asin(x: Tensor) -> Tensor:
-            a = x.abs()
+            a = _magnitude(x)
             big = math.pi / 2 - 2 * _asin_small(((1 - a) * 0.5).sqrt())  # asin(a) = pi/2 - 2 asin(sqrt((1-a)/2))
             return (a <= 0.5).where(_asin_small(x), (x < 0).where(-big, big))
 
@@ -342,7 +337,7 @@ class ElementwiseMixin:
         """Arctangent in (-pi/2, pi/2). Example: `Tensor([1.0]).atan()` -> [0.7854]."""
 
         def atan(x: Tensor) -> Tensor:
-            a = x.abs()
+            a = _magnitude(x)
             is_small, not_big = a <= math.tan(math.pi / 8), a <= math.tan(3 * math.pi / 8)
             # reduce to |t| <= tan(pi/8): atan(a) = pi/4 + atan((a-1)/(a+1)) = pi/2 - atan(1/a); each branch gets
             # only its own inputs (1/a and the series overflow elsewhere)
@@ -380,7 +375,7 @@ class ElementwiseMixin:
         """Inverse hyperbolic tangent; +-inf at +-1, NaN outside. Example: `Tensor([0.5]).atanh()` -> [0.5493]."""
 
         def atanh(x: Tensor) -> Tensor:
-            a = x.abs()  # on |x|: 2x / (1 - x) loses every digit near x = -1
+            a = _magnitude(x)  # on |x|: 2x / (1 - x) loses every digit near x = -1
             ret = 0.5 * _log1p(2 * a / (1 - a))
             return (x < 0).where(-ret, ret)
 
@@ -391,7 +386,7 @@ class ElementwiseMixin:
         """Inverse hyperbolic sine. Example: `Tensor([1.0]).asinh()` -> [0.8814]."""
 
         def asinh(x: Tensor) -> Tensor:
-            a = x.abs()
+            a = _magnitude(x)
             huge = a > 1e10  # a^2 overflows; asinh(a) = log(2a) to float precision
             s = huge.where(0, a)
             small = _log1p(s + s * s / (1 + (s * s + 1).sqrt()))  # log(a + sqrt(a^2+1)) without cancellation
@@ -478,13 +473,13 @@ class ElementwiseMixin:
     @traced
     def pow(self: Tensor, x: Tensor | ConstType, reverse: bool = False) -> Tensor:
         """self ** x (or x ** self with `reverse`). Integer tensors stay integer (wrapping like torch) and need
-        non-negative Python exponents (TypeError otherwise); a negative float base needs an integer exponent (else NaN);
-        0 ** 0 is 1. Example: `Tensor([-2.0, 3.0]).pow(2)` -> [4., 9.]."""
+        non-negative Python exponents (OpTypeError, a TypeError and RuntimeError, otherwise); a negative float base
+        needs an integer exponent (else NaN); 0 ** 0 is 1. Example: `Tensor([-2.0, 3.0]).pow(2)` -> [4., 9.]."""
         if not reverse and isinstance(x, (int, float)):
             exponent = int(x) if isinstance(x, bool) else x
             dt = least_upper_dtype(self.dtype, self._to_tensor_like(exponent).dtype)
             if not dtypes.is_float(dt) and exponent < 0:
-                raise TypeError(f"pow: an integer tensor needs a non-negative integer exponent, got {exponent}")
+                raise OpTypeError(f"pow: an integer tensor needs a non-negative integer exponent, got {exponent}")
             return _const_pow(self.cast(dtypes.int32 if dt == dtypes.bool else dt), exponent)
         base, power = self._broadcasted(x, "pow", reverse)
         if base.dtype == dtypes.bool:
@@ -503,10 +498,10 @@ class ElementwiseMixin:
 
     @traced
     def clamp(self: Tensor, min_: Tensor | ConstType | None = None, max_: Tensor | ConstType | None = None) -> Tensor:
-        """Limit values to [min_, max_] (either may be None, not both: ValueError); NaN stays NaN.
+        """Limit values to [min_, max_] (either may be None, not both: OpValueError); NaN stays NaN.
         Example: `Tensor([-2.0, 0.5, 3.0]).clamp(-1, 1)` -> [-1., 0.5, 1.]."""
         if min_ is None and max_ is None:
-            raise ValueError("clamp: at least one of min_ and max_ must be given, got None for both")
+            raise OpValueError("clamp: at least one of min_ and max_ must be given, got None for both")
         ret = self if min_ is None else (self < min_).where(min_, self)
         return ret if max_ is None else (ret > max_).where(max_, ret)
 
@@ -524,15 +519,16 @@ class ElementwiseMixin:
         rounding_mode: Literal["trunc", "floor"] | None = None,
     ) -> Tensor:
         """div with torch's `rounding_mode`: "trunc" rounds toward zero, "floor" toward -inf; integer tensors stay
-        integer, others divide as floats then round. Raises ValueError for other modes."""
+        integer, others divide as floats then round. Raises OpValueError (a ValueError and RuntimeError) for other
+        modes."""
         if rounding_mode is None:
             return self.div(y, reverse)
         if rounding_mode not in ("trunc", "floor"):
-            raise ValueError(f"div: unknown rounding_mode {rounding_mode!r}, expected 'trunc', 'floor' or None")
+            raise OpValueError(f"div: unknown rounding_mode {rounding_mode!r}, expected 'trunc', 'floor' or None")
         a, b = self._broadcasted(y, "div", reverse)
         if dtypes.is_int(a.dtype):
             q = a.idiv(b)
-            return q if rounding_mode == "trunc" else ((a.mod(b) != 0) & ((a < 0) != (b < 0))).where(q - 1, q)
+            return q if rounding_mode == "trunc" else ((a._mod_trunc(b) != 0) & ((a < 0) != (b < 0))).where(q - 1, q)
         q = a.div(b)
         return q.trunc() if rounding_mode == "trunc" else q.floor()
 
@@ -540,7 +536,7 @@ class ElementwiseMixin:
         """Python/torch remainder (sign of the divisor), for integers and floats: self - floor(self / y) * y."""
         a, b = self._broadcasted(y, "mod", reverse)
         if dtypes.is_int(a.dtype):
-            r = a.mod(b)
+            r = a._mod_trunc(b)
             return ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
         return a - a._div_rounded(b, rounding_mode="floor") * b
 
@@ -550,7 +546,7 @@ class ElementwiseMixin:
         Example: `Tensor([-7, 7]).fmod(3)` -> [-1, 1]."""
         a, b = self._broadcasted(x, "fmod")
         if dtypes.is_int(a.dtype):
-            return a.mod(b)
+            return a._mod_trunc(b)
         return a - a._div_rounded(b, rounding_mode="trunc") * b
 
     # *** activations ***

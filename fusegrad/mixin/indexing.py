@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from fusegrad.dtype import ConstType, dtypes
+from fusegrad.errors import OpTypeError, OpValueError
 from fusegrad.helpers import prod
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ def scatter_mask(x: Tensor, dim: int, index: Tensor) -> tuple[Tensor, list[int]]
     if index.ndim != x.ndim or any(
         j > s for a, (j, s) in enumerate(zip(index.shape, x.shape, strict=True)) if a != dim
     ):
-        raise ValueError(f"scatter: index shape {index.shape} does not fit self {x.shape} outside dim {dim}")
+        raise OpValueError(f"scatter: index shape {index.shape} does not fit self {x.shape} outside dim {dim}")
     order = [a for a in range(x.ndim) if a != dim] + [dim]
     size = x.shape[dim]
     return index.permute(order).unsqueeze(-1) == iota(size, x).reshape((1,) * x.ndim + (size,)), order
@@ -96,9 +97,9 @@ def scatter_source(x: Tensor, index: Tensor, src: Tensor | ConstType, order: lis
     if not isinstance(src, Tensor):
         return Tensor.full((1,) * (x.ndim + 1), src, dtype=x.dtype, device=x.device)
     if src.dtype != x.dtype:
-        raise TypeError(f"scatter: src dtype {src.dtype} does not match self's {x.dtype}")
+        raise OpTypeError(f"scatter: src dtype {src.dtype} does not match self's {x.dtype}")
     if src.ndim != index.ndim or any(j > s for j, s in zip(index.shape, src.shape, strict=True)):
-        raise ValueError(f"scatter: index shape {index.shape} does not fit src {src.shape}")
+        raise OpValueError(f"scatter: index shape {index.shape} does not fit src {src.shape}")
     return src.shrink([(0, j) for j in index.shape]).permute(order).unsqueeze(-1)
 
 

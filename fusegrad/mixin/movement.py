@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from fusegrad.dtype import ConstType, DTypeLike, dtypes, least_upper_dtype, to_dtype
+from fusegrad.errors import OpValueError, UnsupportedModeError
 from fusegrad.helpers import argfix, ceildiv, prod
 from fusegrad.mixin import traced
 from fusegrad.mixin.indexing import (
@@ -86,7 +87,7 @@ def _circular(x: Tensor, axis: int, before: int, after: int) -> Tensor:
     """Wrap around: [1 2 3] padded (2, 1) -> [2 3 1 2 3 1]."""
     size = x.shape[axis]
     if before > size or after > size:
-        raise ValueError(
+        raise UnsupportedModeError(
             f"pad: circular padding ({before}, {after}) wraps around more than once on axis {axis} of size {size}"
         )
     return narrow(x, axis, size - before, size).cat(x, narrow(x, axis, 0, after), dim=axis)
@@ -240,7 +241,9 @@ class MovementMixin:
         if mode == "constant":
             return self.pad(pairs, value=value)
         if mode not in _PAD_MODES:
-            raise ValueError(f"pad: mode {mode!r} is not supported: expected constant, reflect, replicate or circular")
+            raise UnsupportedModeError(
+                f"pad: mode {mode!r} is not supported: expected constant, reflect, replicate or circular"
+            )
         if value != 0:
             raise ValueError(f"pad: value={value} only applies to mode 'constant', got mode {mode!r}")
         x = self
@@ -255,15 +258,16 @@ class MovementMixin:
 
     @traced
     def roll(self: Tensor, shifts: int | tuple[int, ...], dims: int | tuple[int, ...] | None = None) -> Tensor:
-        """Shift elements circularly along dims (the flattened tensor when None): [1 2 3].roll(1) -> [3 1 2]."""
-        if dims is None:
-            if not isinstance(shifts, int):
-                raise ValueError(f"roll: without dims, shifts must be one int, got {shifts}")
-            return self.flatten().roll(shifts, 0).reshape(self.shape)
+        """Shift elements circularly along dims (the flattened tensor when None): [1 2 3].roll(1) -> [3 1 2].
+        Raises OpValueError (a ValueError and RuntimeError) unless there is one shift per dim (one without dims)."""
         shift_list = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+        if dims is None:
+            if len(shift_list) != 1:
+                raise OpValueError(f"roll: without dims, shifts must be one int, got {shifts}")
+            return self.flatten().roll(shift_list[0], 0).reshape(self.shape)
         dim_list = (dims,) if isinstance(dims, int) else tuple(dims)
         if len(shift_list) != len(dim_list):
-            raise ValueError(f"roll: {len(shift_list)} shifts for {len(dim_list)} dims")
+            raise OpValueError(f"roll: {len(shift_list)} shifts for {len(dim_list)} dims")
         x = self
         for shift, dim in zip(shift_list, dim_list, strict=True):
             d = x._axis(dim, "roll")
@@ -284,7 +288,7 @@ class MovementMixin:
         if not all(isinstance(t, Tensor) for t in tensors):
             raise TypeError(f"cat: expected Tensors, got {[type(t).__name__ for t in tensors]}")
         if self.ndim == 0:
-            raise ValueError("cat: zero-dimensional tensors cannot be concatenated")
+            raise IndexError("cat: zero-dimensional tensors cannot be concatenated: they have no dim to join along")
         d = self._axis(dim, "cat")
         for t in args:
             if t.ndim != self.ndim or t.shape[:d] + t.shape[d + 1 :] != self.shape[:d] + self.shape[d + 1 :]:
@@ -307,17 +311,24 @@ class MovementMixin:
         return out
 
     @traced
-    def stack(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:
-        """Join equal-shaped tensors along a new axis: three (2, 3) tensors stacked at dim 1 -> (2, 3, 3)."""
-        for t in args:
-            if t.shape != self.shape:
-                raise ValueError(f"stack: all tensors need the same shape: got {self.shape} and {t.shape}")
-        if not -self.ndim - 1 <= dim <= self.ndim:
+    def stack(self: Tensor | Sequence[Tensor], *args: Tensor, dim: int = 0) -> Tensor:
+        """Join equal-shaped tensors along a new axis: three (2, 3) tensors stacked at dim 1 -> (2, 3, 3).
+        Takes `a.stack(b, c)`, `Tensor.stack(a, b, c)` or `Tensor.stack([a, b, c])`; ValueError for a sequence
+        followed by more tensors or for shapes that differ, IndexError for a dim out of range."""
+        from fusegrad.tensor import Tensor
+
+        if not isinstance(self, Tensor) and args:
+            raise ValueError(f"stack: give the tensors either as one sequence or one by one, got a sequence and {args}")
+        first, *rest = (self, *args) if isinstance(self, Tensor) else self
+        for t in rest:
+            if t.shape != first.shape:
+                raise ValueError(f"stack: all tensors need the same shape: got {first.shape} and {t.shape}")
+        if not -first.ndim - 1 <= dim <= first.ndim:
             raise IndexError(
-                f"stack: dim {dim} out of range for {self.ndim + 1}-d result ({-self.ndim - 1}..{self.ndim})"
+                f"stack: dim {dim} out of range for {first.ndim + 1}-d result ({-first.ndim - 1}..{first.ndim})"
             )
-        d = dim % (self.ndim + 1)
-        return self.unsqueeze(d).cat(*[t.unsqueeze(d) for t in args], dim=d)
+        d = dim % (first.ndim + 1)
+        return first.unsqueeze(d).cat(*[t.unsqueeze(d) for t in rest], dim=d)
 
     @traced
     def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
@@ -350,7 +361,7 @@ class MovementMixin:
         d = self._axis(dim, "unfold")
         n = self.shape[d]
         if not 0 <= size <= n or step <= 0:
-            raise ValueError(f"unfold: need 0 <= size <= {n} and step > 0 on dim {d}, got size={size}, step={step}")
+            raise OpValueError(f"unfold: need 0 <= size <= {n} and step > 0 on dim {d}, got size={size}, step={step}")
         others = [a for a in range(self.ndim) if a != d]
         x = self.permute(*others, d)  # (..., n)
         lead = x.shape[:-1]
@@ -433,7 +444,7 @@ class MovementMixin:
     def meshgrid(self: Tensor, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
         """Coordinate grids of 0-d/1-d tensors; 'xy' swaps the first two output axes (Cartesian)."""
         if indexing not in ("ij", "xy"):
-            raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+            raise OpValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
         tensors = [self, *args]
         if any(t.ndim > 1 for t in tensors):
             raise ValueError(f"meshgrid: expects 0-d or 1-d tensors, got shapes {[t.shape for t in tensors]}")
@@ -459,6 +470,8 @@ class MovementMixin:
         if not isinstance(steps, int) or steps < 0:
             raise ValueError(f"linspace: steps must be a non-negative int, got {steps!r}")
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        if dt == dtypes.bool:
+            raise ValueError("linspace: bool dtype is not supported: got dtypes.bool, expected an int or float dtype")
         device, compute = kwargs.pop("device", None), dtypes.float64 if dt == dtypes.float64 else dtypes.float32
         if steps <= 1:
             return Tensor(Tensor.full((steps,), start, dtype=compute, device=device).cast(dt).uop, **kwargs)
@@ -487,7 +500,8 @@ class MovementMixin:
     def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
         """out[..., i, ...] = self[..., index[..., i, ...], ...] along dim; out has index's shape.
 
-        Raises TypeError for a non-integer index, ValueError when index is larger than self outside dim.
+        Raises TypeError for a non-integer index, OpValueError (a ValueError and RuntimeError) when index is larger
+        than self outside dim.
         """
         if self.ndim == 0:
             return self.reshape(1).gather(0, index.reshape(1)).reshape(())
@@ -497,7 +511,7 @@ class MovementMixin:
         if index.ndim != self.ndim or any(
             j > s for a, (j, s) in enumerate(zip(index.shape, self.shape, strict=True)) if a != d
         ):
-            raise ValueError(f"gather: index shape {index.shape} does not fit self {self.shape} outside dim {d}")
+            raise OpValueError(f"gather: index shape {index.shape} does not fit self {self.shape} outside dim {d}")
         size = self.shape[d]
         x = self.shrink([(0, size) if a == d else (0, j) for a, j in enumerate(index.shape)])
         x = x.permute(*[a for a in range(self.ndim) if a != d], d).unsqueeze(d)  # (J with J[d] = 1..., S)
@@ -514,8 +528,13 @@ class MovementMixin:
     ) -> Tensor:
         """Write src into self at index along dim (out[..., index[i], ...] = src[i]); duplicates: the last wins.
 
-        With reduce "add" or "multiply" the values combine with self instead. Returns a new tensor.
+        With reduce "add" or "multiply" the scalar src combines with self instead (TypeError for a tensor src, as in
+        the reference: use `scatter_reduce`). Returns a new tensor.
         """
+        from fusegrad.tensor import Tensor
+
+        if reduce is not None and isinstance(src, Tensor):
+            raise TypeError(f"scatter: reduce={reduce!r} takes a scalar src, got a Tensor: use scatter_reduce")
         d = self._axis(dim, "scatter")
         mask, order = scatter_mask(self, d, index)
         values = scatter_source(self, index, src, order)
@@ -565,7 +584,7 @@ class MovementMixin:
             product = scatter_back(self, mask.where(values, const_like(values, 1)).prod(-2).cast(self.dtype), order, 1)
             return (self if include_self else hit.where(const_like(self, 1), self)) * product
         if reduce not in ("amax", "amin"):
-            raise ValueError(f"scatter_reduce: reduce must be sum, prod, mean, amax or amin, got {reduce!r}")
+            raise OpValueError(f"scatter_reduce: reduce must be sum, prod, mean, amax or amin, got {reduce!r}")
         empty = dtypes.min(self.dtype) if reduce == "amax" else dtypes.max(self.dtype)  # the reduction's identity
         masked = mask.where(values, const_like(values, empty))
         best = scatter_back(self, masked.max(-2) if reduce == "amax" else masked.min(-2), order, empty)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal
 
 from fusegrad.dtype import DTypeLike, dtypes, least_upper_dtype
+from fusegrad.errors import OpValueError
 from fusegrad.helpers import ceildiv, prod
 from fusegrad.mixin import traced
 
@@ -58,7 +59,7 @@ class NNMixin:
         """
         size = self.shape[axis]
         if k < 1 or s < 1 or d < 1 or d * (k - 1) + 1 > size:
-            raise ValueError(f"pool: kernel {k} (stride {s}, dilation {d}) does not fit an axis of size {size}")
+            raise OpValueError(f"pool: kernel {k} (stride {s}, dilation {d}) does not fit an axis of size {size}")
         out = ceildiv(size - d * (k - 1), s)
         span = max(size, out * s)
         copies = ceildiv(k * (span + d), span)
@@ -300,7 +301,7 @@ class NNMixin:
         for size, k, s, d, (b, a) in zip(self.shape[-n:], k_, s_, d_, user, strict=True):
             starts = size + b + a - d * (k - 1) - 1  # the last position a window can start at
             if starts < 0:
-                raise ValueError(f"{op}: kernel {k_} (dilation {d_}) is larger than the padded input {self.shape}")
+                raise OpValueError(f"{op}: kernel {k_} (dilation {d_}) is larger than the padded input {self.shape}")
             out = (ceildiv(starts, s) if ceil_mode else starts // s) + 1
             if ceil_mode and (out - 1) * s >= size + b:
                 out -= 1  # as torch: the last window must start inside the input or the leading padding
@@ -326,6 +327,10 @@ class NNMixin:
         if align_corners and mode != "linear":
             raise ValueError(f"interpolate: align_corners needs mode 'linear', got {mode!r}")
         x = self
+        if mode == "linear" and not align_corners and self.dtype == dtypes.uint8:  # torch's fixed-point path
+            for axis, out in reversed(list(zip(range(self.ndim - len(size), self.ndim), size, strict=True))):
+                x = x._linear_axis_uint8(axis, out)
+            return x
         for axis, out in zip(range(self.ndim - len(size), self.ndim), size, strict=True):
             x = x._linear_axis(axis, out, align_corners) if mode == "linear" else x._nearest_axis(axis, out, mode)
         return x.cast(self.dtype)
@@ -355,6 +360,23 @@ class NNMixin:
         weights = (sources == num // den).where(1 - frac, 0) + (sources == (num + den - 1) // den).where(frac, 0)
         weights = weights.reshape(out, size, *[1] * (self.ndim - axis - 1))
         return (self.unsqueeze(axis) * weights).sum(axis + 1)
+
+    def _linear_axis_uint8(self: Tensor, axis: int, out: int) -> Tensor:
+        """Linear interpolation of a uint8 tensor along one axis as torch computes it: integer weights with
+        `precision` fraction bits, the sum rounded and clamped back to uint8. torch runs the last axis first and
+        rounds after each axis; `interpolate` does the same, so every value matches torch's."""
+        size = self.shape[axis]
+        starts, firsts, seconds, precision = _uint8_linear_taps(size, out)
+        tensor, device = type(self), self.device
+        start = tensor(starts, dtype=dtypes.int32, device=device).reshape(out, 1)
+        sources = tensor.arange(size, device=device).reshape(1, size)
+        first = tensor(firsts, dtype=dtypes.int32, device=device).reshape(out, 1)
+        second = tensor(seconds, dtype=dtypes.int32, device=device).reshape(out, 1)
+        # (out, in): the two taps' weights at start and start + 1
+        weights = (sources == start).where(first, 0) + (sources == start + 1).where(second, 0)
+        weights = weights.reshape(out, size, *[1] * (self.ndim - axis - 1))
+        total = (self.cast(dtypes.int32).unsqueeze(axis) * weights).sum(axis + 1, dtype=dtypes.int32)
+        return ((total + (1 << (precision - 1))) >> precision).clamp(0, 255).cast(dtypes.uint8)
 
     def _take_axis(self: Tensor, axis: int, index: Tensor) -> Tensor:
         """Elements at the 1-d int `index` (length m) along `axis`: (.., n, ..) -> (.., m, ..), a one-hot select."""
@@ -414,7 +436,7 @@ class NNMixin:
         scores = self.cast(acc).dot(key.cast(acc).transpose(-2, -1)) / math.sqrt(self.shape[-1])  # (..., L, S)
         if is_causal:
             if attn_mask is not None:
-                raise ValueError("scaled_dot_product_attention: attn_mask and is_causal=True cannot both be set")
+                raise OpValueError("scaled_dot_product_attention: attn_mask and is_causal=True cannot both be set")
             rows, cols = scores.shape[-2:]
             attn_mask = type(self).arange(rows, device=self.device).reshape(rows, 1) >= type(self).arange(
                 cols, device=self.device
@@ -434,7 +456,8 @@ class NNMixin:
     ) -> Tensor:
         """Cross entropy of logits (N, C, ...) (or (C,)) against class indices (N, ...) or probabilities (N, C, ...).
 
-        Raises ValueError when Y fits neither shape. Example: `Tensor([[1.0, 2.0]]).cross_entropy(Tensor([1]))`.
+        Raises OpValueError (a ValueError and RuntimeError) when Y fits neither shape.
+        Example: `Tensor([[1.0, 2.0]]).cross_entropy(Tensor([1]))`.
         """
         _check_smoothing("cross_entropy", label_smoothing)
         class_axis = 0 if self.ndim == 1 else 1
@@ -442,7 +465,7 @@ class NNMixin:
         if Y.shape != self.shape:
             labels_shape = self.shape[:class_axis] + self.shape[class_axis + 1 :]
             if Y.shape != labels_shape:
-                raise ValueError(
+                raise OpValueError(
                     f"cross_entropy: target shape {Y.shape} fits neither logits {self.shape} "
                     f"(probabilities) nor {labels_shape} (class indices)"
                 )
@@ -527,8 +550,9 @@ class NNMixin:
         Letters of size 1 broadcast; operands may be passed as one list; `dtype` is the accumulation dtype.
 
         One fused kernel: every operand is laid out over all the formula's letters and the broadcast product is summed
-        over the letters missing from the output. Raises ValueError for a malformed formula, a wrong operand count or
-        rank, or sizes that differ for one letter. Example: `Tensor.einsum("ij,j->i", a, v)` is `a @ v`.
+        over the letters missing from the output. Raises OpValueError (a ValueError and RuntimeError) for a malformed
+        formula, a wrong operand count or rank, or sizes that differ for one letter.
+        Example: `Tensor.einsum("ij,j->i", a, v)` is `a @ v`.
         """
         from fusegrad.tensor import Tensor
 
@@ -641,15 +665,15 @@ def _einsum_parse(formula: str, tensors: Sequence[Tensor]) -> tuple[list[list[st
     lhs, arrow, rhs = spec.partition("->")
     parts = lhs.split(",")
     if len(parts) != len(tensors):
-        raise ValueError(f"einsum: formula {formula!r} has {len(parts)} inputs, got {len(tensors)} operands")
+        raise OpValueError(f"einsum: formula {formula!r} has {len(parts)} inputs, got {len(tensors)} operands")
     for part in [*parts, rhs]:
         letters = part.replace("...", "")
         if part.count("...") > 1 or (letters and not letters.isalpha()):
-            raise ValueError(f"einsum: subscripts must be letters (and one '...'), got {part!r} in {formula!r}")
+            raise OpValueError(f"einsum: subscripts must be letters (and one '...'), got {part!r} in {formula!r}")
     named = [len(p.replace("...", "")) for p in parts]
     for i, (part, n, t) in enumerate(zip(parts, named, tensors, strict=True)):
         if ("..." in part and n > t.ndim) or ("..." not in part and n != t.ndim):
-            raise ValueError(f"einsum: operand {i} has shape {t.shape}, but subscripts {part!r} name {n} axes")
+            raise OpValueError(f"einsum: operand {i} has shape {t.shape}, but subscripts {part!r} name {n} axes")
     width = max((t.ndim - n for p, n, t in zip(parts, named, tensors, strict=True) if "..." in p), default=0)
     dots = [f"...{k}" for k in range(width)]
     inputs = []
@@ -664,7 +688,7 @@ def _einsum_parse(formula: str, tensors: Sequence[Tensor]) -> tuple[list[list[st
         output = [*dots, *sorted(c for c in set(named_letters) if named_letters.count(c) == 1)]
     used = {c for labels in inputs for c in labels}
     if len(set(output)) != len(output) or not set(output) <= used:
-        raise ValueError(
+        raise OpValueError(
             f"einsum: output subscripts {rhs!r} must be distinct letters used by the inputs of {formula!r}"
         )
     return inputs, output
@@ -676,7 +700,7 @@ def _einsum_diagonals(t: Tensor, labels: list[str], formula: str) -> tuple[Tenso
     while (repeated := next((c for c in labels if labels.count(c) > 1), None)) is not None:
         a, b = (i for i, c in enumerate(labels) if c == repeated)
         if t.shape[a] != t.shape[b]:
-            raise ValueError(
+            raise OpValueError(
                 f"einsum: subscript {repeated!r} repeats in {formula!r} on axes of sizes {t.shape[a]} and {t.shape[b]}"
             )
         t = t.diagonal(0, a, b)  # the diagonal becomes the last axis
@@ -692,9 +716,32 @@ def _einsum_sizes(formula: str, views: list[tuple[Tensor, list[str]]]) -> dict[s
             known = sizes.get(c, 1)
             if size != 1 and known != 1 and size != known:
                 name = "the ellipsis" if c.startswith("...") else f"subscript {c!r}"
-                raise ValueError(f"einsum: {name} has size {known} before operand {i} of {formula!r} but {size} in it")
+                raise OpValueError(
+                    f"einsum: {name} has size {known} before operand {i} of {formula!r} but {size} in it"
+                )
             sizes[c] = size if size != 1 else sizes.get(c, 1)
     return sizes
+
+
+def _uint8_linear_taps(size: int, out: int) -> tuple[list[int], list[int], list[int], int]:
+    """torch's uint8 linear resampling of an axis of `size` to `out` (align_corners=False, no antialias): for each
+    output its first source and the two weights, scaled to integers with the most fraction bits that keep the largest
+    weight within int16, and that bit count. A weight is the triangle filter at the source's distance from the output's
+    centre, normalised to sum to 1; a second source past the edge gets weight 0."""
+    scale = size / out
+    rows: list[tuple[int, list[float]]] = []
+    for i in range(out):
+        centre = scale * (i + 0.5)
+        start, stop = max(int(centre - 0.5), 0), min(int(centre + 1.5), size)
+        taps = [max(0.0, 1 - abs(j + start - centre + 0.5)) for j in range(stop - start)]
+        total = sum(taps)
+        rows.append((start, [w / total for w in taps] if total else taps))
+    largest = max(w for _, taps in rows for w in taps)
+    precision = 0
+    while precision < 22 and int(0.5 + largest * (1 << (precision + 1))) < 1 << 15:
+        precision += 1
+    fixed = [[int(w * (1 << precision) + 0.5) for w in taps] + [0, 0] for _, taps in rows]
+    return [start for start, _ in rows], [w[0] for w in fixed], [w[1] for w in fixed], precision
 
 
 def _one_hot(labels: Tensor, classes: int, axis: int) -> Tensor:

@@ -195,7 +195,8 @@ def softmax(x: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor
     TypeError otherwise) when given, else in x's float dtype. Example: `softmax(Tensor([0.0, 0.0]))` -> [0.5, 0.5]."""
     x._resolve_axes(axis, "softmax")
     xf = _float_input(x, dtype, "softmax")
-    e = (xf - xf.max(axis, keepdim=True)).exp()
+    # the shift cancels out: detached, no gradient flows through the max (whose rounding error would reach its argmax)
+    e = (xf - xf.max(axis, keepdim=True).detach()).exp()
     return e / e.sum(axis, keepdim=True)
 
 
@@ -204,7 +205,7 @@ def log_softmax(x: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Te
     Example: `log_softmax(Tensor([0.0, 0.0]))` -> [-0.6931, -0.6931]."""
     x._resolve_axes(axis, "log_softmax")
     xf = _float_input(x, dtype, "log_softmax")
-    shifted = xf - xf.max(axis, keepdim=True)
+    shifted = xf - xf.max(axis, keepdim=True).detach()  # the shift cancels out, as in softmax
     return shifted - shifted.exp().sum(axis, keepdim=True).log()
 
 

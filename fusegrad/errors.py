@@ -1,0 +1,33 @@
+"""Exception types for bad input to Tensor ops, raised at the frontend boundary (see STYLE.md, Errors).
+
+Each is the house type (ValueError for values and shapes, TypeError for dtypes) and, as a second base, the type the
+reference system and torch raise for the same mistake, so `except ValueError` and `except RuntimeError` both catch
+`x.permute(0, 0)`. Raise them only where the reference's type differs from the house one.
+"""
+
+from __future__ import annotations
+
+
+class OpValueError(ValueError, RuntimeError):
+    """A bad shape or value given to an op where the reference raises RuntimeError (matmul shapes, permute order,
+    reshape with two -1s, an unknown mode string). Example: `Tensor.ones(2, 4) @ Tensor.ones(1, 3)`."""
+
+
+class OpTypeError(TypeError, RuntimeError):
+    """A dtype an op does not take where the reference raises RuntimeError (bitwise ops on floats, an integer tensor
+    to a negative power, scatter with mismatched dtypes). Example: `Tensor([1.0]) & Tensor([2.0])`."""
+
+
+class UnsupportedModeError(ValueError, NotImplementedError):
+    """A mode the op does not implement (NotImplementedError in the reference, itself a RuntimeError).
+    Example: `x.pad((1, 1), mode="typo")`."""
+
+
+class UnknownDTypeError(ValueError, AttributeError):
+    """An unknown dtype name; AttributeError as well, like the reference's failed `dtypes.<name>` lookup.
+    Example: `x.sum(dtype="typo")`."""
+
+
+# every type raised for bad input: `traced` re-raises these with the user-facing op's name in front
+INPUT_ERRORS: tuple[type[Exception], ...] = (
+    ValueError, TypeError, IndexError, OpValueError, OpTypeError, UnsupportedModeError, UnknownDTypeError)  # fmt: skip
