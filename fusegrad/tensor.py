@@ -45,6 +45,7 @@ from fusegrad.uop.symbolic_shape import (
     is_symbolic,
     max_size,
     shape_str,
+    simplify_size,
     size_tensor,
     symbolic_reshape,
     symbolic_selection,
@@ -246,6 +247,12 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             start, stop = 0, start
         if step == 0:
             raise ValueError("arange: step must not be 0")
+        if is_symbolic((start, stop, step)):  # a symbolic length (symbolic_shape.py): 0, 1, ..., stop - 1
+            if not isinstance(stop, UOp) or start != 0 or step != 1:
+                raise ValueError(f"arange: a symbolic length takes start 0, step 1 and a symbolic stop: {start=} {step=}")
+            device = _canonical_device(kwargs.pop("device", None))
+            dt = to_dtype(dtype) if dtype is not None else dtypes.int32
+            return Tensor(UOp.iota(stop, device), **kwargs).cast(dt)
         dt = to_dtype(dtype) if dtype is not None else dtypes.from_py([start, stop, step])
         n = max(0, math.ceil((stop - start) / step))
         positions = Tensor(UOp.iota(n, _canonical_device(kwargs.pop("device", None))), **kwargs)
@@ -1027,10 +1034,10 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             raise ValueError(
                 f"pad: expected {self.ndim} (before, after) pairs for shape {self.shape}, got {len(padding)}"
             )
-        pads = [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
-        shrink = tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(pads, self.shape, strict=True))
-        x = self.shrink(shrink) if any(b < 0 or a < 0 for b, a in pads) else self
-        pos = tuple((max(0, b), max(0, a)) for b, a in pads)
+        pads = [(0, 0) if p is None else (_pad_size(p[0]), _pad_size(p[1])) for p in padding]
+        shrink = tuple((_cut(b), s - _cut(a)) for (b, a), s in zip(pads, self.shape, strict=True))
+        x = self.shrink(shrink) if any(_cut(b) or _cut(a) for b, a in pads) else self
+        pos = tuple((_grow(b), _grow(a)) for b, a in pads)
         if not any(b or a for b, a in pos):
             return x
         padded = Tensor(x.uop.pad(pos))
@@ -1358,6 +1365,21 @@ def _forget(ref: weakref.ReferenceType[Tensor], forget: Callable[..., Any] = _al
 def _size(x: Any) -> Any:
     """A size or bound as given: an int, or a symbolic size (a UOp of bound variables, symbolic_shape.py)."""
     return x if isinstance(x, UOp) else int(x)
+
+
+def _pad_size(x: Any) -> Any:
+    """A pad amount: an int, or a symbolic one folded (cat's `total - offset - size` may fold to an int)."""
+    return simplify_size(x) if isinstance(x, UOp) else int(x)
+
+
+# a negative pad shrinks: the part cut off and the part added. A symbolic pad is a size, never negative; Python's
+# max would compare it, and a UOp comparison is truthy whatever its value
+def _cut(x: Any) -> Any:
+    return 0 if isinstance(x, UOp) else max(0, -x)
+
+
+def _grow(x: Any) -> Any:
+    return x if isinstance(x, UOp) else max(0, x)
 
 
 def _shape_arg(shape: tuple[Any, ...], allow_neg: bool = False) -> tuple[int, ...]:

@@ -50,9 +50,26 @@ CASES: list[Case] = [
     ("reshape_axes", lambda a, b, v, d: a[:2, :v].reshape(2, 1, v), lambda s: A[:2, :s].reshape(2, 1, s)),
     ("shrink_symbolic_start", lambda a, b, v, d: a.shrink((None, (v, v + 2))), lambda s: A[:, s : s + 2]),
     ("shrink_of_symbolic", lambda a, b, v, d: a[:, :v][:, 1:], lambda s: A[:, 1:s]),
+    (
+        "pad_by_symbolic",
+        lambda a, b, v, d: a[:, :3].pad(((0, 0), (v, 1))),
+        lambda s: np.pad(A[:, :3], ((0, 0), (s, 1))),
+    ),
+    ("cat_on_symbolic_axis", lambda a, b, v, d: a[:, :v].cat(a, dim=1), lambda s: np.concatenate([A[:, :s], A], 1)),
+    ("argmax", lambda a, b, v, d: a[:, :v].argmax(1), lambda s: A[:, :s].argmax(1)),
+    ("cumsum", lambda a, b, v, d: a[:, :v].cumsum(1), lambda s: A[:, :s].cumsum(1)),
+    ("arange", lambda a, b, v, d: Tensor.arange(v, device=d) * 2, lambda s: np.arange(s) * 2),
+    ("attention", lambda a, b, v, d: (a[:1, :4] @ a[:, :v]).softmax(-1) @ b[:v], lambda s: _attention(s)),
     ("flip", lambda a, b, v, d: a[:, :v].flip(1), lambda s: A[:, :s][:, ::-1]),
     ("cat", lambda a, b, v, d: a[:, :v].cat(a[:, :v] * 2, dim=0), lambda s: np.concatenate([A[:, :s], 2 * A[:, :s]])),
 ]
+
+
+def _attention(s: int) -> np.ndarray:
+    """softmax(q @ k) @ v with a key/value length of s (a KV cache's valid prefix)."""
+    scores = A[:1, :4] @ A[:, :s]
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    return (weights / weights.sum(-1, keepdims=True)) @ B[:s]
 
 
 def _values(t: Tensor, want: np.ndarray) -> np.ndarray:

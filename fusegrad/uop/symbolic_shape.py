@@ -79,8 +79,10 @@ def _map_arg(arg: Any, fn: Any) -> Any:
 
 
 def _has_uop_arg(u: UOp) -> bool:
-    """Whether movement op `u` has a symbolic size in its arg. Runs on every node kernelize sees, so it tests types
-    directly: movement args hold ints and bools, or (PAD, SHRINK) pairs of them; anything else is a size UOp."""
+    """Whether movement op (or IOTA) `u` has a symbolic size in its arg. Runs on every node kernelize sees, so it
+    tests types directly: movement args hold ints and bools, or (PAD, SHRINK) pairs of them; else it is a size UOp."""
+    if u.op is Ops.IOTA:  # Tensor.arange of a symbolic length
+        return type(u.arg) is not int
     if u.op not in GroupOp.Movement:
         return False
     for a in u.arg:

@@ -11,9 +11,11 @@ is dropped. Strings (devices, names, point keys and args as JSON) are interned o
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import struct
+import sys
 import zlib
 from array import array
 from collections.abc import Iterable, Sequence
@@ -22,6 +24,9 @@ from decimal import Decimal
 from enum import IntEnum
 from pathlib import Path
 from typing import IO, Any
+
+import numpy as np
+import numpy.typing as npt
 
 from fusegrad.helpers import ProfileEvent, ProfilePointEvent, ProfileRangeEvent, TracingKey
 from fusegrad.viz.trace_file import PROFILE_FORMAT, TraceFileError, decode, encode, event_from_json, event_json
@@ -63,7 +68,10 @@ def _column(values: Sequence[int], types: tuple[str, ...]) -> bytes:
     for code in types:
         bits = array(code).itemsize * 8
         if (lo >= 0 and hi < 1 << bits) if code.isupper() else (-(1 << (bits - 1)) <= lo and hi < 1 << (bits - 1)):
-            return code.encode() + struct.pack("<I", len(values)) + array(code, values).tobytes()
+            column = array(code, values)
+            if sys.byteorder == "big":
+                column.byteswap()  # the file is little-endian wherever it was written
+            return code.encode() + struct.pack("<I", len(values)) + column.tobytes()
     raise OverflowError(f"profile column value out of range: {lo}..{hi}")
 
 
@@ -79,15 +87,19 @@ _NESTED = {list, tuple, dict, bool, float}
 
 
 def _freeze(v: object) -> object:
-    """A hashable stand-in for `v` that tells apart what `encode` tells apart (list/tuple, 1/1.0/True)."""
-    if isinstance(v, list | tuple):
-        if not any(type(x) in _NESTED for x in v):
-            return (type(v), *v)  # flat (buffer numbers, metadata): the common case, no recursion
-        return (type(v), *map(_freeze, v))
-    if isinstance(v, dict):
-        return (dict, *((k, _freeze(x)) for k, x in v.items()))
-    if type(v) in (bool, float):
-        return (type(v), v)
+    """A hashable stand-in for `v` that tells apart what `encode` tells apart (list/tuple, 1/1.0/True). Runs for every
+    recorded point, so the common shapes (a dict of flat lists and scalars) take no recursion. A subclass of a
+    container is kept as itself: unhashable ones raise TypeError and are encoded without the cache."""
+    kind = type(v)
+    if kind is dict:
+        return (dict, *[(k, _freeze(x) if type(x) in _NESTED else x) for k, x in v.items()])  # type: ignore[attr-defined]
+    if kind is list or kind is tuple:
+        for x in v:  # type: ignore[attr-defined]  # a list or tuple
+            if type(x) in _NESTED:
+                return (kind, *map(_freeze, v))  # type: ignore[call-overload]  # a list or tuple
+        return (kind, *v)  # type: ignore[misc]  # flat (buffer numbers, metadata): the common case
+    if kind is bool or kind is float:
+        return (kind, v)
     return v
 
 
@@ -221,21 +233,16 @@ class ProfileWriter:
 # *** reading ***
 
 
-def _read_column(data: bytes, pos: int) -> tuple[list[int], int]:
-    """One `_column` at `pos`: its values and the position after it."""
-    column = array(chr(data[pos]))
+def _read_column(data: bytes, pos: int) -> tuple[npt.NDArray[Any], int]:
+    """One `_column` at `pos` as a (read-only, little-endian) array, and the position after it."""
+    dtype = np.dtype(chr(data[pos])).newbyteorder("<")
     (count,) = struct.unpack_from("<I", data, pos + 1)
-    end = pos + 5 + count * column.itemsize
-    column.frombytes(data[pos + 5 : end])
-    return column.tolist(), end
+    return np.frombuffer(data, dtype, count, pos + 5), pos + 5 + count * dtype.itemsize
 
 
 def _running(deltas: list[int], last: int) -> list[int]:
-    out = []
-    for d in deltas:
-        last += d
-        out.append(last)
-    return out
+    """Times from deltas, continuing from `last` (Python ints: exact past 2**63 ns sums too)."""
+    return list(itertools.accumulate(deltas, initial=last))[1:]
 
 
 @dataclass
@@ -253,7 +260,8 @@ class ChunkDecoder:
             self.values[sid] = decode(json.loads(self.strings[sid]))
         return self.values[sid]
 
-    def decode_chunk(self, payload: bytes) -> list[ProfileEvent]:
+    def columns(self, payload: bytes) -> tuple[dict[str, Any], list[npt.NDArray[Any]]]:
+        """A chunk's JSON part (its new strings are taken in) and its 11 integer columns, times still as deltas."""
         data = zlib.decompress(payload)
         (meta_len,) = struct.unpack_from("<I", data)
         meta = json.loads(data[4 : 4 + meta_len])
@@ -262,7 +270,29 @@ class ChunkDecoder:
         for _ in range(11):
             column, pos = _read_column(data, pos)
             cols.append(column)
+        return meta, cols
+
+    def decode_chunk(self, payload: bytes) -> list[ProfileEvent]:
+        meta, arrays = self.columns(payload)
+        cols = [a.tolist() for a in arrays]
         return self.assemble(cols[0], cols[1:6], cols[6:11], iter(meta["others"]))
+
+    def scan_chunk(self, payload: bytes, scan: RangeScan) -> None:
+        """Only the range and point times of a chunk, into `scan` (no event objects: fast enough for a first paint)."""
+        _, cols = self.columns(payload)
+        devices, names = cols[1], cols[2]
+        starts = np.cumsum(cols[3], dtype=np.int64) + self.last_range
+        durations = np.maximum(cols[4].astype(np.int64), 0)  # -1: unfinished, drawn as a point
+        times = np.cumsum(cols[10], dtype=np.int64) + self.last_point
+        if len(starts):
+            self.last_range = int(starts[-1])
+            scan.first, scan.last = min(scan.first, int(starts.min())), max(scan.last, int((starts + durations).max()))
+        if len(times):
+            self.last_point = int(times[-1])
+            scan.first, scan.last = min(scan.first, int(times.min())), max(scan.last, int(times.max()))
+        for device in np.unique(devices).tolist():
+            mask = devices == device
+            scan.tracks.setdefault(self.strings[device], []).append((starts[mask], durations[mask], names[mask]))
 
     def assemble(self, kinds: list[int], ranges: list[list[int]], points: list[list[int]],
                  others: Iterable[Any]) -> list[ProfileEvent]:  # fmt: skip
@@ -280,6 +310,41 @@ class ChunkDecoder:
         rest = iter(others)
         by_kind = {EventKind.RANGE: range_events, EventKind.POINT: point_events}
         return [next(by_kind[EventKind(k)]) if k != EventKind.OTHER else event_from_json(next(rest)) for k in kinds]
+
+
+def chunk_error(path: str | Path, pos: int, e: Exception) -> TraceFileError:
+    return TraceFileError(f"{path}: malformed profile chunk at byte {pos}: {type(e).__name__}: {e}")
+
+
+@dataclass
+class RangeScan:
+    """Range events by track as columns (start ns, duration ns, name string id), in pieces, and the span of all times
+    (ns)."""
+
+    tracks: dict[str, list[tuple[npt.NDArray[Any], ...]]] = field(default_factory=dict)  # per chunk
+    strings: list[str] = field(default_factory=list)
+    first: int = 1 << 62
+    last: int = -(1 << 62)
+
+
+def scan_ranges(path: str | Path) -> RangeScan:
+    """The range events of a streaming profile file as columns, for the timeline's overview: no event objects are made
+    (device clock offsets and graph batches, rare JSON rows, are left out). TraceFileError for a corrupt file."""
+    data, decoder, scan = Path(path).read_bytes(), ChunkDecoder(), RangeScan()
+    scan.strings = decoder.strings
+    pos = len(HEADER)
+    while pos + _RECORD.size <= len(data):
+        length, kind = _RECORD.unpack_from(data, pos)
+        payload = data[pos + _RECORD.size : pos + _RECORD.size + length]
+        if len(payload) < length:
+            break
+        pos += _RECORD.size + length
+        if kind == RecordKind.CHUNK:
+            try:
+                decoder.scan_chunk(payload, scan)
+            except (zlib.error, ValueError, KeyError, IndexError, TypeError) as e:
+                raise chunk_error(path, pos, e) from None
+    return scan
 
 
 @dataclass
@@ -312,7 +377,7 @@ def read_profile_file(path: str | Path, data: bytes) -> ProfileRead:
             elif kind == RecordKind.END:
                 complete = True
         except (zlib.error, ValueError, KeyError, IndexError, TypeError, StopIteration) as e:
-            raise TraceFileError(f"{path}: malformed profile chunk at byte {pos}: {type(e).__name__}: {e}") from None
+            raise chunk_error(path, pos, e) from None
     if run_id is not None and not isinstance(run_id, str):
         raise TraceFileError(f"{path}: malformed run_id {run_id!r}: expected a string")
     return ProfileRead(events, run_id, complete)

@@ -3,8 +3,9 @@
 `make_server(session, port)` binds (port 0 picks a free one; a taken port raises PortInUseError saying what to do),
 `start_in_thread` runs it in the background (tests, the benchmark), `serve_until_interrupted` in the foreground.
 Endpoints: `/` and the files of static/, `/ctxs`, `/ctxs?ctx=i&idx=j` (JSON lines, one graph per line, streamed),
-`/kernel?ctx=i`, `/search?q=text`, `/get_profile` (packed bytes), `/profile_info`, `/kernel_stats`. HEAD is answered
-like GET, bodiless; an index out of range or not a number 0 or more is a 404 whose JSON says which numbers exist.
+`/kernel?ctx=i`, `/search?q=text`, `/get_profile` (packed bytes), `/profile_info`, `/kernel_stats`,
+`/timeline_overview?bins=N`. HEAD is answered like GET, bodiless; an index out of range or not a number 0 or more is
+a 404 whose JSON says which numbers exist.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class VizHandler(BaseHTTPRequestHandler):
         routes: dict[str, Callable[[dict[str, list[str]]], None]] = {
             "/ctxs": self.ctxs, "/kernel": self.kernel, "/search": self.search,
             "/get_profile": self.get_profile, "/profile_info": self.profile_info,
-            "/kernel_stats": self.kernel_stats}  # fmt: skip
+            "/kernel_stats": self.kernel_stats, "/timeline_overview": self.timeline_overview}  # fmt: skip
         try:
             if (route := routes.get(url.path)) is not None:
                 return route(query)
@@ -144,6 +145,9 @@ class VizHandler(BaseHTTPRequestHandler):
 
     def kernel_stats(self, query: dict[str, list[str]]) -> None:
         return self.send_json(self.session.kernel_stats())
+
+    def timeline_overview(self, query: dict[str, list[str]]) -> None:
+        return self.send_json(self.session.timeline_overview(_int_arg(query, "bins")))
 
 
 def make_server(session: VizSession, port: int) -> ThreadingHTTPServer:

@@ -20,8 +20,9 @@ from typing import Any
 from fusegrad.helpers import Context, ProfileEvent, ProfilePointEvent, ansistrip, to_function_name
 from fusegrad.uop.rewrite import RewriteTrace, TrackedGraphRewrite
 from fusegrad.viz.layout import layout_graph
+from fusegrad.viz.overview import overview, scan_events
 from fusegrad.viz.profile import RangeKind, Span, clock_offsets, collect_spans, get_profile, key_name
-from fusegrad.viz.profile_file import streaming_run_id
+from fusegrad.viz.profile_file import scan_ranges, streaming_run_id
 from fusegrad.viz.rewrites import get_full_rewrite, get_rewrites
 from fusegrad.viz.trace_file import (
     KernelProgram,
@@ -85,7 +86,9 @@ class VizSession:
     _steps: OrderedDict[tuple[int, int], list[dict[str, Any]]] = field(default_factory=OrderedDict)
 
     def load_profile_in_background(self, path: str | Path) -> None:
-        """Read the profile file (and pack the timeline) in a thread; the profile endpoints wait for it."""
+        """Read the profile file (and pack the timeline) in a thread; the profile endpoints wait for it, except the
+        overview, which reads the file's columns itself."""
+        self._cache["profile_path"] = Path(path)
 
         def load() -> None:
             try:
@@ -290,6 +293,17 @@ class VizSession:
         for e in sorted(execs, key=lambda e: e.ts):  # the order profile.py numbers runs in
             runs.setdefault(e.device, []).append(to_function_name(key_name(e.key)))
         return {"kernels": kernels, "runs": runs}
+
+    def timeline_overview(self, bins: int) -> dict[str, Any]:
+        """/timeline_overview?bins=N: per track and time bin, how busy it is and its longest kernel (overview.py)."""
+        with self._lock:
+            scan = self._cache.get("scan")
+        if scan is None:
+            path = self._cache.get("profile_path")
+            scan = scan_ranges(path) if path is not None else scan_events(self.profile_events())
+            with self._lock:
+                self._cache["scan"] = scan
+        return overview(scan, bins)
 
     def kernel_stats(self) -> dict[str, Any]:
         """/kernel_stats: per kernel name its runs, total and mean time, GFLOP/s and GB/s (the program's estimates over

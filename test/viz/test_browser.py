@@ -447,3 +447,32 @@ def test_the_kernel_table_sorts_and_leads_to_the_timeline(browser_page: tuple[Pa
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_overview_paints_before_the_events_arrive(browser_page: tuple[Page, list[str]]) -> None:
+    page, errors = browser_page
+    server, url = start_in_thread(VizSession(events=synthetic_profile(20_000)))
+    held: list[Any] = []
+    page.route("**/get_profile", lambda route: held.append(route))  # the packed timeline is late
+    try:
+        page.goto(url)
+        page.click("#tab-profiler")
+        page.wait_for_function("() => window.vizProbe.painted()")
+        assert not page.evaluate("() => window.vizProbe.ready()")
+        assert page.inner_text("#status").startswith("overview of 1 track, 99.998 ms")  # 20,000 kernels, 5 us apart
+        busy = page.evaluate("""() => {
+          const c = document.getElementById('timeline'), dpr = window.devicePixelRatio || 1;
+          const d = c.getContext('2d').getImageData(200 * dpr, 40 * dpr, 400 * dpr, 10 * dpr).data;
+          let n = 0;
+          for (let i = 0; i < d.length; i += 4) if (d[i] + d[i + 1] + d[i + 2] > 300) n++;
+          return n;
+        }""")
+        assert busy > 1000, "the GPU row of the overview is not drawn"
+        held[0].continue_()  # the packed timeline arrives: every event replaces the overview
+        page.unroute("**/get_profile")
+        page.wait_for_function("() => window.vizProbe.ready()")
+        assert "events on" in page.inner_text("#status")
+        assert errors == []
+    finally:
+        server.shutdown()
+        server.server_close()

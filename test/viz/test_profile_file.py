@@ -7,6 +7,7 @@ import subprocess
 import sys
 from decimal import Decimal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -21,7 +22,8 @@ from fusegrad.viz.trace_file import (
     save_profile,
 )
 
-from .conftest import RealTrace
+if TYPE_CHECKING:  # the fixture's type; conftest is not importable in importlib mode
+    from conftest import RealTrace
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -141,12 +143,26 @@ def test_a_crashed_run_keeps_what_was_streamed(tmp_path: Path) -> None:
     assert "marker" not in names
 
 
-def test_a_viz_run_streams_its_profile_and_pairs_it_with_its_rewrites(tmp_path: Path) -> None:
-    from .test_serve import run_program
+VIZ_RUN = """import numpy as np
+from fusegrad import Tensor
+from fusegrad.helpers import profile_marker
+from fusegrad.viz.serve import register_at_exit
 
-    proc = run_program(tmp_path, "-1", ci=False, profile=tmp_path / "run.fgprof")
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err
+register_at_exit()  # what fusegrad does when it finds VIZ set
+x = Tensor(np.arange(12, dtype=np.float32).reshape(4, 3), device="CPU")
+profile_marker("before")
+print((x * 2.71875 - 1).max(axis=0).numpy())
+"""
+
+
+def test_a_viz_run_streams_its_profile_and_pairs_it_with_its_rewrites(tmp_path: Path) -> None:
+    (tmp_path / "program.py").write_text(VIZ_RUN)
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "VIZ", "PROFILE", "DISPLAY", "WAYLAND_DISPLAY")}
+    env |= {"PYTHONPATH": str(REPO), "VIZ": "-1", "PROFILEPATH": str(tmp_path / "run.fgprof")}
+    done = subprocess.run([sys.executable, "program.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    out, err = done.stdout, done.stderr
+    assert done.returncode == 0, err
     assert f"VIZ: saved {tmp_path / 'run.rewrites.json.gz'} and {tmp_path / 'run.fgprof'}" in out
     assert (tmp_path / "run.fgprof").read_bytes().startswith(HEADER)
     saved = load_saved_profile(tmp_path / "run.fgprof")

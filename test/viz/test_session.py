@@ -3,8 +3,10 @@ whole-run kernel table and the step times."""
 
 from __future__ import annotations
 
+import struct
 from decimal import Decimal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -15,7 +17,8 @@ from fusegrad.viz.profile_file import ProfileWriter
 from fusegrad.viz.session import VizSession, open_session
 from fusegrad.viz.trace_file import TraceFileError, save_rewrites
 
-from .conftest import RealTrace
+if TYPE_CHECKING:  # the fixture's type; conftest is not importable in importlib mode
+    from conftest import RealTrace
 
 
 def first_step_with_matches(real_trace: RealTrace) -> tuple[int, int]:
@@ -111,3 +114,27 @@ def test_marked_steps_give_the_step_time_series() -> None:
 
     events = [mark("step 1", 100), mark("step 2", 350), mark("eval", 400), mark("step 3", 500), mark("step 4", 900)]
     assert VizSession(events=events).kernel_stats()["steps"] == {"step": [250.0, 150.0, 400.0]}
+
+
+def test_the_overview_sums_each_bin(tmp_path: Path) -> None:
+    """Four bins over 0..400 us: each event's time goes to the bins it covers; the longest event names its bin."""
+    events = [*kernel_run("r_a", 0, 50), *kernel_run("r_b", 60, 20), *kernel_run("r_long", 150, 200)]
+    events.append(ProfilePointEvent("TINY", "marker", None, {"name": "end"}, Decimal(400)))
+    for session in (VizSession(events=events), open_session(None, write_profile(tmp_path / "p.fgprof", events, None))):
+        view = session.timeline_overview(4)
+        assert view["duration_us"] == 400
+        (track,) = view["tracks"]
+        assert track["name"] == "CPU"
+        assert track["busy"] == [0.7, 0.5, 1.0, 0.5]  # r_long (150..350) covers half of bin 1, all of 2, half of 3
+        assert [view["strings"][i] if i >= 0 else None for i in track["top"]] == ["r_a", "r_long", None, None]
+    with pytest.raises(ValueError, match=r"timeline_overview: bins must be 1\.\.8192: got 0"):
+        VizSession(events=events).timeline_overview(0)
+
+
+def test_the_overview_of_a_real_run_matches_its_timeline(tmp_path: Path, real_trace: RealTrace) -> None:
+    from_file = open_session(None, write_profile(tmp_path / "p.fgprof", real_trace.events, None))
+    view = from_file.timeline_overview(500)
+    duration = struct.unpack_from("<I", from_file.profile_bytes())[0]
+    assert int(view["duration_us"]) == duration  # same origin and end as the packed timeline
+    assert {t["name"] for t in view["tracks"]} == {t["name"] for t in VizSession(events=real_trace.events)
+                                                   .timeline_overview(500)["tracks"]}  # fmt: skip

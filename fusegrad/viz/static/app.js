@@ -623,9 +623,18 @@ async function openProfiler() {
   if (prof.started) return;
   prof.started = true;
   setStatus("loading profile…", "profiler");
+  const full = Promise.all([fetch("/get_profile").then((r) => r.arrayBuffer()), getJSON("/profile_info"),
+    getJSON("/kernel_stats")]);
+  full.catch(() => {}); // its error is reported below, once the overview is drawn
   try {
-    const [buffer, info, stats] = await Promise.all([fetch("/get_profile").then((r) => r.arrayBuffer()),
-      getJSON("/profile_info"), getJSON("/kernel_stats")]);
+    const bins = Math.max(Math.floor(($("timeline-wrap").clientWidth || 1200) - LABEL_W - RIGHT_PAD), 100);
+    const overview = await getJSON(`/timeline_overview?bins=${bins}`);
+    if (!prof.ready && overview.tracks.length) drawOverview(overview);
+  } catch (e) {
+    setStatus(`profile overview: ${e}`, "profiler");
+  }
+  try {
+    const [buffer, info, stats] = await full;
     decodeProfile(buffer);
     prof.info = info;
     prof.stats = stats;
@@ -645,6 +654,44 @@ async function openProfiler() {
   } catch (e) {
     setStatus(`profile: ${e}`, "profiler");
   }
+}
+
+// the whole run at once, before its events arrive: per track and pixel column how busy it is, in the colour of its
+// longest kernel there (the server's /timeline_overview); replaced by the full timeline when that is decoded
+function drawOverview(ov) {
+  prof.t0 = 0;
+  prof.t1 = Math.max(ov.duration_us, 1);
+  prof.height = AXIS_H + ov.tracks.length * (ROW_H + 6) + 10;
+  const canvas = $("timeline"), wrap = $("timeline-wrap"), dpr = window.devicePixelRatio || 1;
+  prof.width = Math.max(wrap.clientWidth, 300);
+  canvas.width = prof.width * dpr;
+  canvas.height = prof.height * dpr;
+  canvas.style.width = `${prof.width}px`;
+  canvas.style.height = `${prof.height}px`;
+  const ctx = canvas.getContext("2d"), bw = (prof.width - LABEL_W - RIGHT_PAD) / ov.bins;
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  ctx.clearRect(0, 0, prof.width, prof.height);
+  ctx.font = "11px sans-serif";
+  ctx.textBaseline = "middle";
+  prof.texts = [];
+  ov.tracks.forEach((track, i) => {
+    const y = AXIS_H + i * (ROW_H + 6);
+    ctx.fillStyle = i % 2 ? "#1b1e24" : "#1f232a";
+    ctx.fillRect(0, y, prof.width, ROW_H + 6);
+    for (let b = 0; b < ov.bins; b++) {
+      if (!track.busy[b]) continue;
+      ctx.globalAlpha = 0.35 + 0.65 * track.busy[b];
+      ctx.fillStyle = track.top[b] >= 0 ? colorOfName(ov.strings[track.top[b]]) : "#888";
+      ctx.fillRect(LABEL_W + b * bw, y + 3, Math.max(bw, 1), ROW_H - 2);
+    }
+    ctx.globalAlpha = 1;
+    ctx.fillStyle = "#d8dce4";
+    ctx.fillText(track.name, 8, y + 12, LABEL_W - 12);
+  });
+  drawAxis(ctx);
+  prof.painted = true;
+  const tracks = `${ov.tracks.length} track${ov.tracks.length === 1 ? "" : "s"}`;
+  setStatus(`overview of ${tracks}, ${fmtUs(ov.duration_us)}; loading every event…`, "profiler");
 }
 
 function showNoProfile() {
@@ -688,12 +735,14 @@ const scaleOf = () => (prof.width - LABEL_W - RIGHT_PAD) / (prof.t1 - prof.t0);
 const xOf = (t) => LABEL_W + (t - prof.t0) * scaleOf();
 const tOf = (x) => prof.t0 + (x - LABEL_W) / scaleOf();
 
+function colorOfName(name) {
+  let h = 0;
+  for (const c of name || "") h = (h * 31 + c.charCodeAt(0)) >>> 0;
+  return `hsl(${Math.round((h * 137.508) % 360)},55%,62%)`; // golden angle: near names differ
+}
+
 function colorOf(nameIdx) {
-  if (!prof.colors[nameIdx]) {
-    let h = 0;
-    for (const c of prof.strings[nameIdx] || "") h = (h * 31 + c.charCodeAt(0)) >>> 0;
-    prof.colors[nameIdx] = `hsl(${Math.round((h * 137.508) % 360)},55%,62%)`; // golden angle: near names differ
-  }
+  if (!prof.colors[nameIdx]) prof.colors[nameIdx] = colorOfName(prof.strings[nameIdx]);
   return prof.colors[nameIdx];
 }
 
@@ -735,6 +784,7 @@ function draw() {
     ctx.fillText(`peak ${fmtBytes(row.track.peak)}`, 8, row.y + 28, LABEL_W - 12);
   }
   prof.drawMs = performance.now() - start;
+  prof.painted = true;
 }
 
 function drawRanges(ctx, row) {
@@ -1016,6 +1066,7 @@ function setupTimelineInput() {
 // for tests and debugging: where a kernel is drawn, and how long a frame took
 window.vizProbe = {
   ready: () => prof.ready,
+  painted: () => Boolean(prof.painted), // the overview or the full timeline is on the canvas
   texts: () => ({ width: prof.width, texts: prof.texts }), // every marker and axis label the last frame drew
   drawMs: () => prof.drawMs,
   redraw: () => { draw(); return prof.drawMs; },
