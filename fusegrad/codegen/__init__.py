@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fusegrad.codegen.gates import pm_simplify_gates
+from fusegrad.codegen.gather import pm_collapse_one_hot_sums
 from fusegrad.codegen.linearize import AccumulatorContext, linearize, pm_reduce_to_accumulator, range_key
 from fusegrad.codegen.opt import apply_opts, choose_opts
 from fusegrad.helpers import to_function_name
@@ -73,7 +74,7 @@ def full_rewrite(ast: UOp, renderer: Renderer) -> list[UOp]:
     """The kernel `ast` as a linear program for `renderer`, ending with its (named) SINK."""
     if ast.op is not Ops.SINK:
         raise ValueError(f"full_rewrite: a kernel AST is a SINK of STOREs, got {ast.op}")
-    sink = graph_rewrite(ast, sym, name="simplify indexing")
+    sink = graph_rewrite(ast, sym + pm_collapse_one_hot_sums, name="simplify indexing")
     sink = optimize(sink, renderer)
     sink = graph_rewrite(sink, pm_simplify_gates, name="simplify gates")
     sink = graph_rewrite(sink, pm_reduce_to_accumulator, ctx=AccumulatorContext.of(sink), name="reduce to accumulators")

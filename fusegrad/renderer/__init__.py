@@ -71,17 +71,19 @@ class Estimates:
 
     @staticmethod
     def from_uops(uops: Sequence[UOp]) -> Estimates:
-        """Walk the program once, multiplying each op by the trip counts of the loops around it."""
+        """Walk the program once, multiplying each op by the trip counts of the loops around it. Address arithmetic
+        (index dtype) and the gates of gated loads and stores are not counted as ops, as in the reference."""
         ops: sint = 0
         lds: sint = 0
         touched: dict[UOp, sint] = {}  # DEFINE_GLOBAL -> bytes accessed
         trips: list[sint] = [1]
+        gating = {g for u in uops if u.op is Ops.INDEX and len(u.src) > 2 for g in u.src[2].toposort()}
         for u in uops:
             if u.op is Ops.RANGE:
                 trips.append(_mul(trips[-1], _trip_count(u)))
             elif u.op is Ops.END:
                 trips.pop()
-            elif u.op in GroupOp.ALU and u.dtype.scalar() != dtypes.index:
+            elif u.op in GroupOp.ALU and u.dtype.scalar() != dtypes.index and u not in gating:
                 ops = _add(ops, trips[-1])
             elif (buf := _global_accessed(u)) is not None:
                 nbytes = _mul(trips[-1], buf.dtype.base.itemsize)

@@ -1,0 +1,65 @@
+"""Codegen rule: a one-hot sum over a range, `sum_r (x == r ? v(r) : 0)` (how indexing by a tensor and nn.Embedding
+are written), becomes the one term that can match: `v(x)` read through loads gated by `0 <= x < N`. One gated read
+per output instead of N compares and adds. Runs in codegen's first pass ("simplify indexing"), before opts.
+"""
+
+from __future__ import annotations
+
+from fusegrad.dtype import dtypes
+from fusegrad.uop import Ops
+from fusegrad.uop.ops import PatternMatcher, UOp, UPat
+
+
+def _is_lossless_cast_of(node: UOp, rng: UOp) -> bool:
+    """Is node the range r, or r through casts to int dtypes that each hold every value of [0, N)?"""
+    bound = rng.src[0]
+    while node.op is Ops.CAST:
+        if bound.op is not Ops.CONST or not dtypes.is_int(node.dtype) or bound.arg - 1 > dtypes.max(node.dtype):
+            return False
+        node = node.src[0]
+    return node is rng
+
+
+def _compared_value(cond: UOp, rng: UOp) -> UOp | None:
+    """For cond = (x == r) or (x == cast(r)), either way round: x, when it is an int that does not read r and the
+    casts of r are lossless over the whole range (so x == r holds for at most one r)."""
+    for x, other in (cond.src, cond.src[::-1]):
+        if dtypes.is_int(x.dtype) and rng not in x.toposort() and _is_lossless_cast_of(other, rng):
+            return x
+    return None
+
+
+def _gate_reads(value: UOp, position: UOp, valid: UOp) -> UOp:
+    """value with every INDEX whose address uses `position` gated by valid (anded with a gate it has): no load of
+    it reads memory where valid is false."""
+    gated: dict[UOp, UOp] = {}
+    for u in value.toposort():
+        if u.op is Ops.INDEX and position in u.src[1].toposort():
+            gate = valid if len(u.src) < 3 else u.src[2] & valid
+            gated[u] = u.replace(src=(u.src[0], u.src[1], gate))
+    return value.substitute(gated) if gated else value
+
+
+def collapse_one_hot_sum(red: UOp) -> UOp | None:
+    """REDUCE(ADD, (x == r) ? v(r) : 0, r) -> (0 <= x < N) ? v(x) : 0, the reads of v gated the same way; a bare
+    gated load needs no WHERE (it reads 0 where its gate is false)."""
+    if red.arg is not Ops.ADD or len(red.src) != 2 or red.src[0].op is not Ops.WHERE:
+        return None
+    (cond, value, otherwise), rng = red.src[0].src, red.src[1]
+    if rng.op is not Ops.RANGE or cond.op is not Ops.CMPEQ or otherwise.op is not Ops.CONST or otherwise.arg != 0:
+        return None
+    if (x := _compared_value(cond, rng)) is None:
+        return None
+    position = x.cast(dtypes.index)
+    valid = (position >= 0) & (position < rng.src[0])
+    read = _gate_reads(value.substitute({rng: position}), position, valid)
+    if read.op is Ops.LOAD and read.src[0].op is Ops.INDEX and len(read.src[0].src) == 3:
+        return read  # a gated load is already 0 where valid is false
+    return valid.where(read, otherwise)
+
+
+# exact: x equals at most one r of [0, N) (the cast of r is lossless), so the sum has at most that one nonzero term,
+# v(x), and none when x is outside [0, N). Used by codegen's "simplify indexing" pass together with `sym`.
+pm_collapse_one_hot_sums = PatternMatcher([
+    (UPat(Ops.REDUCE, name="red"), collapse_one_hot_sum),  # sum_r (x == r ? v(r) : 0) -> 0 <= x < N ? v(x) : 0
+])  # fmt: skip
