@@ -352,6 +352,10 @@ class Buffer:
         """True once allocated; a view also needs its base still holding the memory the view was carved from."""
         return self._storage is not None and (self._base is None or self._base_storage is self._base._storage)
 
+    def is_initialized(self) -> bool:
+        """True when the buffer holds memory of its own device, i.e. `is_allocated()` (the reference's name)."""
+        return self.is_allocated()
+
     def ensure_allocated(self) -> Buffer:
         return self if self.is_allocated() else self.allocate()
 

@@ -278,6 +278,46 @@ def round_up(num: int, amt: int) -> int:
     return (num + amt - 1) // amt * amt
 
 
+def round_down(num: int, amt: int) -> int:
+    """The largest multiple of amt that is <= num: round_down(7, 4) == 4, round_down(-1, 4) == -4."""
+    return num // amt * amt
+
+
+def next_power2(x: int) -> int:
+    """The smallest power of two >= x (1 for 0): next_power2(5) == 8."""
+    return 1 if x <= 1 else 1 << (x - 1).bit_length()
+
+
+def strides_for_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides, 0 on size-1 axes (they never move): (2, 1, 3) -> (3, 0, 1)."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(0 if size == 1 else step)
+        step *= size
+    return tuple(reversed(strides))
+
+
+def get_shape(x: Any) -> tuple[int, ...]:
+    """The shape of nested lists/tuples (a str or scalar is 0-d): [[1, 2], [3, 4]] -> (2, 2). ValueError if ragged."""
+    if isinstance(x, str) or not hasattr(x, "__len__") or getattr(x, "shape", None) == ():
+        return ()
+    inner = [get_shape(item) for item in x]
+    if not all_same(inner):
+        raise ValueError(f"get_shape: inhomogeneous shape from {x}")
+    return (len(inner), *(inner[0] if inner else ()))
+
+
+def to_tuple(x: T | tuple[T, ...]) -> tuple[T, ...]:
+    """x itself if a tuple, else (x,)."""
+    return x if isinstance(x, tuple) else (x,)
+
+
+def flat_to_grouped(padding: Sequence[T]) -> tuple[tuple[T, T], ...]:
+    """torch's flat padding (last axis first) as (before, after) pairs, first axis first: (1, 2, 3, 4) ->
+    ((3, 4), (1, 2))."""
+    return tuple(zip(padding[-2::-2], padding[::-2], strict=True))
+
+
 def lo32(x: int) -> int:
     return x & 0xFFFFFFFF
 

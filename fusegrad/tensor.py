@@ -255,6 +255,9 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             return Tensor(UOp.iota(stop, device), **kwargs).cast(dt)
         dt = to_dtype(dtype) if dtype is not None else dtypes.from_py([start, stop, step])
         n = max(0, math.ceil((stop - start) / step))
+        ends = (start, start + (n - 1) * step)  # the first and last values
+        if n and dtypes.is_int(dt) and not all(dtypes.min(dt) <= v <= dtypes.max(dt) for v in ends):
+            raise ArangeOverflowError(f"arange: [{start}, {stop}) is not representable in {dt}")
         positions = Tensor(UOp.iota(n, _canonical_device(kwargs.pop("device", None))), **kwargs)
         return (positions.cast(dt) * step + start).cast(dt) if (step != 1 or start != 0) else positions.cast(dt)
 
@@ -268,6 +271,11 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         """A tensor shaped like this one filled with `fill_value`; dtype and device default to this one's."""
         dt, dev = dtype if dtype is not None else self.dtype, device if device is not None else self.device
         return Tensor.full(self.shape, fill_value, dt, dev, **kwargs)
+
+    def const_like(self, b: ConstType, dtype: DTypeLike | None = None) -> Tensor:
+        """A constant tensor of value `b` with this tensor's shape and device (and dtype, unless given); it takes no
+        memory until used. Example: `x.const_like(0.5)`."""
+        return self.full_like(b, dtype=dtype if dtype is not None else self.dtype)
 
     def zeros_like(self, **kwargs: Any) -> Tensor:
         return self.full_like(0, **kwargs)
@@ -340,7 +348,8 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         any, is cloned too. Gradients flow through it like `contiguous()`.
         Example: `b = a.clone(); b.assign(b + 1)` leaves `a` unchanged."""
         src = self if device is None or _canonical_device(device) == self.device else self.to(device)
-        ret = Tensor(UOp(Ops.CONTIGUOUS, src.dtype, (src.uop,), arg=next(_contiguous_ids)), requires_grad=self.requires_grad)
+        copy = UOp(Ops.CONTIGUOUS, src.dtype, (src.uop,), arg=next(_contiguous_ids))  # distinct node: its own buffer
+        ret = Tensor(copy, requires_grad=self.requires_grad)
         if self.grad is not None:
             ret.grad = self.grad.clone(device)
         return ret
@@ -355,7 +364,8 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     def contiguous_backward(self) -> Tensor:
         """The same values, but the gradient flowing back through this point is realized (made contiguous) before it
-        is used: a barrier that stops the backward graph from being fused across it. Example: `x.contiguous_backward()`."""
+        is used: a barrier that stops the backward graph from being fused across it.
+        Example: `x.contiguous_backward()`."""
         return Tensor(UOp(Ops.CONTIGUOUS_BACKWARD, self.dtype, (self.uop,)), requires_grad=self.requires_grad)
 
     def _buffer(self) -> Any:
@@ -464,6 +474,23 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         """In place: this tensor (and its gradient) is now sharded like `shard(devices, axis)`; returns self."""
         grad = None if self.grad is None else self.grad.shard(devices, axis)
         return self._moved_in_place(self.shard(devices, axis), grad)
+
+    def shard_like(self, y: Tensor) -> Tensor:
+        """This tensor placed like `y`: on y's device, or sharded over y's devices along y's shard axis.
+        Example: `bias.shard_like(weight)`."""
+        if isinstance(y.device, str):
+            return self.to(y.device)
+        return self.shard(y.device, y.uop.axis)
+
+    @staticmethod
+    def from_url(url: str, gunzip: builtins.bool = False, **kwargs: Any) -> Tensor:
+        """The bytes at `url` as a 1-d uint8 tensor on DISK (memory-mapped), downloaded once into the cache by
+        `helpers.fetch` (`gunzip`: the decompressed bytes); `Tensor.from_url(url).to("CPU")` loads them.
+        Raises FetchError (an OSError) naming the URL when the download fails."""
+        from fusegrad.helpers import fetch
+
+        path = fetch(url, gunzip=gunzip)
+        return Tensor.empty(path.stat().st_size, dtype=dtypes.uint8, device=f"disk:{path}", **kwargs)
 
     def _moved_in_place(self, moved: Tensor, grad: Tensor | None) -> Tensor:
         self.uop, self.grad = moved.uop, grad
@@ -930,6 +957,16 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         return (total / count if count else total * math.nan).cast(out_dt)
 
     @_traced
+    def normalize(self, p: builtins.float = 2.0, dim: builtins.int = 1, eps: builtins.float = 1e-12) -> Tensor:
+        """self / max(|self|_p, eps) with the p-norm taken over `dim` (kept), like torch.nn.functional.normalize;
+        p=0 counts the non-zeros. Same shape as self. Example: `Tensor([[3.0, 4.0]]).normalize()` -> [[0.6, 0.8]]."""
+        if p == 0:
+            norm = (self != 0).sum(dim, keepdim=True).cast(self.dtype)
+        else:
+            norm = self.abs().pow(p).sum(dim, keepdim=True).pow(1 / p)
+        return self / norm.maximum(eps)
+
+    @_traced
     def softmax(self, axis: builtins.int = -1, dtype: DTypeLike | None = None) -> Tensor:
         """exp(x) / sum(exp(x)) along `axis`, shifted by the max; in `dtype` when given (a float dtype)."""
         from fusegrad.mixin.reduce import softmax
@@ -1060,7 +1097,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         return Tensor(self.uop.shrink(bounds))
 
     def shrink_to(self, shape: Any, *args: builtins.int | None) -> Tensor:
-        """Keep the first `shape[i]` entries of each axis (None keeps the axis): `(4, 8) -> shrink_to(2, None) -> (2, 8)`.
+        """Keep the first `shape[i]` entries of each axis (None keeps it): `(4, 8) -> shrink_to(2, None) -> (2, 8)`.
         Raises ValueError unless one entry is given per axis, each within the axis. Example: `t.shrink_to(2, 2)`."""
         return self.shrink(tuple(None if s is None else (0, s) for s in argfix(shape, *args)))
 
@@ -1322,6 +1359,10 @@ def _axis_selection(i: int | slice, size: int, axis: int) -> tuple[tuple[int, in
         return ((start, start + (n - 1) * step + 1) if n else (0, 0)), False, step
     n = max(0, math.ceil((start - stop) / -step))
     return ((start - (n - 1) * -step, start + 1) if n else (0, 0)), True, -step
+
+
+class ArangeOverflowError(OverflowError, ValueError):
+    """An arange whose values leave its integer dtype: OverflowError like the reference, ValueError like the house."""
 
 
 class DTypeNameError(AttributeError, ValueError):

@@ -60,28 +60,34 @@ from fusegrad.helpers import (
     diskcache_put,
     downloads_dir,
     fetch,
+    flat_to_grouped,
     flatten,
     fully_flatten,
     get_child,
+    get_shape,
     get_single_element,
     getbits,
     getenv,
     i2u,
     merge_dicts,
     mv_address,
+    next_power2,
     partition,
     pluralize,
     polyN,
     prod,
     profile_marker,
+    round_down,
     round_up,
     size_to_str,
+    strides_for_shape,
     strip_parens,
     suppress_finalizing,
     temp,
     time_to_str,
     to_function_name,
     to_mv,
+    to_tuple,
     unwrap,
     word_wrap,
 )
@@ -667,3 +673,24 @@ def test_importing_helpers_reaches_for_no_network() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
     assert out.stderr == ""
+
+
+# *** small helpers the reference exports ***
+
+
+def test_rounding_and_powers() -> None:
+    assert [round_down(7, 4), round_down(-1, 4), round_down(8, 4)] == [4, -4, 8]
+    assert [next_power2(x) for x in (0, 1, 5, 8, 9)] == [1, 1, 8, 8, 16]
+
+
+def test_shapes_and_strides() -> None:
+    assert strides_for_shape((2, 1, 3)) == (3, 0, 1)
+    assert strides_for_shape(()) == ()
+    assert get_shape([[1, 2], [3, 4], [5, 6]]) == (3, 2)
+    assert get_shape("ab") == ()
+    assert get_shape([[], []]) == (2, 0)
+    with pytest.raises(ValueError, match="get_shape: inhomogeneous shape"):
+        get_shape([[1, 2], [3]])
+    assert to_tuple(3) == (3,)
+    assert to_tuple((1, 2)) == (1, 2)
+    assert flat_to_grouped((1, 2, 3, 4)) == ((3, 4), (1, 2))

@@ -1,14 +1,25 @@
 """Reference-compatible Tensor API: clone, size, shrink_to, replace, contiguous_backward, schedule_with_vars, rearrange,
-keyword names of the movement ops, construction from None and lists, truth values, dtype errors and kernel labels."""
+const_like, normalize, nonzero, shard_like, from_url, keyword names of the movement ops, construction from None and
+lists, truth values, dtype errors, arange overflow and kernel labels; UOp.ssimplify and Buffer.is_initialized."""
 
 from __future__ import annotations
+
+import functools
+import http.server
+import pathlib
+import threading
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
 from fusegrad import Tensor, dtypes
+from fusegrad.device import Buffer
+from fusegrad.helpers import Context
 from fusegrad.mixin.movement import RearrangeError
+from fusegrad.uop import Ops
+from fusegrad.uop.ops import UOp
 
 # *** small methods ***
 
@@ -219,3 +230,105 @@ def test_rearrange_error_is_also_the_reference_type() -> None:
         Tensor.ones(2, 3).rearrange("a b -> a")
     with pytest.raises(ValueError, match="rearrange"):
         Tensor.ones(2, 3).rearrange("a b -> a")
+
+
+# *** const_like, normalize, nonzero, shard_like, from_url ***
+
+
+def test_const_like_keeps_shape_device_and_dtype() -> None:
+    x = Tensor([[1.0, 2.0]])
+    assert x.const_like(3).tolist() == [[3.0, 3.0]]
+    assert x.const_like(3, dtype=dtypes.int32).dtype == dtypes.int32
+
+
+@pytest.mark.parametrize(("p", "dim"), [(2.0, 1), (1.0, 0), (3.0, -1)])
+def test_normalize_matches_torch_forward_and_backward(p: float, dim: int) -> None:
+    data = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
+    x, tx = Tensor(data, requires_grad=True), torch.tensor(data, requires_grad=True)
+    out, expected = x.normalize(p=p, dim=dim), torch.nn.functional.normalize(tx, p=p, dim=dim)
+    np.testing.assert_allclose(out.numpy(), expected.detach().numpy(), atol=1e-6)
+    (out * out.detach()).sum().backward()
+    (expected * expected.detach()).sum().backward()
+    assert x.grad is not None
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), atol=1e-5)
+
+
+def test_normalize_p0_counts_nonzeros_and_eps_guards_zero_rows() -> None:
+    assert Tensor([[2.0, 0.0, 4.0]]).normalize(p=0).tolist() == [[1.0, 0.0, 2.0]]
+    assert Tensor([[0.0, 0.0]]).normalize().tolist() == [[0.0, 0.0]]
+
+
+def test_nonzero_like_torch() -> None:
+    data = np.array([[1, 0, 3], [0, 0, 2]], dtype=np.int32)
+    expected = torch.nonzero(torch.tensor(data)).numpy()
+    np.testing.assert_equal(Tensor(data).nonzero().numpy(), expected)
+    padded = Tensor(data).nonzero(size=4, fill_value=-1).numpy()
+    np.testing.assert_equal(padded, np.concatenate([expected, [[-1, -1]]]))
+    np.testing.assert_equal(Tensor(data).nonzero(size=2).numpy(), expected[:2])
+    assert Tensor([0.0, 0.0]).nonzero().shape == (0, 1)
+    assert Tensor(5).nonzero().shape == (1, 0)
+
+
+def test_shard_like_follows_the_other_tensor() -> None:
+    devices = ("CPU:0", "CPU:1")
+    w = Tensor.ones(4, 2).shard(devices, axis=0)
+    b = Tensor.arange(8).reshape(4, 2).shard_like(w)
+    assert b.device == w.device
+    assert b.uop.axis == 0
+    assert b.tolist() == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert Tensor([1]).shard_like(Tensor([2], device="CPU:1")).device == "CPU:1"
+
+
+def test_from_url_reads_a_local_server(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "blob.bin").write_bytes(bytes(range(10)))
+    handler = functools.partial(_QuietHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with Context(DOWNLOADS_DIR=str(tmp_path / "cache")):
+            t = Tensor.from_url(f"http://127.0.0.1:{server.server_address[1]}/blob.bin")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert t.dtype == dtypes.uint8
+    assert str(t.device).startswith("DISK:")
+    assert t.to("CPU").tolist() == list(range(10))
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: Any) -> None:  # no request lines on stderr
+        pass
+
+
+# *** UOp.ssimplify, Buffer.is_initialized ***
+
+
+def test_uop_ssimplify_folds_to_python_values() -> None:
+    n = UOp.variable("n", 1, 8)
+    assert (n * 0 + 3).ssimplify() == 3
+    assert ((n + 2) - 2).ssimplify() is n
+    assert (n + 1).simplify().op is Ops.ADD
+
+
+def test_buffer_is_initialized_once_allocated() -> None:
+    buf = Buffer("CPU", 4, dtypes.float32)
+    assert not buf.is_initialized()
+    buf.allocate()
+    assert buf.is_initialized()
+
+
+@pytest.mark.parametrize(
+    ("args", "dtype"), [((2**33,), dtypes.int32), ((-(2**31) - 1, 0), dtypes.int32), ((0, 300), dtypes.uint8)]
+)
+def test_arange_outside_its_dtype_raises(args: tuple[int, ...], dtype: object) -> None:
+    with pytest.raises(OverflowError, match=r"arange: \[.*\) is not representable in"):
+        Tensor.arange(*args, dtype=dtype)
+    with pytest.raises(ValueError, match="arange"):  # the house type too
+        Tensor.arange(*args, dtype=dtype)
+
+
+def test_arange_up_to_its_dtype_limits() -> None:
+    assert Tensor.arange(0, 2**31, dtype=dtypes.int32).shape == (2**31,)  # the last value is 2**31 - 1
+    assert Tensor.arange(250, 256, dtype=dtypes.uint8).tolist() == [250, 251, 252, 253, 254, 255]

@@ -624,6 +624,24 @@ class MovementMixin:
         return out if size is None else (iota(total, x) < selected).where(out, const_like(out, fill_value))
 
     @traced
+    def nonzero(self: Tensor, size: int | None = None, fill_value: ConstType = 0) -> Tensor:
+        """The indices of the non-zero elements, row-major: (d0, .., dk) -> int32 (count, k + 1), like torch.nonzero.
+        Without `size` the count is read from the device (so it does not run in a TinyJit); with `size` the result
+        has exactly `size` rows, padded with `fill_value` or truncated. Example: `Tensor([1, 0, 2]).nonzero()` ->
+        [[0], [2]]."""
+        from fusegrad.tensor import Tensor
+
+        if self.ndim == 0:
+            rows = size if size is not None else int((self != 0).item())
+            return Tensor.zeros(rows, 0, dtype=dtypes.int32, device=self.device)
+        grids = [iota(s, self).reshape(*[1] * a, s, *[1] * (self.ndim - a - 1)).expand(*self.shape).flatten()
+                 for a, s in enumerate(self.shape)]  # fmt: skip
+        coords = Tensor.stack(*grids, dim=-1).cast(dtypes.int32)  # (numel, ndim): each element's index
+        mask = (self != 0).flatten().unsqueeze(-1).expand(*coords.shape)
+        flat_size = None if size is None else size * self.ndim
+        return coords.masked_select(mask, size=flat_size, fill_value=fill_value).reshape(-1, self.ndim)
+
+    @traced
     def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
         """(...,) integer classes -> (..., num_classes) of int32 0/1; -1 means max + 1 (realizes the max)."""
         if not dtypes.is_int(self.dtype):

@@ -249,6 +249,18 @@ class UOp(MathTrait, metaclass=UOpMetaClass):
         """The largest value this node can take."""
         return self._min_max[1]
 
+    def simplify(self) -> UOp:
+        """This graph rewritten by the symbolic rules (uop/symbolic.py) to a fixed point: `(x + 2) - 2` -> x."""
+        from fusegrad.uop.symbolic import sym  # symbolic.py builds on this module
+
+        return graph_rewrite(self, sym, name="simplify")
+
+    def ssimplify(self) -> UOp | ConstType:
+        """`simplify()`, but a result that folds to a constant is returned as that Python value:
+        `(UOp.variable("n", 1, 8) * 0 + 3).ssimplify() == 3`."""
+        ret = self.simplify()  # the rules fold a CAST of a constant, so a constant result is a CONST here
+        return ret.arg if ret.op is Ops.CONST else ret
+
     # *** constructors ***
 
     @staticmethod
