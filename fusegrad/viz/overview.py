@@ -7,14 +7,17 @@ any size at once and draws every event only when the packed timeline has arrived
 
 from __future__ import annotations
 
+import itertools
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from fusegrad.helpers import ProfileEvent, ProfilePointEvent
-from fusegrad.viz.profile import clock_offsets, collect_spans
+from fusegrad.viz.profile import RangeKind, clock_offsets, collect_spans
 from fusegrad.viz.profile_file import RangeScan
 
 MAX_BINS = 8192
@@ -22,18 +25,20 @@ MAX_BINS = 8192
 
 def scan_events(events: Sequence[ProfileEvent]) -> RangeScan:
     """A RangeScan of loaded events (graph batches and clock offsets included), in integer nanoseconds."""
-    scan, ids, rows = RangeScan(), dict[str, int](), dict[str, list[tuple[int, int, int]]]()
+    scan, ids, rows = RangeScan(), dict[str, int](), dict[str, list[tuple[int, int, int, int]]]()
     for s in collect_spans(events, clock_offsets(events)):
         st, en = int(s.st * 1000), int(s.en * 1000)
-        rows.setdefault(s.track, []).append((st, max(en - st, 0), ids.setdefault(s.name, len(ids))))
+        rows.setdefault(s.track, []).append((st, max(en - st, 0), ids.setdefault(s.name, len(ids)), s.kind))
         scan.first, scan.last = min(scan.first, st), max(scan.last, en)
     for e in events:
         if isinstance(e, ProfilePointEvent):
             ts = int(e.ts * 1000)
             scan.first, scan.last = min(scan.first, ts), max(scan.last, ts)
+            if e.name == "marker":
+                scan.markers.append((ts, str(e.arg.get("name", ""))))
     for track, found in rows.items():
-        columns = np.array(found, dtype=np.int64).reshape(-1, 3)
-        scan.tracks[track] = [(columns[:, 0], columns[:, 1], columns[:, 2])]
+        columns = np.array(found, dtype=np.int64).reshape(-1, 4)
+        scan.tracks[track] = [(columns[:, 0], columns[:, 1], columns[:, 2], columns[:, 3])]
     scan.strings = list(ids)
     return scan
 
@@ -72,3 +77,45 @@ def overview(scan: RangeScan, bins: int) -> dict[str, Any]:
         busy, top = bin_track(starts, durations, names, scan.first, span, bins)
         tracks.append({"name": name, "busy": busy, "top": top})
     return {"duration_us": span / 1000, "bins": bins, "strings": scan.strings, "tracks": tracks}
+
+
+# *** whole-run tables ***
+
+
+@dataclass(frozen=True, slots=True)
+class KernelTotals:
+    """One kernel name's runs over the whole profile (microseconds; `first_us` on the timeline's clock)."""
+
+    runs: int
+    total_us: float
+    first_us: float
+
+
+def kernel_totals(scan: RangeScan) -> dict[str, KernelTotals]:
+    """Per kernel name, its runs on device tracks (not the host's compile ranges, copies or graph batches)."""
+    out: dict[str, KernelTotals] = {}
+    for track, pieces in scan.tracks.items():
+        if track == "TINY" or track.endswith(" Graph"):
+            continue
+        starts, durations, names, kinds = (np.concatenate([p[i] for p in pieces]).astype(np.int64) for i in range(4))
+        keep = kinds == RangeKind.KERNEL
+        starts, durations, names = starts[keep], durations[keep], names[keep]
+        order = np.argsort(starts, kind="stable")
+        ids, first, inverse, runs = np.unique(names[order], return_index=True, return_inverse=True, return_counts=True)
+        totals = np.bincount(inverse, weights=durations[order], minlength=len(ids))
+        for sid, at, n, total in zip(ids.tolist(), first.tolist(), runs.tolist(), totals.tolist(), strict=True):
+            old = out.get(name := scan.strings[sid])
+            first_us = (int(starts[order][at]) - scan.first) / 1000
+            if old is not None:  # the same kernel on another device
+                n, total, first_us = n + old.runs, total + old.total_us * 1000, min(first_us, old.first_us)
+            out[name] = KernelTotals(n, total / 1000, first_us)
+    return out
+
+
+def step_series(markers: Sequence[tuple[int, str]]) -> dict[str, list[float]]:
+    """Marker labels that repeat (trailing numbers ignored: "step 1", "step 2" are one series) -> microseconds between
+    consecutive marks: the step-time series of a program that marks its steps with profile_marker."""
+    times: dict[str, list[int]] = {}
+    for ts, label in sorted(markers):
+        times.setdefault(re.sub(r"[\s#:_-]*\d+$", "", label) or "marker", []).append(ts)
+    return {name: [(b - a) / 1000 for a, b in itertools.pairwise(ts)] for name, ts in times.items() if len(ts) > 1}

@@ -292,7 +292,12 @@ class ChunkDecoder:
             scan.first, scan.last = min(scan.first, int(times.min())), max(scan.last, int(times.max()))
         for device in np.unique(devices).tolist():
             mask = devices == device
-            scan.tracks.setdefault(self.strings[device], []).append((starts[mask], durations[mask], names[mask]))
+            piece = (starts[mask], durations[mask], names[mask], cols[5][mask])  # cols[5]: 1 for a copy
+            scan.tracks.setdefault(self.strings[device], []).append(piece)
+        if "marker" in self.strings:  # markers: the point name "marker"; their label is in the arg's JSON
+            marks = cols[7] == self.strings.index("marker")
+            for ts, arg in zip(times[marks].tolist(), cols[9][marks].tolist(), strict=True):
+                scan.markers.append((ts, str(self.value(arg).get("name", ""))))
 
     def assemble(self, kinds: list[int], ranges: list[list[int]], points: list[list[int]],
                  others: Iterable[Any]) -> list[ProfileEvent]:  # fmt: skip
@@ -318,10 +323,11 @@ def chunk_error(path: str | Path, pos: int, e: Exception) -> TraceFileError:
 
 @dataclass
 class RangeScan:
-    """Range events by track as columns (start ns, duration ns, name string id), in pieces, and the span of all times
-    (ns)."""
+    """Range events by track as columns (start ns, duration ns, name string id, kind: 0 kernel, 1 copy, 2 graph batch),
+    in pieces; the markers; and the span of all times (ns)."""
 
     tracks: dict[str, list[tuple[npt.NDArray[Any], ...]]] = field(default_factory=dict)  # per chunk
+    markers: list[tuple[int, str]] = field(default_factory=list)  # (ns, label)
     strings: list[str] = field(default_factory=list)
     first: int = 1 << 62
     last: int = -(1 << 62)

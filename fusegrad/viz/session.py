@@ -6,23 +6,20 @@ every match, laid out), `kernel(ctx)`, `search(text)`, `profile_bytes()` and `pr
 
 from __future__ import annotations
 
-import itertools
 import linecache
-import re
 import threading
 from collections import OrderedDict
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from fusegrad.helpers import Context, ProfileEvent, ProfilePointEvent, ansistrip, to_function_name
 from fusegrad.uop.rewrite import RewriteTrace, TrackedGraphRewrite
 from fusegrad.viz.layout import layout_graph
-from fusegrad.viz.overview import overview, scan_events
-from fusegrad.viz.profile import RangeKind, Span, clock_offsets, collect_spans, get_profile, key_name
-from fusegrad.viz.profile_file import scan_ranges, streaming_run_id
+from fusegrad.viz.overview import kernel_totals, overview, scan_events, step_series
+from fusegrad.viz.profile import get_profile, key_name
+from fusegrad.viz.profile_file import RangeScan, scan_ranges, streaming_run_id
 from fusegrad.viz.rewrites import get_full_rewrite, get_rewrites
 from fusegrad.viz.trace_file import (
     KernelProgram,
@@ -294,8 +291,8 @@ class VizSession:
             runs.setdefault(e.device, []).append(to_function_name(key_name(e.key)))
         return {"kernels": kernels, "runs": runs}
 
-    def timeline_overview(self, bins: int) -> dict[str, Any]:
-        """/timeline_overview?bins=N: per track and time bin, how busy it is and its longest kernel (overview.py)."""
+    def scan(self) -> RangeScan:
+        """The range events as columns (a streaming file is read for it directly, without waiting for its events)."""
         with self._lock:
             scan = self._cache.get("scan")
         if scan is None:
@@ -303,20 +300,21 @@ class VizSession:
             scan = scan_ranges(path) if path is not None else scan_events(self.profile_events())
             with self._lock:
                 self._cache["scan"] = scan
-        return overview(scan, bins)
+        assert isinstance(scan, RangeScan), "the cache holds a RangeScan under this key"
+        return scan
+
+    def timeline_overview(self, bins: int) -> dict[str, Any]:
+        """/timeline_overview?bins=N: per track and time bin, how busy it is and its longest kernel (overview.py)."""
+        return overview(self.scan(), bins)
 
     def kernel_stats(self) -> dict[str, Any]:
         """/kernel_stats: per kernel name its runs, total and mean time, GFLOP/s and GB/s (the program's estimates over
         its measured time; None where they are unknown or symbolic), its group; and the step-time series."""
         if (cached := self._cache.get("kernel_stats")) is not None:
             return cached  # type: ignore[no-any-return]  # the cache holds this method's answer under this key
-        events = self.profile_events()
-        spans = collect_spans(events, clock_offsets(events))
-        markers = [e for e in events if isinstance(e, ProfilePointEvent) and e.name == "marker"]
-        times = [t for s in spans for t in (s.st, s.en)] + [e.ts for e in events if isinstance(e, ProfilePointEvent)]
-        programs = self.programs()
+        scan, programs = self.scan(), self.programs()
         rows: list[dict[str, Any]] = []
-        for name, k in kernel_totals(spans, min(times, default=Decimal(0))).items():
+        for name, k in kernel_totals(scan).items():
             ctx = programs.get(name, programs.get(to_function_name(name)))
             program = None if ctx is None else self.program(ctx)
             ops, mem = (None, None) if program is None else (program.ops, program.mem)
@@ -326,41 +324,8 @@ class VizSession:
                          "gflops": None if ops is None or not seconds else ops * k.runs / seconds / 1e9,
                          "gbs": None if mem is None or not seconds else mem * k.runs / seconds / 1e9})  # fmt: skip
         rows.sort(key=lambda r: -r["total_us"])
-        self._cache["kernel_stats"] = {"kernels": rows, "steps": step_series(markers)}
+        self._cache["kernel_stats"] = {"kernels": rows, "steps": step_series(scan.markers)}
         return self._cache["kernel_stats"]  # type: ignore[no-any-return]  # set just above
-
-
-@dataclass
-class KernelTotals:
-    """One kernel name's runs over the whole profile."""
-
-    runs: int = 0
-    total_us: float = 0.0
-    first_us: float | None = None  # when its first run started, on the timeline's clock
-
-
-def kernel_totals(spans: Sequence[Span], start: Decimal) -> dict[str, KernelTotals]:
-    """Per kernel name (device tracks only: not the host's compile ranges, copies or graph batches), its runs."""
-    totals: dict[str, KernelTotals] = {}
-    for s in spans:
-        if s.kind is not RangeKind.KERNEL or s.track == "TINY" or s.track.endswith(" Graph"):
-            continue
-        k = totals.setdefault(s.name, KernelTotals())
-        k.runs += 1
-        k.total_us += float(s.en - s.st)
-        if k.first_us is None:
-            k.first_us = float(s.st - start)
-    return totals
-
-
-def step_series(markers: Sequence[ProfilePointEvent]) -> dict[str, list[float]]:
-    """Marker names that repeat (trailing numbers ignored: "step 1", "step 2" are one series) -> microseconds between
-    consecutive marks: the step-time series of a program that marks its steps with profile_marker."""
-    times: dict[str, list[Decimal]] = {}
-    for e in sorted(markers, key=lambda e: e.ts):
-        name = re.sub(r"[\s#:_-]*\d+$", "", str(e.arg.get("name", ""))) or "marker"
-        times.setdefault(name, []).append(e.ts)
-    return {name: [float(b - a) for a, b in itertools.pairwise(ts)] for name, ts in times.items() if len(ts) > 1}
 
 
 def open_session(rewrites: str | Path | None = None, profile: str | Path | None = None) -> VizSession:

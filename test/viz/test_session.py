@@ -88,7 +88,7 @@ def kernel_run(name: str, st: int, dur: int) -> list[ProfilePointEvent | Profile
             ProfileRangeEvent("CPU", name, Decimal(st), Decimal(st + dur))]  # fmt: skip
 
 
-def test_the_kernel_table_totals_each_kernel_over_the_run(real_trace: RealTrace) -> None:
+def test_the_kernel_table_totals_each_kernel_over_the_run(tmp_path: Path, real_trace: RealTrace) -> None:
     events = [*kernel_run("r_a", 100, 10), *kernel_run("r_b", 120, 50), *kernel_run("r_a", 200, 30)]
     events += [ProfileRangeEvent("TINY", "compile r_a", Decimal(0), Decimal(90))]  # host work: not a kernel run
     stats = VizSession(events=events).kernel_stats()
@@ -97,6 +97,8 @@ def test_the_kernel_table_totals_each_kernel_over_the_run(real_trace: RealTrace)
     assert (rows["r_a"]["runs"], rows["r_a"]["total_us"], rows["r_a"]["mean_us"]) == (2, 40.0, 20.0)
     assert rows["r_a"]["first_us"] == 100.0  # the compile range at 0 starts the timeline
     assert rows["r_a"]["gflops"] is None  # no program: no estimates
+    streamed = open_session(None, write_profile(tmp_path / "p.fgprof", events, None)).kernel_stats()
+    assert streamed == stats  # read from the file's columns, without waiting for its events: the same table
     # with the real trace's programs: ops and bytes over the measured time
     real = real_trace.session().kernel_stats()["kernels"]
     timed = [r for r in real if r["ctx"] is not None]
@@ -108,12 +110,14 @@ def test_the_kernel_table_totals_each_kernel_over_the_run(real_trace: RealTrace)
         assert r["gflops"] == pytest.approx(program.ops * r["runs"] / (r["total_us"] / 1e6) / 1e9)
 
 
-def test_marked_steps_give_the_step_time_series() -> None:
+def test_marked_steps_give_the_step_time_series(tmp_path: Path) -> None:
     def mark(name: str, ts: int) -> ProfilePointEvent:
         return ProfilePointEvent("TINY", "marker", None, {"name": name, "color": "gray"}, Decimal(ts))
 
     events = [mark("step 1", 100), mark("step 2", 350), mark("eval", 400), mark("step 3", 500), mark("step 4", 900)]
     assert VizSession(events=events).kernel_stats()["steps"] == {"step": [250.0, 150.0, 400.0]}
+    streamed = open_session(None, write_profile(tmp_path / "p.fgprof", events, None))
+    assert streamed.kernel_stats()["steps"] == {"step": [250.0, 150.0, 400.0]}
 
 
 def test_the_overview_sums_each_bin(tmp_path: Path) -> None:

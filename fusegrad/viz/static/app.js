@@ -623,21 +623,21 @@ async function openProfiler() {
   if (prof.started) return;
   prof.started = true;
   setStatus("loading profile…", "profiler");
-  const full = Promise.all([fetch("/get_profile").then((r) => r.arrayBuffer()), getJSON("/profile_info"),
-    getJSON("/kernel_stats")]);
+  const full = Promise.all([fetch("/get_profile").then((r) => r.arrayBuffer()), getJSON("/profile_info")]);
   full.catch(() => {}); // its error is reported below, once the overview is drawn
-  try {
+  try { // the overview and the kernel table come from the file's columns: they need not wait for every event
     const bins = Math.max(Math.floor(($("timeline-wrap").clientWidth || 1200) - LABEL_W - RIGHT_PAD), 100);
-    const overview = await getJSON(`/timeline_overview?bins=${bins}`);
+    const [overview, stats] = await Promise.all([getJSON(`/timeline_overview?bins=${bins}`), getJSON("/kernel_stats")]);
+    prof.stats = stats;
     if (!prof.ready && overview.tracks.length) drawOverview(overview);
+    if (!prof.ready && overview.tracks.length) showKernelTable();
   } catch (e) {
     setStatus(`profile overview: ${e}`, "profiler");
   }
   try {
-    const [buffer, info, stats] = await full;
+    const [buffer, info] = await full;
     decodeProfile(buffer);
     prof.info = info;
-    prof.stats = stats;
     prof.runsByName = {}; // device -> kernel name -> its run numbers, in order
     for (const [device, names] of Object.entries(info.runs)) {
       const byName = (prof.runsByName[device] = {});
@@ -985,6 +985,7 @@ function stepSeries(name, times) {
 
 // dim every other kernel, bring this one's first run into view and show it (its details link to its source)
 function selectKernel(name) {
+  if (!prof.ready) return setStatus(`${name}: its runs show once every event is loaded`, "profiler");
   prof.highlight = prof.strings.indexOf(name);
   for (const tr of prof.tracks) {
     if (tr.kind !== "range") continue;
