@@ -103,6 +103,24 @@ def test_gradient_through_a_symbolic_slice() -> None:
     np.testing.assert_allclose(a.grad.numpy(), want, rtol=1e-6)
 
 
+def test_gradients_through_matmul_cat_and_std_match_torch() -> None:
+    torch = pytest.importorskip("torch")
+    weight = B[:4]  # (4, 3)
+    for s in (3, 6):
+        x, w = Tensor(A.T.copy(), requires_grad=True), Tensor(weight, requires_grad=True)  # x: (10, 4)
+        v = I_VAR.bind(s)
+        loss = (x[:v] @ w).relu().mean() + x[:v].cat(x[:2], dim=0).std()
+        loss.backward()
+        xt, wt = torch.tensor(A.T.copy(), requires_grad=True), torch.tensor(weight, requires_grad=True)
+        want = (xt[:s] @ wt).relu().mean() + torch.cat([xt[:s], xt[:2]]).std()
+        want.backward()
+        assert x.grad is not None
+        assert w.grad is not None
+        np.testing.assert_allclose(loss.item(), want.item(), rtol=1e-5)
+        np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(w.grad.numpy(), wt.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_same_graph_at_two_values_compiles_once(monkeypatch: pytest.MonkeyPatch) -> None:
     n = Variable("compile_once_n", 1, 32)  # a name no other test uses: nothing cached yet
     compiled: list[str] = []

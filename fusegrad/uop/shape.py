@@ -48,6 +48,13 @@ def _in_order(*xs: Any) -> bool:
     return all(a <= b for a, b in itertools.pairwise(known))
 
 
+def _simplified(sizes: tuple[Any, ...]) -> Shape:
+    """`sizes` as a shape, symbolic ones folded: `0+i` and `i` must be one node, or equal shapes would differ."""
+    if all(type(s) is int for s in sizes):
+        return tuple(sizes)
+    return tuple(simplify_size(s) for s in sizes)  # type: ignore[misc]  # sizes may be symbolic: Shape says int
+
+
 def _plus(x: Any, y: Any) -> Any:
     """x + y without a `+ 0` node when one side is the int 0 (a symbolic size stays the same node)."""
     if isinstance(y, int) and y == 0:
@@ -65,15 +72,16 @@ def movement_shape(op: Ops, in_shape: Shape, arg: Any) -> Shape:  # noqa: C901  
                 raise ValueError(
                     f"reshape: cannot reshape {in_shape} ({prod(in_shape)} elements) to {arg} ({prod(arg)} elements)"
                 )
-            return tuple(arg)
+            return _simplified(arg)
         case Ops.PERMUTE:
             if sorted(arg) != list(range(len(in_shape))):
                 raise ValueError(f"permute: order {arg} is not a permutation of the {len(in_shape)} axes of {in_shape}")
             return tuple(in_shape[i] for i in arg)
         case Ops.EXPAND:
-            if len(arg) != len(in_shape) or any(s != n and s != 1 for s, n in zip(in_shape, arg, strict=True)):
+            new = _simplified(arg)
+            if len(new) != len(in_shape) or any(s != n and s != 1 for s, n in zip(in_shape, new, strict=True)):
                 raise ValueError(f"expand: cannot expand {in_shape} to {arg}: only size-1 axes can grow")
-            return tuple(arg)
+            return new
         case Ops.PAD:
             if len(arg) != len(in_shape) or any(not _in_order(0, b) or not _in_order(0, a) for b, a in arg):
                 raise ValueError(
@@ -86,7 +94,7 @@ def movement_shape(op: Ops, in_shape: Shape, arg: Any) -> Shape:  # noqa: C901  
                 raise ValueError(
                     f"shrink: bounds {arg} do not fit {in_shape}: expected 0 <= start <= end <= size per axis"
                 )
-            kept = (e if isinstance(b, int) and b == 0 else simplify_size(e - b) for b, e in arg)
+            kept = (simplify_size(e) if isinstance(b, int) and b == 0 else simplify_size(e - b) for b, e in arg)
             return tuple(kept)  # type: ignore[arg-type]  # sizes may be symbolic (UOps): Shape says int for now
         case Ops.FLIP:
             if len(arg) != len(in_shape):
