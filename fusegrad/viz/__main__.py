@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--export-trace", metavar="OUT", help="write the profile as Chrome trace JSON and exit")
     args = parser.parse_args(argv)
     try:
-        session = open_session(args.rewrites, args.profile)
+        session = open_session(args.rewrites, args.profile, background=not args.export_trace)
     except TraceFileError as e:
         print(f"viz: {e}", file=sys.stderr)
         return 2

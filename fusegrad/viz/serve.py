@@ -165,7 +165,11 @@ def save_and_serve_at_exit() -> None:
     )
     if VIZ.value < 0 or CI or "pytest" in sys.modules:
         return  # save only: nothing may block a CI job or a test run
-    session = VizSession(live_trace(), live_events()) if is_json_path(profile) else open_session(rewrites, profile)
+    session = (
+        VizSession(live_trace(), live_events())
+        if is_json_path(profile)
+        else open_session(rewrites, profile, background=True)
+    )
     try:
         server = make_server(session, DEFAULT_PORT)
     except PortInUseError:

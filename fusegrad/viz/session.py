@@ -29,6 +29,7 @@ from fusegrad.viz.trace_file import (
     kernel_program,
     load_rewrites,
     load_saved_profile,
+    peek_run_id,
 )
 
 MAX_SEARCH_RESULTS = 200
@@ -79,6 +80,8 @@ class VizSession:
     _replay_lock: threading.Lock = field(default_factory=threading.Lock)
     _loader: threading.Thread | None = None  # reads the profile file while the server already answers
     _load_error: TraceFileError | None = None
+    _rewrites_loader: threading.Thread | None = None  # reads the rewrites file likewise (open_session background=True)
+    _rewrites_error: TraceFileError | None = None
     # finished replays by (group, step), newest last: asking again costs nothing (STEP_CACHE steps kept)
     _steps: OrderedDict[tuple[int, int], list[dict[str, Any]]] = field(default_factory=OrderedDict)
 
@@ -109,10 +112,31 @@ class VizSession:
         file, line = str(loc[0]), int(loc[1])
         return self.lines.get((file, line)) or linecache.getline(file, line).strip()
 
+    def load_rewrites_in_background(self, path: str | Path) -> None:
+        """Read the rewrites file in a thread (its header was checked already); the rewrite endpoints wait for it."""
+
+        def load() -> None:
+            try:
+                saved = load_rewrites(path)
+                self.trace, self.lines = saved.trace, saved.lines
+            except TraceFileError as e:
+                self._rewrites_error = e
+
+        self._rewrites_loader = threading.Thread(target=load, name="viz-rewrites-loader", daemon=True)
+        self._rewrites_loader.start()
+
+    def wait_rewrites(self) -> None:
+        """Once a background load has finished; its error (a truncated or corrupt file) is raised here."""
+        if self._rewrites_loader is not None:
+            self._rewrites_loader.join()
+        if self._rewrites_error is not None:
+            raise self._rewrites_error
+
     def check_group(self, ctx: int) -> RewriteTrace:
         """The trace, when `ctx` numbers one of its groups; IndexError saying which numbers exist otherwise.
 
         Negative numbers are refused, not counted from the end: a link or a typo must never show another group."""
+        self.wait_rewrites()
         count = len(self.trace.keys) if self.trace is not None else 0
         if self.trace is None or not 0 <= ctx < count:
             allowed = f"groups are numbered 0 to {count - 1}" if count else "this trace has no groups"
@@ -129,6 +153,7 @@ class VizSession:
 
     def groups(self) -> list[dict[str, Any]]:
         """/ctxs: every group with its steps (no call traces: those come with the step), kernel groups marked."""
+        self.wait_rewrites()
         if "groups" not in self._cache:
             groups = get_rewrites(self.trace) if self.trace is not None else []
             for i, g in enumerate(groups):
@@ -230,6 +255,7 @@ class VizSession:
 
     def search_index(self) -> SearchIndex:
         """Built once, on the first search: where each node first appears, as a step's input or a match's result."""
+        self.wait_rewrites()
         with self._lock:
             if (index := self._cache.get("search")) is not None:
                 return index  # type: ignore[no-any-return]  # the cache holds a SearchIndex under this key
@@ -261,6 +287,7 @@ class VizSession:
 
     def programs(self) -> dict[str, int]:
         """Kernel name (as the runtime names it, and as the engine does) -> its group, for the timeline's links."""
+        self.wait_rewrites()
         out: dict[str, int] = {}
         for ctx in range(len(self.trace.keys) if self.trace is not None else 0):
             if (program := self.program(ctx)) is not None:
@@ -328,21 +355,26 @@ class VizSession:
         return self._cache["kernel_stats"]  # type: ignore[no-any-return]  # set just above
 
 
-def open_session(rewrites: str | Path | None = None, profile: str | Path | None = None) -> VizSession:
+def open_session(
+    rewrites: str | Path | None = None, profile: str | Path | None = None, background: bool = False
+) -> VizSession:
     """A session over saved trace files; with neither given, the files VIZ=1 last saved (those that exist).
 
     Raises TraceFileError for a missing or unreadable file, when there is nothing to open, or when the rewrites and
-    the profile were saved by two different runs.
+    the profile were saved by two different runs. A streaming profile is always read in the background; with
+    `background` the rewrites file is too, once its header (format, version, run id) checks out, so a server can answer
+    at once (a body found corrupt later is the rewrite endpoints' error).
     """
     if rewrites is None and profile is None:
         rewrites, profile = (p if p.exists() else None for p in default_paths())
         if rewrites is None and profile is None:
             raise TraceFileError(f"{default_paths()[1]}: no saved traces: run a program with VIZ=1 (or VIZ=-1) first, "
                                  "or pass --rewrites FILE / --profile FILE")  # fmt: skip
-    session = VizSession()
-    saved = None if rewrites is None else load_rewrites(rewrites)
-    if saved is not None:  # before the profile's loader starts: the timeline links kernels to their groups
-        session.trace, session.lines = saved.trace, saved.lines
+    session, rewrites_id, streaming = VizSession(), None, False
+    later = background and rewrites is not None and (rewrites_id := peek_run_id(rewrites)) is not None
+    if rewrites is not None and not later:
+        saved = load_rewrites(rewrites)  # before the profile's loader starts: the timeline links kernels to groups
+        session.trace, session.lines, rewrites_id = saved.trace, saved.lines, saved.run_id or ""
     if profile is not None:
         # a streaming file says its run id in its first record: checked now, its events read in the background
         profile_id = streaming_run_id(profile)
@@ -350,8 +382,11 @@ def open_session(rewrites: str | Path | None = None, profile: str | Path | None 
         if not streaming:
             saved_profile = load_saved_profile(profile)  # the JSON form: read whole, now
             session.events, profile_id = saved_profile.events, saved_profile.run_id
-        if saved is not None:
-            check_same_run(str(rewrites), saved.run_id, str(profile), profile_id or None)
-        if streaming:
-            session.load_profile_in_background(profile)
+        if rewrites is not None:
+            check_same_run(str(rewrites), rewrites_id or None, str(profile), profile_id or None)
+    if later:  # started first: the profile's loader waits for it (its timeline links kernels to their groups)
+        assert rewrites is not None, "later implies a rewrites file"
+        session.load_rewrites_in_background(rewrites)
+    if profile is not None and streaming:
+        session.load_profile_in_background(profile)
     return session

@@ -14,6 +14,7 @@ import json
 import linecache
 import math
 import os
+import re
 import tempfile
 import uuid
 import zlib
@@ -354,6 +355,22 @@ def _decode_key(k: dict[str, Json]) -> TracingKey:
     uops = tuple((str(op), str(dt), tuple(int(s) for s in srcs), str(arg)) for op, dt, srcs, arg in p["uops"])
     program = KernelProgram(str(p["name"]), str(p["device"]), str(p["src"]), uops, p["ops"], p["lds"], p["mem"])
     return TracingKey(str(k["name"]), (program.name,), program)
+
+
+_REWRITES_HEAD = re.compile(rb'\{"format":"fusegrad-viz-rewrites","version":1,"run_id":(?:null|"([0-9a-f]*)")')
+
+
+def peek_run_id(path: str | Path) -> str | None:
+    """A rewrites file's run id ("" for none) from its first bytes alone, when they are what `save_rewrites` writes;
+    None when they are not, or can't be read (load_rewrites then says exactly what is wrong)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(2)
+        with gzip.open(path, "rb") if head == b"\x1f\x8b" else open(path, "rb") as f:
+            found = _REWRITES_HEAD.match(f.read(200))
+    except (OSError, EOFError, zlib.error):
+        return None
+    return None if found is None else (found.group(1) or b"").decode()
 
 
 def load_rewrites(path: str | Path) -> SavedRewrites:

@@ -15,7 +15,7 @@ from fusegrad.viz import session as session_module
 from fusegrad.viz.profile import get_profile
 from fusegrad.viz.profile_file import ProfileWriter
 from fusegrad.viz.session import VizSession, open_session
-from fusegrad.viz.trace_file import TraceFileError, save_rewrites
+from fusegrad.viz.trace_file import TraceFileError, peek_run_id, save_rewrites
 
 if TYPE_CHECKING:  # the fixture's type; conftest is not importable in importlib mode
     from conftest import RealTrace
@@ -142,3 +142,26 @@ def test_the_overview_of_a_real_run_matches_its_timeline(tmp_path: Path, real_tr
     assert int(view["duration_us"]) == duration  # same origin and end as the packed timeline
     assert {t["name"] for t in view["tracks"]} == {t["name"] for t in VizSession(events=real_trace.events)
                                                    .timeline_overview(500)["tracks"]}  # fmt: skip
+
+
+def test_a_rewrites_file_loads_in_the_background_once_its_header_checks_out(
+    tmp_path: Path, real_trace: RealTrace
+) -> None:
+    rewrites = save_rewrites(real_trace.trace, tmp_path / "run.rewrites.json.gz", "abc1")
+    profile = write_profile(tmp_path / "run.fgprof", real_trace.events, "abc1")
+    assert peek_run_id(rewrites) == "abc1"
+    session = open_session(rewrites, profile, background=True)
+    assert session._rewrites_loader is not None
+    assert session.groups() == open_session(rewrites, profile).groups()
+    with pytest.raises(TraceFileError, match=r"come from different runs"):
+        open_session(save_rewrites(real_trace.trace, tmp_path / "other.rewrites.json.gz", "abc2"), profile, True)
+    data = rewrites.read_bytes()
+    cut = tmp_path / "cut.rewrites.json.gz"
+    cut.write_bytes(data[: len(data) // 2])  # the header is whole, the body is not
+    late = open_session(cut, None, background=True)
+    with pytest.raises(TraceFileError, match=r"cut.rewrites.json.gz: truncated or corrupt gzip data"):
+        late.groups()
+    (tmp_path / "foreign.json").write_text('{"format": "something else"}')
+    assert peek_run_id(tmp_path / "foreign.json") is None
+    with pytest.raises(TraceFileError, match=r"not a fusegrad VIZ trace|a something else file"):
+        open_session(tmp_path / "foreign.json", None, background=True)  # checked at once, not in the background
