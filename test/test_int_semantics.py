@@ -136,3 +136,15 @@ def test_small_ints_wrap_inside_a_fused_expression(device: str) -> None:
     b = Tensor(np.array([100, -1], dtype=np.int8), device=device)
     assert ((a + b) < 0).tolist() == [True, False]
     assert (Tensor(np.array([1, 2], dtype=np.int8), device=device) < 300).tolist() == [True, True]  # 300 wraps to 44
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_integer_pow_wraps_at_any_exponent(device: str) -> None:  # fuzz findings: float32 inf, and a lost top bit
+    x = np.array([2, 3, 5], dtype=np.uint16)
+    got = Tensor(x, device=device) ** 32768
+    assert got.dtype == dtypes.uint16
+    np.testing.assert_array_equal(got.numpy(), np.power(x, 32768))
+    big = np.array([2**63, 3, 2], dtype=np.uint64)
+    np.testing.assert_array_equal(
+        (Tensor(big, device=device) ** Tensor(big, device=device)).numpy(), np.power(big, big)
+    )

@@ -119,7 +119,8 @@ def _int_pow(base: Tensor, exponent: Tensor) -> Tensor:
     """base ** exponent for integer tensors by binary exponentiation over every exponent bit; wraps like torch.
     Negative exponents give the truncated integer 1 / base**-e: 1 for base 1, +-1 for base -1, else 0."""
     result, power = base.ones_like(), base
-    for bit in range(base.dtype.itemsize * 8 - 1):
+    # every exponent bit: a signed exponent's sign bit is the negative branch below, an unsigned one's top bit counts
+    for bit in range(base.dtype.itemsize * 8 - (0 if dtypes.is_unsigned(base.dtype) else 1)):
         result = ((exponent >> bit) & 1).where(result * power, result)
         power = power * power
     if dtypes.is_unsigned(base.dtype):
@@ -143,7 +144,7 @@ def _const_pow(base: Tensor, exponent: float) -> Tensor:
     if exponent == -0.5:
         return base.sqrt().reciprocal()
     n = abs(int(exponent)) if float(exponent).is_integer() else -1
-    if not 0 <= n <= 64:
+    if n < 0 or (n > 64 and not dtypes.is_int(base.dtype)):  # an int tensor stays int (wrapping) at any power
         return _in_float(base, lambda b: _float_pow(b, b.full_like(exponent)))
     result: Tensor | None = None
     power = base
