@@ -274,10 +274,10 @@ def write_atomically(fn: PathLike) -> Iterator[IO[bytes]]:
     It is written in fn's folder under a hidden temporary name, flushed and fsynced, renamed over fn with os.replace
     (atomic on POSIX), then the folder is fsynced so the rename itself survives a power cut. An exception inside the
     block removes the temporary file and leaves fn as it was; a killed process may leave the temporary file behind
-    (`.<name>.<random>.tmp`), never a damaged fn. The new file keeps the old one's permission bits.
-    Example: `with write_atomically("cache.bin") as f: f.write(data)`.
+    (`.<name>.<random>.tmp`), never a damaged fn. The new file keeps the old one's permission bits; a symlink at fn
+    stays one (the file it points to is the one replaced). Example: `with write_atomically("cache.bin") as f: ...`.
     """
-    path = os.path.abspath(os.fspath(fn))
+    path = os.path.realpath(os.fspath(fn))
     folder, name = os.path.split(path)
     temporary = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open(fn, "wb")

@@ -364,6 +364,16 @@ def test_failed_save_leaves_the_old_file(tmp_path: pathlib.Path) -> None:
     assert path.stat().st_mode & 0o777 == 0o640  # the new file keeps the old one's permissions
 
 
+def test_save_through_a_symlink_replaces_its_target(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "real").mkdir()
+    link = tmp_path / "latest.safetensors"
+    link.symlink_to(tmp_path / "real" / "ckpt.safetensors")
+    safe_save({"a": Tensor([1.0])}, link)
+    safe_save({"a": Tensor([2.0])}, link)
+    assert link.is_symlink()
+    assert safe_load(tmp_path / "real" / "ckpt.safetensors")["a"].to("CPU").tolist() == [2.0]
+
+
 KILLED_SAVER = """
 import sys
 import numpy as np
