@@ -282,3 +282,12 @@ def test_sharded_tensor_with_a_symbolic_slice(axis: int) -> None:
     for s in (3, 6):
         t = Tensor(A).shard(("CPU:0", "CPU:1"), axis=axis)
         np.testing.assert_allclose((t[:, : I_VAR.bind(s)] * 2).sum(1).numpy(), (A[:, :s] * 2).sum(1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_two_variables_in_one_kernel(device: str) -> None:
+    j = Variable("j", 1, 4)
+    a = Tensor(A, device=device)
+    for s, t in ((3, 4), (7, 2)):
+        got = (a[: j.bind(t), : I_VAR.bind(s)] * 2).sum(1)
+        np.testing.assert_allclose(got.contiguous()[:t].numpy(), (A[:t, :s] * 2).sum(1), rtol=1e-5)
