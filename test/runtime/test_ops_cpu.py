@@ -138,6 +138,7 @@ def test_cache_key_holds_compiler_and_flags() -> None:
     assert key[0] == "x"
     assert isinstance(key[2], list)
     assert "-O2" in key[2]
+    assert "-fwrapv" in key[2]  # signed overflow wraps: KERNEL_IR.md §5 relies on it
     with Context(CPU_CC="/nonexistent/cc"):
         assert ClangCompiler().cache_key("x") != key
 
