@@ -78,6 +78,7 @@ class VizSession:
     _cache: dict[str, Any] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _replay_lock: threading.Lock = field(default_factory=threading.Lock)
+    _scan_lock: threading.Lock = field(default_factory=threading.Lock)
     _loader: threading.Thread | None = None  # reads the profile file while the server already answers
     _load_error: TraceFileError | None = None
     _rewrites_loader: threading.Thread | None = None  # reads the rewrites file likewise (open_session background=True)
@@ -92,6 +93,7 @@ class VizSession:
 
         def load() -> None:
             try:
+                self.scan()  # first: the overview and the kernel table need only this, and it is quick
                 self.events = load_saved_profile(path).events
                 self.profile_bytes()
             except TraceFileError as e:
@@ -320,13 +322,12 @@ class VizSession:
 
     def scan(self) -> RangeScan:
         """The range events as columns (a streaming file is read for it directly, without waiting for its events)."""
-        with self._lock:
-            scan = self._cache.get("scan")
-        if scan is None:
-            path = self._cache.get("profile_path")
-            scan = scan_ranges(path) if path is not None else scan_events(self.profile_events())
-            with self._lock:
-                self._cache["scan"] = scan
+        with self._scan_lock:  # made once: a second caller waits for the first
+            if (scan := self._cache.get("scan")) is None:
+                path = self._cache.get("profile_path")
+                scan = self._cache["scan"] = (
+                    scan_ranges(path) if path is not None else scan_events(self.profile_events())
+                )
         assert isinstance(scan, RangeScan), "the cache holds a RangeScan under this key"
         return scan
 
