@@ -252,7 +252,8 @@ def _missing(label: str) -> set[str]:
 
 
 def _signature(fn: Any) -> inspect.Signature | None:
-    if not callable(fn) or isinstance(fn, type):
+    """fn's signature (a class: its constructor's), or None for non-callables and builtins without one."""
+    if not callable(fn):
         return None
     try:
         return inspect.signature(fn)
@@ -301,6 +302,13 @@ def _signature_gaps(label: str) -> dict[str, list[str]]:
 _CONST_OR_BUFFER = "0.14's buffer= picks a const or a buffer-backed tensor; fusegrad's constants get buffers on demand"
 _POSITIONAL_NAME = "called positionally everywhere; fusegrad's parameter name is clearer (ruff forbids `l`)"
 _ALLOWED_SIGNATURES: dict[str, dict[str, str]] = {
+    "nn.optim": {"Muon": "no fused optimizer step (0.14's FUSE_OPTIM): each parameter updates in its own kernels"},
+    "engine.jit": {
+        "CapturedJit": "built by TinyJit from its ExecItem list, never by users; " + _NO_LINEAR_IR,
+        "GraphRunner": "built by TinyJit from its ExecItem list, never by users; " + _NO_LINEAR_IR,
+        "MultiGraphRunner": "built by TinyJit from its ExecItem list, never by users; " + _NO_LINEAR_IR,
+        "TinyJit": "0.14 forwards **kwargs to its capture options; fusegrad names the ones it has (prune, optimize)",
+    },
     "nn.state": {
         "safe_load_metadata": "takes a path or a DISK tensor, so the parameter is `fn` as in safe_load",
         "torch_load": "takes a path or a DISK tensor, so the parameter is `fn` as in safe_load",
@@ -309,6 +317,9 @@ _ALLOWED_SIGNATURES: dict[str, dict[str, str]] = {
         **dict.fromkeys(["dedup", "flatten", "fully_flatten", "prod", "size_to_str"], _POSITIONAL_NAME),
         "cpu_profile": "is_copy (VIZ draws copies apart) is third; display is keyword-accepted; no HCQ profile_key",
         "diskcache_put": "values are stored by type (diskcache.py), never pickled, so there is no prepickled flag",
+        "Metadata": "fusegrad's Metadata records the calling line (TRACEMETA=2) as its second field, before backward",
+        "ProfileRangeEvent": "is_copy (VIZ draws copies apart) instead of 0.14's HCQ profile_key",
+        "TracingKey": "VIZ formats a key with `fmt`; fusegrad records no tracebacks (`tb`)",
     },
     "Tensor": {
         "contiguous": "0.14's **kwargs pass options to its CONTIGUOUS op (ranges); fusegrad's op has none",
