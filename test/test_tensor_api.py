@@ -64,6 +64,15 @@ def test_shrink_to() -> None:
         t.shrink_to(5, 2)
 
 
+def test_shrink_to_gradient_matches_torch() -> None:
+    data = np.random.default_rng(2).standard_normal((4, 5)).astype(np.float32)
+    x, tx = Tensor(data, requires_grad=True), torch.tensor(data, requires_grad=True)
+    (x.shrink_to(2, None) * 3).sum().backward()
+    (tx[:2, :] * 3).sum().backward()
+    assert x.grad is not None
+    np.testing.assert_equal(x.grad.numpy(), tx.grad.numpy())
+
+
 def test_replace_points_at_other_data() -> None:
     w = Tensor([1.0, 2.0])
     assert w.replace(Tensor([3, 4], dtype=dtypes.int32)) is w
