@@ -1340,8 +1340,6 @@ for _name in _LABELLED_OPERATORS:
     setattr(Tensor, _name, _label_operator(getattr(Tensor, _name)))
 
 
-
-
 # *** module helpers ***
 
 
