@@ -35,6 +35,10 @@ MAGIC, FILE_VERSION = b"FGPROF", 2
 HEADER = MAGIC + bytes([FILE_VERSION]) + b"\n"
 _RECORD = struct.Struct("<IB")
 _ID_TYPES, _TIME_TYPES = ("B", "H", "I", "Q"), ("b", "h", "i", "q")  # the narrowest array type a column fits
+# past this many interned strings the writer starts a fresh table (a chunk marked "reset"), so a run whose points all
+# differ (buffers never reused) keeps the writer's memory bounded too
+MAX_STRINGS = 200_000
+_ID_COLUMNS = (1, 2, 6, 7, 8, 9)  # the columns that hold string ids
 
 
 class RecordKind(IntEnum):
@@ -137,6 +141,7 @@ class ChunkEncoder:
     last_point: int = 0
     # a point's arg is interned as JSON text; exec args repeat every step, so the text is cached by the arg's value
     arg_texts: dict[object, str] = field(default_factory=dict)
+    reset: bool = False  # this chunk's string ids start from 0 again
 
     def arg_text(self, arg: object) -> str:
         try:
@@ -174,7 +179,8 @@ class ChunkEncoder:
         return True
 
     def encode_chunk(self, events: Iterable[ProfileEvent]) -> bytes | None:
-        """zlib of: `<I` JSON length, JSON {"strings": new strings, "others": rows}, then columns (`_column`): kinds,
+        """zlib of: `<I` JSON length, JSON {"strings": new strings, "others": rows, "reset": whether the ids start again
+        from 0}, then columns (`_column`): kinds,
         range device/name/start delta/duration (-1: unfinished)/is_copy, point device/name/key/arg/time delta.
         None when `events` holds nothing to write."""
         cols = Columns()
@@ -188,8 +194,12 @@ class ChunkEncoder:
                 cols.others.append(row)
         if not cols.kinds:
             return None
-        meta = json.dumps({"strings": self.strings.fresh, "others": cols.others}, separators=(",", ":")).encode()
-        self.strings.fresh = []
+        meta = json.dumps({"strings": self.strings.fresh, "others": cols.others, "reset": self.reset},
+                          separators=(",", ":")).encode()  # fmt: skip
+        self.strings.fresh, self.reset = [], False
+        if len(self.strings.ids) > MAX_STRINGS:  # the next chunk starts a fresh table
+            self.strings, self.reset = StringIds(), True
+            self.arg_texts.clear()
         parts = [struct.pack("<I", len(meta)), meta, _column(cols.kinds, _ID_TYPES)]
         for i, values in enumerate((*cols.range_cols, *cols.point_cols)):
             parts.append(_column(values, _TIME_TYPES if i in (2, 3, 9) else _ID_TYPES))
@@ -253,6 +263,7 @@ class ChunkDecoder:
     last_range: int = 0
     last_point: int = 0
     values: dict[int, Any] = field(default_factory=dict)
+    base: int = 0  # where the writer's current string table starts in `strings` (it restarts at a "reset" chunk)
 
     def value(self, sid: int) -> Any:
         """The key or arg stored as string `sid`, decoded once (events that share it share the object: read-only)."""
@@ -265,11 +276,15 @@ class ChunkDecoder:
         data = zlib.decompress(payload)
         (meta_len,) = struct.unpack_from("<I", data)
         meta = json.loads(data[4 : 4 + meta_len])
+        if meta.get("reset"):
+            self.base = len(self.strings)
         self.strings.extend(meta["strings"])
         pos, cols = 4 + meta_len, []
         for _ in range(11):
             column, pos = _read_column(data, pos)
             cols.append(column)
+        for i in _ID_COLUMNS if self.base else ():
+            cols[i] = cols[i].astype(np.int64) + self.base
         return meta, cols
 
     def decode_chunk(self, payload: bytes) -> list[ProfileEvent]:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from fusegrad.helpers import Metadata, ProfilePointEvent, ProfileRangeEvent
+from fusegrad.viz import profile_file
 from fusegrad.viz.profile_file import HEADER, ProfileWriter
 from fusegrad.viz.trace_file import (
     TraceFileError,
@@ -170,3 +171,22 @@ def test_a_viz_run_streams_its_profile_and_pairs_it_with_its_rewrites(tmp_path: 
     assert saved.run_id == load_rewrites(tmp_path / "run.rewrites.json.gz").run_id
     assert any(getattr(e, "name", None) == "marker" for e in saved.events)
     assert any(getattr(e, "name", None) == "exec" for e in saved.events)
+
+
+def test_the_string_table_restarts_when_it_grows_too_big(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Points that never repeat (fresh buffers every run) restart the writer's string table; reading is the same."""
+    monkeypatch.setattr(profile_file, "MAX_STRINGS", 50)
+    events = [ProfilePointEvent("CPU", "alloc", i, {"sz": i}, Decimal(i)) for i in range(300)]
+    events += kernel_events(100)
+    events.append(ProfilePointEvent("TINY", "marker", None, {"name": "end"}, Decimal(10**7)))
+    path = write(tmp_path / "p.fgprof", events, chunk=40)
+    writer = ProfileWriter(tmp_path / "q.fgprof")
+    writer.write(events[:40])
+    assert writer.encoder.reset  # 40 allocs made 80+ strings: the next chunk starts a fresh table
+    writer.close()
+    assert same(load_saved_profile(path).events, events)
+    scan = profile_file.scan_ranges(path)
+    assert sorted({scan.strings[i] for piece in scan.tracks["CPU"] for i in piece[2].tolist()}) == sorted(
+        {e.name for e in events if isinstance(e, ProfileRangeEvent)}
+    )
+    assert scan.markers == [(10**10, "end")]
