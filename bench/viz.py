@@ -3,7 +3,8 @@
 For each size (default 10k, 100k and 500k profile events; each kernel run is two events, an exec point and a range,
 recorded exactly as the engine and the CPU runtime record them), a child process records the events while streaming
 them to a profile file (PROFILE=1) and another runs the same loop unrecorded (PROFILE=0); each reports its loop time
-and its peak RSS. Then: file bytes per event, write overhead per event (recorded loop minus unrecorded, per event),
+and its peak RSS. Then: file bytes per event, write overhead per event (the recorded loop's CPU time minus the
+unrecorded one's, per event: making the events, encoding, compressing and writing them),
 server-ready time (open the file, bind, first answer), and in headless Chromium (playwright driving
 /usr/bin/chromium; never `playwright install`): the timeline's first paint (Profiler tab clicked -> the overview
 drawn), the time until every event is drawn, and the frame time while zooming (the page's own draw time per wheel
@@ -54,7 +55,7 @@ from fusegrad.viz.serve import register_at_exit
 register_at_exit()  # what opening a device does when PROFILE is set: arms the streaming writer
 names = [f"r_{i}_{16 * (i % 5 + 1)}_{i % 3 + 2}" for i in range(240)]  # about a GPT step's kernels
 metadata = [(Metadata("linear", f"nn.py:{i}", False),) for i in range(240)]
-start = time.perf_counter()
+start = time.process_time()  # CPU time: what recording costs this process, less swayed by a busy machine
 for i in range(int(sys.argv[1]) // 2):
     k = i % 240
     if helpers.PROFILE:
@@ -65,7 +66,7 @@ for i in range(int(sys.argv[1]) // 2):
         pass
     if k == 239:
         helpers.profile_marker(f"step {i // 240}")
-seconds = time.perf_counter() - start
+seconds = time.process_time() - start
 # VmHWM: this process image's peak RSS (ru_maxrss would carry over the parent's peak across fork and exec)
 peak_kb = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
 print(json.dumps({"seconds": seconds, "rss_mb": peak_kb / 1024}))
