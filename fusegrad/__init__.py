@@ -6,10 +6,10 @@
 from fusegrad.device import Device
 from fusegrad.dtype import dtypes
 from fusegrad.engine.jit import TinyJit
-from fusegrad.helpers import Context, GlobalCounters, getenv
+from fusegrad.helpers import Context, GlobalCounters, fetch, getenv
 from fusegrad.tensor import Tensor
 from fusegrad.uop.ops import UOp
 
 Variable = UOp.variable
 
-__all__ = ["Context", "Device", "GlobalCounters", "Tensor", "TinyJit", "UOp", "Variable", "dtypes", "getenv"]
+__all__ = ["Context", "Device", "GlobalCounters", "Tensor", "TinyJit", "UOp", "Variable", "dtypes", "fetch", "getenv"]

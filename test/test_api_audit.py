@@ -359,6 +359,23 @@ def test_signature_allow_list_has_no_stale_entries(label: str) -> None:
     assert not stale, f"{label}: allow-listed signatures that now match (remove them): {sorted(stale)}"
 
 
+# the package itself: what `from tinygrad import X` offers (submodules aside)
+_PACKAGE_ALLOWED = {
+    "function": "0.14's @function (CALL-op) decorator belongs to its LINEAR IR; " + _NO_LINEAR_IR,
+}
+
+
+def test_package_exports_match_the_reference() -> None:
+    import fusegrad
+
+    def public(package: ModuleType) -> set[str]:
+        names = {n for n in dir(package) if not n.startswith("_")}
+        return {n for n in names if not isinstance(getattr(package, n), ModuleType)}
+
+    missing = public(tinygrad) - public(fusegrad)
+    assert missing == set(_PACKAGE_ALLOWED), f"from tinygrad import X that fusegrad lacks: {sorted(missing)}"
+
+
 def test_signature_gaps_detects_renames_order_and_keywords() -> None:
     def reference(self: Any, shape: Any, *args: Any, pad: int = 0) -> None: ...
 
