@@ -1,6 +1,6 @@
 """Tests for fusegrad/engine/graph.py: graph_class, GraphRunner batches of a TinyJit's captured kernels (batch sizes
 from JIT_BATCH_SIZE, JIT=2 and single kernels left alone, state, views and returned inputs through a graph, timing)
-and MultiGraphRunner's transfers. No fusegrad device declares a graph yet: the tests give CPU one."""
+and MultiGraphRunner's transfers. The tests swap CPU's own graph (runtime/graph_cpu.py) for a counting base runner."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from fusegrad.device import Compiled, Device
 from fusegrad.engine.jit import GraphRunner, MultiGraphRunner, TinyJit, graph_class
 from fusegrad.engine.realize import BufferXfer, CompiledRunner, ExecItem
 from fusegrad.helpers import JIT, JIT_BATCH_SIZE, Context, GlobalCounters
+from fusegrad.runtime.graph_cpu import CPUGraph
 
 
 class CPUTestGraph(GraphRunner):
@@ -58,7 +59,8 @@ def expected(values: list[float], n: int) -> list[float]:
 
 def test_graph_class() -> None:
     dev = Device["CPU"]
-    assert graph_class(dev) is None  # no fusegrad device declares a graph yet
+    assert graph_class(dev) is CPUGraph  # CPU batches a JIT's kernels into generated C
+    assert graph_class(Device["PYTHON"]) is None
     old = dev.graph
     try:
         dev.graph = functools.partial(CPUTestGraph)
