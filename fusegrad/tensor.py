@@ -484,13 +484,16 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     @staticmethod
     def from_url(url: str, gunzip: builtins.bool = False, **kwargs: Any) -> Tensor:
-        """The bytes at `url` as a 1-d uint8 tensor on DISK (memory-mapped), downloaded once into the cache by
-        `helpers.fetch` (`gunzip`: the decompressed bytes); `Tensor.from_url(url).to("CPU")` loads them.
-        Raises FetchError (an OSError) naming the URL when the download fails."""
+        """The bytes at `url` as a 1-d uint8 tensor, downloaded once into the cache by `helpers.fetch` (`gunzip`: the
+        decompressed bytes). It lives on DISK (memory-mapped) unless `device=` moves it; other keywords go to
+        `Tensor()`. Raises FetchError (an OSError) naming the URL when the download fails.
+        Example: `Tensor.from_url(url, device="CPU")`."""
         from fusegrad.helpers import fetch
 
         path = fetch(url, gunzip=gunzip)
-        return Tensor.empty(path.stat().st_size, dtype=dtypes.uint8, device=f"disk:{path}", **kwargs)
+        device = kwargs.pop("device", None)
+        on_disk = Tensor.empty(path.stat().st_size, dtype=dtypes.uint8, device=f"disk:{path}", **kwargs)
+        return on_disk if device is None else on_disk.to(device)
 
     def _moved_in_place(self, moved: Tensor, grad: Tensor | None) -> Tensor:
         self.uop, self.grad = moved.uop, grad

@@ -296,7 +296,9 @@ def test_from_url_reads_a_local_server(tmp_path: pathlib.Path) -> None:
     thread.start()
     try:
         with Context(DOWNLOADS_DIR=str(tmp_path / "cache")):
-            t = Tensor.from_url(f"http://127.0.0.1:{server.server_address[1]}/blob.bin")
+            url = f"http://127.0.0.1:{server.server_address[1]}/blob.bin"
+            t = Tensor.from_url(url)
+            on_cpu = Tensor.from_url(url, device="CPU")
     finally:
         server.shutdown()
         server.server_close()
@@ -304,6 +306,8 @@ def test_from_url_reads_a_local_server(tmp_path: pathlib.Path) -> None:
     assert t.dtype == dtypes.uint8
     assert str(t.device).startswith("DISK:")
     assert t.to("CPU").tolist() == list(range(10))
+    assert on_cpu.device == "CPU"
+    assert on_cpu.tolist() == list(range(10))
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
