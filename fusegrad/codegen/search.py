@@ -228,10 +228,18 @@ def _cached_opts(hit: CacheValue | None) -> tuple[Opt, ...] | None:
     return tuple(ret)
 
 
+def _loads_an_address(ast: UOp) -> bool:
+    """Whether some access's index depends on a loaded value (a gather): random inputs could point anywhere."""
+    return any(u.op is Ops.INDEX and any(x.op is Ops.LOAD for x in u.src[1].toposort()) for u in ast.toposort())
+
+
 def beam_ast(ast: UOp, device: str) -> UOp:
     """`ast` with BEAM-searched opts to apply, when BEAM is set, NOOPT is not, the kernel has no opts given already,
-    and its device runs kernels; otherwise `ast` itself."""
+    its device runs kernels and it reads no addresses from memory (fresh random buffers can't run a gather safely);
+    otherwise `ast` itself (the heuristic's opts apply as usual)."""
     given = isinstance(ast.arg, KernelInfo) and ast.arg.opts_to_apply is not None
     if BEAM.value < 1 or NOOPT.value or given or ast.op is not Ops.SINK or device.startswith(SKIPPED_DEVICES):
+        return ast
+    if _loads_an_address(ast):
         return ast
     return with_opts(ast, beam_search(ast, device, BEAM.value), get_kernel_name(ast))

@@ -144,3 +144,15 @@ def test_beam_on_the_real_clock_gives_the_same_numbers() -> None:
         opts = applied(ei)
     assert opts != ()  # an opt-free 32x32 matmul loses to every tile of it
     run_checked(ei, expected)
+
+
+def test_beam_leaves_gathers_and_null_devices_alone() -> None:
+    # out[i] = a[idx[i]]: random fresh inputs could send the load anywhere, so no timed search runs it
+    r0 = loop(8, 0)
+    idx = UOp(Ops.DEFINE_GLOBAL, dtypes.int32.ptr(8), arg=2).index(r0).load().cast(dtypes.index)
+    value = UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(64), arg=1).index(idx).load()
+    gather = UOp.sink(UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(8), arg=0).index(r0).store(value))
+    ei, _ = matmul_kernel()
+    with Context(BEAM=2, IGNORE_BEAM_CACHE=1):
+        assert beam_ast(gather, "CPU") is gather
+        assert beam_ast(ei.ast, "NULL") is ei.ast  # nothing runs on NULL: nothing to time
