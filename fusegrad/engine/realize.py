@@ -97,6 +97,9 @@ class CompiledRunner(Runner):
         if DEBUG >= 7:
             Device[p.device].compiler.disassemble(self.lib)
         self._prg = Device[p.device].runtime(p.function_name, self.lib) if prg is None else prg
+        # without variables the launch sizes are numbers: worked out once, not at every launch
+        self._global_size = None if p.vars else _launch_dims(p.global_size, {})
+        self._local_size = None if p.vars else _launch_dims(p.local_size, {})
         super().__init__(p.name, p.device, p.estimates)
 
     def __reduce__(self) -> tuple[type[CompiledRunner], tuple[ProgramSpec, bytes]]:
@@ -111,6 +114,9 @@ class CompiledRunner(Runner):
         return list(self.p.outs)
 
     def __call__(self, rawbufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
+        if not self.p.vars:  # the eager launch path: nothing to check or work out
+            bufs = [rawbufs[slot]._buf for slot in self.p.globals]
+            return self._prg(*bufs, global_size=self._global_size, local_size=self._local_size, wait=wait)
         if missing := [v.expr for v in self.p.vars if v.expr not in var_vals]:
             raise ValueError(f"{self.p.name}: no value for variables {missing}: got values for {sorted(var_vals)}")
         for v in self.p.vars:  # the kernel was simplified for the variable's range: a value outside it is unsafe
@@ -277,7 +283,10 @@ class ExecItem:
         prg = self.lower().prg
         assert prg is not None, "ExecItem.run: lower() left no runner"
         var_vals = self.fixedvars if var_vals is None else var_vals | self.fixedvars
-        bufs = self._buffers() if jit else [b.ensure_allocated() for b in self._buffers()]
+        bufs = self._buffers()
+        if not jit:
+            for b in bufs:
+                b.ensure_allocated()
         if PROFILE:
             payload = {"metadata": self.metadata, "var_vals": var_vals, "bufs": [b.trace_num for b in bufs],
                        "inputs": prg.inputs, "outputs": prg.outputs}  # fmt: skip
