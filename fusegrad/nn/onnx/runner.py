@@ -1,0 +1,219 @@
+"""OnnxRunner: bind named inputs to an ONNX graph and evaluate its nodes, in order, as lazy fusegrad Tensor ops.
+
+Everything that can be checked without computing is checked at construction (ops, opset, dtypes) or at the start
+of a call (input names, shapes, dtypes), so a bad model or input fails before any kernel runs.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+
+from fusegrad.dtype import DType, dtypes
+from fusegrad.nn.onnx import ops_index, ops_math, ops_nn, ops_norm, ops_reduce, ops_shape  # noqa: F401  (register ops)
+from fusegrad.nn.onnx.proto import attributes_of, dtype_of, load_model, tensor_from_numpy, tensor_from_proto
+from fusegrad.nn.onnx.registry import ONNX_OPS, remember_value
+from fusegrad.tensor import Tensor
+
+ONNX_DOMAINS = ("", "ai.onnx")
+# ops whose output is a function of their input's shape alone
+SHAPE_ONLY_OPS = ("Shape", "Size")
+# ops whose output shape is read from the values of inputs after the first (or, for NonZero/Compress, the data)
+VALUE_SHAPED_OPS = (
+    "Reshape",
+    "Expand",
+    "Tile",
+    "Slice",
+    "Pad",
+    "Range",
+    "ConstantOfShape",
+    "TopK",
+    "OneHot",
+    "Resize",
+    "Upsample",
+    "Squeeze",
+    "Unsqueeze",
+    "Split",
+    "CenterCropPad",
+    "NonZero",
+    "Compress",
+)
+# static outputs up to this many elements keep a Python copy of their values (see registry.KNOWN_VALUES)
+MAX_REMEMBERED = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class InputSpec:
+    """A graph input: its name, dtype and shape (an int per fixed dim, a str per named dim, None when unknown)."""
+
+    name: str
+    dtype: DType
+    shape: tuple[int | str | None, ...] | None
+
+
+def input_spec(info: onnx.ValueInfoProto) -> InputSpec:
+    """The InputSpec of a graph input's ValueInfoProto."""
+    tensor_type = info.type.tensor_type
+    dtype = dtype_of(tensor_type.elem_type, f"input {info.name!r}")
+    if not tensor_type.HasField("shape"):
+        return InputSpec(info.name, dtype, None)
+    dims: list[int | str | None] = []
+    for dim in tensor_type.shape.dim:
+        dims.append(dim.dim_value if dim.HasField("dim_value") else (dim.dim_param or None))
+    return InputSpec(info.name, dtype, tuple(dims))
+
+
+class OnnxRunner:
+    """Run an ONNX model with fusegrad: `OnnxRunner(path | bytes | Tensor)({"x": array}) -> {"y": Tensor}`.
+
+    Raises FileNotFoundError for a missing file, ValueError for a truncated or corrupt one, NotImplementedError for an
+    op (named with its node and opset) or dtype fusegrad does not support, RuntimeError for missing or mis-shaped
+    inputs. Example: `OnnxRunner("model.onnx")({"input": np.zeros((1, 3, 224, 224), np.float32)})["output"]`.
+    """
+
+    def __init__(self, model: str | os.PathLike[str] | bytes | Tensor) -> None:
+        self.model, base_dir = load_model(model)
+        self.opset = self._onnx_opset()
+        graph = self.model.graph
+        self._check_ops(graph)
+        self.initializers: dict[str, Tensor] = {t.name: tensor_from_proto(t, base_dir) for t in graph.initializer}
+        self.inputs = {i.name: input_spec(i) for i in graph.input if i.name not in self.initializers}
+        self.output_names = [o.name for o in graph.output]
+        self.nodes = [(node, attributes_of(node, base_dir)) for node in graph.node]
+        self.static_nodes = self._find_static_nodes()
+        # input shapes -> the realized outputs of the static nodes for those shapes
+        self._folded: dict[tuple[tuple[Any, ...], ...], dict[str, Tensor | None]] = {}
+
+    def _find_static_nodes(self) -> set[int]:
+        """Indices of nodes whose outputs depend on the input shapes only, never on input values.
+
+        Initializers are static, graph inputs are not, and Shape/Size of anything is. These nodes (shape arithmetic,
+        weight transposes, dequantised weights) run in the first call for an input shape; their realized outputs are
+        reused by later calls, so a TinyJit capture finds the shapes ops read with `static` already computed.
+        """
+        static_names = set(self.initializers) | {""}
+        value_shaped: set[str] = set()  # tensors whose shape depends on input values (NonZero, a Reshape by them...)
+        found = set()
+        for index, (node, _) in enumerate(self.nodes):
+            inputs_static = [name in static_names for name in node.input]
+            if (node.op_type in SHAPE_ONLY_OPS and not value_shaped.intersection(node.input)) or all(inputs_static):
+                static_names.update(node.output)
+                found.add(index)
+            elif value_shaped.intersection(node.input) or self._reads_shape_from_values(node.op_type, inputs_static):
+                value_shaped.update(node.output)
+        return found
+
+    @staticmethod
+    def _reads_shape_from_values(op_type: str, inputs_static: list[bool]) -> bool:
+        """Whether a node's output shape follows from the values of its non-static inputs."""
+        if op_type in ("NonZero", "Compress"):
+            return True
+        if op_type in ("Range", "ConstantOfShape"):  # every input is a shape or bound
+            return not all(inputs_static)
+        return op_type in VALUE_SHAPED_OPS and not all(inputs_static[1:])
+
+    def _onnx_opset(self) -> int:
+        """The version of the default (ai.onnx) operator set the model imports."""
+        versions = [o.version for o in self.model.opset_import if o.domain in ONNX_DOMAINS]
+        newest = int(onnx.defs.onnx_opset_version())
+        if not versions:
+            return newest
+        if versions[0] > newest:
+            raise NotImplementedError(f"OnnxRunner: opset {versions[0]} is newer than the newest known ({newest})")
+        return int(versions[0])
+
+    def _check_ops(self, graph: onnx.GraphProto) -> None:
+        """NotImplementedError for the first node whose op (or domain) has no implementation."""
+        for index, node in enumerate(graph.node):
+            if node.domain not in ONNX_DOMAINS or node.op_type not in ONNX_OPS:
+                where = f"node {node.name!r}" if node.name else f"node #{index}"
+                domain = f" in domain {node.domain!r}" if node.domain not in ONNX_DOMAINS else ""
+                raise NotImplementedError(
+                    f"OnnxRunner: op {node.op_type}{domain} ({where}, opset {self.opset}) is not supported"
+                )
+
+    def bind(self, inputs: dict[str, Any]) -> dict[str, Tensor]:
+        """The inputs as Tensors, after checking names, dtypes and shapes against the graph (named dims must agree)."""
+        if missing := [name for name in self.inputs if name not in inputs]:
+            raise RuntimeError(f"OnnxRunner: no value for input(s) {missing}; the model takes {list(self.inputs)}")
+        if unknown := [name for name in inputs if name not in self.inputs]:
+            raise RuntimeError(f"OnnxRunner: unknown input(s) {unknown}; the model takes {list(self.inputs)}")
+        named_dims: dict[str, int] = {}
+        bound: dict[str, Tensor] = {}
+        for name, spec in self.inputs.items():
+            value = inputs[name]
+            tensor = value if isinstance(value, Tensor) else tensor_from_numpy(np.asarray(value), spec.dtype)
+            if tensor.dtype != spec.dtype:
+                raise RuntimeError(f"OnnxRunner: input {name!r} has dtype {tensor.dtype}, the model wants {spec.dtype}")
+            self._check_shape(spec, tuple(tensor.shape), named_dims)
+            bound[name] = tensor
+        return bound
+
+    @staticmethod
+    def _check_shape(spec: InputSpec, shape: tuple[Any, ...], named_dims: dict[str, int]) -> None:
+        """RuntimeError unless shape fits the spec's fixed dims and every named dim has one size across inputs."""
+        if spec.shape is None:
+            return
+        wanted = tuple("?" if d is None else d for d in spec.shape)
+        if len(shape) != len(spec.shape):
+            raise RuntimeError(f"OnnxRunner: input {spec.name!r} has shape {shape}, the model wants {wanted}")
+        for size, dim in zip(shape, spec.shape, strict=False):
+            if isinstance(dim, str) and named_dims.setdefault(dim, size) != size:
+                raise RuntimeError(
+                    f"OnnxRunner: input {spec.name!r} has {dim}={size} but another input set {dim}={named_dims[dim]}"
+                )
+            if isinstance(dim, int) and dim > 0 and size != dim:
+                raise RuntimeError(f"OnnxRunner: input {spec.name!r} has shape {shape}, the model wants {wanted}")
+
+    def __call__(self, inputs: dict[str, Any]) -> dict[str, Tensor]:
+        """Evaluate the graph on inputs (arrays, lists or Tensors by input name); outputs are lazy Tensors by name."""
+        bound = self.bind(inputs)
+        values: dict[str, Tensor | None] = {"": None, **self.initializers, **bound}
+        key = tuple(tuple(t.shape) for t in bound.values())
+        folded = self._folded.get(key)
+        values.update(folded or {})
+        for index, (node, attrs) in enumerate(self.nodes):
+            if folded is None or index not in self.static_nodes:
+                self._run_node(node, attrs, values)
+        if folded is None:
+            self._folded[key] = self._keep_static(values)
+        outputs = {}
+        for name in self.output_names:
+            value = values.get(name)
+            if value is None:
+                raise RuntimeError(f"OnnxRunner: the graph never computes its output {name!r}")
+            outputs[name] = value
+        return outputs
+
+    def _keep_static(self, values: dict[str, Tensor | None]) -> dict[str, Tensor | None]:
+        """The static nodes' outputs from a finished call, realized (they hold no input values, only shapes)."""
+        folded: dict[str, Tensor | None] = {}
+        for index in self.static_nodes:
+            folded.update({name: values[name] for name in self.nodes[index][0].output if name})
+        results = [t for t in folded.values() if t is not None]
+        if results:
+            results[0].realize(*results[1:])
+        for t in results:
+            if t.numel() <= MAX_REMEMBERED and t.dtype != dtypes.bfloat16:  # shapes, axes, scales: read once
+                remember_value(t)
+        return folded
+
+    def _run_node(self, node: onnx.NodeProto, attrs: dict[str, Any], values: dict[str, Tensor | None]) -> None:
+        """Compute one node's outputs into values; errors get a note naming the node."""
+        fn, extras = ONNX_OPS[node.op_type]
+        args = [values[name] for name in node.input]
+        context = {"opset": self.opset, "node_outputs": len(node.output)}
+        keywords = {**attrs, **{key: context[key] for key in extras}}
+        try:
+            result = fn(*args, **keywords)
+        except Exception as e:
+            e.add_note(f"in ONNX node {node.name!r} ({node.op_type}, opset {self.opset})")
+            raise
+        results = [result] if isinstance(result, Tensor) else list(result)
+        for name, value in zip(node.output, results, strict=False):
+            if name:
+                values[name] = value

@@ -1,0 +1,56 @@
+"""Shared helpers for the ONNX tests: run one backend node test case through OnnxRunner and compare its outputs."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from fusegrad import Tensor, dtypes
+from fusegrad.nn.onnx import OnnxRunner
+
+
+@functools.cache
+def node_cases() -> dict[str, Any]:
+    """name -> onnx.backend TestCase for every node case the onnx package generates in Python (~15 s, once)."""
+    from onnx.backend.test.case import node
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the generators overflow casts on purpose
+        return {case.name: case for case in node.collect_testcases()}
+
+
+def as_numpy(t: Tensor) -> np.ndarray:
+    """A Tensor's value as numpy (bfloat16 and float8 widened to float32, which numpy lacks)."""
+    return (t.cast(dtypes.float32) if t.dtype in (dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2) else t).numpy()
+
+
+def as_array(value: Any) -> np.ndarray:
+    """A data set entry (an array or a TensorProto) as numpy; ml_dtypes' bfloat16/float8 kept as they are."""
+    return numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else np.asarray(value)
+
+
+def comparable(want: np.ndarray) -> np.ndarray:
+    """Expected values in a dtype numpy compares: ml_dtypes' bfloat16/float8 (kind 'V' or unknown) as float32."""
+    return want.astype(np.float32) if want.dtype.name.startswith(("bfloat16", "float8")) else want
+
+
+def run_case(case: Any) -> None:
+    """Run every data set of a node case; AssertionError (or the runner's error) when an output differs."""
+    model: onnx.ModelProto = case.model
+    runner = OnnxRunner(model.SerializeToString())
+    input_names = [i.name for i in model.graph.input if i.name not in runner.initializers]
+    for inputs, expected in case.data_sets:
+        outputs = runner(dict(zip(input_names, [as_array(i) for i in inputs], strict=False)))
+        for name, want in zip(runner.output_names, expected, strict=False):
+            got = as_numpy(outputs[name])
+            want = comparable(as_array(want))
+            assert got.shape == want.shape, f"{name}: shape {got.shape}, expected {want.shape}"
+            if want.dtype.kind in "fc":
+                np.testing.assert_allclose(got, want.astype(got.dtype), rtol=case.rtol, atol=case.atol, err_msg=name)
+            else:
+                np.testing.assert_array_equal(got, want, err_msg=name)
