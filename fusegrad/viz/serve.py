@@ -4,6 +4,8 @@ being served (`trace`), and what `VIZ=1` does at exit: save both traces, then se
 `VIZ=1`: save, print the viewer's URL and serve until Ctrl-C (a browser tab opens where one can). `VIZ=-1`, CI or a
 pytest run: save only. `register_at_exit()` arms the hook once; the saved files reopen with `python -m fusegrad.viz`.
 A save that fails (a folder that can't be created or written) prints why and ends the process with exit status 1.
+With PROFILE on when the hook is armed, the profile streams to PROFILEPATH while the run goes (`ProfileStream`, the
+format in profile_file.py); a PROFILEPATH ending in .json or .json.gz gets the JSON form, written whole at exit.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@
 `save_rewrites` / `load_rewrites` and `save_profile` / `load_profile`. Values JSON lacks (tuples, enums, dtypes,
 Decimals, metadata) are tagged objects `{"$": tag, ...}`; anything else is kept as its repr with its type name and
 loads as a `ReprArg`. A missing, truncated, foreign or newer file raises `TraceFileError` naming the file.
+The JSON profile is the export form: `load_profile` also reads the streaming profile file (profile_file.py).
 """
 
 from __future__ import annotations
