@@ -36,6 +36,7 @@ GROUP_AMOUNTS = (2, 4, 8, 16)  # partial reductions tried for a reduce axis
 MAX_UPCAST = 256  # product of the upcast loops' sizes a candidate may reach (unrolled code and accumulators grow)
 TIMING_RUNS = 3  # a candidate's time is the best of at least this many runs after its checked run (page faults)
 MIN_TIMING_S, MAX_TIMING_RUNS = 2e-3, 50  # fast kernels run more often, until this much time: one run is noise
+MIN_GAIN = 0.97  # a round must beat the best so far by 3%: smaller wins are timing noise on a busy machine
 MAX_ROUNDS = 8  # actions appended to an opt list at most: bounds the search when every round improves a little
 BEAM_TABLE = "beam_search"  # disk-cache table: (AST key, device, renderer) -> the chosen opts as [op, axis, arg] lists
 SKIPPED_DEVICES = ("NULL", "DISK", "NPY")  # nothing runs there (NULL) or no kernels at all: no timing to search on
@@ -199,7 +200,7 @@ def beam_search(ast: UOp, device: str, width: int) -> tuple[Opt, ...]:
             dropped, fastest = sum(bench.timed[c] is None for c in candidates), ranked[0][0] if ranked else math.nan
             print(f"beam {bench.name}: round {round_ + 1}, {len(candidates)} candidates ({dropped} dropped), "
                   f"best {fastest * 1e6:.1f} us vs {beam[0][0] * 1e6:.1f} us")  # fmt: skip
-        if not ranked or ranked[0][0] >= beam[0][0]:
+        if not ranked or ranked[0][0] >= beam[0][0] * MIN_GAIN:
             break
         beam = ranked[:width]
     best = beam[0][1]
