@@ -107,21 +107,32 @@ class DType(metaclass=_InternedMeta):
 
     @staticmethod
     def new(priority: int, bitsize: int, name: str, fmt: str | None) -> DType:
+        """A new scalar dtype of the given priority (promotion order), bit size, name and struct format character."""
         return DType(priority, bitsize, name, fmt, 1, None)
 
     @property
     def itemsize(self) -> int:
+        """Bytes per element (bool takes one byte). Example: `dtypes.float16.itemsize == 2`."""
         return (self.bitsize + 7) // 8
 
     @property
     def base(self) -> DType:
+        """The dtype itself (a pointer dtype's base is the dtype it points to).
+
+        Example: `dtypes.float.base == dtypes.float`.
+        """
         return self
 
     @property
     def vcount(self) -> int:
+        """The number of lanes of a vector dtype (1 for a scalar). Example: `dtypes.float.vec(4).vcount == 4`."""
         return self.count
 
     def scalar(self) -> DType:
+        """The scalar dtype of a vector dtype, or the dtype itself.
+
+        Example: `dtypes.float.vec(4).scalar() == dtypes.float`.
+        """
         return self if self._scalar is None else self._scalar
 
     def __repr__(self) -> str:
@@ -140,6 +151,7 @@ class DType(metaclass=_InternedMeta):
         return DType(self.priority, self.bitsize * sz, f"{INVERSE_DTYPES_DICT[self.name]}{sz}", None, sz, self)
 
     def ptr(self, size: int = -1, addrspace: AddrSpace = AddrSpace.GLOBAL) -> PtrDType:
+        """The pointer dtype to buffers of this dtype (`size` elements, -1: unknown) in `addrspace` (kernel IR)."""
         return PtrDType(self.priority, self.bitsize, self.name, self.fmt, self.count, None, self, addrspace, 1, size)
 
 
@@ -205,6 +217,7 @@ class dtypes:  # compat name: a namespace used as dtypes.float32
 
     @staticmethod
     def is_bool(x: DType) -> builtins.bool:
+        """Whether `x` (or its scalar type) is bool. Example: `dtypes.is_bool(dtypes.bool)`."""
         return x.scalar() == dtypes.bool
 
     @staticmethod

@@ -135,21 +135,35 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The size of each axis, as a tuple (an entry may be a bound symbolic size).
+
+        Example: `Tensor.ones(2, 3).shape == (2, 3)`.
+        """
         return self.uop.shape
 
     @property
     def dtype(self) -> DType:
+        """The element type, a DType such as `dtypes.float32`. Example: `Tensor([1]).dtype == dtypes.int32`."""
         return self.uop.dtype
 
     @property
     def device(self) -> str | tuple[str, ...]:
+        """The device name (`"CPU"`), or a tuple of names for a tensor sharded over several devices.
+
+        Example: `Tensor([1], device="PYTHON").device == "PYTHON"`.
+        """
         return self.uop.device
 
     @property
     def ndim(self) -> int:
+        """The number of axes. Example: `Tensor.ones(2, 3).ndim == 2`."""
         return len(self.shape)
 
     def numel(self) -> int:
+        """The number of elements (the product of the shape; 1 for a 0-d tensor).
+
+        Example: `Tensor.ones(2, 3).numel() == 6`.
+        """
         return prod(self.shape)
 
     def size(self, dim: int | None = None) -> int | tuple[int, ...]:
@@ -226,11 +240,21 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     @staticmethod
     def zeros(*shape: Any, **kwargs: Any) -> Tensor:
+        """A tensor of `shape` (ints or one tuple) filled with 0, float32 unless `dtype=` says otherwise; takes
+        `device=`.
+
+        Example: `Tensor.zeros(2, 3).shape == (2, 3)`.
+        """
         kwargs.setdefault("dtype", dtypes.default_float)
         return Tensor.full(_shape_arg(shape), 0, **kwargs)
 
     @staticmethod
     def ones(*shape: Any, **kwargs: Any) -> Tensor:
+        """A tensor of `shape` (ints or one tuple) filled with 1, float32 unless `dtype=` says otherwise; takes
+        `device=`.
+
+        Example: `Tensor.ones(2).tolist() == [1.0, 1.0]`.
+        """
         kwargs.setdefault("dtype", dtypes.default_float)
         return Tensor.full(_shape_arg(shape), 1, **kwargs)
 
@@ -278,9 +302,17 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         return self.full_like(b, dtype=dtype if dtype is not None else self.dtype)
 
     def zeros_like(self, **kwargs: Any) -> Tensor:
+        """Zeros with this tensor's shape, dtype and device (override with `dtype=`, `device=`).
+
+        Example: `Tensor([1, 2]).zeros_like().tolist() == [0, 0]`.
+        """
         return self.full_like(0, **kwargs)
 
     def ones_like(self, **kwargs: Any) -> Tensor:
+        """Ones with this tensor's shape, dtype and device (override with `dtype=`, `device=`).
+
+        Example: `Tensor([1, 2]).ones_like().tolist() == [1, 1]`.
+        """
         return self.full_like(1, **kwargs)
 
     def empty_like(
@@ -398,14 +430,26 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         return np.frombuffer(bytes(self._buffer().as_memoryview()), dtype=np_dt).reshape(self.shape).copy()
 
     def tolist(self) -> Any:
+        """The values as nested Python lists (a number for a 0-d tensor).
+
+        Example: `Tensor([[1, 2]]).tolist() == [[1, 2]]`.
+        """
         return self.numpy().tolist()
 
     def item(self) -> ConstType:
+        """The value of a one-element tensor as a Python number (runs the graph if needed).
+
+        Raises ValueError unless the tensor has exactly one element. Example: `Tensor([[3]]).item() == 3`.
+        """
         if self.numel() != 1:
             raise ValueError(f"item: only a tensor with one element has an item, got shape {self.shape}")
         return self.numpy().reshape(()).item()  # type: ignore[no-any-return]
 
     def data(self) -> memoryview:
+        """The realized contents as a memoryview of the device buffer, in C order (runs the graph if needed).
+
+        Raises an error for a tensor of symbolic shape. Example: `Tensor([1, 2]).data().tolist() == [1, 2]`.
+        """
         check_concrete(self.shape, "data")
         return self._buffer().as_memoryview()  # type: ignore[no-any-return]
 
@@ -625,19 +669,32 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     @_traced
     def add(self, x: Any, reverse: bool = False) -> Tensor:
+        """self + x, broadcast to a common shape and promoted to a common dtype (`reverse=True`: x + self).
+
+        Raises ValueError when the shapes do not broadcast. Example: `Tensor([1, 2]).add(1).tolist() == [2, 3]`.
+        """
         return self._binop(Ops.ADD, x, "add", reverse)
 
     @_traced
     def mul(self, x: Any, reverse: bool = False) -> Tensor:
+        """self * x, broadcast and promoted like `add` (`reverse=True`: x * self).
+
+        Example: `Tensor([2]).mul(3).item() == 6`.
+        """
         return self._binop(Ops.MUL, x, "mul", reverse)
 
     @_traced
     def sub(self, x: Any, reverse: bool = False) -> Tensor:
+        """self - x, broadcast and promoted like `add` (`reverse=True`: x - self).
+
+        Example: `Tensor([3]).sub(1).item() == 2`.
+        """
         lhs, other = self._broadcasted(x, "sub", reverse)
         return Tensor(lhs.uop + other.uop.alu(Ops.MUL, other.uop.const_like(-1)))
 
     @_traced
     def neg(self) -> Tensor:
+        """-self (for a bool tensor, logical not). Example: `Tensor([1, -2]).neg().tolist() == [-1, 2]`."""
         return self.logical_not() if self.dtype == dtypes.bool else self * -1
 
     @_traced
@@ -671,10 +728,12 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     @_traced
     def maximum(self, x: Any) -> Tensor:
+        """Elementwise max(self, x), broadcast like `add`. Example: `Tensor([1, 5]).maximum(3).tolist() == [3, 5]`."""
         return self._binop(Ops.MAX, x, "maximum")
 
     @_traced
     def minimum(self, x: Any) -> Tensor:
+        """Elementwise min(self, x), broadcast like `add`. Example: `Tensor([1, 5]).minimum(3).tolist() == [1, 3]`."""
         lhs, other = self._broadcasted(x, "minimum")
         return lhs._order_inverse().maximum(other._order_inverse())._order_inverse()
 
@@ -684,28 +743,56 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     @_traced
     def lt(self, y: Any) -> Tensor:
+        """Elementwise self < x as a bool tensor, broadcast like `add`.
+
+        Example: `Tensor([1, 2]).lt(2).tolist() == [True, False]`.
+        """
         return self._cmp(Ops.CMPLT, y, "lt")
 
     @_traced
     def gt(self, y: Any) -> Tensor:
+        """Elementwise self > x as a bool tensor, broadcast like `add`.
+
+        Example: `Tensor([1, 3]).gt(2).tolist() == [False, True]`.
+        """
         return self._cmp(Ops.CMPLT, y, "gt", reverse=True)
 
     @_traced
     def eq(self, x: Any) -> Tensor:
+        """Elementwise self == x as a bool tensor, broadcast like `add`.
+
+        Example: `Tensor([1, 2]).eq(2).tolist() == [False, True]`.
+        """
         return self._cmp(Ops.CMPEQ, x, "eq")
 
     @_traced
     def ne(self, x: Any) -> Tensor:
+        """Elementwise self != x as a bool tensor, broadcast like `add`.
+
+        Example: `Tensor([1, 2]).ne(2).tolist() == [True, False]`.
+        """
         return self._cmp(Ops.CMPNE, x, "ne")
 
     def ge(self, y: Any) -> Tensor:
+        """Elementwise self >= x as a bool tensor, broadcast like `add`.
+
+        Example: `Tensor([1, 2]).ge(2).tolist() == [False, True]`.
+        """
         return self._cmp(Ops.CMPLT, y, "ge").logical_not()
 
     def le(self, y: Any) -> Tensor:
+        """Elementwise self <= x as a bool tensor, broadcast like `add`.
+
+        Example: `Tensor([1, 3]).le(2).tolist() == [True, False]`.
+        """
         return self._cmp(Ops.CMPLT, y, "le", reverse=True).logical_not()
 
     @_traced
     def logical_not(self) -> Tensor:
+        """Elementwise not, as a bool tensor (nonzero is True).
+
+        Example: `Tensor([0, 2]).logical_not().tolist() == [True, False]`.
+        """
         return self.cast(dtypes.bool)._cmp(Ops.CMPNE, True, "logical_not")
 
     def _bitwise(self, op: Ops, y: Any, name: str, reverse: bool = False) -> Tensor:
@@ -716,14 +803,26 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     @_traced
     def bitwise_and(self, x: Any, reverse: bool = False) -> Tensor:
+        """Elementwise self & x for int and bool tensors, broadcast like `add`.
+
+        Raises TypeError for float dtypes. Example: `Tensor([6]).bitwise_and(3).item() == 2`.
+        """
         return self._bitwise(Ops.AND, x, "bitwise_and", reverse)
 
     @_traced
     def bitwise_or(self, x: Any, reverse: bool = False) -> Tensor:
+        """Elementwise self | x for int and bool tensors, broadcast like `add`.
+
+        Raises TypeError for float dtypes. Example: `Tensor([4]).bitwise_or(1).item() == 5`.
+        """
         return self._bitwise(Ops.OR, x, "bitwise_or", reverse)
 
     @_traced
     def bitwise_xor(self, x: Any, reverse: bool = False) -> Tensor:
+        """Elementwise self ^ x for int and bool tensors, broadcast like `add`.
+
+        Raises TypeError for float dtypes. Example: `Tensor([6]).bitwise_xor(3).item() == 5`.
+        """
         return self._bitwise(Ops.XOR, x, "bitwise_xor", reverse)
 
     @_traced
@@ -754,38 +853,50 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     @_traced
     def exp2(self) -> Tensor:
+        """Elementwise 2**x. Example: `Tensor([3.0]).exp2().item() == 8.0`."""
         return self._unary(Ops.EXP2)
 
     @_traced
     def log2(self) -> Tensor:
+        """Elementwise base-2 log; 0 gives -inf and negatives NaN. Example: `Tensor([8.0]).log2().item() == 3.0`."""
         return self._unary(Ops.LOG2)
 
     @_traced
     def exp(self) -> Tensor:
+        """Elementwise e**x (ints are cast to float first). Example: `Tensor([0.0]).exp().item() == 1.0`."""
         return (self._as_float() * (1 / math.log(2))).exp2()
 
     @_traced
     def log(self) -> Tensor:
+        """Elementwise natural log; 0 gives -inf and negatives NaN. Example: `Tensor([1.0]).log().item() == 0.0`."""
         return self.log2() * math.log(2)
 
     @_traced
     def sqrt(self) -> Tensor:
+        """Elementwise square root; negatives give NaN. Example: `Tensor([4.0]).sqrt().item() == 2.0`."""
         return self._unary(Ops.SQRT)
 
     @_traced
     def sin(self) -> Tensor:
+        """Elementwise sine (radians). Example: `Tensor([0.0]).sin().item() == 0.0`."""
         return self._unary(Ops.SIN)
 
     @_traced
     def reciprocal(self) -> Tensor:
+        """Elementwise 1/x; 0 gives inf. Example: `Tensor([4.0]).reciprocal().item() == 0.25`."""
         return self._unary(Ops.RECIPROCAL)
 
     @_traced
     def trunc(self) -> Tensor:
+        """Elementwise rounding toward zero (ints are returned unchanged).
+
+        Example: `Tensor([-1.7]).trunc().item() == -1.0`.
+        """
         return self._unary(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
 
     @_traced
     def relu(self) -> Tensor:
+        """Elementwise max(x, 0). Example: `Tensor([-1.0, 2.0]).relu().tolist() == [0.0, 2.0]`."""
         return (self > 0).where(self, 0)
 
     @_traced
@@ -805,10 +916,12 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     @_traced
     def tanh(self) -> Tensor:
+        """Elementwise hyperbolic tangent. Example: `Tensor([0.0]).tanh().item() == 0.0`."""
         return 2.0 * (2.0 * self._as_float()).sigmoid() - 1.0
 
     @_traced
     def square(self) -> Tensor:
+        """Elementwise x * x. Example: `Tensor([-3]).square().item() == 9`."""
         return self * self
 
     def _as_float(self) -> Tensor:
@@ -816,6 +929,11 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     @_traced
     def cast(self, dtype: DTypeLike) -> Tensor:
+        """The tensor converted to `dtype` (a DType or its name); returns self when the dtype is already that.
+
+        Raises TypeError (AttributeError too) for an unknown dtype name. Example:
+        `Tensor([1.7]).cast(dtypes.int32).item() == 1`.
+        """
         dt = to_dtype(dtype)
         return self if dt == self.dtype else Tensor(self.uop.cast(dt))
 
@@ -861,27 +979,35 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         return Tensor.stack(*split, dim=-1).reshape(*self.shape[:-1], -1).bitcast(dt)
 
     def float(self) -> Tensor:
+        """`cast(dtypes.float32)`. Example: `Tensor([1]).float().dtype == dtypes.float32`."""
         return self.cast(dtypes.float32)
 
     def double(self) -> Tensor:
+        """`cast(dtypes.float64)`. Example: `Tensor([1.0]).double().dtype == dtypes.float64`."""
         return self.cast(dtypes.float64)
 
     def bfloat16(self) -> Tensor:
+        """`cast(dtypes.bfloat16)`. Example: `Tensor([1.0]).bfloat16().dtype == dtypes.bfloat16`."""
         return self.cast(dtypes.bfloat16)
 
     def long(self) -> Tensor:
+        """`cast(dtypes.int64)`. Example: `Tensor([1]).long().dtype == dtypes.int64`."""
         return self.cast(dtypes.int64)
 
     def short(self) -> Tensor:
+        """`cast(dtypes.int16)`. Example: `Tensor([1]).short().dtype == dtypes.int16`."""
         return self.cast(dtypes.int16)
 
     def half(self) -> Tensor:
+        """`cast(dtypes.float16)`. Example: `Tensor([1.0]).half().dtype == dtypes.float16`."""
         return self.cast(dtypes.float16)
 
     def int(self) -> Tensor:
+        """`cast(dtypes.int32)` (floats truncate toward zero). Example: `Tensor([1.9]).int().item() == 1`."""
         return self.cast(dtypes.int32)
 
     def bool(self) -> Tensor:
+        """`cast(dtypes.bool)` (nonzero is True). Example: `Tensor([0, 3]).bool().tolist() == [False, True]`."""
         return self.cast(dtypes.bool)
 
     # *** reductions ***
@@ -934,10 +1060,18 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     @_traced
     def max(self, axis: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Tensor:
+        """The largest element over `axis` (an int, a sequence, or None for all axes), dropping it unless `keepdim`.
+
+        Raises IndexError for an axis out of range. Example: `Tensor([[1, 4], [3, 2]]).max(axis=1).tolist() == [4, 3]`.
+        """
         return self._reduce(Ops.MAX, axis, keepdim, "max")
 
     @_traced
     def min(self, axis: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Tensor:
+        """The smallest element over `axis` (an int, a sequence, or None for all axes), dropping it unless `keepdim`.
+
+        Raises IndexError for an axis out of range. Example: `Tensor([[1, 4], [3, 2]]).min(axis=0).tolist() == [1, 2]`.
+        """
         self._resolve_axes(axis, "min")
         return self._order_inverse().max(axis, keepdim)._order_inverse()
 
@@ -951,6 +1085,11 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     @_traced
     def mean(self, axis: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Tensor:
+        """The mean over `axis` (None: all axes), dropping it unless `keepdim`; ints give float32.
+
+        Raises IndexError for an axis out of range. Example: `Tensor([[1, 2], [3, 4]]).mean(axis=0).tolist() == [2.0,
+        3.0]`.
+        """
         out_dt = self.dtype if dtypes.is_float(self.dtype) else dtypes.float32
         axes = self._resolve_axes(axis, "mean")
         count = prod(self.shape[a] for a in axes) if self.ndim else 1
@@ -1088,6 +1227,11 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     @_traced
     def shrink(self, arg: Sequence[tuple[builtins.int, builtins.int] | None]) -> Tensor:
+        """The view keeping `[start, end)` of each axis; `arg` has one pair (or None: the whole axis) per axis.
+
+        Raises ValueError for a wrong number of pairs or a range outside the axis. Example: `Tensor([1, 2,
+        3]).shrink(((1, 3),)).tolist() == [2, 3]`.
+        """
         if len(arg) != self.ndim:
             raise ValueError(f"shrink: expected {self.ndim} (start, end) pairs for shape {self.shape}, got {len(arg)}")
         pairs = zip(arg, self.shape, strict=True)
@@ -1120,6 +1264,10 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         return a % max(self.ndim, 1)
 
     def transpose(self, dim0: builtins.int = 1, dim1: builtins.int = 0) -> Tensor:
+        """The view with axes `dim0` and `dim1` swapped.
+
+        Raises IndexError for an axis out of range. Example: `Tensor.ones(2, 3, 4).transpose(0, 2).shape == (4, 3, 2)`.
+        """
         order = list(range(self.ndim))
         a, b = self._axis(dim0, "transpose"), self._axis(dim1, "transpose")
         order[a], order[b] = order[b], order[a]
@@ -1127,15 +1275,27 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     @property
     def T(self) -> Tensor:
+        """The tensor with its first two axes swapped (`transpose()`); for a matrix, its transpose.
+
+        Example: `Tensor.ones(2, 3).T.shape == (3, 2)`.
+        """
         return self.transpose()
 
     def flatten(self, start_dim: builtins.int = 0, end_dim: builtins.int = -1) -> Tensor:
+        """Axes `start_dim`..`end_dim` (inclusive) merged into one; a 0-d tensor becomes shape (1,).
+
+        Raises IndexError for an axis out of range. Example: `Tensor.ones(2, 3, 4).flatten(1).shape == (2, 12)`.
+        """
         if self.ndim == 0:
             return self.reshape(1)
         s, e = self._axis(start_dim, "flatten"), self._axis(end_dim, "flatten")
         return self.reshape(*self.shape[:s], prod(self.shape[s : e + 1]), *self.shape[e + 1 :])
 
     def unsqueeze(self, dim: builtins.int) -> Tensor:
+        """A new axis of size 1 inserted at `dim` (negative counts from the end of the result).
+
+        Raises IndexError for a dim outside -ndim-1..ndim. Example: `Tensor.ones(3).unsqueeze(0).shape == (1, 3)`.
+        """
         d = dim if dim >= 0 else dim + self.ndim + 1
         if not 0 <= d <= self.ndim:
             raise IndexError(
@@ -1144,6 +1304,10 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         return self.reshape(*self.shape[:d], 1, *self.shape[d:])
 
     def squeeze(self, dim: builtins.int | None = None) -> Tensor:
+        """The tensor without axis `dim` if its size is 1 (unchanged otherwise), or without every size-1 axis for None.
+
+        Raises IndexError for an axis out of range. Example: `Tensor.ones(1, 3, 1).squeeze().shape == (3,)`.
+        """
         if dim is None:
             return self.reshape(*[s for s in self.shape if s != 1])
         d = self._axis(dim, "squeeze")  # a 0-d tensor takes dim 0 or -1, like torch, and stays as it is

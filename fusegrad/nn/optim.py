@@ -213,10 +213,15 @@ class OptimizerGroup(Optimizer):
             o.lr = value
 
     def zero_grad(self) -> None:
+        """Clear the gradients of every member's parameters."""
         for o in self.optimizers:
             o.zero_grad()
 
     def schedule_step(self) -> list[Tensor]:
+        """Every member's update, as tensors to realize (`step()` realizes them); all gradients are realized first.
+
+        Raises RuntimeError outside training mode (`Tensor.train()`).
+        """
         _check_training("OptimizerGroup.step")
         # every member's gradients before any member's writes (see Optimizer.schedule_step)
         Tensor.realize(*[t.grad for t in self.params if t.grad is not None])
