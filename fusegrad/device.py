@@ -120,6 +120,7 @@ class _Device:
 
     @property
     def default(self) -> Compiled:
+        """The opened device object for `Device.DEFAULT` (its allocator, compiler and runtime)."""
         return self[self.DEFAULT]
 
     @property

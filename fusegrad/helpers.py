@@ -188,6 +188,10 @@ def dedup(xs: Iterable[T]) -> list[T]:
 
 # Any: shape arguments mix ints and symbolic UOps, passed as `f(2, 3)` or `f((2, 3))`
 def argfix(*x: Any) -> tuple[Any, ...]:
+    """Arguments given as `f(2, 3)` or `f((2, 3))` as one tuple.
+
+    Raises ValueError for a sequence followed by more arguments. Example: `argfix((2, 3)) == argfix(2, 3) == (2, 3)`.
+    """
     if x and x[0].__class__ in (tuple, list):
         if len(x) != 1:
             raise ValueError(f"argfix: a sequence must be the only argument: got {x}")
@@ -206,10 +210,12 @@ def argsort(x: list[Any] | tuple[Any, ...]) -> list[int] | tuple[int, ...]:
 
 
 def all_same(items: Sequence[object]) -> bool:
+    """Whether every item equals the first (True for an empty sequence). Example: `all_same([1, 1])`."""
     return all(x == items[0] for x in items)
 
 
 def all_int(t: Sequence[object]) -> TypeGuard[tuple[int, ...]]:
+    """Whether every entry of `t` is a Python int (no symbolic sizes). Example: `all_int((2, 3))`."""
     return all(isinstance(s, int) for s in t)
 
 
@@ -237,6 +243,7 @@ _ANSI_RE = re.compile("\x1b\\[(K|.*?m)")
 
 
 def ansistrip(s: str) -> str:
+    """`s` without its ANSI colour escape codes. Example: `ansistrip(colored("x", "red")) == "x"`."""
     return _ANSI_RE.sub("", s)
 
 
@@ -246,15 +253,21 @@ def ansilen(s: str) -> int:
 
 
 def make_tuple(x: int | Sequence[int], cnt: int) -> tuple[int, ...]:
+    """`x` repeated `cnt` times if it is an int, else `x` as a tuple. Example: `make_tuple(3, 2) == (3, 3)`."""
     return (x,) * cnt if isinstance(x, int) else tuple(x)
 
 
 def flatten(nested: Iterable[Iterable[T]]) -> list[T]:
+    """The items of the inner iterables in one list. Example: `flatten([[1], [2, 3]]) == [1, 2, 3]`."""
     return [item for sub in nested for item in sub]
 
 
 # Any: nested Python lists / numpy arrays of scalars of any type, as given to Tensor(...)
 def fully_flatten(nested: Any) -> list[Any]:
+    """Every leaf of arbitrarily nested sequences (numpy arrays too; strings are leaves) in one list.
+
+    Example: `fully_flatten([[1, [2]], 3]) == [1, 2, 3]`.
+    """
     if hasattr(nested, "__len__") and hasattr(nested, "__getitem__") and not isinstance(nested, str | bytes):
         if getattr(nested, "shape", None) == ():
             return [nested[()]]  # 0-d numpy array
@@ -271,10 +284,12 @@ def strip_parens(fst: str) -> str:
 
 
 def ceildiv(num: int, amt: int) -> int:
+    """num / amt rounded up, for ints. Example: `ceildiv(7, 2) == 4`."""
     return -(num // -amt)
 
 
 def round_up(num: int, amt: int) -> int:
+    """`num` rounded up to a multiple of `amt`. Example: `round_up(7, 4) == 8`."""
     return (num + amt - 1) // amt * amt
 
 
@@ -319,10 +334,12 @@ def flat_to_grouped(padding: Sequence[T]) -> tuple[tuple[T, T], ...]:
 
 
 def lo32(x: int) -> int:
+    """The low 32 bits of `x`. Example: `lo32((1 << 32) + 5) == 5`."""
     return x & 0xFFFFFFFF
 
 
 def hi32(x: int) -> int:
+    """The bits of `x` above the low 32. Example: `hi32(1 << 33) == 2`."""
     return x >> 32
 
 
@@ -368,6 +385,10 @@ def polyN(x: T, p: list[float]) -> T:  # noqa: N802  # compat name
 
 
 def merge_dicts(ds: Iterable[dict[T, U]]) -> dict[T, U]:
+    """The union of the dicts (asserts that a key repeated across them has the same value).
+
+    Example: `merge_dicts([{1: 2}, {3: 4}]) == {1: 2, 3: 4}`.
+    """
     ret: dict[T, U] = {}
     for d in ds:
         for k, v in d.items():
@@ -386,11 +407,13 @@ def partition(itr: Iterable[T], fxn: Callable[[T], bool]) -> tuple[list[T], list
 
 
 def unwrap(x: T | None) -> T:
+    """`x`, asserting it is not None (narrows the type for mypy). Example: `unwrap(3) == 3`."""
     assert x is not None, "unwrap: got None, expected a value"
     return x
 
 
 def get_single_element(x: Sequence[T]) -> T:
+    """The only element of `x` (asserts there is exactly one). Example: `get_single_element([5]) == 5`."""
     assert len(x) == 1, f"get_single_element: got {len(x)} elements, expected 1: {x}"
     return x[0]
 
@@ -423,6 +446,7 @@ def word_wrap(x: str, wrap: int = 80) -> str:
 
 
 def pluralize(st: str, cnt: int) -> str:
+    """`cnt` and the word, with an s unless cnt is 1. Example: `pluralize("kernel", 2) == "2 kernels"`."""
     return f"{cnt} {st}" + ("" if cnt == 1 else "s")
 
 
@@ -641,6 +665,10 @@ def to_mv(ptr: int, sz: int) -> memoryview:
 
 
 def flat_mv(mv: memoryview) -> memoryview:
+    """The memoryview as flat bytes (format "B", one dimension).
+
+    Example: `len(flat_mv(memoryview(bytes(4)).cast("I"))) == 4`.
+    """
     return mv if len(mv) == 0 else mv.cast("B", shape=(mv.nbytes,))
 
 
@@ -691,6 +719,7 @@ class GlobalCounters:
 
     @staticmethod
     def reset() -> None:
+        """Set every counter (ops, memory, kernel time, kernel count) back to zero."""
         GlobalCounters.global_ops, GlobalCounters.global_mem = 0, 0
         GlobalCounters.time_sum_s, GlobalCounters.kernel_count = 0.0, 0
 
@@ -779,6 +808,7 @@ def diskcache_put(table: str, key: CacheKey, val: V) -> V:
 
 
 def diskcache_clear() -> None:
+    """Delete every entry of the persistent compile cache (the sqlite file `CACHEDB` names)."""
     cache_clear(CACHEDB.value)
 
 
