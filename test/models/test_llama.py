@@ -49,7 +49,7 @@ def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
 class Attention:
     def __init__(self, dim: int, n_heads: int, n_kv_heads: int, barrier: bool = False) -> None:
         self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, dim // n_heads
-        self.barrier = barrier  # realize the projections before the rotary embedding (see ROPE_BUG)
+        self.barrier = barrier  # realize the projections before the rotary embedding (see BARRIERS)
         self.n_rep = n_heads // n_kv_heads
         self.wq = nn.Linear(dim, n_heads * self.head_dim, bias=False)
         self.wk = nn.Linear(dim, n_kv_heads * self.head_dim, bias=False)
@@ -149,12 +149,9 @@ def run_block(block: TransformerBlock, x: Tensor) -> Tensor:
     return block(x, precompute_freqs_cis(DIM // HEADS, SEQ), mask)
 
 
-# A scheduler bug: the cat of two gated slices of one lazy matmul (the rotary embedding's complex_mult on the query
-# projection) reuses one slice's reduce for both, so positions past 0 come out wrong. Repro:
-#   p = (Tensor.randn(2, 3) @ Tensor.randn(3, 4)).reshape(2, 2, 2); p[..., 0:1].cat(p[..., 1:2], dim=-1)
-# gives 0 in every first column. The barrier (the projections realized first) shows the rest of the block is right.
-ROPE_BUG = pytest.mark.xfail(strict=True, reason="scheduler: cat of gated slices of one lazy reduce merges them")
-BARRIERS = [pytest.param(False, marks=ROPE_BUG, id="fused"), pytest.param(True, id="barrier")]
+# The cat of two gated slices of one lazy matmul (complex_mult on the query projection) once reused one slice's
+# reduce for both; "fused" runs the reference's code as it is, "barrier" realizes the projections first.
+BARRIERS = [pytest.param(False, id="fused"), pytest.param(True, id="barrier")]
 
 
 @pytest.mark.parametrize("barrier", BARRIERS)
@@ -167,17 +164,17 @@ def test_llama_block_forward(serve_weights: Callable[[str, torch.nn.Module], Non
 
 @pytest.mark.parametrize("barrier", BARRIERS)
 def test_llama_block_backward(serve_weights: Callable[[str, torch.nn.Module], None], barrier: bool) -> None:
-    """Gradients of a weighted sum of the outputs for the query, key and gate weights and a norm. (With the input's
-    gradient asked for too, or each gradient realized on its own, even the barrier variant hits ROPE_BUG.)"""
+    """Gradients of a weighted sum of the outputs for the input, the query, key, output and gate weights and a norm,
+    each gradient realized on its own."""
     block, twin = pair(serve_weights, barrier)
     x = np.random.default_rng(2).standard_normal((BATCH, SEQ, DIM)).astype(np.float32)
     weights = np.random.default_rng(3).standard_normal((BATCH, SEQ, DIM)).astype(np.float32)
     for p in get_parameters(block):
         p.requires_grad = True
-    (run_block(block, Tensor(x)) * Tensor(weights)).sum().backward()
-    Tensor.realize(*[p.grad for p in get_parameters(block) if p.grad is not None])  # one schedule, as a step would
-    (twin(torch.tensor(x)) * torch.tensor(weights)).sum().backward()
-    pairs = [(block.attention.wq.weight, twin.attention.wq.weight),
+    ours_x, theirs_x = Tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    (run_block(block, ours_x) * Tensor(weights)).sum().backward()
+    (twin(theirs_x) * torch.tensor(weights)).sum().backward()
+    pairs = [(ours_x, theirs_x), (block.attention.wq.weight, twin.attention.wq.weight),
              (block.attention.wk.weight, twin.attention.wk.weight),
              (block.attention.wo.weight, twin.attention.wo.weight),
              (block.feed_forward.w1.weight, twin.feed_forward.w1.weight),
