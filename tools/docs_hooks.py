@@ -25,11 +25,13 @@ def _flag_declaration(node: ast.stmt) -> tuple[str, str, str] | None:
     """(flag name, how it is read, default source) for `X = ContextVar("X", d)` or `X = getenv("X", d) ...`."""
     if not isinstance(node, ast.Assign) or len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
         return None
-    calls = [n for n in ast.walk(node.value) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
-    for call in calls:
-        if call.func.id in ("ContextVar", "getenv") and call.args and isinstance(call.args[0], ast.Constant):  # type: ignore[attr-defined]
+    for call in ast.walk(node.value):
+        if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name) or not call.args:
+            continue
+        name = call.args[0]
+        if call.func.id in ("ContextVar", "getenv") and isinstance(name, ast.Constant):
             default = ast.unparse(call.args[1]) if len(call.args) > 1 else "0"
-            return str(call.args[0].value), call.func.id, default  # type: ignore[attr-defined]
+            return str(name.value), call.func.id, default
     return None
 
 

@@ -1,0 +1,49 @@
+"""Tests for tools/docs_hooks.py: the generated flags page lists exactly the declared flags, screenshot marks."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import fusegrad  # noqa: F401  # every module imported: a flag declared anywhere is in ContextVar._cache
+from fusegrad.helpers import ContextVar
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def hooks() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "tools" / "docs_hooks.py")
+    assert spec is not None, "tools/docs_hooks.py not found"
+    assert spec.loader is not None, "tools/docs_hooks.py has no loader"
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["docs_hooks"] = module  # dataclasses and typing look modules up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_flags_page_lists_every_declared_flag(hooks: ModuleType) -> None:
+    on_page = {name for name, kind, _, _ in hooks.read_flags(hooks.HELPERS.read_text()) if kind == "ContextVar"}
+    assert on_page == set(ContextVar._cache), f"differs: {sorted(on_page ^ set(ContextVar._cache))}"
+    page = hooks.flags_page()
+    assert "| `DEBUG` | `0` |" in page
+    assert "kernel counts" in page  # DEBUG's effect, from its declaration's comment
+
+
+def test_read_flags_takes_default_and_comment(hooks: ModuleType) -> None:
+    source = 'X = ContextVar("X", 3)  # 1: do x\nY = getenv("Y", "")\nZ = 5  # not a flag\n'
+    assert hooks.read_flags(source) == [("X", "ContextVar", "3", "1: do x"), ("Y", "read once", "''", "")]
+
+
+def test_screenshot_mark_becomes_image_or_note(
+    hooks: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(hooks, "ARTIFACTS", tmp_path)
+    mark = "<!-- screenshot: viz_a.png | The view -->"
+    assert "has run before the build" in hooks.screenshot_markdown(mark, 0)
+    (tmp_path / "viz_a.png").write_bytes(b"png")
+    assert hooks.screenshot_markdown(mark, 1) == "![The view](../img/viz/viz_a.png)"
