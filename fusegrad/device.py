@@ -25,6 +25,7 @@ from fusegrad.dtype import DType, _to_np_dtype, dtypes
 from fusegrad.helpers import (
     ALLOW_DEVICE_USAGE,
     CCACHE,
+    CRASH_REPORT,
     DEBUG,
     DEV,
     LRU,
@@ -633,6 +634,8 @@ class CompileError(RuntimeError):
 class Compiler:
     """Source -> binary. `compile_cached` keeps binaries in the disk cache table `cachekey` (when CCACHE is on)."""
 
+    joins_sources: ClassVar[bool] = False  # True: sources joined into one text compile to one binary holding them all
+
     def __init__(self, cachekey: str | None = None) -> None:
         self.cachekey = cachekey  # the diskcache table, "compile_<name>"; None: never cached
 
@@ -652,6 +655,26 @@ class Compiler:
         if table is not None:
             diskcache_put(table, key, lib)
         return lib
+
+    def compile_cached_many(self, srcs: list[str]) -> list[bytes]:
+        """Binaries of several sources whose kernels have distinct names. Where the compiler `joins_sources`, those not
+        in the disk cache are built by one compiler run over the joined text (one process instead of one each: most of
+        a small kernel's compile is process start-up), and that binary, holding them all, is cached under each source;
+        when the joined build fails, each is built alone, so an error names its own kernel."""
+        table = self.cachekey if CCACHE else None
+        cached: dict[str, bytes] = {}
+        for src in srcs:
+            if table is not None and isinstance(lib := diskcache_get(table, self.cache_key(src)), bytes):
+                cached[src] = lib
+        todo = [src for src in dict.fromkeys(srcs) if src not in cached]
+        if self.joins_sources and not CRASH_REPORT and len(todo) > 1:
+            try:
+                joined = self.compile("\n".join(todo))
+            except CompileError:
+                todo = []  # built one by one below
+            for src in todo:
+                cached[src] = joined if table is None else diskcache_put(table, self.cache_key(src), joined)
+        return [cached[src] if src in cached else self.compile_cached(src) for src in srcs]
 
     def check_usable(self) -> None:
         """Raise (with how to fix it) if this compiler can't work here, e.g. no C compiler is installed."""

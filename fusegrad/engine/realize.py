@@ -5,8 +5,10 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -16,6 +18,7 @@ from fusegrad.helpers import (
     CAPTURING,
     DEBUG,
     NOOPT,
+    PARALLEL_COMPILE,
     PROFILE,
     TRACEMETA,
     GlobalCounters,
@@ -217,6 +220,75 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
     return runner
 
 
+RunnerKey = tuple[str, type[Compiler], bytes, tuple[int, int], bool]
+COMPILE_BATCH_MAX = 16  # kernels one compiler run builds at most (more batches than compilers keeps them all busy)
+
+
+def _base_runner_key(device: str, ast: UOp) -> RunnerKey:
+    """get_runner's key of the binary that every device of this type shares."""
+    return (device.split(":")[0], type(Device[device].compiler), ast.key, (BEAM.value, NOOPT.value), True)
+
+
+class _CompileBatches:
+    """Groups rendered kernels into batches (one compiler type, distinct function names, at most `size`: one binary
+    can't hold two kernels of one name) and hands each full batch to a thread pool."""
+
+    def __init__(self, pool: ThreadPoolExecutor, size: int) -> None:
+        self.pool, self.size = pool, size
+        self.batch: list[tuple[RunnerKey, ProgramSpec]] = []
+        self.jobs: list[tuple[list[tuple[RunnerKey, ProgramSpec]], Future[list[bytes]]]] = []
+
+    def add(self, key: RunnerKey, program: ProgramSpec) -> None:
+        if self.batch and not self._fits(program):
+            self.flush()
+        self.batch.append((key, program))
+        if len(self.batch) >= self.size:
+            self.flush()
+
+    def _fits(self, program: ProgramSpec) -> bool:
+        compiler = type(Device[self.batch[0][1].device].compiler)
+        if type(Device[program.device].compiler) is not compiler:
+            return False
+        return all(p.function_name != program.function_name for _, p in self.batch)
+
+    def flush(self) -> None:
+        if self.batch:
+            compile_many = Device[self.batch[0][1].device].compiler.compile_cached_many
+            self.jobs.append((self.batch, self.pool.submit(compile_many, [p.src for _, p in self.batch])))
+            self.batch = []
+
+    def results(self) -> Iterator[tuple[RunnerKey, ProgramSpec, bytes]]:
+        self.flush()
+        for batch, libs in self.jobs:
+            for (key, program), lib in zip(batch, libs.result(), strict=True):
+                yield key, program, lib
+
+
+def compile_ahead(schedule: list[ExecItem]) -> None:
+    """Compile the schedule's kernels that have no runner yet before running any: kernels render on this thread
+    (Python) while a thread pool drives the compiler on batches already rendered, several compiler processes at once,
+    each building its batch in one run where the compiler can (Compiler.compile_cached_many; the disk cache is asked
+    first). Runs for two new kernels or more, not under BEAM (its search compiles each candidate)."""
+    if PARALLEL_COMPILE.value == 1 or BEAM.value >= 1:
+        return
+    pending: dict[RunnerKey, tuple[str, UOp]] = {}
+    for ei in schedule:
+        if ei.prg is not None or ei.ast.op is not Ops.SINK or not ei.bufs or (first := ei.bufs[0]) is None:
+            continue
+        if (key := _base_runner_key(first.device, ei.ast)) not in method_cache:
+            pending.setdefault(key, (first.device, ei.ast))
+    if len(pending) < 2:
+        return
+    workers = min(PARALLEL_COMPILE.value or max(2, os.cpu_count() or 1), len(pending))
+    span = TracingKey(f"compile {len(pending)} kernels, {workers} compilers at once")
+    with ThreadPoolExecutor(workers, thread_name_prefix="fusegrad-cc") as pool, cpu_profile(span, "TINY"):
+        batches = _CompileBatches(pool, min(COMPILE_BATCH_MAX, -(-len(pending) // workers)))
+        for key, (device, ast) in pending.items():
+            batches.add(key, dataclasses.replace(get_program(ast, Device[device].renderer), device=device))
+        for key, program, lib in batches.results():  # get_runner finds these under the base key
+            method_cache[key] = CompiledRunner(program, lib)
+
+
 def _with_beam_opts(ast: UOp, device: str) -> UOp:
     """With BEAM set, the AST with the opts a timed search picked on `device` (codegen/search.py)."""
     if BEAM.value < 1:
@@ -364,6 +436,7 @@ def run_schedule(
     """Lower and run every item in order, popping each off `schedule` (so its buffers can be freed as it goes).
     Afterwards the tensors whose kernels ran read their buffers (see ExecItem.settles)."""
     settled: list[UOp] = []
+    compile_ahead(schedule)
     while schedule:
         ei = schedule.pop(0).lower()
         if capturing and CAPTURING:

@@ -277,3 +277,87 @@ def test_cpu_and_python_agree(ast: UOp, out: tuple[int, DType], values: list[flo
         with np.errstate(over="ignore"):
             a = np.array(values, np.int32)
             assert cpu == (a * np.int32(65536) + np.concatenate([a[2:], np.zeros(2, np.int32)])).tolist()
+
+
+# *** compile_ahead: a schedule's new kernels built in batches, several compilers at once ***
+
+
+@pytest.fixture
+def compile_calls(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> Iterator[list[str]]:
+    """Sources handed to the CPU compiler, with an empty compile cache and empty method cache for the test."""
+    from fusegrad.runtime.support.compiler_cpu import ClangCompiler
+
+    calls: list[str] = []
+    real = ClangCompiler.compile
+
+    def compile_and_count(self: ClangCompiler, src: str) -> bytes:
+        if "fusegrad_probe" not in src:  # the toolchain probe is not a kernel
+            calls.append(src)
+        return real(self, src)
+
+    monkeypatch.setattr(ClangCompiler, "compile", compile_and_count)
+    monkeypatch.setattr(realize, "method_cache", {})
+    with Context(CACHEDB=str(tmp_path) + "/cache.db"):
+        yield calls
+
+
+def _distinct_kernels(k: float) -> tuple[list[object], list[np.ndarray]]:
+    from fusegrad import Tensor
+
+    outs = [(Tensor.arange(n).float() * k + n).contiguous() for n in range(3, 9)]  # names differ: E_3 ... E_8
+    return outs, [np.arange(n, dtype=np.float32) * np.float32(k) + n for n in range(3, 9)]
+
+
+def test_compile_ahead_builds_new_kernels_in_batches(compile_calls: list[str]) -> None:
+    from fusegrad import Tensor
+
+    outs, want = _distinct_kernels(1.25)
+    with Context(PARALLEL_COMPILE=2):
+        Tensor.realize(*outs)  # type: ignore[arg-type]  # Tensors
+    assert len(compile_calls) == 2  # 6 kernels in 2 batches of 3, one compiler run each
+    assert all(src.count("void E_") == 3 for src in compile_calls)
+    for out, expected in zip(outs, want, strict=True):
+        np.testing.assert_allclose(out.numpy(), expected)  # type: ignore[attr-defined]  # a Tensor
+
+
+def test_compile_ahead_can_be_off(compile_calls: list[str]) -> None:
+    from fusegrad import Tensor
+
+    outs, want = _distinct_kernels(0.75)
+    with Context(PARALLEL_COMPILE=1):
+        Tensor.realize(*outs)  # type: ignore[arg-type]  # Tensors
+    assert len(compile_calls) == 6  # one run per kernel, as each is lowered
+    np.testing.assert_allclose(outs[0].numpy(), want[0])  # type: ignore[attr-defined]  # a Tensor
+
+
+def test_compile_batches_keep_same_named_kernels_apart() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fusegrad import Tensor
+
+    ast = (Tensor.arange(8).float() * 2.5).contiguous().schedule()[-1].ast
+    program = get_program(ast, Device["CPU"].renderer)
+    renamed = [program, ProgramSpec(**{**vars(program), "src": program.src.replace("2.5f", "3.5f")})]
+    with ThreadPoolExecutor(2) as pool:
+        batches = realize._CompileBatches(pool, 4)
+        for n, p in enumerate([*renamed, renamed[0]]):
+            batches.add(("CPU", type(Device["CPU"].compiler), bytes([n]), (0, 0), True), p)
+        results = list(batches.results())
+    assert [len(batch) for batch, _ in batches.jobs] == [1, 1, 1]  # one binary can't hold two kernels of one name
+    assert [p.src for _, p, _ in results] == [p.src for p in [*renamed, renamed[0]]]
+
+
+def test_compile_cached_many_falls_back_to_one_by_one(tmp_path: object) -> None:
+    from fusegrad.device import CompileError
+    from fusegrad.runtime.support.compiler_cpu import ClangCompiler
+
+    good = ADD_SRC
+    bad = "void broken(float* out) { out[0] = missing; }\n"
+    with Context(CACHEDB=str(tmp_path) + "/cache.db"):
+        compiler = ClangCompiler()
+        libs = compiler.compile_cached_many([good, good.replace("add4", "add4b")])
+        assert libs[0] == libs[1]  # one binary holding both kernels, cached under each source
+        assert compiler.compile_cached(good) == libs[0]
+        with pytest.raises(CompileError, match="missing") as err:
+            compiler.compile_cached_many([good.replace("add4", "add4c"), bad])
+        assert err.value.src == bad  # the error names the kernel that failed, not the joined text

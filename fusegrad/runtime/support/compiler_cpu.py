@@ -89,6 +89,8 @@ def _numbered(src: str) -> str:
 class ClangCompiler(Compiler):
     """Runs the system C compiler (gcc or clang, via `cc` by default) with CFLAGS into a shared object."""
 
+    joins_sources = True  # kernels with distinct names, joined into one C file, build one .so holding them all
+
     def __init__(self, cachekey: str | None = "compile_clang") -> None:
         super().__init__(cachekey)
 
