@@ -473,3 +473,14 @@ def test_search_paths_keep_results_on_cpu_and_python(case: tuple[str, tuple[Opt,
 def test_search_paths_keep_float_results_close(case: tuple[str, tuple[Opt, ...]]) -> None:
     name, opts = case
     check(KERNELS[name](dtypes.float32), dtypes.float32, "CPU", opts)
+
+
+def test_group_refuses_partials_and_swap_refuses_grouped_kernels() -> None:
+    # the combination loop of a GROUP is a reduce over registers, not data; a swap after a GROUP could move an output
+    # loop inside the partials' write (both were linearize errors: "nodes depend on a loop they are inside")
+    regroup = (Opt(OptOps.GROUP, 0, 4), Opt(OptOps.GROUP, 2, 2))
+    with pytest.raises(ValueError, match="GROUP of axis 2: got the combination of partials"):
+        full_rewrite(with_opts(full_sum(48, dtypes.float32)[0], regroup), ClangRenderer())
+    swap_after = (Opt(OptOps.GROUP, 2, 2), Opt(OptOps.SWAP, 0, 1))
+    with pytest.raises(ValueError, match="SWAP of axes 0 and 1: got a kernel with GROUP applied"):
+        full_rewrite(with_opts(matmul(4, 4, 4, dtypes.float32)[0], swap_after), ClangRenderer())
