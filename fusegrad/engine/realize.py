@@ -280,7 +280,7 @@ def compile_ahead(schedule: list[ExecItem]) -> None:
     if len(pending) < 2:
         return
     workers = min(PARALLEL_COMPILE.value or max(2, os.cpu_count() or 1), len(pending))
-    span = TracingKey(f"compile {len(pending)} kernels, {workers} compilers at once")
+    span = f"compile {len(pending)} kernels, {workers} compilers at once"
     with ThreadPoolExecutor(workers, thread_name_prefix="fusegrad-cc") as pool, cpu_profile(span, "TINY"):
         batches = _CompileBatches(pool, min(COMPILE_BATCH_MAX, -(-len(pending) // workers)))
         for key, (device, ast) in pending.items():

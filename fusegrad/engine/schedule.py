@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from fusegrad.helpers import cpu_profile
 from fusegrad.schedule.collectives import MultiCopy
 from fusegrad.schedule.multi import DEVICE_VAR, is_multi_range, multi_buffer
 from fusegrad.schedule.rangeify import Kernel, is_kernelized
@@ -32,6 +33,11 @@ def kernel_buffers(kernel: UOp) -> list[UOp]:
 
 def create_schedule(sink: UOp) -> list[ExecItem]:
     """ExecItems for every kernel below `sink`, in a valid run order."""
+    with cpu_profile("create_schedule", "TINY"):  # a span on the host track of the VIZ timeline
+        return _create_schedule(sink)
+
+
+def _create_schedule(sink: UOp) -> list[ExecItem]:
     from fusegrad.engine.realize import ExecItem  # realize imports the device layer; keep import time small
 
     items: list[ExecItem] = []

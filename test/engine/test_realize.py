@@ -361,3 +361,16 @@ def test_compile_cached_many_falls_back_to_one_by_one(tmp_path: object) -> None:
         with pytest.raises(CompileError, match="missing") as err:
             compiler.compile_cached_many([good.replace("add4", "add4c"), bad])
         assert err.value.src == bad  # the error names the kernel that failed, not the joined text
+
+
+def test_profile_has_schedule_and_compile_spans_on_the_host_track(compile_calls: list[str]) -> None:
+    from fusegrad import Tensor
+
+    outs, _ = _distinct_kernels(2.75)
+    cpu_events.clear()
+    with Context(PROFILE=1):
+        Tensor.realize(*outs)  # type: ignore[arg-type]  # Tensors
+    host = [str(e.name) for e in cpu_events if isinstance(e, ProfileRangeEvent) and e.device == "TINY"]
+    cpu_events.clear()
+    assert "create_schedule" in host
+    assert any(name.startswith("compile 6 kernels") for name in host)
