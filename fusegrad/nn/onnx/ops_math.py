@@ -100,9 +100,22 @@ def div(x: Tensor, y: Tensor) -> Tensor:
     return x.div(y, rounding_mode="trunc") if not is_float(x.dtype) else x / y
 
 
+def c_fmod(x: Tensor, y: Tensor) -> Tensor:
+    """C fmod for floats: the remainder takes x's sign, and a finite x over an infinite y stays x."""
+    # Tensor.fmod gives NaN for an infinite divisor, where C (and ONNX) keep x
+    return (y.isinf() & x.isfinite()).where(x, x.fmod(y))
+
+
 @onnx_op("Mod")
 def mod(x: Tensor, y: Tensor, fmod: int = 0) -> Tensor:
-    return x.fmod(y) if fmod else x.mod(y)
+    if not is_float(x.dtype):
+        return x.fmod(y) if fmod else x.mod(y)
+    remainder = c_fmod(x, y)
+    if fmod:
+        return remainder
+    # Python's mod takes the divisor's sign: move a nonzero remainder of the other sign by one divisor
+    other_sign = (remainder != 0) & ((remainder < 0) != (y < 0))
+    return other_sign.where(remainder + y, remainder)
 
 
 @onnx_op("Pow")

@@ -123,8 +123,10 @@ def split_heads(t: Tensor, heads: int) -> Tensor:
     return t.reshape(batch, seq, heads, -1).transpose(1, 2)
 
 
-def window_mask(sq: int, skv: int, offset: int, is_causal: int, left: int, right: int) -> Tensor | None:
-    """(Sq, Skv) bool: query i (at position i + offset among the keys) may see key j; None when all may."""
+def window_mask(sq: int, skv: int, offset: int | Tensor, is_causal: int, left: int, right: int) -> Tensor | None:
+    """(Sq, Skv) bool: query i (at position i + offset among the keys) may see key j; None when all may.
+
+    A per-batch offset (B, 1, 1, 1) makes it (B, 1, Sq, Skv)."""
     if not is_causal and left < 0 and right < 0:
         return None
     position = Tensor.arange(sq).reshape(sq, 1) + offset
@@ -167,8 +169,6 @@ def attention(
     left_window_size: int = -1,
     right_window_size: int = -1,
 ) -> list[Tensor]:
-    if nonpad_kv_seqlen is not None:
-        raise NotImplementedError("Attention: nonpad_kv_seqlen is not supported")
     was_3d = q.ndim == 3
     query, key, value = (
         split_heads(q, q_num_heads or 1),
@@ -184,10 +184,19 @@ def attention(
         key = key.repeat_interleave(query.shape[1] // key.shape[1], dim=1)
         value = value.repeat_interleave(query.shape[1] // value.shape[1], dim=1)
     factor = scale if scale is not None else 1 / math.sqrt(query.shape[-1])
-    raw = scores = (query @ key.transpose(-1, -2)) * factor  # (B, H, Sq, Skv)
+    scores = (query @ key.transpose(-1, -2)) * factor  # (B, H, Sq, Skv)
     if softcap > 0:  # before the mask, so masked scores stay -inf
-        scores = softcap * (raw / softcap).tanh()
-    allowed = window_mask(scores.shape[-2], scores.shape[-1], past, is_causal, left_window_size, right_window_size)
+        scores = softcap * (scores / softcap).tanh()
+    sq, skv = scores.shape[-2:]
+    offset: int | Tensor = past
+    valid_keys = None
+    if nonpad_kv_seqlen is not None:  # a static cache: batch b holds nonpad_kv_seqlen[b] real keys, then padding
+        lengths = nonpad_kv_seqlen.cast(dtypes.int64).reshape(-1, 1, 1, 1)
+        valid_keys = Tensor.arange(skv).reshape(1, 1, 1, skv) < lengths
+        offset = past if past_key is not None else lengths - sq
+    allowed = window_mask(sq, skv, offset, is_causal, left_window_size, right_window_size)
+    if valid_keys is not None:
+        allowed = valid_keys if allowed is None else allowed & valid_keys
     biased = masked_scores(scores, attn_mask, allowed)
     weights = biased.cast(dtypes.float32).softmax(-1)
     # a fully masked row attends to nothing: zeros, not the NaN of softmax over all -inf
@@ -195,8 +204,8 @@ def attention(
     out = weights @ value  # (B, H, Sq, Dv)
     if was_3d:
         out = out.transpose(1, 2).reshape(out.shape[0], out.shape[2], -1)
-    # modes: 0 the scaled QK product, 1 with the mask (softcapped only, when softcap is set), 2 softcapped, 3 weights
-    qk_output = [raw, scores if softcap > 0 else biased, scores, weights][qk_matmul_output_mode]
+    # modes: 0 and 1 the scaled QK product (softcapped when softcap is set), 2 with the masks added, 3 the weights
+    qk_output = [scores, scores, biased, weights][qk_matmul_output_mode]
     return [out, present_key, present_value, qk_output]
 
 

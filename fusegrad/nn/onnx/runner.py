@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 
 from fusegrad.dtype import DType, dtypes
-from fusegrad.nn.onnx import ops_index, ops_math, ops_nn, ops_norm, ops_reduce, ops_shape  # noqa: F401  (register ops)
+from fusegrad.nn.onnx import ops_extra, ops_index, ops_math, ops_nn, ops_norm, ops_reduce, ops_shape  # noqa: F401
 from fusegrad.nn.onnx.proto import attributes_of, dtype_of, load_model, tensor_from_numpy, tensor_from_proto
 from fusegrad.nn.onnx.registry import ONNX_OPS, remember_value
 from fusegrad.tensor import Tensor
@@ -57,6 +57,9 @@ class InputSpec:
 
 def input_spec(info: onnx.ValueInfoProto) -> InputSpec:
     """The InputSpec of a graph input's ValueInfoProto."""
+    if not info.type.HasField("tensor_type"):
+        kind = info.type.WhichOneof("value")
+        raise NotImplementedError(f"OnnxRunner: input {info.name!r} is a {kind}; only tensor inputs are supported")
     tensor_type = info.type.tensor_type
     dtype = dtype_of(tensor_type.elem_type, f"input {info.name!r}")
     if not tensor_type.HasField("shape"):

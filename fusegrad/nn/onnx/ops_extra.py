@@ -1,0 +1,76 @@
+"""ONNX ops of newer opsets and signal helpers on fusegrad Tensors: RotaryEmbedding, SwiGLU, Hann/Hamming/Blackman
+windows. Registered into `registry.ONNX_OPS` on import."""
+
+from __future__ import annotations
+
+import math
+
+from fusegrad.dtype import dtypes
+from fusegrad.nn.onnx.proto import dtype_of
+from fusegrad.nn.onnx.registry import onnx_op, scalar
+from fusegrad.tensor import Tensor
+
+
+@onnx_op("RotaryEmbedding")
+def rotary_embedding(
+    x: Tensor,
+    cos_cache: Tensor,
+    sin_cache: Tensor,
+    position_ids: Tensor | None = None,
+    interleaved: int = 0,
+    num_heads: int = 0,
+    rotary_embedding_dim: int = 0,
+) -> Tensor:
+    # work in (B, S, heads, D): 4-d inputs come as (B, heads, S, D), 3-d as (B, S, heads * D)
+    if x.ndim == 4:
+        work = x.transpose(1, 2)
+    else:
+        work = x.reshape(x.shape[0], x.shape[1], num_heads, -1)
+    dim = rotary_embedding_dim or work.shape[-1]
+    rotate, keep = work[..., :dim], work[..., dim:]
+    if position_ids is not None:  # caches (max positions, D/2) -> (B, S, D/2)
+        cos_cache, sin_cache = cos_cache[position_ids], sin_cache[position_ids]
+    cos, sin = cos_cache.unsqueeze(2), sin_cache.unsqueeze(2)  # (B, S, 1, D/2)
+    if interleaved:
+        first, second = rotate[..., 0::2], rotate[..., 1::2]
+    else:
+        first, second = rotate[..., : dim // 2], rotate[..., dim // 2 :]
+    real = cos * first - sin * second
+    imaginary = sin * first + cos * second
+    if interleaved:  # (..., D/2, 2) -> (..., D): real and imaginary parts alternate again
+        rotated = real.unsqueeze(-1).cat(imaginary.unsqueeze(-1), dim=-1).reshape(rotate.shape)
+    else:
+        rotated = real.cat(imaginary, dim=-1)
+    out = rotated.cat(keep, dim=-1)
+    return out.transpose(1, 2) if x.ndim == 4 else out.reshape(x.shape)
+
+
+@onnx_op("SwiGLU")
+def swiglu(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
+    return a * (alpha * a).sigmoid() * b
+
+
+def cosine_window(size: Tensor, periodic: int, output_datatype: int, coefficients: list[float]) -> Tensor:
+    """sum_k (-1)^k c_k cos(2 pi k n / d) for n in [0, size); d = size when periodic, else size - 1."""
+    count = int(scalar(size))
+    denominator = count if periodic else count - 1
+    n = Tensor.arange(count, dtype=dtypes.float64)
+    out = Tensor.zeros(count, dtype=dtypes.float64)
+    for k, c in enumerate(coefficients):
+        out = out + (-1) ** k * c * (2 * math.pi * k * n / denominator).cos()
+    return out.cast(dtype_of(output_datatype, "window"))
+
+
+@onnx_op("HannWindow")
+def hann_window(size: Tensor, output_datatype: int = 1, periodic: int = 1) -> Tensor:
+    return cosine_window(size, periodic, output_datatype, [0.5, 0.5])
+
+
+@onnx_op("HammingWindow")
+def hamming_window(size: Tensor, output_datatype: int = 1, periodic: int = 1) -> Tensor:
+    return cosine_window(size, periodic, output_datatype, [25 / 46, 21 / 46])
+
+
+@onnx_op("BlackmanWindow")
+def blackman_window(size: Tensor, output_datatype: int = 1, periodic: int = 1) -> Tensor:
+    return cosine_window(size, periodic, output_datatype, [0.42, 0.5, 0.08])
