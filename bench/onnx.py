@@ -4,10 +4,10 @@ Cases: the torch-exported models of test/nn/onnx_models.py: the ResNet-18-like c
 3x--size x--size images) and the transformer encoder (2 pre-norm layers, dim 32, 4 heads, batch 2 x 16 tokens with a
 padding mask). Each model is exported once; both runtimes get the same inputs.
 
-Timing: fusegrad's first call (graph build, compile) and TinyJit capture call are reported, not counted; then the best
-and median of --runs replays, each from ready input tensors to the output as a numpy array. onnxruntime runs --runs times after
-one warm-up. The ratio is onnxruntime's median time over fusegrad's (above 1: fusegrad is faster). The max relative
-difference of the outputs is printed beside the times.
+Timing: fusegrad's first call (graph build, compile) and TinyJit capture call are reported, not counted; then the
+median (and best) of --runs replays, each from ready input tensors to the output as a numpy array. onnxruntime runs
+--runs times after one warm-up. The ratio is onnxruntime's median time over fusegrad's (above 1: fusegrad is faster).
+The max difference of the outputs, relative to the largest output, is printed beside the times.
 Usage: python bench/onnx.py [--runs N] [--batch B] [--size S]
 """
 

@@ -22,10 +22,7 @@ def rotary_embedding(
     rotary_embedding_dim: int = 0,
 ) -> Tensor:
     # work in (B, S, heads, D): 4-d inputs come as (B, heads, S, D), 3-d as (B, S, heads * D)
-    if x.ndim == 4:
-        work = x.transpose(1, 2)
-    else:
-        work = x.reshape(x.shape[0], x.shape[1], num_heads, -1)
+    work = x.transpose(1, 2) if x.ndim == 4 else x.reshape(x.shape[0], x.shape[1], num_heads, -1)
     dim = rotary_embedding_dim or work.shape[-1]
     rotate, keep = work[..., :dim], work[..., dim:]
     if position_ids is not None:  # caches (max positions, D/2) -> (B, S, D/2)
