@@ -79,7 +79,8 @@ class KernelBuilder:
     loads: dict[UOp, int] = field(default_factory=dict)  # stored node -> global slot (1, 2, ...)
     ranges: itertools.count[int] = field(default_factory=itertools.count)
     memo: dict[tuple[Any, ...], UOp] = field(default_factory=dict)
-    memo_children: dict[tuple[UOp, Index], list[tuple[Any, ...]]] = field(default_factory=dict)
+    # keyed like memo, validity included: a source's children carry the validity they were read under
+    memo_children: dict[tuple[UOp, Index, UOp | None], list[tuple[Any, ...]]] = field(default_factory=dict)
     placements: dict[UOp, Placement] | None = None  # set for a multi-device kernel (multi.py)
     store_gate: UOp | None = None  # a masked write's store: where the index is in this device's block
     device_index: UOp | None = None  # its MULTI range: the device a copy of the kernel runs on
@@ -195,6 +196,7 @@ class KernelBuilder:
             node is self.root
             or node.op in GroupOp.Movement
             or node.op in (Ops.CONST, Ops.IOTA, Ops.DEFINE_VAR, Ops.BIND)
+            or node._shape is None  # math on kernel constants (a gradient's `e - 1`): the same at every index
         ):
             return
         key = (idx, valid)
@@ -243,12 +245,12 @@ class KernelBuilder:
         self.costly[node] = result = len(loads) >= 3 or ops >= 8
         return result
 
-    def combine(self, node: UOp, srcs: list[UOp], idx: Index) -> UOp:
+    def combine(self, node: UOp, srcs: list[UOp], idx: Index, valid: UOp | None) -> UOp:
         if node.op in GroupOp.Movement:
             return srcs[0]  # the index already moved; PAD's validity is applied by emit
         match node.op:
             case Ops.REDUCE_AXIS:
-                src_idx = self.memo_children[(node, idx)][0][1]
+                src_idx = self.memo_children[(node, idx, valid)][0][1]
                 loops = [r for a in node.arg[1] for r in _loops(src_idx[a])]
                 rngs = tuple(r for r in loops if r.arg[1] is AxisType.REDUCE and r not in idx)
                 return UOp(Ops.REDUCE, node.dtype, (srcs[0], *rngs), node.arg[0]) if rngs else srcs[0]
@@ -287,16 +289,16 @@ class KernelBuilder:
             if n.op is Ops.IOTA:
                 self.memo[key] = i[0].cast(n.dtype)
                 continue
-            kids = self.memo_children.get((n, i))
+            kids = self.memo_children.get(key)
             if kids is None:
-                kids = self.memo_children[(n, i)] = self.children(n, i, v, c)
+                kids = self.memo_children[key] = self.children(n, i, v, c)
             if not expanded:
                 stack.append((n, i, v, c, True))
                 stack.extend(
                     (k[0], k[1], k[2], k[3], False) for k in reversed(kids) if (k[0], k[1], k[2]) not in self.memo
                 )
                 continue
-            value = self.combine(n, [self.memo[(k[0], k[1], k[2])] for k in kids], i)
+            value = self.combine(n, [self.memo[(k[0], k[1], k[2])] for k in kids], i, v)
             if n.op is Ops.PAD and kids[0][2] is not None and kids[0][2] is not v:
                 value = kids[0][2].where(value, value.const_like(0))
             self.memo[key] = value
