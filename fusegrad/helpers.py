@@ -16,12 +16,9 @@ import hashlib
 import operator
 import os
 import pathlib
-import platform
 import re
-import shutil
 import string
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -117,6 +114,8 @@ class Context(contextlib.ContextDecorator):
 
 def temp(x: str, append_user: bool = False) -> str:
     """Path of x in the system temp dir (x.<user> with append_user, so users on one machine don't collide)."""
+    import tempfile  # with shutil, lzma and random, ~10 ms of import: only when asked
+
     name = f"{x}.{getpass.getuser()}" if append_user else x
     return (pathlib.Path(tempfile.gettempdir()) / name).as_posix()
 
@@ -126,8 +125,8 @@ def _default_cache_db() -> str:
     return os.path.abspath(os.path.join(cache_home, "fusegrad", "cache.db"))
 
 
-OSX = platform.system() == "Darwin"
-WIN = platform.system() == "Windows"
+OSX = sys.platform == "darwin"  # platform.system()'s answer, without importing platform
+WIN = sys.platform == "win32"
 CI = getenv("CI", "") != ""  # running under continuous integration: tests pick smaller, deterministic workloads
 
 # *** flags: each declared once, read through .value at call time ***
@@ -550,6 +549,8 @@ def fetch(
     caching = not DISABLE_HTTP_CACHE.value if allow_caching is None else allow_caching
     if not caching or not path.is_file() or (sha256 is not None and _sha256_of(path) != sha256):
         if extract:
+            import shutil
+
             shutil.rmtree(_extract_dir(path), ignore_errors=True)
         _download(url, path, gunzip, headers or {}, sha256)
     return _extract_tar(path) if extract else path
@@ -574,6 +575,7 @@ def _sha256_of(path: pathlib.Path) -> str:
 def _download(url: str, path: pathlib.Path, gunzip: bool, headers: dict[str, str], sha256: str | None) -> None:
     """Stream `url` into a temporary file next to `path`, check it, then rename it to `path` (atomic)."""
     import gzip
+    import tempfile
     import urllib.request  # only when something is downloaded: importing helpers stays cheap
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -634,7 +636,9 @@ def _extract_dir(path: pathlib.Path) -> pathlib.Path:
 
 def _extract_tar(path: pathlib.Path) -> pathlib.Path:
     """Unpack the tar at `path` into "<path>.extract" once (into a temporary folder renamed into place)."""
+    import shutil
     import tarfile
+    import tempfile
 
     target = _extract_dir(path)
     if target.is_dir():

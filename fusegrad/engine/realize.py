@@ -8,7 +8,6 @@ import dataclasses
 import os
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -35,6 +34,8 @@ from fusegrad.uop.ops import Ops, UOp, sint, sym_infer, track_rewrites
 from fusegrad.uop.symbolic_shape import check_bind
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
+
     from fusegrad.renderer import Estimates, ProgramSpec, Renderer
 
 
@@ -279,6 +280,8 @@ def compile_ahead(schedule: list[ExecItem]) -> None:
             pending.setdefault(key, (first.device, ei.ast))
     if len(pending) < 2:
         return
+    from concurrent.futures import ThreadPoolExecutor  # with its logging import, ~10 ms: only when compiling
+
     workers = min(PARALLEL_COMPILE.value or max(2, os.cpu_count() or 1), len(pending))
     span = f"compile {len(pending)} kernels, {workers} compilers at once"
     with ThreadPoolExecutor(workers, thread_name_prefix="fusegrad-cc") as pool, cpu_profile(span, "TINY"):
