@@ -24,8 +24,6 @@ NOT_IMPLEMENTED = {
     "If", "Loop", "Scan", "SequenceEmpty", "SequenceInsert", "SequenceLength", "SequenceMap", "SplitToSequence",
     "SequenceAt", "SequenceConstruct", "SequenceErase", "ConcatFromSequence", "Optional", "OptionalGetElement",
     "OptionalHasElement",
-    # recurrent layers
-    "RNN", "GRU", "LSTM",
     # signal processing
     "DFT", "STFT", "MelWeightMatrix",
     # sampling and detection
