@@ -29,7 +29,7 @@ NOT_IMPLEMENTED = {
     # sampling and detection
     "GridSample", "AffineGrid", "RoiAlign", "NonMaxSuppression", "DeformConv", "Col2Im",
     # newer fused ops (opset 23+ / preview)
-    "LinearAttention", "CausalConvWithState", "FlexAttention", "TensorScatter",
+    "LinearAttention", "FlexAttention", "TensorScatter",
     # data-dependent output shapes fusegrad builds poorly
     "Unique",
     # randomness (no reference values to compare against) and training ops

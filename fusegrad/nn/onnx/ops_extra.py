@@ -71,3 +71,22 @@ def hamming_window(size: Tensor, output_datatype: int = 1, periodic: int = 1) ->
 @onnx_op("BlackmanWindow")
 def blackman_window(size: Tensor, output_datatype: int = 1, periodic: int = 1) -> Tensor:
     return cosine_window(size, periodic, output_datatype, [0.42, 0.5, 0.08])
+
+
+@onnx_op("CausalConvWithState")
+def causal_conv_with_state(
+    x: Tensor, weight: Tensor, bias: Tensor | None = None, past_state: Tensor | None = None, activation: str = "none"
+) -> list[Tensor]:
+    # depthwise causal conv over (batch, channels, length): the k-1 steps before the input come from past_state
+    batch, channels, _ = x.shape
+    kernel = weight.shape[2]
+    past = past_state if past_state is not None else Tensor.zeros(batch, channels, kernel - 1, dtype=x.dtype)
+    padded = past.cat(x, dim=2)
+    # accumulate in float32 and round once, as the reference does for float16
+    wide_bias = bias.cast(dtypes.float32) if bias is not None else None
+    out = padded.cast(dtypes.float32).conv2d(weight.cast(dtypes.float32), wide_bias, groups=channels).cast(x.dtype)
+    if activation in ("silu", "swish"):
+        out = (out.cast(dtypes.float32) * out.cast(dtypes.float32).sigmoid()).cast(x.dtype)
+    elif activation != "none":
+        raise ValueError(f"CausalConvWithState: activation {activation!r} is not one of none, silu, swish")
+    return [out, padded[:, :, padded.shape[2] - (kernel - 1) :]]
