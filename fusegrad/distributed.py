@@ -1,0 +1,397 @@
+"""Training on several processes or machines over MPI (mpi4py): collectives on Tensors and data parallelism.
+
+Run a script under `mpirun -np N python script.py`; `init()` reads rank and world size from the MPI environment.
+Collectives stage tensors through host numpy memory (zero-copy where the device's memory is host memory) and use
+mpi4py's buffer API only, so nothing is ever pickled. `DistributedDataParallel` broadcasts the initial parameters and
+averages gradients in a few large buckets. Needs the `dist` extra: `pip install -e '.[dist]'`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import ModuleType, TracebackType
+from typing import Any, Literal
+
+import numpy as np
+
+from fusegrad.dtype import _to_np_dtype, dtypes
+from fusegrad.helpers import cpu_profile
+from fusegrad.tensor import Tensor
+from fusegrad.uop.ops import Ops
+
+ReduceOp = Literal["sum", "mean", "max", "min"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorldInfo:
+    """Where this process sits: its rank among `world_size` processes and its rank among those on its own host."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+
+
+class _State:
+    """The one MPI world of this process; fields are set by init() and cleared by shutdown()."""
+
+    comm: Any = None  # Any: mpi4py's Intracomm (mpi4py is an optional extra, so no annotations name it)
+    info: WorldInfo | None = None
+    previous_hook: object = None
+    finalized = False
+
+
+_state = _State()
+
+
+def _mpi() -> ModuleType:
+    """The mpi4py.MPI module, with a hint naming the extra when it is missing."""
+    try:
+        from mpi4py import MPI
+    except ImportError as e:
+        raise ImportError(f"fusegrad.distributed needs mpi4py and an MPI: pip install -e '.[dist]' ({e})") from e
+    return MPI
+
+
+def init() -> WorldInfo:
+    """Join the MPI world this process was started in (a world of 1 outside mpirun); calling it again is a no-op.
+
+    With more than one rank, an unhandled exception in any rank aborts every rank (MPI_Abort) instead of leaving the
+    others waiting in a collective. Raises RuntimeError after shutdown() (MPI cannot start twice).
+    Example: `info = distributed.init(); print(info.rank, info.world_size)`.
+    """
+    if _state.info is not None:
+        return _state.info
+    if _state.finalized:
+        raise RuntimeError("distributed.init: MPI was shut down in this process and cannot be initialised again")
+    mpi = _mpi()
+    comm = mpi.COMM_WORLD
+    local = comm.Split_type(mpi.COMM_TYPE_SHARED)  # the ranks sharing this host's memory
+    info = WorldInfo(comm.Get_rank(), comm.Get_size(), local.Get_rank())
+    local.Free()
+    _state.comm, _state.info = comm, info
+    if info.world_size > 1:
+        _state.previous_hook = sys.excepthook
+        sys.excepthook = _abort_on_exception
+    return info
+
+
+def _abort_on_exception(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+    """sys.excepthook under init(): print the traceback, then take every rank down rather than let them hang."""
+    sys.__excepthook__(kind, value, tb)
+    info, comm = _state.info, _state.comm
+    if info is None or comm is None:
+        return
+    sys.stderr.write(f"fusegrad.distributed: rank {info.rank} raised {kind.__name__}; aborting all "
+                     f"{info.world_size} ranks\n")  # fmt: skip
+    sys.stderr.flush()
+    comm.Abort(1)
+
+
+def is_initialized() -> bool:
+    """True between init() and shutdown()."""
+    return _state.info is not None
+
+
+def _world(op: str) -> tuple[Any, WorldInfo]:  # Any: mpi4py's Intracomm
+    if _state.comm is None or _state.info is None:
+        raise RuntimeError(f"distributed.{op}: call distributed.init() first")
+    return _state.comm, _state.info
+
+
+def get_rank() -> int:
+    """This process's rank, 0..world_size-1. Raises RuntimeError before init()."""
+    return _world("get_rank")[1].rank
+
+
+def get_world_size() -> int:
+    """The number of processes in the world. Raises RuntimeError before init()."""
+    return _world("get_world_size")[1].world_size
+
+
+def get_local_rank() -> int:
+    """This process's rank among those on its host (pick a device with it). Raises RuntimeError before init()."""
+    return _world("get_local_rank")[1].local_rank
+
+
+def shutdown() -> None:
+    """Wait for every rank, restore sys.excepthook and finalize MPI; init() cannot be called again afterwards."""
+    if _state.comm is None:
+        return
+    _state.comm.Barrier()
+    if sys.excepthook is _abort_on_exception:
+        sys.excepthook = _state.previous_hook  # type: ignore[assignment]  # saved from sys.excepthook in init()
+    mpi = _mpi()
+    if not mpi.Is_finalized():
+        mpi.Finalize()
+    _state.comm, _state.info, _state.finalized = None, None, True
+
+
+@contextmanager
+def _span(name: str, nbytes: int) -> Iterator[None]:
+    """Record a collective as a range on this rank's own VIZ track ("MPI:<rank>")."""
+    rank = _state.info.rank if _state.info is not None else 0
+    with cpu_profile(f"{name} {nbytes / 1e6:.2f} MB", device=f"MPI:{rank}"):
+        yield
+
+
+# *** host staging ***
+
+
+def _numpy_dtype(t: Tensor, op: str) -> np.dtype[np.generic]:
+    if isinstance(t.device, tuple):
+        raise TypeError(f"distributed.{op}: tensor is sharded over {t.device}; gather it onto one device first")
+    if (np_dt := _to_np_dtype(t.dtype)) is None:
+        raise TypeError(f"distributed.{op}: dtype {t.dtype} has no numpy equivalent; cast to a float or int first")
+    return np.dtype(np_dt)
+
+
+def _realized_buffer(t: Tensor) -> object | None:
+    """The Buffer that holds exactly t's elements in order, or None when t is a view of some other layout."""
+    t.realize()
+    uop = t.uop.src[0] if t.uop.op is Ops.RESHAPE else t.uop
+    if uop.op is not Ops.BUFFER:
+        return None
+    return uop.buffer.ensure_allocated()
+
+
+def host_view(t: Tensor, op: str = "host_view") -> tuple[np.ndarray, bool]:
+    """t's values as a flat numpy array and whether it is the device memory itself (writes then land in t).
+
+    On devices whose memory is host memory (CPU) the array is zero-copy; elsewhere it is a copy, written back with
+    `write_back`. Raises TypeError for a sharded tensor or a dtype numpy lacks.
+    """
+    dtype = _numpy_dtype(t, op)
+    buffer = _realized_buffer(t)
+    if buffer is None:
+        return np.ascontiguousarray(t.numpy()).reshape(-1), False
+    host = buffer.allocator._as_buffer(buffer._buf)  # type: ignore[attr-defined]  # Buffer from a BUFFER UOp
+    if host is not None and not memoryview(host).readonly:
+        buffer.allocator.dev.synchronize()  # type: ignore[attr-defined]
+        return np.frombuffer(host, dtype=dtype), True
+    out = np.empty(t.numel(), dtype=dtype)
+    buffer.copyout(out.data.cast("B"))  # type: ignore[attr-defined]
+    return out, False
+
+
+def write_back(t: Tensor, values: np.ndarray) -> None:
+    """Store flat `values` (t.numel() elements of t's dtype) into t, in place when t is a plain buffer."""
+    buffer = _realized_buffer(t)
+    if buffer is not None:
+        buffer.copyin(np.ascontiguousarray(values).data.cast("B"))  # type: ignore[attr-defined]
+    else:
+        t.assign(Tensor(values.reshape(t.shape), device=t.device, dtype=t.dtype)).realize()
+
+
+# *** collectives ***
+
+
+def _mpi_op(op: ReduceOp) -> Any:  # Any: mpi4py's Op
+    mpi = _mpi()
+    ops = {"sum": mpi.SUM, "mean": mpi.SUM, "max": mpi.MAX, "min": mpi.MIN}
+    if op not in ops:
+        raise ValueError(f"distributed.allreduce: unknown op {op!r}, expected one of {sorted(ops)}")
+    return ops[op]
+
+
+def allreduce(t: Tensor, op: ReduceOp = "sum") -> Tensor:
+    """Reduce t elementwise over all ranks (sum, mean, max or min) and store the result in t on every rank; returns t.
+
+    Every rank must pass a tensor of the same shape and dtype. "mean" needs a float dtype (TypeError otherwise).
+    Example: `distributed.allreduce(Tensor([get_rank()]), "sum")` holds 0 + 1 + ... on every rank.
+    """
+    comm, info = _world("allreduce")
+    mpi_op = _mpi_op(op)
+    if op == "mean" and not dtypes.is_float(t.dtype):
+        raise TypeError(f"distributed.allreduce: op 'mean' needs a float tensor, got {t.dtype}")
+    values, in_place = host_view(t, "allreduce")
+    with _span(f"allreduce {op}", values.nbytes):
+        comm.Allreduce(_mpi().IN_PLACE, values, op=mpi_op)
+    if op == "mean":
+        values /= info.world_size
+    if not in_place:
+        write_back(t, values)
+    return t
+
+
+def broadcast(t: Tensor, src: int = 0) -> Tensor:
+    """Overwrite t on every rank with rank `src`'s t (same shape and dtype on every rank); returns t.
+
+    Raises ValueError when src is not a rank. Example: `distributed.broadcast(weights, src=0)`.
+    """
+    comm, info = _world("broadcast")
+    if not 0 <= src < info.world_size:
+        raise ValueError(f"distributed.broadcast: src {src} is not a rank, expected 0..{info.world_size - 1}")
+    values, in_place = host_view(t, "broadcast")
+    with _span("broadcast", values.nbytes):
+        comm.Bcast(values, root=src)
+    if not in_place and info.rank != src:
+        write_back(t, values)
+    return t
+
+
+def allgather(t: Tensor) -> Tensor:
+    """Every rank's t stacked along a new leading axis, (world_size, *t.shape), on t's device.
+
+    Raises ValueError on every rank when the ranks' shapes or dtypes differ, naming the rank that differs.
+    Example: `distributed.allgather(Tensor([get_rank()])).tolist() == [[0], [1]]` with 2 ranks.
+    """
+    comm, info = _world("allgather")
+    values, _ = host_view(t, "allgather")
+    signatures = _gather_json(comm, [list(t.shape), str(t.dtype)])
+    for rank, signature in enumerate(signatures):
+        if signature != signatures[0]:
+            raise ValueError(f"distributed.allgather: rank {rank} has shape {tuple(signature[0])} {signature[1]}, "
+                             f"rank 0 has {tuple(signatures[0][0])} {signatures[0][1]}")  # fmt: skip
+    out = np.empty((info.world_size, values.size), dtype=values.dtype)
+    with _span("allgather", out.nbytes):
+        comm.Allgather(values, out)
+    return Tensor(out.reshape(info.world_size, *t.shape), device=t.device, dtype=t.dtype)
+
+
+def barrier() -> None:
+    """Wait until every rank reaches this call."""
+    comm, _ = _world("barrier")
+    with _span("barrier", 0):
+        comm.Barrier()
+
+
+def _gather_json(comm: Any, value: Any) -> list[Any]:  # Any: mpi4py's Intracomm; JSON values
+    """Every rank's JSON-able `value`, in rank order (JSON text over Allgatherv: safe to read, unlike pickle)."""
+    data = np.frombuffer(json.dumps(value).encode(), dtype=np.uint8)
+    sizes = np.empty(comm.Get_size(), dtype=np.int64)
+    comm.Allgather(np.array([data.size], dtype=np.int64), sizes)
+    out = np.empty(int(sizes.sum()), dtype=np.uint8)
+    comm.Allgatherv(data, [out, sizes.tolist()])
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    return [json.loads(out[offsets[i] : offsets[i + 1]].tobytes()) for i in range(len(sizes))]
+
+
+# *** data parallelism ***
+
+
+@dataclass(frozen=True, slots=True)
+class _Bucket:
+    """Parameters whose gradients travel together in one Allreduce; one dtype per bucket."""
+
+    params: tuple[Tensor, ...]
+    buffer: np.ndarray  # reused every step: the flattened gradients
+
+
+class DistributedDataParallel:
+    """Data-parallel training over the MPI world: every rank holds the whole model and a different slice of the data.
+
+    At construction it checks that every rank has the same parameters (names, shapes, dtypes; ValueError naming the
+    rank and the parameter otherwise) and copies rank 0's values to all. After each backward, `sync_gradients()`
+    averages the gradients over the ranks in buckets of about `bucket_mb` MB (one Allreduce each, started in the order
+    backward produces them, last layer first). Any optimiser works: call it between backward and `opt.step()`. With
+    TinyJit, jit the forward+backward and the step apart and call `sync_gradients()` between them.
+    Example: `ddp = DistributedDataParallel(model); loss.backward(); ddp.sync_gradients(); opt.step()`.
+    """
+
+    def __init__(self, model: object, bucket_mb: float = 25.0) -> None:
+        from fusegrad.nn.state import get_state_dict
+
+        if bucket_mb <= 0:
+            raise ValueError(f"DistributedDataParallel: bucket_mb must be positive, got {bucket_mb}")
+        self.info = init()
+        self.comm, _ = _world("DistributedDataParallel")
+        named = model if isinstance(model, dict) else get_state_dict(model)
+        state: dict[int, tuple[str, Tensor]] = {}
+        for name, t in named.items():  # state dicts can list one tensor under two names; keep the first
+            state.setdefault(id(t), (name, t))
+        self.state = list(state.values())  # parameters and buffers (batchnorm statistics): checked and broadcast
+        trainable = [(name, t) for name, t in self.state if t.requires_grad is not False]
+        if not trainable:
+            raise ValueError("DistributedDataParallel: the model has no trainable parameters")
+        self.names = [name for name, _ in trainable]
+        self.params = [t for _, t in trainable]  # the tensors whose gradients are averaged
+        self._check_same_parameters()
+        for _, t in self.state:
+            broadcast(t, src=0)
+        self.buckets = self._plan_buckets(int(bucket_mb * 1e6))
+
+    def _check_same_parameters(self) -> None:
+        """Raise ValueError on every rank when any rank's parameters differ from rank 0's (name, shape, dtype)."""
+        mine = [[name, list(t.shape), str(t.dtype)] for name, t in self.state]
+        everyone = _gather_json(self.comm, mine)
+        reference = everyone[0]
+        assert isinstance(reference, list), "DistributedDataParallel: rank 0 sent no parameter list"
+        for rank, theirs in enumerate(everyone):
+            assert isinstance(theirs, list), f"DistributedDataParallel: rank {rank} sent no parameter list"
+            for ours, other in zip(reference, theirs, strict=False):
+                if ours != other:
+                    raise ValueError(f"DistributedDataParallel: parameter {other[0]!r} on rank {rank} is "
+                                     f"{tuple(other[1])} {other[2]}, but rank 0's {ours[0]!r} is {tuple(ours[1])} "
+                                     f"{ours[2]}")  # fmt: skip
+            if len(theirs) != len(reference):
+                longer, extra = (rank, theirs) if len(theirs) > len(reference) else (0, reference)
+                name = extra[min(len(theirs), len(reference))][0]
+                raise ValueError(f"DistributedDataParallel: rank {rank} has {len(theirs)} parameters, rank 0 has "
+                                 f"{len(reference)}; the first extra one is {name!r} on rank {longer}")  # fmt: skip
+
+    def _plan_buckets(self, bucket_bytes: int) -> list[_Bucket]:
+        """Group parameters, last first (backward's order), into buckets of one dtype and about bucket_bytes each."""
+        buckets: list[_Bucket] = []
+        current: list[Tensor] = []
+        for t in [*reversed(self.params), None]:
+            if current and (t is None or t.dtype != current[0].dtype or _nbytes(current) >= bucket_bytes):
+                dtype = _numpy_dtype(current[0], "DistributedDataParallel")
+                buckets.append(_Bucket(tuple(current), np.empty(sum(p.numel() for p in current), dtype=dtype)))
+                current = []
+            if t is not None:
+                current.append(t)
+        return buckets
+
+    def sync_gradients(self) -> None:
+        """Replace every parameter's gradient by its mean over the ranks, in place (call after backward).
+
+        Raises RuntimeError when a parameter has no gradient (every rank must send every bucket).
+        """
+        missing = [name for name, t in zip(self.names, self.params, strict=True) if t.grad is None]
+        if missing:
+            raise RuntimeError(f"DistributedDataParallel.sync_gradients: no gradient for {missing[:3]} on rank "
+                               f"{self.info.rank}; call backward() on a loss using every parameter first")  # fmt: skip
+        if self.info.world_size == 1:
+            return
+        Tensor.realize(*[t.grad for t in self.params if t.grad is not None])
+        mpi = _mpi()
+        requests = []
+        for bucket in self.buckets:  # stage bucket k+1 while bucket k is on the wire
+            _flatten_into(bucket)
+            with _span("allreduce start", bucket.buffer.nbytes):
+                requests.append(self.comm.Iallreduce(mpi.IN_PLACE, bucket.buffer, op=mpi.SUM))
+        with _span("allreduce wait", sum(b.buffer.nbytes for b in self.buckets)):
+            mpi.Request.Waitall(requests)
+        for bucket in self.buckets:
+            np.divide(bucket.buffer, self.info.world_size, out=bucket.buffer, casting="unsafe")
+            _unflatten_from(bucket)
+
+
+def _nbytes(params: Sequence[Tensor]) -> int:
+    return sum(t.numel() * t.dtype.itemsize for t in params)
+
+
+def _flatten_into(bucket: _Bucket) -> None:
+    offset = 0
+    for t in bucket.params:
+        assert t.grad is not None, "DistributedDataParallel: gradient vanished after the check"
+        values, _ = host_view(t.grad, "sync_gradients")
+        bucket.buffer[offset : offset + values.size] = values
+        offset += values.size
+
+
+def _unflatten_from(bucket: _Bucket) -> None:
+    offset = 0
+    for t in bucket.params:
+        assert t.grad is not None, "DistributedDataParallel: gradient vanished after the check"
+        n = t.numel()
+        values, in_place = host_view(t.grad, "sync_gradients")
+        if in_place:
+            values[:] = bucket.buffer[offset : offset + n]
+        else:
+            write_back(t.grad, bucket.buffer[offset : offset + n])
+        offset += n

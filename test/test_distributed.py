@@ -1,0 +1,194 @@
+"""fusegrad.distributed over a real MPI: each test starts this file under `mpiexec -n 2` as the worker of a scenario.
+
+Skips cleanly without mpi4py or mpiexec (`pip install -e '.[dist]'` brings both). Run as a script, the file is the
+worker: `mpiexec -n 2 python test/test_distributed.py SCENARIO OUT_DIR`.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from fusegrad import Tensor
+from fusegrad.engine.jit import TinyJit
+from fusegrad.nn import Linear, optim
+from fusegrad.nn.state import get_parameters
+
+STEPS, BATCH = 4, 3  # per-rank batch; the single-process reference uses 2 * BATCH
+
+
+class TinyModel:
+    """(B, 4) -> (B, 2): two linear layers with a tanh; `wide` changes a shape for the mismatch scenario."""
+
+    def __init__(self, wide: bool = False) -> None:
+        self.l1 = Linear(4, 5 if wide else 3)
+        self.l2 = Linear(5 if wide else 3, 2)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return self.l2(self.l1(x).tanh())
+
+
+def global_batch(step: int) -> tuple[np.ndarray, np.ndarray]:
+    """The whole (2 * BATCH) batch of a step; rank r trains on rows r*BATCH .. (r+1)*BATCH."""
+    rng = np.random.default_rng(100 + step)
+    return rng.standard_normal((2 * BATCH, 4)).astype(np.float32), rng.standard_normal((2 * BATCH, 2)).astype(
+        np.float32
+    )
+
+
+def train(rank: int, world: int, use_jit: bool) -> TinyModel:
+    """STEPS steps on mean squared error; with world > 1 the gradients are averaged by DDP.
+
+    Eager runs use SGD (sensitive to the gradients' scale: a sum instead of a mean shows), jitted runs Adam."""
+    Tensor.manual_seed(rank)  # different initial weights per rank: DDP must broadcast rank 0's
+    model = TinyModel()
+    opt = optim.Adam(get_parameters(model), lr=0.05) if use_jit else optim.SGD(get_parameters(model), lr=0.2)
+    ddp = None
+    if world > 1:
+        from fusegrad.distributed import DistributedDataParallel
+
+        ddp = DistributedDataParallel(model, bucket_mb=0.0001)  # tiny buckets: several Allreduce calls per step
+
+    def forward_backward(x: Tensor, y: Tensor) -> Tensor:
+        opt.zero_grad()
+        loss = ((model(x) - y) ** 2).mean().backward()
+        Tensor.realize(loss, *[p.grad for p in opt.params if p.grad is not None])
+        return loss
+
+    def update() -> Tensor:
+        opt.step()
+        return opt.params[0]
+
+    forward_backward_step = TinyJit(forward_backward) if use_jit else forward_backward
+    update_step = TinyJit(update) if use_jit else update
+    with Tensor.train():
+        for step in range(STEPS):
+            x, y = global_batch(step)
+            rows = slice(rank * BATCH, (rank + 1) * BATCH) if world > 1 else slice(None)
+            forward_backward_step(Tensor(x[rows]), Tensor(y[rows]))
+            if ddp is not None:
+                ddp.sync_gradients()
+            update_step()
+    return model
+
+
+def weights(model: TinyModel) -> list[np.ndarray]:
+    return [p.numpy() for p in get_parameters(model)]
+
+
+# *** the worker side (runs under mpiexec) ***
+
+
+def run_scenario(scenario: str, out: pathlib.Path) -> None:
+    from fusegrad import distributed
+
+    info = distributed.init()
+    if scenario in ("train", "train_jit"):
+        model = train(info.rank, info.world_size, use_jit=scenario == "train_jit")
+        if info.rank == 0:
+            np.savez(out / "weights.npz", *weights(model))
+    elif scenario == "collectives":
+        t = Tensor([1.0, 2.0]) * (info.rank + 1)  # lazy: allreduce must realize it
+        summed = distributed.allreduce(t, "sum").numpy()
+        mean = distributed.allreduce(Tensor([float(info.rank)]), "mean").numpy()
+        biggest = distributed.allreduce(Tensor([info.rank, -info.rank], dtype="int32"), "max").numpy()
+        shared = distributed.broadcast(Tensor([float(info.rank + 7)] * 3), src=1).numpy()
+        gathered = distributed.allgather(Tensor([[info.rank, 10 + info.rank]])).numpy()
+        distributed.barrier()
+        np.savez(out / f"rank{info.rank}.npz", summed=summed, mean=mean, biggest=biggest, shared=shared,
+                 gathered=gathered)  # fmt: skip
+    elif scenario == "mismatch":
+        from fusegrad.distributed import DistributedDataParallel
+
+        DistributedDataParallel(TinyModel(wide=info.rank == 1))
+    elif scenario == "raise":
+        if info.rank == 1:
+            raise ValueError("scenario: rank 1 fails on purpose")
+        distributed.barrier()  # rank 0 would wait here forever without the abort
+    elif scenario == "kill":
+        if info.rank == 1:
+            os.kill(os.getpid(), 9)
+        distributed.barrier()
+    distributed.shutdown()
+
+
+# *** the pytest side ***
+
+
+def mpiexec() -> list[str]:
+    """The mpiexec command line for 2 ranks on this machine; skips the test when there is no MPI."""
+    pytest.importorskip("mpi4py", reason="needs mpi4py: pip install -e '.[dist]'")
+    found = shutil.which("mpiexec", path=f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    if found is None:
+        pytest.skip("needs mpiexec: pip install -e '.[dist]'")
+    version = subprocess.run([found, "--version"], capture_output=True, text=True, check=False).stdout
+    extra = ["--oversubscribe"] if "Open MPI" in version or "OpenRTE" in version else []  # Open MPI: 2 ranks, 1 core
+    return [found, "-n", "2", *extra]
+
+
+def launch(scenario: str, out: pathlib.Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    # Open MPI refuses to start as root without these two; CI runs as root
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    command = [*mpiexec(), sys.executable, __file__, scenario, str(out)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+
+
+def check_ok(result: subprocess.CompletedProcess[str]) -> None:
+    assert result.returncode == 0, f"mpiexec exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
+
+
+@pytest.mark.parametrize("scenario", ["train", "train_jit"])
+def test_two_ranks_match_one_process_with_twice_the_batch(scenario: str, tmp_path: pathlib.Path) -> None:
+    check_ok(launch(scenario, tmp_path))
+    with np.load(tmp_path / "weights.npz", allow_pickle=False) as saved:
+        two_ranks = [saved[f"arr_{i}"] for i in range(len(saved.files))]
+    one_process = weights(train(rank=0, world=1, use_jit=scenario == "train_jit"))
+    for got, expected in zip(two_ranks, one_process, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_collectives(tmp_path: pathlib.Path) -> None:
+    check_ok(launch("collectives", tmp_path))
+    for rank in range(2):
+        with np.load(tmp_path / f"rank{rank}.npz", allow_pickle=False) as got:
+            np.testing.assert_allclose(got["summed"], [3.0, 6.0])
+            np.testing.assert_allclose(got["mean"], [0.5])
+            np.testing.assert_array_equal(got["biggest"], [1, 0])
+            np.testing.assert_allclose(got["shared"], [8.0, 8.0, 8.0])
+            np.testing.assert_array_equal(got["gathered"], [[[0, 10]], [[1, 11]]])
+
+
+def test_mismatched_shapes_name_the_rank_and_parameter(tmp_path: pathlib.Path) -> None:
+    result = launch("mismatch", tmp_path, timeout=120)
+    assert result.returncode != 0
+    assert "parameter 'l1.weight' on rank 1 is (5, 4)" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("scenario", ["raise", "kill"])
+def test_a_failing_rank_stops_the_others(scenario: str, tmp_path: pathlib.Path) -> None:
+    begun = time.monotonic()
+    result = launch(scenario, tmp_path, timeout=120)  # a hang would raise TimeoutExpired
+    assert result.returncode != 0
+    assert time.monotonic() - begun < 120
+    if scenario == "raise":
+        assert "rank 1 raised ValueError; aborting all 2 ranks" in result.stderr, result.stderr
+
+
+def test_collectives_need_init() -> None:
+    from fusegrad import distributed
+
+    if distributed.is_initialized():
+        pytest.skip("MPI already initialised in this process")
+    with pytest.raises(RuntimeError, match=r"distributed.allreduce: call distributed.init\(\) first"):
+        distributed.allreduce(Tensor([1.0]))
+
+
+if __name__ == "__main__":
+    run_scenario(sys.argv[1], pathlib.Path(sys.argv[2]))
