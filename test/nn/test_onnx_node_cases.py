@@ -27,7 +27,7 @@ NOT_IMPLEMENTED = {
     # signal processing
     "DFT", "STFT", "MelWeightMatrix",
     # sampling and detection
-    "GridSample", "AffineGrid", "RoiAlign", "NonMaxSuppression", "DeformConv", "Col2Im",
+    "RoiAlign", "NonMaxSuppression", "DeformConv", "Col2Im",
     # newer fused ops (opset 23+ / preview)
     "LinearAttention", "FlexAttention", "TensorScatter",
     # data-dependent output shapes fusegrad builds poorly

@@ -14,7 +14,19 @@ import numpy as np
 import onnx
 
 from fusegrad.dtype import DType, dtypes
-from fusegrad.nn.onnx import ops_extra, ops_index, ops_math, ops_nn, ops_norm, ops_recurrent, ops_reduce, ops_shape  # noqa: F401
+
+# importing the op modules registers their ops in ONNX_OPS
+from fusegrad.nn.onnx import (  # noqa: F401
+    ops_extra,
+    ops_index,
+    ops_math,
+    ops_nn,
+    ops_norm,
+    ops_recurrent,
+    ops_reduce,
+    ops_sample,
+    ops_shape,
+)
 from fusegrad.nn.onnx.proto import attributes_of, dtype_of, load_model, tensor_from_numpy, tensor_from_proto
 from fusegrad.nn.onnx.registry import ONNX_OPS, remember_value
 from fusegrad.tensor import Tensor
