@@ -1,7 +1,8 @@
 """The table of ONNX operators: op type -> a function of (inputs..., attributes...) returning Tensors.
 
 Op modules register with `@onnx_op("Name")`; the runner calls `fn(*inputs, **attributes)` and, when the function
-takes them, the keywords `opset` (the model's) and `node_outputs` (how many outputs the node names). Absent optional
+takes them, the keywords `opset` (the model's), `node_outputs` (how many outputs the node names) and `run_graph`
+(runs a sub-graph attribute in the node's scope: `run_graph(graph, {input name: value}) -> outputs`). Absent optional
 inputs arrive as None. `static` turns a small tensor (shapes, axes, pads) into Python ints, which realizes it: ONNX
 passes those as tensors, fusegrad needs them known.
 """
@@ -20,9 +21,9 @@ OpResult = Tensor | Sequence[Tensor | None]
 OpFunction = Callable[..., OpResult]
 F = TypeVar("F", bound=OpFunction)
 
-# op type -> (function, the context keywords it takes: "opset" and/or "node_outputs")
+# op type -> (function, the context keywords it takes: some of CONTEXT_KEYWORDS)
 ONNX_OPS: dict[str, tuple[OpFunction, tuple[str, ...]]] = {}
-CONTEXT_KEYWORDS = ("opset", "node_outputs")
+CONTEXT_KEYWORDS = ("opset", "node_outputs", "run_graph")
 
 
 def onnx_op(*names: str) -> Callable[[F], F]:

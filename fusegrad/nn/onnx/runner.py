@@ -6,6 +6,7 @@ of a call (input names, shapes, dtypes), so a bad model or input fails before an
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ from fusegrad.dtype import DType, dtypes
 
 # importing the op modules registers their ops in ONNX_OPS
 from fusegrad.nn.onnx import (  # noqa: F401
+    ops_control,
     ops_extra,
     ops_index,
     ops_math,
@@ -92,6 +94,7 @@ class OnnxRunner:
 
     def __init__(self, model: str | os.PathLike[str] | bytes | Tensor) -> None:
         self.model, base_dir = load_model(model)
+        self.base_dir = base_dir
         self.opset = self._onnx_opset()
         graph = self.model.graph
         self._check_ops(graph)
@@ -144,6 +147,9 @@ class OnnxRunner:
     def _check_ops(self, graph: onnx.GraphProto) -> None:
         """NotImplementedError for the first node whose op (or domain) has no implementation."""
         for index, node in enumerate(graph.node):
+            for attr in node.attribute:  # sub-graphs (If branches, Loop bodies) are checked too
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    self._check_ops(attr.g)
             if node.domain not in ONNX_DOMAINS or node.op_type not in ONNX_OPS:
                 where = f"node {node.name!r}" if node.name else f"node #{index}"
                 domain = f" in domain {node.domain!r}" if node.domain not in ONNX_DOMAINS else ""
@@ -217,11 +223,24 @@ class OnnxRunner:
                 remember_value(t)
         return folded
 
+    def _run_graph(
+        self, scope: dict[str, Tensor | None], graph: onnx.GraphProto, bindings: dict[str, Tensor | None]
+    ) -> list[Tensor | None]:
+        """A sub-graph's outputs (If branches, Loop bodies): it sees the enclosing scope, then its own names."""
+        values = {**scope, **{t.name: tensor_from_proto(t, self.base_dir) for t in graph.initializer}, **bindings}
+        for node in graph.node:
+            self._run_node(node, attributes_of(node, self.base_dir), values)
+        return [values[output.name] for output in graph.output]
+
     def _run_node(self, node: onnx.NodeProto, attrs: dict[str, Any], values: dict[str, Tensor | None]) -> None:
         """Compute one node's outputs into values; errors get a note naming the node."""
         fn, extras = ONNX_OPS[node.op_type]
         args = [values[name] for name in node.input]
-        context = {"opset": self.opset, "node_outputs": len(node.output)}
+        context = {
+            "opset": self.opset,
+            "node_outputs": len(node.output),
+            "run_graph": functools.partial(self._run_graph, values),
+        }
         keywords = {**attrs, **{key: context[key] for key in extras}}
         try:
             result = fn(*args, **keywords)
