@@ -4,7 +4,8 @@ Run `python -m fusegrad.examples.gpt` (or `--help`). Nothing is downloaded: the 
 install ships (`fusegrad.nn.datasets.stdlib_corpus`), with whole files held out for validation. The training step is
 captured by `TinyJit` on its second call and replayed from then on. At the end it prints the held-out loss next to the
 unigram baseline (the loss of predicting every character from its frequency alone), a sample of generated text, and
-saves a safetensors checkpoint that `--resume` continues from.
+saves a safetensors checkpoint that `--resume` continues from. `mpirun -np 2 python -m fusegrad.examples.gpt
+--data-parallel` trains on 2 processes (fusegrad.distributed), each on its own slice of the training text.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import json
 import math
 import pathlib
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from fusegrad import Tensor
+from fusegrad import Tensor, distributed
+from fusegrad.distributed import DistributedDataParallel
 from fusegrad.engine.jit import TinyJit
 from fusegrad.helpers import DEV
 from fusegrad.nn import Embedding, LayerNorm, Linear, optim
@@ -157,6 +160,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--resume", action="store_true", help="continue from --checkpoint for --steps more steps")
     parser.add_argument("--device", default=None, help="device to train on (default: Device.DEFAULT)")
     parser.add_argument("--seed", type=int, default=0, help="seed of weights, batches and sampling (default 0)")
+    parser.add_argument("--data-parallel", action="store_true",
+                        help="train on every rank of the MPI world (under mpirun; the dist extra)")  # fmt: skip
     args = parser.parse_args(argv)
     if min(args.steps, args.eval_batches, args.sample) < 0 or min(args.batch_size, args.context, args.layers) < 1:
         parser.error("--steps/--eval-batches/--sample must be >= 0; --batch-size/--context/--layers >= 1")
@@ -174,8 +179,51 @@ def evaluate(model: GPT, data: np.ndarray, batches: int, batch_size: int, contex
     return float(np.mean(losses)) if losses else math.nan
 
 
+def make_step(
+    model: GPT, opt: optim.Optimizer, ddp: DistributedDataParallel | None
+) -> Callable[[Tensor, Tensor], Tensor]:
+    """The training step, captured by TinyJit; data-parallel, two jits with the gradient averaging between them."""
+
+    @Tensor.train()
+    def forward_backward(x: Tensor, y: Tensor) -> Tensor:
+        opt.zero_grad()
+        loss = model.loss(x, y).backward()
+        # loss and gradients in one schedule (one forward), before the update writes the weights they read
+        Tensor.realize(loss, *[p.grad for p in opt.params if p.grad is not None])
+        return loss
+
+    @TinyJit
+    @Tensor.train()  # the optimiser only steps in training mode
+    def step(x: Tensor, y: Tensor) -> Tensor:
+        loss = forward_backward(x, y)
+        opt.step()
+        return loss
+
+    if ddp is None:
+        return step
+    grads = TinyJit(forward_backward)
+
+    @TinyJit
+    @Tensor.train()
+    def update() -> Tensor:
+        opt.step()
+        return opt.params[0]  # a jit returns tensors; the weights were updated in place
+
+    def step_data_parallel(x: Tensor, y: Tensor) -> Tensor:
+        loss = grads(x, y)
+        ddp.sync_gradients()  # between the two captured parts: replays read and refill the same gradient buffers
+        update()
+        return loss
+
+    return step_data_parallel
+
+
 def train(args: argparse.Namespace, corpus: Corpus) -> None:
-    rng = np.random.default_rng(args.seed)
+    rank, world, ddp = 0, 1, None
+    if args.data_parallel:
+        rank, world = distributed.init().rank, distributed.get_world_size()
+    rng = np.random.default_rng(args.seed + rank)  # each rank draws its own windows from its own slice
+    train_text = np.array_split(corpus.train, world)[rank]
     Tensor.manual_seed(args.seed)
     checkpoint = pathlib.Path(args.checkpoint)
     start_step = 0
@@ -190,31 +238,30 @@ def train(args: argparse.Namespace, corpus: Corpus) -> None:
     if args.resume:
         load_state_dict(model, model_state)
         load_state_dict(opt, opt_state)
+    if args.data_parallel:
+        ddp = DistributedDataParallel(model)  # rank 0's weights to every rank; checks every rank built the same model
     total = start_step + args.steps
     params = sum(p.numel() for p in get_parameters(model))
-    print(f"model: {cfg.layers} layers, dim {cfg.dim}, {cfg.heads} heads, context {cfg.context}: {params:,} parameters")
-
-    @TinyJit
-    @Tensor.train()
-    def step(x: Tensor, y: Tensor) -> Tensor:
-        opt.zero_grad()
-        loss = model.loss(x, y).backward()
-        # loss and gradients in one schedule (one forward), before the update writes the weights they read
-        Tensor.realize(loss, *[p.grad for p in opt.params if p.grad is not None])
-        opt.step()
-        return loss
+    if rank == 0:
+        print(f"model: {cfg.layers} layers, dim {cfg.dim}, {cfg.heads} heads, context {cfg.context}: {params:,} "
+              f"parameters" + (f", data-parallel over {world} ranks" if args.data_parallel else ""))  # fmt: skip
+    step = make_step(model, opt, ddp)
 
     from tqdm import tqdm  # the train extra; imported late so --help works without it
 
-    tokens_per_step = args.batch_size * cfg.context
-    bar = tqdm(range(start_step, total), desc="train", unit="step", dynamic_ncols=True, mininterval=1.0)
+    tokens_per_step = args.batch_size * cfg.context * world  # summed over the ranks
+    bar = tqdm(range(start_step, total), desc="train", unit="step", dynamic_ncols=True, mininterval=1.0,
+               disable=rank != 0)  # fmt: skip
     begun = time.perf_counter()
     for i in bar:
         opt.lr = cosine_with_warmup(i, total, min(100, total // 10), args.lr, args.lr / 10)
-        loss = step(*windows(corpus.train, args.batch_size, cfg.context, rng)).item()
+        loss = step(*windows(train_text, args.batch_size, cfg.context, rng)).item()
         elapsed = time.perf_counter() - begun
         bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_per_step * (i - start_step + 1) / elapsed:,.0f}")
     took = time.perf_counter() - begun
+    if rank != 0:  # every rank holds the same weights: rank 0 alone evaluates, samples and saves
+        distributed.shutdown()
+        return
     if args.steps:
         print(f"trained {args.steps} steps in {took:.1f} s ({tokens_per_step * args.steps / took:,.0f} tokens/s)")
 
@@ -228,13 +275,16 @@ def train(args: argparse.Namespace, corpus: Corpus) -> None:
         print("sample:\n" + "def " + text)
     save_checkpoint(checkpoint, model, opt, total)
     print(f"saved {checkpoint} (step {total}); continue with --resume")
+    if args.data_parallel:
+        distributed.shutdown()
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     corpus = stdlib_corpus(max_bytes=args.corpus_bytes, seed=0)
-    print(f"corpus: {len(corpus.train):,} training and {len(corpus.val):,} held-out characters "
-          f"from {len(corpus.train_files)} + {len(corpus.val_files)} stdlib files")  # fmt: skip
+    if not args.data_parallel or distributed.init().rank == 0:
+        print(f"corpus: {len(corpus.train):,} training and {len(corpus.val):,} held-out characters "
+              f"from {len(corpus.train_files)} + {len(corpus.val_files)} stdlib files")  # fmt: skip
     train(args, corpus)
 
 
