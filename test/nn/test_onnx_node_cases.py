@@ -25,7 +25,7 @@ NOT_IMPLEMENTED = {
     "SequenceAt", "SequenceConstruct", "SequenceErase", "ConcatFromSequence", "Optional", "OptionalGetElement",
     "OptionalHasElement",
     # signal processing
-    "DFT", "STFT", "MelWeightMatrix",
+    "STFT", "MelWeightMatrix",
     # sampling and detection
     "RoiAlign", "NonMaxSuppression", "DeformConv", "Col2Im",
     # newer fused ops (opset 23+ / preview)
@@ -100,6 +100,10 @@ KNOWN_WRONG = {
     # x / scale is computed as x * (1 / scale), which moves one value across a rounding boundary
     "test_dynamicquantizelinear": "division rounding",
     "test_dynamicquantizelinear_expanded": "division rounding",
+    # the expected values hold float32 rounding noise (1.9e-7, above atol 1e-7) where the exact result is 0;
+    # fusegrad computes the DFT in float64 and gets 5e-15
+    "test_dft_inverse": "reference rounding noise above atol",
+    "test_dft_inverse_opset19": "reference rounding noise above atol",
     "test_mish_expanded": "softplus of large inputs loses precision (9 of 10000 values)",
     "test_maxunpool_export_with_output_shape": "MaxUnpool: indices against a padded output_shape",
 }

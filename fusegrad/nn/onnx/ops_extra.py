@@ -90,3 +90,55 @@ def causal_conv_with_state(
     elif activation != "none":
         raise ValueError(f"CausalConvWithState: activation {activation!r} is not one of none, silu, swish")
     return [out, padded[:, :, padded.shape[2] - (kernel - 1) :]]
+
+
+def fourier_matrices(rows: int, columns: int, length: int) -> tuple[Tensor, Tensor]:
+    """cos and sin of 2 pi j k / length for j < rows (time), k < columns (frequency), in float64."""
+    angle = Tensor.arange(rows, dtype=dtypes.float64).reshape(rows, 1) * Tensor.arange(columns, dtype=dtypes.float64)
+    angle = angle * (2 * math.pi / length)
+    return angle.cos(), angle.sin()
+
+
+def fit_length(t: Tensor, length: int) -> Tensor:
+    """t's last axis cut or zero-padded to length."""
+    if t.shape[-1] >= length:
+        return t[..., :length]
+    return t.pad([(0, 0)] * (t.ndim - 1) + [(0, length - t.shape[-1])])
+
+
+@onnx_op("DFT")
+def dft(
+    x: Tensor,
+    dft_length: Tensor | None = None,
+    axis_input: Tensor | None = None,
+    axis: int | None = None,
+    inverse: int = 0,
+    onesided: int = 0,
+    opset: int = 20,
+) -> Tensor:
+    # x (..., signal, 1 or 2): the last axis holds (real[, imaginary]); axis counts over x's axes
+    chosen = int(scalar(axis_input, -2)) if opset >= 20 else (1 if axis is None else axis)
+    chosen = chosen % x.ndim
+    real = x[..., 0].cast(dtypes.float64).transpose(chosen, -1)
+    imaginary = x[..., 1].cast(dtypes.float64).transpose(chosen, -1) if x.shape[-1] == 2 else real.zeros_like()
+    size = real.shape[-1]
+    length = int(scalar(dft_length)) if dft_length is not None else (2 * (size - 1) if inverse and onesided else size)
+    if inverse and onesided:  # irfft: the one-sided spectrum stands for a Hermitian one, the result is real
+        bins = size
+        weights = Tensor([1.0 if k == 0 or 2 * k == length else 2.0 for k in range(bins)], dtype=dtypes.float64)
+        cos, sin = fourier_matrices(length, bins, length)
+        out_real = ((real * weights) @ cos.T - (imaginary * weights) @ sin.T) / length
+        out = out_real.unsqueeze(-1)
+    else:
+        real, imaginary = fit_length(real, length), fit_length(imaginary, length)
+        bins = length // 2 + 1 if onesided else length
+        cos, sin = fourier_matrices(length, bins, length)
+        sign = 1 if inverse else -1  # e^(sign i theta)
+        # (a + ib)(cos + sign i sin) summed over time
+        out_real = real @ cos - sign * (imaginary @ sin)
+        out_imaginary = imaginary @ cos + sign * (real @ sin)
+        if inverse:
+            out_real, out_imaginary = out_real / length, out_imaginary / length
+        out = out_real.unsqueeze(-1).cat(out_imaginary.unsqueeze(-1), dim=-1)
+    # (..., frequency, 2) with the frequency axis back in place
+    return out.transpose(chosen, -2).cast(x.dtype)
