@@ -1,0 +1,58 @@
+"""Smoke tests of bench/overhead.py: its arguments, the figures its workers return for fusegrad, the GPT it times
+being the example's model, and one short run of the driver printing the table."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "overhead.py"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_overhead", BENCH)
+    assert spec is not None, f"cannot load {BENCH}"
+    assert spec.loader is not None, f"cannot load {BENCH}"
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bad_arguments_are_refused(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        bench.parse_args(["--measures", "everything"])
+    assert exit_info.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_workers_return_positive_figures(bench: ModuleType) -> None:
+    fw = bench.load("fusegrad")
+    figures = bench.tiny(fw, "fusegrad", 0.01) | bench.replay(fw, "fusegrad", 0.01)
+    assert set(figures) == {"tiny eager µs", "tiny jitted µs", "replay CPU µs/kernel", "replay NULL µs/kernel"}
+    assert all(v > 0 for v in figures.values())
+    assert figures["replay CPU µs/kernel"] < figures["tiny jitted µs"]  # a replayed kernel costs less than a call
+
+
+def test_the_timed_gpt_is_the_examples_model(bench: ModuleType) -> None:
+    from fusegrad.examples.gpt import GPT, GPTConfig
+    from fusegrad.nn.state import get_parameters
+
+    shape = bench.GPT_SHAPE
+    example = GPT(GPTConfig(shape["vocab"], shape["context"], shape["dim"], shape["heads"], shape["layers"]))
+    timed = bench.make_gpt(bench.load("fusegrad"))
+    assert sorted(p.shape for p in get_parameters(timed)) == sorted(p.shape for p in get_parameters(example))
+
+
+def test_a_short_run_prints_the_table() -> None:
+    argv = ["--frameworks", "fusegrad", "--measures", "tiny", "import", "--seconds", "0.05", "--repeats", "1"]
+    proc = subprocess.run([sys.executable, str(BENCH), *argv], capture_output=True, text=True, check=True, timeout=600)
+    rows = {line.split("|")[1].strip() for line in proc.stdout.splitlines() if line.startswith("| ")}
+    assert {"tiny eager µs", "tiny jitted µs", "import ms", "import ms CPU time"} <= rows
+    assert "load average" in proc.stdout
