@@ -231,7 +231,11 @@ def import_time(name: str, repeats: int, env: dict[str, str]) -> dict[str, float
         return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
     base = [run("pass") for _ in range(repeats)]
-    runs = [run(f"import {name}") for _ in range(repeats)]
+    try:
+        runs = [run(f"import {name}") for _ in range(repeats)]
+    except subprocess.CalledProcessError:
+        print(f"  {name} import failed", file=sys.stderr)
+        return {}
     wall = min(r[0] for r in runs) - min(r[0] for r in base)
     return {"import ms": wall * 1e3, "import ms CPU time": (min(r[1] for r in runs) - min(r[1] for r in base)) * 1e3}
 
