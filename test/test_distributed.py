@@ -181,6 +181,24 @@ def test_a_failing_rank_stops_the_others(scenario: str, tmp_path: pathlib.Path) 
         assert "rank 1 raised ValueError; aborting all 2 ranks" in result.stderr, result.stderr
 
 
+@pytest.mark.slow
+def test_examples_train_data_parallel_and_resume(tmp_path: pathlib.Path) -> None:
+    """Only rank 0 reports and saves; a second run resumes from its checkpoint (gpt is the same code path, slower)."""
+    checkpoint = tmp_path / "mnist.safetensors"
+    args = ["-m", "fusegrad.examples.mnist", "--data-parallel", "--data", "digits", "--steps", "3", "--batch-size", "8",
+            "--width", "2", "--checkpoint", str(checkpoint)]  # fmt: skip
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    for extra in ([], ["--resume"]):
+        command = [*mpiexec(), sys.executable, *args, *extra]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, check=False)
+        check_ok(result)
+        assert result.stdout.count("test accuracy: ") == 1, result.stdout
+        assert "data-parallel over 2 ranks, each with batch 8" in result.stdout
+    from fusegrad.nn.state import safe_load_metadata
+
+    assert safe_load_metadata(str(checkpoint))[2]["__metadata__"]["step"] == "6"
+
+
 def test_collectives_need_init() -> None:
     from fusegrad import distributed
 
