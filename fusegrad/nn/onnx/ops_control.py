@@ -1,4 +1,4 @@
-"""ONNX control flow on fusegrad Tensors: If and Loop, with conditions and trip counts read as Python values.
+"""ONNX control flow on fusegrad Tensors: If, Loop and Scan, with conditions and trip counts read as Python values.
 
 Their sub-graphs run through the runner's `run_graph` keyword, in the scope of the node. A data-dependent branch
 or trip count is read (realized) when the node runs, so such graphs unroll for the given inputs.
@@ -42,4 +42,46 @@ def loop(
             collected.append(value)
         iteration += 1
     stacked = [Tensor.stack(*values) if values else Tensor.zeros(0) for values in scans]
+    return [*state, *stacked]
+
+
+@onnx_op("Scan")
+def scan(
+    *inputs: Tensor | None,
+    body: Any,
+    num_scan_inputs: int,
+    scan_input_axes: list[int] | None = None,
+    scan_input_directions: list[int] | None = None,
+    scan_output_axes: list[int] | None = None,
+    scan_output_directions: list[int] | None = None,
+    run_graph: RunGraph,
+    opset: int = 9,
+) -> list[Tensor | None]:
+    # inputs: N carried states, then M sequences sliced along their scan axis; the body maps
+    # (states..., slices...) -> (states..., per-step outputs...), the per-step outputs are stacked
+    if opset < 9:
+        raise NotImplementedError("Scan: opset 8 (batched, with sequence_lens) is not supported")
+    carried = len(inputs) - num_scan_inputs
+    state = list(inputs[:carried])
+    sequences = [t for t in inputs[carried:] if t is not None]
+    axes = [a % t.ndim for a, t in zip(scan_input_axes or [0] * num_scan_inputs, sequences, strict=True)]
+    backwards = scan_input_directions or [0] * num_scan_inputs
+    steps = sequences[0].shape[axes[0]]
+    names = [i.name for i in body.input]
+    collected: list[list[Tensor]] = [[] for _ in range(len(body.output) - carried)]
+    for step in range(steps):
+        slices = []
+        for t, axis, backward in zip(sequences, axes, backwards, strict=True):
+            slices.append(t[(slice(None),) * axis + (steps - 1 - step if backward else step,)])
+        outputs = run_graph(body, dict(zip(names, [*state, *slices], strict=True)))
+        state = outputs[:carried]
+        for per_step, value in zip(collected, outputs[carried:], strict=True):
+            assert value is not None, "Scan: a scan output of the body is empty"
+            per_step.append(value)
+    out_axes = scan_output_axes or [0] * len(collected)
+    out_backwards = scan_output_directions or [0] * len(collected)
+    stacked = []
+    for values, axis, backward in zip(collected, out_axes, out_backwards, strict=True):
+        ordered = values[::-1] if backward else values
+        stacked.append(Tensor.stack(*ordered, dim=axis % (ordered[0].ndim + 1)))
     return [*state, *stacked]

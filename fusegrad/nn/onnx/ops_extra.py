@@ -142,3 +142,48 @@ def dft(
         out = out_real.unsqueeze(-1).cat(out_imaginary.unsqueeze(-1), dim=-1)
     # (..., frequency, 2) with the frequency axis back in place
     return out.transpose(chosen, -2).cast(x.dtype)
+
+
+def heads_first(t: Tensor, heads: int) -> Tensor:
+    """(B, T, heads * D) -> (B, heads, T, D) in float32."""
+    batch, steps, _ = t.shape
+    return t.reshape(batch, steps, heads, -1).transpose(1, 2).cast(dtypes.float32)
+
+
+@onnx_op("LinearAttention")
+def linear_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    past_state: Tensor | None = None,
+    decay: Tensor | None = None,
+    beta: Tensor | None = None,
+    chunk_size: int | None = None,  # a speed hint for chunked kernels; the result does not depend on it
+    kv_num_heads: int = 1,
+    q_num_heads: int = 1,
+    scale: float = 0.0,
+    update_rule: str = "gated_delta",
+) -> list[Tensor]:
+    # a recurrent state (B, H_kv, d_k, d_v) updated per step: S = S * exp(g); v -= beta (S^T k); S += k v^T
+    batch, steps, _ = query.shape
+    q, k, v = heads_first(query, q_num_heads), heads_first(key, kv_num_heads), heads_first(value, kv_num_heads)
+    d_k, d_v = q.shape[-1], v.shape[-1]
+    if decay is not None:  # per head (B, T, H_kv) or per key channel (B, T, H_kv * d_k) -> (B, H_kv, T, 1 or d_k)
+        decay = heads_first(decay, kv_num_heads)
+    if beta is not None:  # (B, T, H_kv or 1) -> (B, H_kv or 1, T, 1)
+        beta = beta.reshape(batch, steps, beta.shape[-1], 1).transpose(1, 2).cast(dtypes.float32)
+    state = past_state.cast(dtypes.float32) if past_state is not None else Tensor.zeros(batch, kv_num_heads, d_k, d_v)
+    factor = scale if scale else 1 / math.sqrt(d_k)
+    outputs = []
+    for t in range(steps):
+        k_t, v_t = k[:, :, t], v[:, :, t]
+        if update_rule in ("gated", "gated_delta") and decay is not None:
+            state = state * decay[:, :, t].exp().unsqueeze(-1)
+        if update_rule in ("delta", "gated_delta") and beta is not None:
+            v_t = beta[:, :, t] * (v_t - (state * k_t.unsqueeze(-1)).sum(-2))
+        state = state + k_t.unsqueeze(-1) * v_t.unsqueeze(-2)
+        readable = state.repeat_interleave(q_num_heads // kv_num_heads, dim=1)
+        outputs.append(factor * (q[:, :, t].unsqueeze(-1) * readable).sum(-2))  # (B, H_q, d_v)
+    out = Tensor.stack(*outputs, dim=2).transpose(1, 2).reshape(batch, steps, q_num_heads * d_v)
+    state_dtype = past_state.dtype if past_state is not None else query.dtype
+    return [out.cast(query.dtype), state.cast(state_dtype)]
