@@ -14,6 +14,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 HELPERS = ROOT / "fusegrad" / "helpers.py"
+DESELECTED = ROOT / "tools" / "peer_deselect.txt"
+# <!-- deliberate-differences --> in a page becomes the list in tools/peer_deselect.txt (what tools/peer.sh deselects)
+DIFFERENCES_MARK = "<!-- deliberate-differences -->"
 ARTIFACTS = ROOT / "test" / "artifacts"
 FLAGS_PAGE = "flags.md"
 SCREENSHOT_DIR = "img/viz"
@@ -116,8 +119,20 @@ def screenshot_markdown(markdown: str, page_depth: int) -> str:
     return SCREENSHOT_MARK.sub(replace, markdown)
 
 
+def differences_markdown(text: str) -> str:
+    """tools/peer_deselect.txt (`node id | why` a line, `#` comments) as a markdown list."""
+    items = []
+    for line in text.splitlines():
+        if line.strip() and not line.startswith("#"):
+            node, _, why = line.partition(" | ")
+            items.append(f"- `{node.strip()}`: {why.strip()}")
+    return "\n".join(items)
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    """Resolve screenshot marks relative to the page's folder."""
+    """Resolve screenshot marks relative to the page's folder; fill in the deliberate differences."""
+    if DIFFERENCES_MARK in markdown:
+        markdown = markdown.replace(DIFFERENCES_MARK, differences_markdown(DESELECTED.read_text()))
     return screenshot_markdown(markdown, page.file.src_uri.count("/"))
 
 

@@ -47,3 +47,12 @@ def test_screenshot_mark_becomes_image_or_note(
     assert "has run before the build" in hooks.screenshot_markdown(mark, 0)
     (tmp_path / "viz_a.png").write_bytes(b"png")
     assert hooks.screenshot_markdown(mark, 1) == "![The view](../img/viz/viz_a.png)"
+
+
+def test_deliberate_differences_come_from_the_deselect_list(hooks: ModuleType) -> None:
+    text = "# comment\n\ntest/test_a.py::T::test_x | 0.14 does y\n"
+    assert hooks.differences_markdown(text) == "- `test/test_a.py::T::test_x`: 0.14 does y"
+    listed = hooks.differences_markdown(hooks.DESELECTED.read_text()).splitlines()
+    assert listed, "tools/peer_deselect.txt lists no test"
+    assert all(line.startswith("- `test/test_") and "`: " in line for line in listed)
+    assert hooks.DIFFERENCES_MARK in (ROOT / "docs" / "porting.md").read_text()
