@@ -34,7 +34,7 @@ NOT_IMPLEMENTED = {
     "Unique",
     # randomness (no reference values to compare against) and training ops
     "Bernoulli", "RandomUniformLike", "RandomNormalLike", "RandomUniform", "RandomNormal", "Multinomial",
-    "Adagrad", "Adam", "Momentum", "Gradient",
+    "Gradient",
     # strings, images and classic ML (ai.onnx.ml)
     "StringConcat", "StringSplit", "StringNormalizer", "RegexFullMatch", "TfIdfVectorizer", "ImageDecoder",
     "LabelEncoder", "TreeEnsemble", "ArrayFeatureExtractor", "Binarizer",

@@ -28,12 +28,14 @@ from fusegrad.nn.onnx import (  # noqa: F401
     ops_reduce,
     ops_sample,
     ops_shape,
+    ops_training,
 )
 from fusegrad.nn.onnx.proto import attributes_of, dtype_of, load_model, tensor_from_numpy, tensor_from_proto
 from fusegrad.nn.onnx.registry import ONNX_OPS, remember_value
 from fusegrad.tensor import Tensor
 
-ONNX_DOMAINS = ("", "ai.onnx")
+DEFAULT_DOMAINS = ("", "ai.onnx")  # the operator set whose version is "the opset"
+ONNX_DOMAINS = (*DEFAULT_DOMAINS, "ai.onnx.preview.training")  # the last one for Adagrad, Momentum, Adam
 # ops whose output is a function of their input's shape alone
 SHAPE_ONLY_OPS = ("Shape", "Size")
 # ops whose output shape is read from the values of inputs after the first (or, for NonZero/Compress, the data)
@@ -136,7 +138,7 @@ class OnnxRunner:
 
     def _onnx_opset(self) -> int:
         """The version of the default (ai.onnx) operator set the model imports."""
-        versions = [o.version for o in self.model.opset_import if o.domain in ONNX_DOMAINS]
+        versions = [o.version for o in self.model.opset_import if o.domain in DEFAULT_DOMAINS]
         newest = int(onnx.defs.onnx_opset_version())
         if not versions:
             return newest
