@@ -25,7 +25,7 @@ NOT_IMPLEMENTED = {
     "SequenceAt", "SequenceConstruct", "SequenceErase", "ConcatFromSequence", "Optional", "OptionalGetElement",
     "OptionalHasElement",
     # signal processing
-    "STFT", "MelWeightMatrix",
+    "MelWeightMatrix",
     # sampling and detection
     "RoiAlign", "NonMaxSuppression", "DeformConv", "Col2Im",
     # newer fused ops (opset 23+ / preview)

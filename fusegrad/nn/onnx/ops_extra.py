@@ -187,3 +187,23 @@ def linear_attention(
     out = Tensor.stack(*outputs, dim=2).transpose(1, 2).reshape(batch, steps, q_num_heads * d_v)
     state_dtype = past_state.dtype if past_state is not None else query.dtype
     return [out.cast(query.dtype), state.cast(state_dtype)]
+
+
+@onnx_op("STFT")
+def stft(
+    signal: Tensor,
+    frame_step: Tensor,
+    window: Tensor | None = None,
+    frame_length: Tensor | None = None,
+    onesided: int = 1,
+) -> Tensor:
+    # signal (B, L, 1 or 2) -> frames (B, F, frame length, 1 or 2), windowed, each transformed: (B, F, bins, 2)
+    step = int(scalar(frame_step))
+    length = int(scalar(frame_length)) if frame_length is not None else window.shape[0] if window is not None else 0
+    if length <= 0:
+        raise ValueError("STFT: give a window or a frame_length")
+    count = 1 + (signal.shape[1] - length) // step
+    frames = Tensor.stack(*[signal[:, i * step : i * step + length] for i in range(count)], dim=1)
+    if window is not None:
+        frames = frames * window.reshape(length, 1).cast(signal.dtype)
+    return dft(frames, None, Tensor(-2), onesided=onesided)
