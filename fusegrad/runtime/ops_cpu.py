@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from fusegrad.device import Compiled, MallocAllocator
 from fusegrad.helpers import CRASH_REPORT, PROFILE, cpu_profile, mv_address, report_kernel
-from fusegrad.runtime.support.compiler_cpu import ClangCompiler, binary_digest, sources_by_binary
+from fusegrad.runtime.support.compiler_cpu import ClangCompiler, kernel_source
 
 if TYPE_CHECKING:
     from fusegrad.renderer import Renderer
@@ -40,7 +40,7 @@ class CPUProgram:
             raise ValueError(f"CPUProgram: no function {name!r} in the compiled library") from None
         self.fxn.restype = None
         # CRASH_REPORT: the C source, printed before the first run (None once printed, or when unknown)
-        self.src = sources_by_binary.get(binary_digest(lib)) if CRASH_REPORT else None
+        self.src = kernel_source(lib, name) if CRASH_REPORT else None
 
     def __call__(
         self,

@@ -204,3 +204,20 @@ def test_crash_report_is_off_by_default() -> None:
                           check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "CRASH_REPORT" not in proc.stderr
+
+
+def test_crash_report_prints_sources_from_a_warm_cache_and_joined_builds(tmp_path: pathlib.Path) -> None:
+    # the second run reads binaries from the disk cache; kernels compiled together share one joined binary
+    code = "from fusegrad import Tensor\nt = (Tensor([1, 2, 3]) + 1).contiguous()\nprint((t * t).sum().tolist())"
+    env = {**os.environ, "CRASH_REPORT": "1", "DEV": "CPU", "CACHEDB": str(tmp_path / "cache.db")}
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                              check=False)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == "29"
+        names = [line.removeprefix("CRASH_REPORT: running ") for line in proc.stderr.splitlines()
+                 if line.startswith("CRASH_REPORT: running ")]  # fmt: skip
+        assert len(names) >= 2
+        for name in names:
+            assert f"CRASH_REPORT: source of {name}:\n" in proc.stderr
+            assert f"void {name}(" in proc.stderr

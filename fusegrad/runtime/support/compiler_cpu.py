@@ -75,9 +75,23 @@ def compiler_flags() -> tuple[str, ...]:
     return (*CFLAGS, *vector_math_flags(), *half_precision_flags(), *gated_load_flags())
 
 
-# CRASH_REPORT=1: the C source of each binary compiled (or read from the cache), by the binary's sha256, so the CPU
-# runtime, which only sees the binary, can print the source of the kernel it is about to run
-sources_by_binary: dict[bytes, str] = {}
+# CRASH_REPORT=1: the C sources of each binary compiled (or read from the cache), by the binary's sha256, so the CPU
+# runtime, which only sees the binary, can print the source of the kernel it is about to run. A list: one binary built
+# from joined sources (compile_cached_many) holds several kernels.
+sources_by_binary: dict[bytes, list[str]] = {}
+
+
+def kernel_source(lib: bytes, name: str) -> str | None:
+    """The C source of kernel `name` in binary `lib`, if this process compiled or loaded it with CRASH_REPORT on."""
+    sources = sources_by_binary.get(binary_digest(lib), [])
+    return next((src for src in sources if f"void {name}(" in src), sources[0] if sources else None)
+
+
+def _remember(srcs: list[str], libs: list[bytes]) -> None:
+    for src, lib in zip(srcs, libs, strict=True):
+        known = sources_by_binary.setdefault(binary_digest(lib), [])
+        if src not in known:
+            known.append(src)
 
 
 def binary_digest(lib: bytes) -> bytes:
@@ -119,8 +133,14 @@ class ClangCompiler(Compiler):
     def compile_cached(self, src: str) -> bytes:
         lib = super().compile_cached(src)
         if CRASH_REPORT:
-            sources_by_binary[binary_digest(lib)] = src
+            _remember([src], [lib])
         return lib
+
+    def compile_cached_many(self, srcs: list[str]) -> list[bytes]:
+        libs = super().compile_cached_many(srcs)
+        if CRASH_REPORT:
+            _remember(srcs, libs)
+        return libs
 
     def compile(self, src: str) -> bytes:
         """C source -> .so bytes. Raises CompileError holding the compiler's stderr and the numbered source."""
