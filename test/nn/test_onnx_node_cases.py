@@ -27,7 +27,7 @@ NOT_IMPLEMENTED = {
     # signal processing
     "MelWeightMatrix",
     # sampling and detection
-    "RoiAlign", "NonMaxSuppression", "DeformConv", "Col2Im",
+    "RoiAlign", "NonMaxSuppression", "DeformConv",
     # newer fused ops (opset 23+ / preview)
     "FlexAttention", "TensorScatter",
     # data-dependent output shapes fusegrad builds poorly

@@ -6,10 +6,11 @@ order (last axis first, (begin, end) pairs), so `torch_pads` converts. Registere
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from fusegrad.dtype import dtypes
-from fusegrad.nn.onnx.registry import onnx_op
+from fusegrad.nn.onnx.registry import onnx_op, static_ints
 from fusegrad.tensor import Tensor
 
 
@@ -279,3 +280,46 @@ def max_unpool(
     flat = Tensor.zeros(x.shape[0] * x.shape[1] * math.prod(out_spatial), dtype=x.dtype)
     out = flat.scatter(0, indices.reshape(-1).cast(dtypes.int64), x.reshape(-1))
     return out.reshape(x.shape[0], x.shape[1], *out_spatial)
+
+
+def spread(t: Tensor, axis: int, stride: int) -> Tensor:
+    """t with stride - 1 zeros between neighbours along axis: (..., o, ...) -> (..., (o - 1) * stride + 1, ...)."""
+    if stride == 1:
+        return t
+    size = t.shape[axis]
+    widened = t.unsqueeze(axis + 1).pad([(0, 0)] * (axis + 1) + [(0, stride - 1)] + [(0, 0)] * (t.ndim - axis - 1))
+    merged = widened.reshape(*t.shape[:axis], size * stride, *t.shape[axis + 1 :])
+    return merged.shrink([(0, (size - 1) * stride + 1) if i == axis else None for i in range(t.ndim)])
+
+
+@onnx_op("Col2Im")
+def col2im(
+    x: Tensor,
+    image_shape: Tensor,
+    block_shape: Tensor,
+    dilations: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> Tensor:
+    # x (N, C * prod(block), L) -> image (N, C, spatial...): every column adds its block back where it came from
+    image, block = static_ints(image_shape), static_ints(block_shape)
+    spatial = len(image)
+    dilation = dilations or [1] * spatial
+    stride = strides or [1] * spatial
+    pad_list = pads or [0] * (2 * spatial)
+    padded = [size + pad_list[a] + pad_list[a + spatial] for a, size in enumerate(image)]
+    blocks = [(p - (d * (k - 1) + 1)) // s + 1 for p, d, k, s in zip(padded, dilation, block, stride, strict=True)]
+    batch = x.shape[0]
+    columns = x.reshape(batch, -1, *block, *blocks)  # (N, C, k..., o...)
+    out = Tensor.zeros(batch, columns.shape[1], *padded, dtype=x.dtype)
+    for offset in itertools.product(*[range(k) for k in block]):
+        part = columns[(slice(None), slice(None), *offset)]  # (N, C, o...)
+        for a in range(spatial):
+            part = spread(part, 2 + a, stride[a])
+        widths = [(0, 0), (0, 0)]
+        for a in range(spatial):
+            start = offset[a] * dilation[a]
+            widths.append((start, padded[a] - start - part.shape[2 + a]))
+        out = out + part.pad(widths)
+    crop = [None, None] + [(pad_list[a], pad_list[a] + image[a]) for a in range(spatial)]
+    return out.shrink(crop)
