@@ -9,6 +9,7 @@ averages gradients in a few large buckets. Needs the `dist` extra: `pip install 
 from __future__ import annotations
 
 import json
+import pathlib
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -19,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 
 from fusegrad.dtype import _to_np_dtype, dtypes
-from fusegrad.helpers import cpu_profile
+from fusegrad.helpers import PROFILEPATH, cpu_profile
 from fusegrad.tensor import Tensor
 from fusegrad.uop.ops import Ops
 
@@ -60,7 +61,9 @@ def init() -> WorldInfo:
     """Join the MPI world this process was started in (a world of 1 outside mpirun); calling it again is a no-op.
 
     With more than one rank, an unhandled exception in any rank aborts every rank (MPI_Abort) instead of leaving the
-    others waiting in a collective. Raises RuntimeError after shutdown() (MPI cannot start twice).
+    others waiting in a collective, and each rank's profile goes to its own file (PROFILEPATH with `.rank<N>` before
+    the suffix; call init() before making tensors, which arms the profile file). Raises RuntimeError after shutdown()
+    (MPI cannot start twice).
     Example: `info = distributed.init(); print(info.rank, info.world_size)`.
     """
     if _state.info is not None:
@@ -74,6 +77,8 @@ def init() -> WorldInfo:
     local.Free()
     _state.comm, _state.info = comm, info
     if info.world_size > 1:
+        profile = pathlib.Path(PROFILEPATH.value)  # ranks would otherwise write one file over each other
+        PROFILEPATH.value = str(profile.with_name(f"{profile.stem}.rank{info.rank}{profile.suffix}"))
         _state.previous_hook = sys.excepthook
         sys.excepthook = _abort_on_exception
     return info

@@ -133,9 +133,11 @@ def mpiexec() -> list[str]:
     return [found, "-n", "2", *extra]
 
 
-def launch(scenario: str, out: pathlib.Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def launch(
+    scenario: str, out: pathlib.Path, timeout: float = 240, **extra_env: str
+) -> subprocess.CompletedProcess[str]:
     # Open MPI refuses to start as root without these two; CI runs as root
-    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **extra_env}
     command = [*mpiexec(), sys.executable, __file__, scenario, str(out)]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, check=False)
 
@@ -155,8 +157,14 @@ def test_two_ranks_match_one_process_with_twice_the_batch(scenario: str, tmp_pat
 
 
 def test_collectives(tmp_path: pathlib.Path) -> None:
-    check_ok(launch("collectives", tmp_path))
+    from fusegrad.viz.profile_file import read_profile_file
+
+    check_ok(launch("collectives", tmp_path, VIZ="-1", PROFILEPATH=str(tmp_path / "profile.fgprof")))
     for rank in range(2):
+        profile = tmp_path / f"profile.rank{rank}.fgprof"  # one profile per rank, each with its own MPI track
+        spans = [e.name for e in read_profile_file(profile, profile.read_bytes()).events
+                 if getattr(e, "device", None) == f"MPI:{rank}"]  # fmt: skip
+        assert [str(name).split()[0] for name in spans] == ["allreduce"] * 3 + ["broadcast", "allgather", "barrier"]
         with np.load(tmp_path / f"rank{rank}.npz", allow_pickle=False) as got:
             np.testing.assert_allclose(got["summed"], [3.0, 6.0])
             np.testing.assert_allclose(got["mean"], [0.5])

@@ -1,0 +1,149 @@
+"""fusegrad.distributed over MPI on one machine: allreduce bandwidth and data-parallel GPT throughput.
+
+1. allreduce of float32 sums across 2 ranks, 1 MB ... 64 MB: `distributed.allreduce` on a realized CPU tensor vs
+   mpi4py's own `comm.Allreduce` of a numpy array (IN_PLACE both), median of timed runs after a warm-up, as algorithm
+   bandwidth (message bytes / time).
+2. GPT (fusegrad.examples.gpt's model at its defaults, batch 16 x 64 per rank) training steps, TinyJit, with 1 and 2
+   ranks, each rank bound to one core: tokens/s summed over the ranks, and the share of step time spent in
+   `DistributedDataParallel.sync_gradients` (staging + Allreduce + write-back).
+Usage: python bench/dist.py [--max-mb 64] [--steps 12]. Launches `mpiexec` itself (the dist extra); each part runs
+this file as the worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+
+def median_seconds(fns: list[Callable[[], object]], runs: int, barrier: Callable[[], object]) -> list[float]:
+    """The median time of each function, run in turns (one of each per round) so a busy moment hits them alike."""
+    times: list[list[float]] = [[] for _ in fns]
+    for round_ in range(runs + 1):  # round 0 warms up
+        for fn, spent in zip(fns, times, strict=True):
+            barrier()  # both ranks start each collective together: the time is the collective's, not the skew
+            st = time.perf_counter()
+            fn()
+            if round_:
+                spent.append(time.perf_counter() - st)
+    return [float(np.median(spent)) for spent in times]
+
+
+def worker_allreduce(max_mb: int) -> None:
+    from mpi4py import MPI
+
+    from fusegrad import Tensor, distributed
+
+    info = distributed.init()
+    comm = MPI.COMM_WORLD
+    results = []
+    mb = 1
+    while mb <= max_mb:
+        n = mb * 2**20 // 4
+        array = np.ones(n, dtype=np.float32)
+        tensor = Tensor.ones(n).contiguous().realize()
+        runs = max(9, 256 // mb)
+        numpy_s, fusegrad_s = median_seconds(
+            [lambda a=array: comm.Allreduce(MPI.IN_PLACE, a), lambda t=tensor: distributed.allreduce(t, "sum")],
+            runs,
+            comm.Barrier,
+        )
+        results.append({"mb": mb, "numpy_gbs": n * 4 / numpy_s / 1e9, "fusegrad_gbs": n * 4 / fusegrad_s / 1e9})
+        mb *= 4 if mb < 64 else 2
+    if info.rank == 0:
+        print(json.dumps(results))
+    distributed.shutdown()
+
+
+def worker_gpt(steps: int) -> None:
+    from fusegrad import Tensor, distributed
+    from fusegrad.distributed import DistributedDataParallel
+    from fusegrad.examples.gpt import GPT, GPTConfig, make_step
+    from fusegrad.nn import optim
+    from fusegrad.nn.state import get_parameters
+
+    info = distributed.init()
+    cfg = GPTConfig(vocab_size=98)
+    Tensor.manual_seed(0)
+    model = GPT(cfg)
+    opt = optim.AdamW(get_parameters(model), lr=1e-3, weight_decay=0.01)
+    ddp = DistributedDataParallel(model) if info.world_size > 1 else None
+    communicating = [0.0]
+    if ddp is not None:
+        sync = ddp.sync_gradients
+
+        def timed_sync() -> None:
+            st = time.perf_counter()
+            sync()
+            communicating[0] += time.perf_counter() - st
+
+        ddp.sync_gradients = timed_sync  # type: ignore[method-assign]  # the bench times the communication
+    step = make_step(model, opt, ddp)
+    rng = np.random.default_rng(info.rank)
+    batch = [Tensor(rng.integers(0, cfg.vocab_size, (16, cfg.context), dtype=np.int32)) for _ in range(2)]
+    for _ in range(3):  # eager, capture, first replay
+        step(*batch).item()
+    distributed.barrier()
+    communicating[0] = 0.0
+    begun = time.perf_counter()
+    for _ in range(steps):
+        step(*batch).item()
+    took = time.perf_counter() - begun
+    if info.rank == 0:
+        tokens = 16 * cfg.context * steps * info.world_size
+        print(json.dumps({"ranks": info.world_size, "tokens_s": tokens / took, "comm": communicating[0] / took}))
+    distributed.shutdown()
+
+
+def launch(ranks: int, *worker_args: str) -> object:
+    found = shutil.which("mpiexec", path=f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    if found is None:
+        raise SystemExit("bench/dist.py: no mpiexec; pip install -e '.[dist]'")
+    version = subprocess.run([found, "--version"], capture_output=True, text=True, check=False).stdout
+    binding = ["--bind-to", "core"] if "Open MPI" in version else ["-bind-to", "core"]  # one core per rank
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    command = [found, "-n", str(ranks), *binding, sys.executable, __file__, "--worker", *worker_args]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, check=False, timeout=1800)
+    if result.returncode != 0:
+        raise SystemExit(f"bench/dist.py: {' '.join(command)} failed:\n{result.stdout}\n{result.stderr}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--max-mb", type=int, default=64, help="largest allreduce in MB (default 64)")
+    parser.add_argument("--steps", type=int, default=12, help="timed GPT steps per run (default 12)")
+    parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker is not None:
+        kind, value = args.worker
+        (worker_allreduce if kind == "allreduce" else worker_gpt)(int(value))
+        return
+    print("allreduce, float32 sum, 2 ranks (algorithm bandwidth, GB/s)")
+    print(f"{'MB':>4} {'mpi4py numpy':>13} {'fusegrad':>9} {'ratio':>6}")
+    rows = launch(2, "allreduce", str(args.max_mb))
+    assert isinstance(rows, list), "bench/dist.py: the allreduce worker printed no rows"
+    for row in rows:
+        ratio = row["fusegrad_gbs"] / row["numpy_gbs"]
+        print(f"{row['mb']:>4} {row['numpy_gbs']:>13.2f} {row['fusegrad_gbs']:>9.2f} {ratio:>6.2f}")
+    print("GPT training step (defaults, batch 16 x 64 per rank), TinyJit, one core per rank")
+    one = launch(1, "gpt", str(args.steps))
+    two = launch(2, "gpt", str(args.steps))
+    assert isinstance(one, dict), "bench/dist.py: the 1-rank GPT worker printed no result"
+    assert isinstance(two, dict), "bench/dist.py: the 2-rank GPT worker printed no result"
+    print(f"1 rank : {one['tokens_s']:>8,.0f} tokens/s")
+    print(f"2 ranks: {two['tokens_s']:>8,.0f} tokens/s summed ({two['tokens_s'] / one['tokens_s']:.2f}x), "
+          f"{100 * two['comm']:.1f}% of step time in sync_gradients")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
