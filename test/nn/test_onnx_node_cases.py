@@ -39,7 +39,7 @@ NOT_IMPLEMENTED = {
     "StringConcat", "StringSplit", "StringNormalizer", "RegexFullMatch", "TfIdfVectorizer", "ImageDecoder",
     "LabelEncoder", "TreeEnsemble", "ArrayFeatureExtractor", "Binarizer",
     # misc
-    "Det", "QLinearConv",
+    "Det",
 }  # fmt: skip
 
 # ONNX dtypes fusegrad has no dtype for (4-bit, 2-bit, float8 variants other than e4m3fn/e5m2, strings, complex)

@@ -7,8 +7,10 @@ Registered into `registry.ONNX_OPS` on import.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from fusegrad.dtype import DType, dtypes
+from fusegrad.nn.onnx.ops_nn import conv
 from fusegrad.nn.onnx.proto import dtype_of
 from fusegrad.nn.onnx.registry import normalize_axis, onnx_op
 from fusegrad.tensor import Tensor
@@ -289,3 +291,26 @@ def qlinear_matmul(
         b, b_scale, b_zero_point, axis=-1
     )
     return quantize_linear(product, y_scale, y_zero_point, axis=-1)
+
+
+@onnx_op("QLinearConv")
+def qlinear_conv(
+    x: Tensor,
+    x_scale: Tensor,
+    x_zero_point: Tensor,
+    w: Tensor,
+    w_scale: Tensor,
+    w_zero_point: Tensor,
+    y_scale: Tensor,
+    y_zero_point: Tensor,
+    b: Tensor | None = None,
+    **conv_attributes: Any,
+) -> Tensor:
+    # dequantize, convolve in float, add the int32 bias (scale x_scale * w_scale per output channel), quantize
+    real_x = dequantize_linear(x, x_scale, x_zero_point)
+    real_w = dequantize_linear(w, w_scale, w_zero_point, axis=0)
+    bias = None
+    if b is not None:
+        bias = b.cast(dtypes.float32) * (x_scale.cast(dtypes.float32) * w_scale.cast(dtypes.float32)).reshape(-1)
+    out = conv(real_x, real_w, bias, **conv_attributes)
+    return quantize_linear(out, y_scale, y_zero_point)
