@@ -121,6 +121,8 @@ class VizSession:
 
         def load() -> None:
             try:
+                if "profile_path" in self._cache:
+                    self.scan()  # json.loads holds the GIL for seconds: the quick overview scan goes first
                 saved = load_rewrites(path)
                 self.trace, self.lines = saved.trace, saved.lines
             except TraceFileError as e:
@@ -389,6 +391,8 @@ def open_session(
             check_same_run(str(rewrites), rewrites_id or None, str(profile), profile_id or None)
     if later:  # started first: the profile's loader waits for it (its timeline links kernels to their groups)
         assert rewrites is not None, "later implies a rewrites file"
+        if profile is not None and streaming:
+            session._cache["profile_path"] = Path(profile)  # the rewrites loader lets the profile's scan go first
         session.load_rewrites_in_background(rewrites)
     if profile is not None and streaming:
         session.load_profile_in_background(profile)
