@@ -29,7 +29,7 @@ NOT_IMPLEMENTED = {
     # sampling and detection
     "RoiAlign", "NonMaxSuppression", "DeformConv",
     # newer fused ops (opset 23+ / preview)
-    "FlexAttention", "TensorScatter",
+    "FlexAttention",
     # data-dependent output shapes fusegrad builds poorly
     "Unique",
     # randomness (no reference values to compare against) and training ops

@@ -245,3 +245,19 @@ def resize(
         if size != x.shape[axis] or coordinate_transformation_mode == "tf_crop_and_resize":
             out = resize_axis(out, axis, size, scale, box, mode, options)
     return out
+
+
+@onnx_op("TensorScatter")
+def tensor_scatter(
+    past_cache: Tensor, update: Tensor, write_indices: Tensor | None = None, mode: str = "linear", axis: int = -2
+) -> Tensor:
+    # a KV-cache write: batch b's update goes to positions write_indices[b] + i along axis (wrapping when circular)
+    axis = normalize_axis(axis, past_cache.ndim)
+    batch, steps, capacity = update.shape[0], update.shape[axis], past_cache.shape[axis]
+    start = write_indices if write_indices is not None else Tensor.zeros(batch, dtype=dtypes.int64)
+    start = start.cast(dtypes.int64).reshape(batch, *([1] * (update.ndim - 1)))
+    step = Tensor.arange(steps, dtype=dtypes.int64).reshape([steps if i == axis else 1 for i in range(update.ndim)])
+    position = start + step
+    if mode == "circular":
+        position = position % capacity
+    return past_cache.scatter(axis, position.expand(update.shape), update)
