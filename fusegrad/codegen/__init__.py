@@ -11,6 +11,7 @@ from typing import Any
 
 from fusegrad.codegen.gates import pm_simplify_gates
 from fusegrad.codegen.gather import pm_collapse_one_hot_sums
+from fusegrad.codegen.index_dtype import lower_index_dtype
 from fusegrad.codegen.linearize import AccumulatorContext, linearize, pm_reduce_to_accumulator, range_key
 from fusegrad.codegen.opt import apply_opts, choose_opts
 from fusegrad.helpers import to_function_name
@@ -80,6 +81,7 @@ def full_rewrite(ast: UOp, renderer: Renderer) -> list[UOp]:
     sink = graph_rewrite(sink, pm_reduce_to_accumulator, ctx=AccumulatorContext.of(sink), name="reduce to accumulators")
     if renderer.extra_matcher is not None:
         sink = graph_rewrite(sink, renderer.extra_matcher, name="renderer decompositions")
+    sink = lower_index_dtype(sink)  # int32 index math where bounds allow, else int64
     sink = name_kernel(sink, ast)
     return linearize(sink)
 

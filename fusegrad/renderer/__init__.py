@@ -51,7 +51,15 @@ def _add(x: sint, y: sint) -> sint:
 
 def _trip_count(rng: UOp) -> sint:
     end = rng.src[0]
-    return int(end.arg) if end.op is Ops.CONST else end
+    return int(end.arg) if end.op is Ops.CONST else _as_index(end)
+
+
+def _as_index(x: UOp) -> UOp:
+    """A loop end lowered to int32/int64 (codegen/index_dtype.py) typed `dtypes.index` again: estimates are in terms of
+    the kernel's variables as the scheduler made them, whatever width the kernel computes them at."""
+    if x.dtype == dtypes.index:
+        return x
+    return x.replace(dtype=dtypes.index, src=tuple(_as_index(s) for s in x.src))
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +86,13 @@ class Estimates:
         touched: dict[UOp, sint] = {}  # DEFINE_GLOBAL -> bytes accessed
         trips: list[sint] = [1]
         gating = {g for u in uops if u.op is Ops.INDEX and len(u.src) > 2 for g in u.src[2].toposort()}
+        indexing = index_arithmetic(uops)
         for u in uops:
             if u.op is Ops.RANGE:
                 trips.append(_mul(trips[-1], _trip_count(u)))
             elif u.op is Ops.END:
                 trips.pop()
-            elif u.op in GroupOp.ALU and u.dtype.scalar() != dtypes.index and u not in gating:
+            elif u.op in GroupOp.ALU and u not in indexing and u not in gating:
                 ops = _add(ops, trips[-1])
             elif (buf := _global_accessed(u)) is not None:
                 nbytes = _mul(trips[-1], buf.dtype.base.itemsize)
@@ -95,6 +104,29 @@ class Estimates:
             whole = size * buf.dtype.base.itemsize
             mem = _add(mem, nbytes if size < 0 or (isinstance(nbytes, int) and nbytes < whole) else whole)
         return Estimates(ops, lds, mem).simplify()
+
+
+def index_arithmetic(uops: Sequence[UOp]) -> set[UOp]:
+    """The nodes of a linear program that compute indexes (loop counters, variables, ALU ops): those typed
+    `dtypes.index` and, once codegen lowered them to int32/int64 (codegen/index_dtype.py), those in that role.
+    Every index value derives from a loop counter, a variable or a launch index without passing through a CAST (data
+    leaves index math through a CAST, and stays counted), or is part of an address; a CAST into an address is where
+    data enters index math."""
+    ret: set[UOp] = set()
+    for u in uops:  # forward: from loop counters and variables through integer ALU ops
+        if u.op in (Ops.RANGE, Ops.SPECIAL, Ops.DEFINE_VAR) or u.dtype.scalar() == dtypes.index:
+            ret.add(u)
+        elif u.op in GroupOp.ALU and u.op is not Ops.CAST and dtypes.is_int(u.dtype):
+            values = [s for s in (u.src[1:] if u.op is Ops.WHERE else u.src) if s.op is not Ops.CONST]
+            if values and all(s in ret for s in values):
+                ret.add(u)
+    stack = [s for u in uops if u.op is Ops.INDEX for s in u.src[1:2]] + [u.src[0] for u in uops if u.op is Ops.RANGE]
+    while stack:  # backward: everything an address (or a loop end) is computed from, down to the CASTs into it
+        if (x := stack.pop()).op in GroupOp.ALU and x not in ret and dtypes.is_int(x.dtype):
+            ret.add(x)
+            if x.op is not Ops.CAST:
+                stack.extend(x.src)
+    return ret
 
 
 def _global_accessed(u: UOp) -> UOp | None:

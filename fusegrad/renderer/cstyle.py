@@ -15,7 +15,7 @@ from typing import ClassVar, cast
 from fusegrad.codegen.linearize import REDUCE_AXES
 from fusegrad.dtype import AddrSpace, ConstType, DType, PtrDType, dtypes, truncate
 from fusegrad.helpers import strip_parens, to_function_name
-from fusegrad.renderer import Renderer
+from fusegrad.renderer import Renderer, index_arithmetic
 from fusegrad.uop import AxisType, GroupOp, Ops
 from fusegrad.uop.ops import PatternMatcher, UOp, UPat
 
@@ -42,8 +42,11 @@ class RenderContext:
     users: dict[UOp, list[UOp]] = field(default_factory=dict)
     depth: dict[UOp, int] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
+    wide: set[UOp] = field(default_factory=set)  # index math declared as lang.index_c_type
 
     def __post_init__(self) -> None:
+        if self.lang.index_c_type is not None:
+            self.wide = index_arithmetic(self.uops)
         level = 0
         for u in self.uops:
             if u.op is Ops.END:
@@ -56,6 +59,10 @@ class RenderContext:
 
     def __getitem__(self, u: UOp) -> str:
         return self.r[u]
+
+    def type_of(self, u: UOp) -> str:
+        """The C type `u` is declared with."""
+        return self.lang.index_c_type if u in self.wide and self.lang.index_c_type else self.lang.render_dtype(u.dtype)
 
     def fresh_name(self, prefix: str) -> str:
         n = self.counts[prefix] = self.counts.get(prefix, -1) + 1
@@ -122,7 +129,7 @@ def render_store(ctx: RenderContext, idx: UOp, value: UOp) -> str:
 
 
 def render_range(ctx: RenderContext, x: UOp) -> str:
-    name, index_type = ctx[x], ctx.lang.render_dtype(dtypes.index)
+    name, index_type = ctx[x], ctx.type_of(x)
     return f"for ({index_type} {name} = 0; {name} < {strip_parens(ctx[x.src[0]])}; {name}++) {{"
 
 
@@ -251,6 +258,7 @@ class CStyleLanguage(Renderer):
     buffer_suffix: ClassVar[str] = ""  # after a buffer argument's `*`, e.g. C99's ` restrict`
     const_prefix: ClassVar[str] = "const "  # on buffers the kernel only reads
     arg_int_prefix: ClassVar[str] = "long long"  # type of a DEFINE_VAR argument
+    index_c_type: ClassVar[str | None] = None  # C type of all index math whatever its IR width; None: the IR's
     infinity: ClassVar[str] = "INFINITY"
     nan: ClassVar[str] = "NAN"
     type_map: ClassVar[dict[DType, str]] = {dtypes.bool: "bool", dtypes.index: "long long"}
@@ -380,6 +388,8 @@ class CStyleLanguage(Renderer):
                 continue
             if u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.RANGE, Ops.DEFINE_REG):
                 ctx.r[u] = ctx.name_of(u)
+                if u.op is Ops.DEFINE_VAR and u not in ctx.wide and u.dtype.itemsize < 8:  # passed as arg_int_prefix
+                    ctx.r[u] = f"(({self.render_dtype(u.dtype)}){ctx.r[u]})"
                 if u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR):
                     continue
             text = cast("str | None", self.string_rewrite.rewrite(u, ctx=ctx))
@@ -394,7 +404,7 @@ class CStyleLanguage(Renderer):
                 ctx.r[u] = text
             else:
                 ctx.r[u] = ctx.name_of(u)
-                body.append(f"{indent}{self.render_dtype(u.dtype)} {ctx[u]} = {text};")
+                body.append(f"{indent}{ctx.type_of(u)} {ctx[u]} = {text};")
         return self.render_kernel(to_function_name(kernel_name(uops)), self.render_args(uops, ctx), body)
 
     def render_args(self, uops: list[UOp], ctx: RenderContext) -> list[str]:
@@ -402,7 +412,7 @@ class CStyleLanguage(Renderer):
         written = {_base_buffer(u.src[0].src[0]) for u in uops if u.op is Ops.STORE}
         globs = sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: int(u.arg))
         args = [self.render_buffer(u, ctx[u], u in written) for u in globs]
-        return args + [f"{self.arg_int_prefix} {ctx[u]}" for u in uops if u.op is Ops.DEFINE_VAR]
+        return args + [f"{self.arg_int_prefix} {u.arg[0]}" for u in uops if u.op is Ops.DEFINE_VAR]
 
 
 def kernel_name(uops: list[UOp]) -> str:
@@ -491,6 +501,9 @@ class ClangRenderer(CStyleLanguage):
         + "#endif\n"
     )
     buffer_suffix = " restrict"
+    # index math stays 64-bit in C even where codegen proved int32 enough: under -fwrapv a 32-bit address sum must
+    # wrap, so gcc cannot widen it into a pointer step and vectorises contiguous loads as gathers (4x slower sums)
+    index_c_type = "long long"
     unroll_reduce_max: ClassVar[int] = 4  # reduce loops up to this many iterations around upcast loops are unrolled
     infinity = "__builtin_inff()"
     nan = '__builtin_nanf("")'
