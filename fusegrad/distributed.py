@@ -156,8 +156,10 @@ def _numpy_dtype(t: Tensor, op: str) -> np.dtype[np.generic]:
 
 def _realized_buffer(t: Tensor) -> object | None:
     """The Buffer that holds exactly t's elements in order, or None when t is a view of some other layout."""
-    t.realize()
     uop = t.uop.src[0] if t.uop.op is Ops.RESHAPE else t.uop
+    if uop.op is not Ops.BUFFER:  # not realized yet (a realized tensor skips the scheduler: collectives are hot)
+        t.realize()
+        uop = t.uop.src[0] if t.uop.op is Ops.RESHAPE else t.uop
     if uop.op is not Ops.BUFFER:
         return None
     return uop.buffer.ensure_allocated()
