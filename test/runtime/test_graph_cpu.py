@@ -134,6 +134,22 @@ def test_transfers_between_cpu_devices_run_in_the_graph() -> None:
     assert len(graph.jit_cache) == 3
 
 
+def test_a_sharded_step_runs_kernels_of_both_devices_in_one_graph() -> None:
+    @TinyJit
+    def step(x: Tensor) -> Tensor:
+        y = (x * 2 + 1).realize()
+        return y.sum(0).realize()  # sums the shards: kernels and transfers on both devices
+
+    rng = np.random.default_rng(4)
+    for _ in range(4):
+        a = rng.standard_normal((4, 6), dtype=np.float32)
+        np.testing.assert_allclose(
+            step(Tensor(a).shard(("CPU", "CPU:1"), axis=0)).numpy(), (a * 2 + 1).sum(0), rtol=1e-5
+        )
+    graphs = graph_items(step)
+    assert {ei.prg.device for graph in graphs for ei in graph.jit_cache if ei.prg is not None} == {"CPU", "CPU:1"}
+
+
 def train_losses(make: Callable[[], tuple[object, Callable[[Tensor, Tensor], Tensor]]], batches: list) -> list[float]:  # type: ignore[type-arg]
     """Losses of a training step replayed over the batches, and the final weights' sum, from a fixed seed (with
     graphs on, the replays must have gone through CPU graphs)."""
