@@ -85,3 +85,23 @@ def scan(
         ordered = values[::-1] if backward else values
         stacked.append(Tensor.stack(*ordered, dim=axis % (ordered[0].ndim + 1)))
     return [*state, *stacked]
+
+
+# *** optionals: an empty optional is None, a full one its tensor ***
+
+
+@onnx_op("Optional")
+def optional(value: Tensor | None = None, type: Any = None) -> Tensor | list[None]:  # noqa: A002  (ONNX's name)
+    return [None] if value is None else value
+
+
+@onnx_op("OptionalHasElement")
+def optional_has_element(value: Tensor | None = None) -> Tensor:
+    return Tensor(value is not None)
+
+
+@onnx_op("OptionalGetElement")
+def optional_get_element(value: Tensor | None) -> Tensor:
+    if value is None:
+        raise ValueError("OptionalGetElement: the optional is empty")
+    return value

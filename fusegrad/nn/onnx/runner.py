@@ -64,26 +64,32 @@ MAX_REMEMBERED = 1024
 
 @dataclass(frozen=True, slots=True)
 class InputSpec:
-    """A graph input: its name, dtype and shape (an int per fixed dim, a str per named dim, None when unknown)."""
+    """A graph input: its name, dtype and shape (an int per fixed dim, a str per named dim, None when unknown);
+    an optional input may be given None."""
 
     name: str
     dtype: DType
     shape: tuple[int | str | None, ...] | None
+    optional: bool = False
 
 
 def input_spec(info: onnx.ValueInfoProto) -> InputSpec:
     """The InputSpec of a graph input's ValueInfoProto."""
-    if not info.type.HasField("tensor_type"):
-        kind = info.type.WhichOneof("value")
+    value_type = info.type
+    optional = value_type.HasField("optional_type")
+    if optional:
+        value_type = value_type.optional_type.elem_type
+    if not value_type.HasField("tensor_type"):
+        kind = value_type.WhichOneof("value")
         raise NotImplementedError(f"OnnxRunner: input {info.name!r} is a {kind}; only tensor inputs are supported")
-    tensor_type = info.type.tensor_type
+    tensor_type = value_type.tensor_type
     dtype = dtype_of(tensor_type.elem_type, f"input {info.name!r}")
     if not tensor_type.HasField("shape"):
-        return InputSpec(info.name, dtype, None)
+        return InputSpec(info.name, dtype, None, optional)
     dims: list[int | str | None] = []
     for dim in tensor_type.shape.dim:
         dims.append(dim.dim_value if dim.HasField("dim_value") else (dim.dim_param or None))
-    return InputSpec(info.name, dtype, tuple(dims))
+    return InputSpec(info.name, dtype, tuple(dims), optional)
 
 
 class OnnxRunner:
@@ -106,7 +112,7 @@ class OnnxRunner:
         self.nodes = [(node, attributes_of(node, base_dir)) for node in graph.node]
         self.static_nodes = self._find_static_nodes()
         # input shapes -> the realized outputs of the static nodes for those shapes
-        self._folded: dict[tuple[tuple[Any, ...], ...], dict[str, Tensor | None]] = {}
+        self._folded: dict[tuple[tuple[Any, ...] | None, ...], dict[str, Tensor | None]] = {}
 
     def _find_static_nodes(self) -> set[int]:
         """Indices of nodes whose outputs depend on the input shapes only, never on input values.
@@ -159,16 +165,19 @@ class OnnxRunner:
                     f"OnnxRunner: op {node.op_type}{domain} ({where}, opset {self.opset}) is not supported"
                 )
 
-    def bind(self, inputs: dict[str, Any]) -> dict[str, Tensor]:
+    def bind(self, inputs: dict[str, Any]) -> dict[str, Tensor | None]:
         """The inputs as Tensors, after checking names, dtypes and shapes against the graph (named dims must agree)."""
         if missing := [name for name in self.inputs if name not in inputs]:
             raise RuntimeError(f"OnnxRunner: no value for input(s) {missing}; the model takes {list(self.inputs)}")
         if unknown := [name for name in inputs if name not in self.inputs]:
             raise RuntimeError(f"OnnxRunner: unknown input(s) {unknown}; the model takes {list(self.inputs)}")
         named_dims: dict[str, int] = {}
-        bound: dict[str, Tensor] = {}
+        bound: dict[str, Tensor | None] = {}
         for name, spec in self.inputs.items():
             value = inputs[name]
+            if value is None and spec.optional:  # an empty optional
+                bound[name] = None
+                continue
             tensor = value if isinstance(value, Tensor) else tensor_from_numpy(np.asarray(value), spec.dtype)
             if tensor.dtype != spec.dtype:
                 raise RuntimeError(f"OnnxRunner: input {name!r} has dtype {tensor.dtype}, the model wants {spec.dtype}")
@@ -196,7 +205,7 @@ class OnnxRunner:
         """Evaluate the graph on inputs (arrays, lists or Tensors by input name); outputs are lazy Tensors by name."""
         bound = self.bind(inputs)
         values: dict[str, Tensor | None] = {"": None, **self.initializers, **bound}
-        key = tuple(tuple(t.shape) for t in bound.values())
+        key = tuple(None if t is None else tuple(t.shape) for t in bound.values())
         folded = self._folded.get(key)
         values.update(folded or {})
         for index, (node, attrs) in enumerate(self.nodes):
