@@ -52,19 +52,6 @@ UNCOMPILED_DTYPES = {onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT8E4M3FN, o
 
 # cases that run but disagree with the reference
 KNOWN_WRONG = {
-    # Attention's nonpad_kv_seqlen input (opset 24 static KV caches) is not implemented
-    **dict.fromkeys(
-        [
-            "test_attention_4d_causal_nonpad_attn_mask_composition",
-            "test_attention_4d_causal_nonpad_batch_prefill",
-            "test_attention_4d_causal_nonpad_continued_prefill",
-            "test_attention_4d_causal_nonpad_negative_offset_structural_empty",
-            "test_attention_4d_diff_heads_mask4d_padded_kv",
-            "test_attention_4d_gqa_causal_nonpad_decode",
-            "test_attention_4d_gqa_causal_nonpad_decode_fp16",
-        ],
-        "Attention: nonpad_kv_seqlen",
-    ),
     # float16 attention built from primitive ops rounds differently from the float32-accumulating reference
     **dict.fromkeys(
         [
