@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from fusegrad.device import Buffer
 from fusegrad.dtype import _to_np_dtype, dtypes
 from fusegrad.helpers import PROFILEPATH, cpu_profile
 from fusegrad.tensor import Tensor
@@ -154,7 +155,7 @@ def _numpy_dtype(t: Tensor, op: str) -> np.dtype[np.generic]:
     return np.dtype(np_dt)
 
 
-def _realized_buffer(t: Tensor) -> object | None:
+def _realized_buffer(t: Tensor) -> Buffer | None:
     """The Buffer that holds exactly t's elements in order, or None when t is a view of some other layout."""
     uop = t.uop.src[0] if t.uop.op is Ops.RESHAPE else t.uop
     if uop.op is not Ops.BUFFER:  # not realized yet (a realized tensor skips the scheduler: collectives are hot)
@@ -175,12 +176,12 @@ def host_view(t: Tensor, op: str = "host_view") -> tuple[np.ndarray, bool]:
     buffer = _realized_buffer(t)
     if buffer is None:
         return np.ascontiguousarray(t.numpy()).reshape(-1), False
-    host = buffer.allocator._as_buffer(buffer._buf)  # type: ignore[attr-defined]  # Buffer from a BUFFER UOp
-    if host is not None and not memoryview(host).readonly:
-        buffer.allocator.dev.synchronize()  # type: ignore[attr-defined]
-        return np.frombuffer(host, dtype=dtype), True
-    out = np.empty(t.numel(), dtype=dtype)
-    buffer.copyout(out.data.cast("B"))  # type: ignore[attr-defined]
+    host = buffer.allocator._as_buffer(buffer._buf)
+    if host is not None and not host.readonly:
+        buffer.allocator.dev.synchronize()
+        return np.frombuffer(host, dtype=dtype, count=buffer.size), True
+    out = np.empty(buffer.size, dtype=dtype)
+    buffer.copyout(out.data.cast("B"))
     return out, False
 
 
@@ -188,7 +189,7 @@ def write_back(t: Tensor, values: np.ndarray) -> None:
     """Store flat `values` (t.numel() elements of t's dtype) into t, in place when t is a plain buffer."""
     buffer = _realized_buffer(t)
     if buffer is not None:
-        buffer.copyin(np.ascontiguousarray(values).data.cast("B"))  # type: ignore[attr-defined]
+        buffer.copyin(np.ascontiguousarray(values).data.cast("B"))
     else:
         t.assign(Tensor(values.reshape(t.shape), device=t.device, dtype=t.dtype)).realize()
 
