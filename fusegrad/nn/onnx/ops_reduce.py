@@ -172,3 +172,24 @@ def softmax_cross_entropy(
 ) -> tuple[Tensor, Tensor]:
     log_prob = scores.log_softmax(1)
     return nll_loss(log_prob, labels, weights, ignore_index, reduction), log_prob
+
+
+@onnx_op("Det")
+def det(x: Tensor) -> Tensor:
+    # Gaussian elimination with partial pivoting, unrolled over the columns of (..., n, n); a row swap flips the sign
+    size = x.shape[-1]
+    a = x.cast(dtypes.float64)
+    sign = Tensor.ones(*x.shape[:-2], dtype=dtypes.float64)
+    rows = Tensor.arange(size)
+    for k in range(size):
+        pivot = a[..., k:, k].abs().argmax(-1) + k  # (...)
+        is_pivot = (rows == pivot.unsqueeze(-1)).cast(dtypes.float64).unsqueeze(-1)  # (..., n, 1)
+        is_k = (rows == k).cast(dtypes.float64).unsqueeze(-1)
+        row_pivot, row_k = (a * is_pivot).sum(-2, keepdim=True), a[..., k : k + 1, :]
+        a = a + (is_k - is_pivot) * (row_pivot - row_k)  # swap rows k and pivot (nothing when they are the same)
+        sign = (pivot != k).where(-sign, sign)
+        below = (rows > k).cast(dtypes.float64).unsqueeze(-1)
+        factors = below * a[..., :, k : k + 1] / a[..., k : k + 1, k : k + 1]
+        a = a - factors * a[..., k : k + 1, :]
+    diagonal = (a * Tensor.eye(size, dtype=dtypes.float64)).sum(-1)
+    return (sign * diagonal.prod(-1)).cast(x.dtype)
