@@ -270,7 +270,7 @@ def compile_ahead(schedule: list[ExecItem]) -> None:
     (Python) while a thread pool drives the compiler on batches already rendered, several compiler processes at once,
     each building its batch in one run where the compiler can (Compiler.compile_cached_many; the disk cache is asked
     first). Runs for two new kernels or more, not under BEAM (its search compiles each candidate)."""
-    if PARALLEL_COMPILE.value == 1 or BEAM.value >= 1:
+    if len(schedule) < 2 or PARALLEL_COMPILE.value == 1 or BEAM.value >= 1:
         return
     pending: dict[RunnerKey, tuple[str, UOp]] = {}
     for ei in schedule:
