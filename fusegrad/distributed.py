@@ -148,15 +148,15 @@ def _span(name: str, nbytes: int) -> Iterator[None]:
 
 
 def _numpy_dtype(t: Tensor, op: str) -> np.dtype[np.generic]:
-    if isinstance(t.device, tuple):
-        raise TypeError(f"distributed.{op}: tensor is sharded over {t.device}; gather it onto one device first")
     if (np_dt := _to_np_dtype(t.dtype)) is None:
         raise TypeError(f"distributed.{op}: dtype {t.dtype} has no numpy equivalent; cast to a float or int first")
     return np.dtype(np_dt)
 
 
 def _realized_buffer(t: Tensor) -> Buffer | None:
-    """The Buffer that holds exactly t's elements in order, or None when t is a view of some other layout."""
+    """The Buffer that holds exactly t's elements in order, or None for a view of another layout or a sharded tensor."""
+    if isinstance(t.device, tuple):
+        return None
     uop = t.uop.src[0] if t.uop.op is Ops.RESHAPE else t.uop
     if uop.op is not Ops.BUFFER:  # not realized yet (a realized tensor skips the scheduler: collectives are hot)
         t.realize()
@@ -169,8 +169,9 @@ def _realized_buffer(t: Tensor) -> Buffer | None:
 def host_view(t: Tensor, op: str = "host_view") -> tuple[np.ndarray, bool]:
     """t's values as a flat numpy array and whether it is the device memory itself (writes then land in t).
 
-    On devices whose memory is host memory (CPU) the array is zero-copy; elsewhere it is a copy, written back with
-    `write_back`. Raises TypeError for a sharded tensor or a dtype numpy lacks.
+    On devices whose memory is host memory (CPU) the array is zero-copy; elsewhere (and for a tensor sharded over
+    several devices of this process: gathered) it is a copy, written back with `write_back`. Raises TypeError for a
+    dtype numpy lacks.
     """
     dtype = _numpy_dtype(t, op)
     buffer = _realized_buffer(t)
@@ -190,6 +191,8 @@ def write_back(t: Tensor, values: np.ndarray) -> None:
     buffer = _realized_buffer(t)
     if buffer is not None:
         buffer.copyin(np.ascontiguousarray(values).data.cast("B"))
+    elif isinstance(t.device, tuple):  # sharded in this process: the same split (or replication) as before
+        t.assign(Tensor(values.reshape(t.shape), dtype=t.dtype).shard(t.device, axis=t.uop.axis)).realize()
     else:
         t.assign(Tensor(values.reshape(t.shape), device=t.device, dtype=t.dtype)).realize()
 

@@ -107,9 +107,14 @@ def run_scenario(scenario: str, out: pathlib.Path) -> None:
             distributed.broadcast(Tensor([1.0]), src=5)
         with pytest.raises(ValueError, match="unknown op 'prod'"):
             distributed.allreduce(Tensor([1.0]), "prod")  # type: ignore[arg-type]  # the wrong value is the test
+        devices = ("CPU:0", "CPU:1")  # in-process sharding inside each rank
+        split = distributed.allreduce(Tensor([[1.0, 2.0], [3.0, 4.0]]).shard(devices, axis=0) * (info.rank + 1))
+        replicated = distributed.broadcast(Tensor([float(info.rank)] * 2).shard(devices), src=1)
+        assert isinstance(split.device, tuple), split.device
+        assert (split.uop.axis, replicated.uop.axis) == (0, None)
         distributed.barrier()
-        np.savez(out / f"rank{info.rank}.npz", summed=summed, mean=mean, biggest=biggest, shared=shared,
-                 gathered=gathered)  # fmt: skip
+        arrays = {"summed": summed, "mean": mean, "biggest": biggest, "shared": shared, "gathered": gathered}
+        np.savez(out / f"rank{info.rank}.npz", split=split.numpy(), replicated=replicated.numpy(), **arrays)
     elif scenario == "mismatch":
         from fusegrad.distributed import DistributedDataParallel
 
@@ -170,13 +175,21 @@ def test_collectives(tmp_path: pathlib.Path) -> None:
         profile = tmp_path / f"profile.rank{rank}.fgprof"  # one profile per rank, each with its own MPI track
         spans = [e.name for e in read_profile_file(profile, profile.read_bytes()).events
                  if getattr(e, "device", None) == f"MPI:{rank}"]  # fmt: skip
-        assert [str(name).split()[0] for name in spans] == ["allreduce"] * 3 + ["broadcast", "allgather", "barrier"]
+        assert [str(name).split()[0] for name in spans] == ["allreduce"] * 3 + [
+            "broadcast",
+            "allgather",
+            "allreduce",
+            "broadcast",
+            "barrier",
+        ]
         with np.load(tmp_path / f"rank{rank}.npz", allow_pickle=False) as got:
             np.testing.assert_allclose(got["summed"], [3.0, 6.0])
             np.testing.assert_allclose(got["mean"], [0.5])
             np.testing.assert_array_equal(got["biggest"], [1, 0])
             np.testing.assert_allclose(got["shared"], [8.0, 8.0, 8.0])
             np.testing.assert_array_equal(got["gathered"], [[[0, 10]], [[1, 11]]])
+            np.testing.assert_allclose(got["split"], [[3.0, 6.0], [9.0, 12.0]])
+            np.testing.assert_allclose(got["replicated"], [1.0, 1.0])
 
 
 def test_mismatched_shapes_name_the_rank_and_parameter(tmp_path: pathlib.Path) -> None:
