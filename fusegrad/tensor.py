@@ -273,7 +273,9 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             raise ValueError("arange: step must not be 0")
         if is_symbolic((start, stop, step)):  # a symbolic length (symbolic_shape.py): 0, 1, ..., stop - 1
             if not isinstance(stop, UOp) or start != 0 or step != 1:
-                raise ValueError(f"arange: a symbolic length takes start 0, step 1 and a symbolic stop: {start=} {step=}")
+                raise ValueError(
+                    f"arange: a symbolic length takes start 0, step 1 and a symbolic stop: {start=} {step=}"
+                )
             device = _canonical_device(kwargs.pop("device", None))
             dt = to_dtype(dtype) if dtype is not None else dtypes.int32
             return Tensor(UOp.iota(stop, device), **kwargs).cast(dt)
