@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -23,6 +24,16 @@ def bench() -> ModuleType:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(autouse=True)
+def training_restored() -> Iterator[None]:
+    """bench's load() puts Tensor in training mode for its workers' processes: undo it for the next tests."""
+    from fusegrad import Tensor
+
+    before = Tensor.training
+    yield
+    Tensor.training = before
 
 
 def test_bad_arguments_are_refused(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
