@@ -17,6 +17,7 @@ from fusegrad import Tensor
 from fusegrad.dtype import dtypes
 from fusegrad.engine.jit import TinyJit
 from fusegrad.mixin.random import _next_key, threefry2x32
+from fusegrad.uop import Ops
 
 try:
     from scipy import stats as scipy_stats
@@ -158,6 +159,82 @@ def test_each_draw_keeps_its_own_key() -> None:
     lazy = [Tensor.rand(5, contiguous=False) for _ in range(3)]
     for i in (2, 0, 1):
         np.testing.assert_array_equal(lazy[i].numpy(), expected[i])
+
+
+def test_a_draw_runs_no_kernel() -> None:
+    """Drawing (and so making a layer) runs nothing: the numbers are computed by the first realize that needs them."""
+    from fusegrad import nn
+    from fusegrad.helpers import GlobalCounters
+
+    Tensor.rand(2).realize()  # the device state exists: later draws could only run kernels to advance it
+    GlobalCounters.reset()
+    draws = [Tensor.rand(5), Tensor.randn(2, 3), Tensor.randint(4, high=7), Tensor.kaiming_uniform(3, 4)]
+    layer = nn.Linear(16, 8)
+    assert (GlobalCounters.kernel_count, GlobalCounters.global_ops) == (0, 0)
+    assert all(x.uop.base.op is not Ops.BUFFER for x in [*draws, layer.weight, layer.bias])
+    layer.weight.realize()
+    assert GlobalCounters.kernel_count > 0
+
+
+def test_an_unrealized_draw_never_repeats() -> None:
+    """A draw left lazy (or never realized) still used up its call number: the next draw's numbers differ."""
+    Tensor.manual_seed(4)
+    realized = [Tensor.rand(64).numpy() for _ in range(2)]
+    Tensor.manual_seed(4)
+    Tensor.rand(64)  # never realized
+    after = Tensor.rand(64).numpy()
+    np.testing.assert_array_equal(after, realized[1])
+    assert not np.array_equal(after, realized[0])
+    Tensor.manual_seed(4)
+    first = Tensor.rand(64)  # realized after the next draw
+    assert not np.array_equal(Tensor.rand(64).numpy(), first.numpy())
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2), (2, 1, 0), (1, 2, 0)])
+def test_realizing_draws_in_any_order(order: tuple[int, int, int]) -> None:
+    """Lazy draws realized one by one in any order, or together, give the numbers of draws realized at once."""
+    Tensor.manual_seed(21)
+    expected = [Tensor.rand(9).numpy(), Tensor.randn(9).numpy(), Tensor.uniform(9, low=-2).numpy()]
+    Tensor.manual_seed(21)
+    lazy = [Tensor.rand(9), Tensor.randn(9), Tensor.uniform(9, low=-2)]
+    for i in order:
+        np.testing.assert_array_equal(lazy[i].numpy(), expected[i])
+    Tensor.manual_seed(21)
+    together = [Tensor.rand(9), Tensor.randn(9), Tensor.uniform(9, low=-2)]
+    Tensor.realize(*together)
+    for got, want in zip(together, expected, strict=True):
+        np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_a_reseed_leaves_earlier_lazy_draws_alone() -> None:
+    """A draw made before manual_seed and realized after it keeps the numbers of its own seed."""
+    Tensor.manual_seed(1)
+    want = Tensor.rand(8).numpy()
+    Tensor.manual_seed(1)
+    early = Tensor.rand(8)
+    Tensor.manual_seed(2)
+    other = Tensor.rand(8)
+    np.testing.assert_array_equal(early.numpy(), want)
+    assert not np.array_equal(other.numpy(), want)
+
+
+def test_lazy_draws_around_jit_replays() -> None:
+    """Draws left lazy before, between and after replays never share numbers with the replays' draws, and the
+    whole sequence is the one drawn without the JIT."""
+
+    @TinyJit
+    def draw() -> Tensor:
+        return Tensor.rand(4).realize()
+
+    Tensor.manual_seed(8)
+    plain = [Tensor.rand(4).tolist() for _ in range(9)]
+    Tensor.manual_seed(8)
+    got: list[Any] = []
+    for _ in range(3):  # call 1 runs eagerly, call 2 captures, call 3 replays; a lazy draw beside each
+        lazy = Tensor.rand(4)
+        got += [lazy, draw().tolist()]
+    got += [Tensor.rand(4), draw().tolist(), Tensor.rand(4)]
+    assert [x.tolist() if isinstance(x, Tensor) else x for x in got] == plain
 
 
 def test_jitted_draws_advance_the_device_counter() -> None:

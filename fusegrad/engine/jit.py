@@ -22,6 +22,7 @@ from fusegrad.engine.graph import graph_class as graph_class
 from fusegrad.engine.memory import output_buffers, plan_memory, replan_arenas
 from fusegrad.engine.realize import ExecItem, capturing
 from fusegrad.helpers import DEBUG, JIT, JIT_BATCH_SIZE, NO_MEMORY_PLANNER, PROFILE, GlobalCounters, colored
+from fusegrad.mixin.random import JitRecord, jit_begin, jit_end, jit_replay
 from fusegrad.schedule.multi import multi_buffer, register_multi_buffer
 from fusegrad.tensor import Tensor, _all_tensors
 from fusegrad.uop import GroupOp, Ops
@@ -482,6 +483,7 @@ class TinyJit(Generic[R]):
         self.cnt = 0
         self.captured: CapturedJit[R] | None = None
         self._items: list[ExecItem] = []
+        self._rng: JitRecord | None = None  # what the capture did to the random generator, redone before each replay
         self._names: tuple[str, ...] = _positional_names(fxn) if fxn is not None else ()
         if fxn is not None:
             functools.update_wrapper(self, fxn, updated=())  # name and docstring; never the function's attributes
@@ -530,6 +532,8 @@ class TinyJit(Generic[R]):
             assert self.captured is not None, "TinyJit: call 3+ without a capture"
             self._check_inputs(inputs, args, kwargs)
             start = time.perf_counter()
+            if self._rng is not None:
+                jit_replay(self._rng)
             ret = self.captured.replay(inputs, var_vals)
             if DEBUG.value >= 1:
                 took = (time.perf_counter() - start) * 1e3
@@ -548,12 +552,14 @@ class TinyJit(Generic[R]):
             Tensor.realize(*pending)  # writes made before this call run once now, not on every replay
         self._items = []
         aliases = _alias_inputs(inputs)
+        rng = jit_begin()  # the random generator's device states hold the host's words before the kernels read them
         capturing.append(self)
         try:
             ret = _call_and_realize(self.fxn, args, kwargs, strict=True)
         finally:
             capturing.remove(self)
             _undo_aliases(aliases, inputs)
+        self._rng = jit_end(rng)
         items, self._items = self._items, []
         for ei in items:  # the call's variables take each replay's values; values bound inside the function stay
             ei.fixedvars = {k: v for k, v in ei.fixedvars.items() if k not in var_vals}

@@ -2,10 +2,17 @@
 
 Every random word is Threefry-2x32 (20 rounds; Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", 2011)
 of a counter: word 0 is the element's position (an IOTA), word 1 the call number, and the key is the seed. The values
-depend only on (seed, call, position), never on how the scheduler fuses kernels. Seed and call number live on the
-device, in one 3-word uint32 state tensor per device; each draw copies it into its own key buffer and advances the
-call number with an `assign`, both as kernels, so successive calls reuse one compiled kernel and a TinyJit replay
-(which re-runs those kernels) draws fresh numbers.
+depend only on (seed, call, position), never on how the scheduler fuses kernels.
+
+The host knows every draw's key: it keeps the seed and, per device, the call number, so an ordinary draw's key is a
+3-word uint32 buffer made from host data (seed low, seed high, call number): a draw runs no kernel, and two draws never
+share or mutate memory, so the order they are realized in (or whether they are) changes nothing.
+
+A TinyJit replay re-runs kernels and cannot ask the host, so draws inside a capture use a device state instead: one
+3-word uint32 tensor per device, which each draw copies into its own key and advances with an `assign`, both kernels
+that the capture records. The JIT tells the generator when a capture starts (`jit_begin`: every state is brought up to
+the host's words), what the capture did (`jit_end`), and before each replay (`jit_replay`: the states are brought up
+to date again and the host's call numbers advance as the replay's kernels will advance the states).
 """
 
 from __future__ import annotations
@@ -38,11 +45,14 @@ class SampleError(ValueError, AssertionError):
 
 @dataclass(slots=True)
 class _GeneratorState:
-    """The generator: the seed (None until first use) and, per device, the realized state tensor
-    (seed low, seed high, call number) that draws on that device read and advance."""
+    """The generator: the seed (None until first use), per device the next call number, and the device states that
+    TinyJit captures read and advance, with the (seed, call) each holds."""
 
     seed: int | None = None
+    calls: dict[str | tuple[str, ...], int] = field(default_factory=dict)
     devices: dict[str | tuple[str, ...], Tensor] = field(default_factory=dict)
+    held: dict[str | tuple[str, ...], tuple[int, int]] = field(default_factory=dict)  # what each device state holds
+    reseeds: int = 0  # manual_seed calls so far: tells a capture that reseeded from one that only drew
     # the devices drawn from since the last manual_seed (their states, which outlive a reseed, are in `devices`)
     drawn: dict[str | tuple[str, ...], Tensor] = field(default_factory=dict)
 
@@ -68,30 +78,118 @@ def threefry2x32(key: tuple[Tensor, Tensor], counter: tuple[Tensor, Tensor]) -> 
     return x0, x1
 
 
-def _seed_words(seed: int) -> list[int]:
-    """A fresh state: (seed low, seed high, call 0)."""
+def _seed_words(seed: int, call: int = 0) -> list[int]:
+    """The key words (seed low, seed high, call number), each a uint32."""
     seed %= 1 << 64
-    return [seed & _WORD, seed >> 32, 0]
+    return [seed & _WORD, seed >> 32, call & _WORD]
+
+
+def _device(device: str | tuple[str, ...] | None) -> str | tuple[str, ...]:
+    from fusegrad.device import Device, canonicalize_device
+
+    return canonicalize_device(device) if device is not None else Device.DEFAULT
+
+
+def _device_state(dev: str | tuple[str, ...]) -> Tensor:
+    """The device's state tensor, made (holding the host's words) on first use: a buffer of host data, no kernel."""
+    from fusegrad.tensor import Tensor
+
+    assert _state.seed is not None, "random: a device state before the seed was set"
+    if (state := _state.devices.get(dev)) is None:
+        call = _state.calls.get(dev, 0)
+        state = _state.devices[dev] = Tensor(_seed_words(_state.seed, call), device=dev, dtype=dtypes.uint32)
+        _state.held[dev] = (_state.seed, call)
+    return state
 
 
 def _next_key(device: str | tuple[str, ...] | None) -> Tensor:
-    """A uint32 buffer (seed low, seed high, call number) for one draw, copied from the device's state on the device;
-    the state's call number advances by an assign (two tiny kernels, run now so later draws never see stale state)."""
-    from fusegrad.device import Device, canonicalize_device
+    """A uint32 tensor (seed low, seed high, call number) for one draw. Outside a TinyJit capture it is host data: no
+    kernel runs. Inside one, it is copied from the device state, which advances, both as kernels the capture records
+    (run now, so the replays re-run them in the same order)."""
+    from fusegrad.engine.realize import capturing
     from fusegrad.tensor import Tensor
 
     if _state.seed is None:
         _state.seed = int(time.time())  # unseeded: a new stream per process, as in the reference
-    dev = canonicalize_device(device) if device is not None else Device.DEFAULT
-    if (state := _state.devices.get(dev)) is None:
-        state = _state.devices[dev] = Tensor(_seed_words(_state.seed), device=dev, dtype=dtypes.uint32)
-    _state.drawn[dev] = state
+    dev = _device(device)
+    call = _state.calls.get(dev, 0)
+    _state.calls[dev] = call + 1
+    _state.drawn[dev] = state = _device_state(dev)
+    if not capturing:
+        return Tensor(_seed_words(_state.seed, call), device=dev, dtype=dtypes.uint32)
+    assert _state.held[dev] == (_state.seed, call), "random: a device state was not brought up to date for a capture"
     # (3,): this draw's own copy in memory of its own (a contiguous() of a realized buffer would be that buffer)
     key = Tensor.empty(3, device=dev, dtype=dtypes.uint32).assign(state)
     call_word = Tensor.arange(3, device=dev) == 2  # (3,): 0, 0, 1
     state.assign(key + call_word.cast(dtypes.uint32))
     _realize_alone(key, state)
+    _state.held[dev] = (_state.seed, call + 1)
     return key
+
+
+def _sync(dev: str | tuple[str, ...]) -> None:
+    """Write the host's words into the device state where it holds others, and realize it. Never inside a capture:
+    the write would be recorded, and every replay would rewind the state."""
+    from fusegrad.tensor import Tensor
+
+    assert _state.seed is not None, "random: a device state before the seed was set"
+    state, want = _state.devices[dev], (_state.seed, _state.calls.get(dev, 0))
+    if _state.held[dev] != want:
+        words = _seed_words(*want)
+        if isinstance(dev, tuple) or state.uop.base.op is not Ops.BUFFER:  # a copy on every device: a kernel
+            state.assign(Tensor(words, device=dev, dtype=dtypes.uint32)).realize()
+        else:
+            state.uop.base.buffer.ensure_allocated().copyin(memoryview(struct.pack("<3I", *words)))
+        _state.held[dev] = want
+    state.realize()  # a multi-device state starts as a lazy copy, which a capture must not record
+
+
+@dataclass(frozen=True, slots=True)
+class JitRecord:
+    """What one TinyJit capture did to the generator: seed, call numbers and reseed count before and after, and the
+    devices whose states existed when it ended (the ones its kernels read and write)."""
+
+    calls0: dict[str | tuple[str, ...], int]
+    reseeds0: int
+    seed1: int | None = None
+    calls1: dict[str | tuple[str, ...], int] = field(default_factory=dict)
+    reseeds1: int = 0
+    states: frozenset[str | tuple[str, ...]] = frozenset()
+
+
+def jit_begin() -> JitRecord:
+    """Called by TinyJit before a capture: every device state holds the host's words. Returns the generator's start."""
+    if _state.seed is None:
+        _state.seed = int(time.time())
+    for dev in _state.devices:
+        _sync(dev)
+    return JitRecord(dict(_state.calls), _state.reseeds)
+
+
+def jit_end(begin: JitRecord) -> JitRecord:
+    """Called by TinyJit after a capture: `begin` with the generator as the capture left it."""
+    return JitRecord(
+        begin.calls0, begin.reseeds0, _state.seed, dict(_state.calls), _state.reseeds, frozenset(_state.devices)
+    )
+
+
+def jit_replay(record: JitRecord) -> None:
+    """Called by TinyJit before each replay of a capture: the device states the replay reads hold the host's words,
+    then the host's seed and call numbers move as the replay's kernels will move those states."""
+    assert record.seed1 is not None, "random: jit_replay of a record without its end (jit_end)"
+    if record.reseeds1 != record.reseeds0:  # the function reseeds: its kernels rewrite every state it saw
+        for dev in record.states:
+            _sync(dev)
+        _state.seed, _state.calls, _state.reseeds = record.seed1, dict(record.calls1), _state.reseeds + 1
+        _state.drawn.clear()
+        for dev in record.states:
+            _state.held[dev] = (record.seed1, record.calls1.get(dev, 0))
+        return
+    for dev, end in record.calls1.items():
+        if (advance := end - record.calls0.get(dev, 0)) > 0:
+            _sync(dev)
+            _state.calls[dev] = _state.calls.get(dev, 0) + advance
+            _state.held[dev] = (_state.held[dev][0], _state.calls[dev])
 
 
 def _realize_alone(*tensors: Tensor) -> None:
@@ -185,19 +283,19 @@ class RandomMixin:
     def manual_seed(seed: int = 0) -> None:
         """Seed the generator and restart its call count on every device: the same seed then gives the same numbers.
 
-        The device states are rewritten in place, so a TinyJit that draws numbers restarts the sequence too."""
+        A TinyJit that draws numbers restarts the sequence too: its device states are brought up to date before each
+        replay. Inside a capture the states are rewritten with kernels, so every replay reseeds."""
         from fusegrad.engine.realize import capturing
         from fusegrad.tensor import Tensor
 
-        _state.seed = int(seed)
-        words = _seed_words(_state.seed)
-        for dev, state in _state.devices.items():
-            # with a kernel: a copy on every device, or inside a TinyJit capture (so replays reseed too)
-            if isinstance(dev, tuple) or capturing:
-                state.assign(Tensor(words, device=dev, dtype=dtypes.uint32)).realize()
-            else:
-                state.uop.base.buffer.ensure_allocated().copyin(memoryview(struct.pack("<3I", *words)))
+        _state.seed, _state.reseeds = int(seed), _state.reseeds + 1
+        _state.calls.clear()
         _state.drawn.clear()
+        if capturing:
+            words = _seed_words(_state.seed)
+            for dev, state in _state.devices.items():
+                state.assign(Tensor(words, device=dev, dtype=dtypes.uint32)).realize()
+                _state.held[dev] = (_state.seed, 0)
 
     @staticmethod
     def rand(
