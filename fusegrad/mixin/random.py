@@ -61,8 +61,8 @@ _state = _GeneratorState()  # mutated in place by manual_seed and every draw
 
 
 def _rotate_left(x: Tensor, r: int) -> Tensor:
-    """32-bit rotation of a uint32 tensor: the multiply wraps modulo 2**32, the unsigned division shifts right."""
-    return (x * (1 << r)) | (x // (1 << (32 - r)))
+    """32-bit rotation of a uint32 tensor (0 < r < 32: both shifts are defined)."""
+    return (x << r) | (x >> (32 - r))
 
 
 def threefry2x32(key: tuple[Tensor, Tensor], counter: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
@@ -232,7 +232,7 @@ def _unit_float(bits: Tensor, dt: DType) -> Tensor:
     Every such value is exact in `dt`, so rounding never reaches 1.0 (a float32 result cast to half could).
     """
     m = min(dtypes.finfo(dt)[1] + 1, 24)
-    return ((bits // (1 << (32 - m))).cast(dtypes.float32) * 2.0**-m).cast(dt)
+    return ((bits >> (32 - m)).cast(dtypes.float32) * 2.0**-m).cast(dt)
 
 
 def _shape(shape: tuple[Any, ...], op: str) -> tuple[int, ...]:
@@ -345,7 +345,7 @@ class RandomMixin:
         device = kwargs.pop("device", None)
         if prod(shp) == 0:
             return _finish(Tensor.zeros(shp, dtype=dt, device=device), kwargs)
-        offset = (_random_bits(prod(shp), device).cast(dtypes.uint64) * (high - low)) // (1 << 32)
+        offset = (_random_bits(prod(shp), device).cast(dtypes.uint64) * (high - low)) >> 32
         return _finish((offset.cast(dtypes.int64) + low).cast(dt).reshape(shp).contiguous(), kwargs)
 
     @staticmethod
