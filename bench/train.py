@@ -385,20 +385,36 @@ def train(trainer: Trainer, case: Case, warmup: int) -> Run:
     the warm-up, a jitted fusegrad step also gets its replay's Python overhead measured (see kernel_clock)."""
     prepared = [trainer.prepare(b) for b in case.batches]
     run = Run()
-    for i, inputs in enumerate(prepared):
-        timed = trainer.jit is not None and i >= warmup
-        clock: contextlib.AbstractContextManager[list[float]] = contextlib.nullcontext([])
-        if timed:
-            clock = kernel_clock(trainer.jit.captured.items)
-        with clock as spent:
-            start = time.perf_counter()
-            out = trainer.step(inputs)
-            call, in_call = time.perf_counter() - start, list(spent)
-            run.losses.append(float(out.item()))
-            run.seconds.append(time.perf_counter() - start)
-        if timed:
-            run.overheads.append(replay_overhead(call, in_call, len(trainer.jit.captured.items)))
+    # the overhead is measured kernel by kernel: JIT=2 replays without graph runners (on CPU a graph runs a batch of
+    # kernels in one generated C call, which kernel_clock cannot see into; bench/overhead.py measures graphed replays)
+    with graphs_off(trainer):
+        for i, inputs in enumerate(prepared):
+            step_once(trainer, run, inputs, timed=trainer.jit is not None and i >= warmup)
     return run
+
+
+def graphs_off(trainer: Trainer) -> contextlib.AbstractContextManager[Any]:
+    """JIT=2 for a fusegrad trainer's steps (no graph runners); nothing for the peers."""
+    if trainer.jit is None:
+        return contextlib.nullcontext()
+    from fusegrad.helpers import Context
+
+    return Context(JIT=2)
+
+
+def step_once(trainer: Trainer, run: Run, inputs: Any, timed: bool) -> None:
+    """One timed training step; a timed jitted step also records its replay's Python overhead."""
+    clock: contextlib.AbstractContextManager[list[float]] = contextlib.nullcontext([])
+    if timed and trainer.jit is not None:
+        clock = kernel_clock(trainer.jit.captured.items)
+    with clock as spent:
+        start = time.perf_counter()
+        out = trainer.step(inputs)
+        call, in_call = time.perf_counter() - start, list(spent)
+        run.losses.append(float(out.item()))
+        run.seconds.append(time.perf_counter() - start)
+    if timed and trainer.jit is not None:
+        run.overheads.append(replay_overhead(call, in_call, len(trainer.jit.captured.items)))
 
 
 def replay_overhead(call: float, spent: list[float], kernels: int) -> Overhead:

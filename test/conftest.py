@@ -2,7 +2,21 @@
 
 import importlib.util
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 if importlib.util.find_spec("fusegrad") is None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+@pytest.fixture(autouse=True)
+def _training_mode_off() -> Iterator[None]:
+    """Every test starts and ends outside training mode: one that switches `Tensor.training` on by assignment cannot
+    leak it into the later tests of its worker (optimiser and JIT tests check the mode)."""
+    from fusegrad import Tensor
+
+    Tensor.training = False
+    yield
+    Tensor.training = False

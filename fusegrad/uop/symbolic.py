@@ -223,17 +223,28 @@ def _merge(base: UOp, f0: UOp | None, f1: UOp | None) -> UOp:
     return base * ((one if f0 is None else f0) + (one if f1 is None else f1))
 
 
+def _can_merge(dt: DType, f0: UOp | None, f1: UOp | None) -> bool:
+    """Whether x*c0 + x*c1 may become x*(c0+c1): always for ints; for floats only when both factors have one sign or
+    cancel exactly, so x = ±inf keeps its value (inf*2 + inf*-1 is NaN, not inf*1; inf*0 + inf is NaN, not inf)."""
+    if not dtypes.is_float(dt):
+        return True
+    c0, c1 = (1.0 if f is None else f.arg for f in (f0, f1))
+    if not isinstance(c0, (int, float)) or not isinstance(c1, (int, float)):
+        return False  # vector constants: leave them
+    return (c0 > 0 and c1 > 0) or (c0 < 0 and c1 < 0) or (c0 != 0 and c0 + c1 == 0)
+
+
 def combine_like_terms(x: UOp) -> UOp | None:
     """x*c0 + x*c1 -> x*(c0+c1), also with the first term one level down: (y + x*c0) + x*c1 -> y + x*(c0+c1)."""
     if x.dtype.scalar() is dtypes.bool:
         return None
     (left_base, left_f), (right_base, right_f) = _scaled(x.src[0]), _scaled(x.src[1])
     if left_base is right_base and left_base.op not in _CONSTS:
-        return _merge(left_base, left_f, right_f)
+        return _merge(left_base, left_f, right_f) if _can_merge(x.dtype, left_f, right_f) else None
     for side, base, f in ((x.src[0], right_base, right_f), (x.src[1], left_base, left_f)):
         if side.op is Ops.ADD and base.op not in _CONSTS:  # constants fold, they don't combine
             for y, other in (side.src, side.src[::-1]):
-                if (term := _scaled(other))[0] is base:
+                if (term := _scaled(other))[0] is base and _can_merge(x.dtype, term[1], f):
                     return y + _merge(base, term[1], f)
     return None
 
