@@ -11,4 +11,4 @@ while IFS= read -r line; do
   # "--deselect=ID" in one word: run.sh takes a bare test/*.py::* word for a file to run
   deselect+=("--deselect=${line%% | *}")
 done <tools/peer_deselect.txt
-exec ../shared/peer/run.sh "$@" "${deselect[@]}"
+exec bash ../shared/peer/run.sh "$@" "${deselect[@]}"
