@@ -180,3 +180,14 @@ def test_like_terms_of_opposite_sign_keep_infinities(device: str, dt: str) -> No
         for got, want in [((v + v) - v, (values + values) - values), (v * 0 + v, values * 0 + values),
                           (v * 2 + v, values * 2 + values), (v - v, values - values)]:  # fmt: skip
             np.testing.assert_array_equal(got.numpy(), want)
+
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_indexing_by_a_tensor_then_padding_reads_in_bounds(device: str) -> None:
+    """A pad after tensor indexing read the index buffer out of bounds: the gates pass simplified the index load's own
+    gate away given the outer gate, but C computes a gated access's address anyway (found by the fuzzer; PYTHON
+    reports the out-of-bounds read, CPU read it silently)."""
+    table = np.arange(16, dtype=np.int32)
+    picked = Tensor(table, device=device)[Tensor(np.array([0, 3], dtype=np.int32), device=device)]
+    np.testing.assert_array_equal(picked.pad(((0, 1),)).numpy(), [0, 3, 0])
+    np.testing.assert_array_equal((picked // picked).pad(((1, 1),)).numpy(), [0, 0, 1, 0])

@@ -11,9 +11,19 @@ from fusegrad.uop.ops import PatternMatcher, UOp, UPat
 from fusegrad.uop.symbolic import simplify_index_given_valid, simplify_valid, uop_given_valid
 
 
+def reads_memory(u: UOp) -> bool:
+    """Does computing u load from memory (an index or gate that depends on data, as a gather's does)?"""
+    return any(n.op is Ops.LOAD for n in u.toposort())
+
+
 def simplify_gated_index(x: UOp, buf: UOp, idx: UOp, valid: UOp) -> UOp | None:
     """INDEX(buf, idx, valid) -> INDEX(buf, idx', valid'): valid's clauses each simplified given the ones before it
-    (a multi-clause gate), else idx simplified given valid (None: unchanged)."""
+    (a multi-clause gate), else idx simplified given valid (None: unchanged).
+
+    Not when idx or valid loads from memory: C computes a gated access's address and every clause whatever the gate
+    says, so a load inside them must keep its own gate (simplifying it away given the outer gate read out of bounds)."""
+    if reads_memory(idx) or reads_memory(valid):
+        return None
     if valid.op is Ops.AND and (tighter := simplify_valid(valid)) is not None:
         return x.replace(src=(buf, idx, tighter))
     new = uop_given_valid(valid, idx)

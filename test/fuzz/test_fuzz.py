@@ -19,6 +19,8 @@ from test.fuzz.program import Program, run_numpy
 from test.fuzz.strategies import float_edges, int_edges, programs
 
 EXAMPLES = 200  # ~40 s alone on 2 cores (5 programs/s), ~70 s beside another fuzz run
+# CI runs a fixed set of programs (derandomize: a red run is reproducible and never a roll of the dice); new ones are
+# explored by `python -m test.fuzz --minutes N`, whose findings become regression tests or recorded xfails here.
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +44,7 @@ def has_known_issue(program: Program) -> bool:
     return False
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(program=programs())
 def test_random_programs_agree(pool: Pool, program: Program) -> None:
     assume(not has_known_issue(program))
@@ -52,7 +54,7 @@ def test_random_programs_agree(pool: Pool, program: Program) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # about 200-300 s at 4-5 programs/s
-@settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=1000, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(program=programs(max_steps=8))
 def test_longer_programs_agree(pool: Pool, program: Program) -> None:
     assume(not has_known_issue(program))
