@@ -3,7 +3,6 @@ being the example's model, and one short run of the driver printing the table.""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,18 +11,14 @@ from types import ModuleType
 
 import pytest
 
+from test.shared import load_script
+
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "overhead.py"
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_overhead", BENCH)
-    assert spec is not None, f"cannot load {BENCH}"
-    assert spec.loader is not None, f"cannot load {BENCH}"
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCH, "bench_overhead")
 
 
 @pytest.fixture(autouse=True)

@@ -3,14 +3,14 @@ figure, and (slow) a whole run with tiny models against torch."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import time
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
+
+from test.shared import load_script
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "train.py"
 TINY = ["--dim", "16", "--heads", "2", "--layers", "1", "--context", "8", "--batch", "2", "--conv-batch", "4",
@@ -19,13 +19,7 @@ TINY = ["--dim", "16", "--heads", "2", "--layers", "1", "--context", "8", "--bat
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_train", BENCH)
-    assert spec is not None, f"cannot load {BENCH}"
-    assert spec.loader is not None, f"cannot load {BENCH}"
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCH, "bench_train")
 
 
 @pytest.mark.parametrize(

@@ -4,24 +4,19 @@ figures come too where playwright and /usr/bin/chromium are there."""
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from test.shared import load_script
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "viz.py"
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_viz", BENCH)
-    assert spec is not None, f"cannot load {BENCH}"
-    assert spec.loader is not None, f"cannot load {BENCH}"
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCH, "bench_viz")
 
 
 def has_browser(bench: ModuleType) -> bool:

@@ -11,7 +11,6 @@ NAME in the working folder instead of running it (for the console blocks to run)
 from __future__ import annotations
 
 import doctest
-import importlib.util
 import os
 import re
 import subprocess
@@ -20,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from test.shared import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -61,11 +62,7 @@ def extract_commands(markdown: str) -> list[tuple[str, str]]:
 
 def _generated_pages() -> dict[str, str]:
     """Pages the build generates (tools/docs_hooks.py), checked like the files under docs/."""
-    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "tools" / "docs_hooks.py")
-    assert spec is not None, "tools/docs_hooks.py not found"
-    assert spec.loader is not None, "tools/docs_hooks.py has no loader"
-    hooks = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hooks)
+    hooks = load_script(ROOT / "tools" / "docs_hooks.py", "docs_hooks")
     return {"flags.md": hooks.flags_page()}
 
 

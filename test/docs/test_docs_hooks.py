@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -11,19 +9,14 @@ import pytest
 
 import fusegrad  # noqa: F401  # every module imported: a flag declared anywhere is in ContextVar._cache
 from fusegrad.helpers import ContextVar
+from test.shared import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def hooks() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "tools" / "docs_hooks.py")
-    assert spec is not None, "tools/docs_hooks.py not found"
-    assert spec.loader is not None, "tools/docs_hooks.py has no loader"
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["docs_hooks"] = module  # dataclasses and typing look modules up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "tools" / "docs_hooks.py", "docs_hooks")
 
 
 def test_flags_page_lists_every_declared_flag(hooks: ModuleType) -> None:

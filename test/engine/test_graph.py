@@ -16,6 +16,7 @@ from fusegrad.engine.jit import GraphRunner, MultiGraphRunner, TinyJit, graph_cl
 from fusegrad.engine.realize import BufferXfer, CompiledRunner, ExecItem
 from fusegrad.helpers import JIT, JIT_BATCH_SIZE, Context, GlobalCounters
 from fusegrad.runtime.graph_cpu import CPUGraph
+from test.shared import expected, steps, vec
 
 
 class CPUTestGraph(GraphRunner):
@@ -38,23 +39,6 @@ def cpu_graph() -> Iterator[Compiled]:
         yield dev
     finally:
         dev.graph = old
-
-
-def vec(*values: float) -> Tensor:
-    return Tensor(list(values)).realize()
-
-
-def steps(x: Tensor, n: int) -> Tensor:
-    """n realized kernels: x -> (x + 1) * 2 -> ... ."""
-    for _ in range(n):
-        x = ((x + 1) * 2).realize()
-    return x
-
-
-def expected(values: list[float], n: int) -> list[float]:
-    for _ in range(n):
-        values = [(v + 1) * 2 for v in values]
-    return values
 
 
 def test_graph_class() -> None:

@@ -15,10 +15,7 @@ from fusegrad.engine.jit import JitError, TinyJit
 from fusegrad.engine.realize import CompiledRunner
 from fusegrad.helpers import JIT, Context, GlobalCounters
 from fusegrad.uop import Ops
-
-
-def vec(*values: float) -> Tensor:
-    return Tensor(list(values)).realize()
+from test.shared import expected, steps, vec
 
 
 class Counted:
@@ -578,19 +575,6 @@ def test_result_view_of_an_input() -> None:
     step(vec(1, 2))
     with pytest.raises(JitError, match=r"result\[1\] is a view of input 'x' \(argument 0\)"):
         step(vec(1, 2))
-
-
-def steps(x: Tensor, n: int) -> Tensor:
-    """n realized kernels: x -> (x + 1) * 2 -> ... ."""
-    for _ in range(n):
-        x = ((x + 1) * 2).realize()
-    return x
-
-
-def expected(values: list[float], n: int) -> list[float]:
-    for _ in range(n):
-        values = [(v + 1) * 2 for v in values]
-    return values
 
 
 def test_jit_cache_lists_what_replays_run() -> None:

@@ -6,10 +6,7 @@ from __future__ import annotations
 from fusegrad import Tensor
 from fusegrad.engine.jit import TinyJit
 from fusegrad.helpers import GlobalCounters
-
-
-def vec(*values: float) -> Tensor:
-    return Tensor(list(values)).realize()
+from test.shared import vec
 
 
 def test_free_intermediates_gives_back_input_dependent_memory() -> None:
