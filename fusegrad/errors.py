@@ -28,6 +28,16 @@ class UnknownDTypeError(ValueError, AttributeError):
     Example: `x.sum(dtype="typo")`."""
 
 
+class ArangeOverflowError(OverflowError, ValueError):
+    """An arange whose values leave its integer dtype: OverflowError like the reference, ValueError like the house.
+    Example: `Tensor.arange(2**33, dtype=dtypes.int)`."""
+
+
+class DTypeArgumentError(AttributeError, TypeError):
+    """A `dtype=` that is neither a DType nor a dtype name; AttributeError like the reference.
+    Example: `Tensor([1], dtype=(dtypes.int,))`."""
+
+
 # every type raised for bad input: `traced` re-raises these with the user-facing op's name in front
 INPUT_ERRORS: tuple[type[Exception], ...] = (
     ValueError, TypeError, IndexError, OpValueError, OpTypeError, UnsupportedModeError, UnknownDTypeError)  # fmt: skip

@@ -29,7 +29,7 @@ from fusegrad.dtype import (
     sum_acc_dtype,
     to_dtype,
 )
-from fusegrad.errors import OpTypeError, OpValueError
+from fusegrad.errors import ArangeOverflowError, DTypeArgumentError, OpTypeError, OpValueError, UnknownDTypeError
 from fusegrad.helpers import _METADATA, DEBUG, TRACEMETA, Metadata, argfix, colored, prod
 from fusegrad.mixin import traced as _mixin_traced
 from fusegrad.mixin.elementwise import ElementwiseMixin
@@ -1528,24 +1528,12 @@ def _axis_selection(i: int | slice, size: int, axis: int) -> tuple[tuple[int, in
     return ((start - (n - 1) * -step, start + 1) if n else (0, 0)), True, -step
 
 
-class ArangeOverflowError(OverflowError, ValueError):
-    """An arange whose values leave its integer dtype: OverflowError like the reference, ValueError like the house."""
-
-
-class DTypeNameError(AttributeError, ValueError):
-    """Tensor(dtype="typo"): the reference raises AttributeError (a failed `dtypes.<name>` lookup)."""
-
-
-class DTypeArgumentError(AttributeError, TypeError):
-    """Tensor(dtype=(dtypes.int,)): neither a DType nor a dtype name; AttributeError like the reference."""
-
-
 def _init_dtype(dtype: DTypeLike) -> DType:
     """`to_dtype` with the reference's exception type for a bad `dtype=` argument to Tensor()."""
     try:
         return to_dtype(dtype)
-    except ValueError as e:
-        raise DTypeNameError(f"Tensor: {e}") from e
+    except UnknownDTypeError as e:  # already an AttributeError too, like the reference's; say where it came from
+        raise UnknownDTypeError(f"Tensor: {e}") from e
     except TypeError as e:
         raise DTypeArgumentError(f"Tensor: {e}") from e
 

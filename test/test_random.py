@@ -7,7 +7,6 @@ Kolmogorov-Smirnov / chi-square p-values above 1e-3 (scipy; those checks skip wi
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -26,12 +25,6 @@ except ImportError:  # pragma: no cover - scipy is optional
 
 needs_scipy = pytest.mark.skipif(scipy_stats is None, reason="scipy is not installed")
 N = 20000  # samples for the statistical checks (one compiled kernel per distribution)
-
-
-@pytest.fixture(autouse=True)
-def _training_off() -> Iterator[None]:
-    yield
-    Tensor.training = False
 
 
 # *** the generator ***
