@@ -315,26 +315,43 @@ class RMSNorm:
 
 
 class GroupNorm:
-    """Split the channels of (N, C, *) into num_groups groups and normalise each group over its channels and
-    spatial axes, then scale and shift per channel. weight (C,) starts at 1, bias (C,) at 0 (None without affine).
-    Raises ValueError when num_groups does not divide C or when axis 1 of x is not C.
+    """Normalise each sample of (N, C, *) in num_groups groups, then scale and shift per channel. weight (C,) starts
+    at 1, bias (C,) at 0 (None without affine).
+
+    As in the reference (0.14), a sample's C*prod(*) values, flattened channel-major, are cut into num_groups equal
+    runs and each run is normalised on its own. When num_groups divides C a run is C/num_groups whole channels
+    (torch's GroupNorm); otherwise a run may split a channel or span several, e.g. GroupNorm(32, 16) on
+    (N, 16, 4, 4) normalises each half channel. Raises ValueError when num_groups < 1, when num_groups does not divide
+    a sample's C*prod(*) values, or (with affine) when axis 1 of x is not C.
     Example: `GroupNorm(2, 4)(Tensor.randn(3, 4, 5))`.
     """
 
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True) -> None:
-        if num_groups < 1 or num_channels % num_groups:
-            raise ValueError(
-                f"GroupNorm: num_groups must divide num_channels: got {num_groups} groups, {num_channels} channels"
-            )
+        if num_groups < 1:
+            raise ValueError(f"GroupNorm: num_groups must be positive: got {num_groups}, expected at least 1")
         self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
         self.weight = _filled((num_channels,), 1.0) if affine else None
         self.bias = _filled((num_channels,), 0.0) if affine else None
 
     def __call__(self, x: Tensor) -> Tensor:
-        _check_channels("GroupNorm", x, self.num_channels)
-        # (N, C, *) -> (N, groups, C/groups * prod(*)) -> normalise the last axis -> (N, C, *)
+        if self.weight is not None or self.bias is not None:
+            # only the per-channel affine needs C channels; without it the reference groups any (N, *) input
+            _check_channels("GroupNorm", x, self.num_channels)
+        self._check_groups(x)
+        # (N, *) -> (N, groups, prod(*)/groups) -> normalise the last axis -> (N, *)
         x = x.reshape(x.shape[0], self.num_groups, -1).layernorm(eps=self.eps).reshape(x.shape)
         return _affine_channels(x, self.weight, self.bias)
+
+    def _check_groups(self, x: Tensor) -> None:
+        """ValueError unless each sample's values split into num_groups equal runs (symbolic sizes pass through)."""
+        if x.ndim < 1:
+            raise ValueError(f"GroupNorm: input must have a batch axis: got shape {x.shape}, expected (N, C, ...)")
+        per_sample = prod(x.shape[1:])
+        if isinstance(per_sample, int) and per_sample % self.num_groups:
+            raise ValueError(
+                f"GroupNorm: {per_sample} values per sample of input {x.shape} do not split into "
+                f"{self.num_groups} groups: got {self.num_groups} groups, expected a divisor of {per_sample}"
+            )
 
 
 class InstanceNorm:

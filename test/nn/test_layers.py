@@ -150,6 +150,56 @@ def test_groupnorm() -> None:
     compare(nn.GroupNorm(2, 4), module, ["weight", "bias"], rand(3, 4, 5))
 
 
+class _ReferenceGroupNorm(torch.nn.Module):
+    """The reference's (0.14) GroupNorm written in torch: each sample's values, flattened channel-major, cut into
+    num_groups equal runs, each normalised (biased variance), then the per-channel affine. When num_groups divides C
+    this is torch.nn.GroupNorm; otherwise runs split or span channels."""
+
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.num_groups, self.eps = num_groups, eps
+        self.weight = torch.nn.Parameter(torch.empty(num_channels).uniform_(0.5, 1.5))
+        self.bias = torch.nn.Parameter(torch.empty(num_channels).uniform_(-1, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        runs = x.reshape(x.shape[0], self.num_groups, -1)
+        y = torch.nn.functional.layer_norm(runs, runs.shape[-1:], eps=self.eps).reshape(x.shape)
+        shape = (1, -1, *[1] * (x.ndim - 2))
+        return y * self.weight.reshape(shape) + self.bias.reshape(shape)
+
+
+@pytest.mark.parametrize(
+    ("groups", "channels", "shape"),
+    [(32, 16, (2, 16, 4, 4)), (3, 4, (2, 4, 3)), (5, 4, (2, 4, 5)), (6, 4, (3, 4, 9)), (2, 4, (3, 4, 5))],
+)
+def test_groupnorm_groups_not_dividing_channels(groups: int, channels: int, shape: tuple[int, ...]) -> None:
+    """num_groups need not divide C (test_jit's GroupNorm(32, 16)): the reference's formula, forward and backward."""
+    torch.manual_seed(0)
+    compare(nn.GroupNorm(groups, channels), _ReferenceGroupNorm(groups, channels), ["weight", "bias"], rand(*shape))
+    if channels % groups == 0:  # the formula is torch's own GroupNorm then
+        module = torch.nn.GroupNorm(groups, channels)
+        want = _ReferenceGroupNorm(groups, channels)
+        want.load_state_dict(module.state_dict())
+        x = torch.from_numpy(rand(*shape))
+        torch.testing.assert_close(want(x), module(x))
+
+
+def test_groupnorm_float64_formula() -> None:
+    """GroupNorm(32, 16) without affine in float64 against the formula in numpy: each half channel has mean 0, var 1."""
+    x = np.random.default_rng(3).standard_normal((2, 16, 4, 4)) * 5 + 2
+    runs = x.reshape(2, 32, -1)
+    want = ((runs - runs.mean(-1, keepdims=True)) / np.sqrt(runs.var(-1, keepdims=True) + 1e-5)).reshape(x.shape)
+    got = nn.GroupNorm(32, 16, affine=False)(Tensor(x)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+
+
+def test_groupnorm_without_affine_takes_any_channels() -> None:
+    """Only the affine needs C channels (as the reference): without it a (2, 6, 3) input splits into 2 groups."""
+    out = nn.GroupNorm(2, 4, affine=False)(Tensor(rand(2, 6, 3))).numpy().reshape(2, 2, 9)
+    np.testing.assert_allclose(out.mean(-1), 0, atol=1e-5)
+    np.testing.assert_allclose(out.var(-1), 1, atol=1e-3)
+
+
 def test_instancenorm() -> None:
     module = torch.nn.InstanceNorm2d(3, affine=True)
     with torch.no_grad():
@@ -433,8 +483,15 @@ def test_norm_wrong_shapes() -> None:
         nn.BatchNorm(3)(Tensor.ones(2, 4, 3))
     with pytest.raises(ValueError, match=r"LayerNorm: .*got \(2, 5\), expected \(\.\.\., 2, 3\)"):
         nn.LayerNorm((2, 3))(Tensor.ones(2, 5))
-    with pytest.raises(ValueError, match=r"GroupNorm: num_groups must divide num_channels: got 3 groups, 4"):
-        nn.GroupNorm(3, 4)
+    # where the reference errors too: a sample's values do not split into the groups (it fails in reshape)
+    with pytest.raises(ValueError, match=r"GroupNorm: 20 values per sample of input \(2, 4, 5\) do not split into 3"):
+        nn.GroupNorm(3, 4)(Tensor.ones(2, 4, 5))
+    with pytest.raises(ValueError, match=r"GroupNorm: 4 values per sample .* got 8 groups, expected a divisor of 4"):
+        nn.GroupNorm(8, 4)(Tensor.ones(2, 4))
+    with pytest.raises(ValueError, match=r"GroupNorm: input \(2, 5, 3\) has 5 channels in axis 1"):
+        nn.GroupNorm(2, 4)(Tensor.ones(2, 5, 3))
+    with pytest.raises(ValueError, match=r"GroupNorm: num_groups must be positive: got 0"):
+        nn.GroupNorm(0, 4)
     with pytest.raises(ValueError, match=r"RMSNorm: .*got \(2, 5\), expected \(\.\.\., 4\)"):
         nn.RMSNorm(4)(Tensor.ones(2, 5))
     with Tensor.train(), pytest.raises(ValueError, match=r"more than one value per channel: got input \(1, 3\)"):
