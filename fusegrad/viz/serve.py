@@ -2,8 +2,9 @@
 being served (`trace`), and what `VIZ=1` does at exit: save both traces, then serve them (`save_and_serve_at_exit`).
 
 `VIZ=1`: save, print the viewer's URL and serve until Ctrl-C (a browser tab opens where one can). `VIZ=-1`, CI or a
-pytest run: save only. `register_at_exit()` arms the hook once; the saved files reopen with `python -m fusegrad.viz`.
-A save that fails (a folder that can't be created or written) prints why and ends the process with exit status 1.
+pytest run: save only, silently. `register_at_exit()` arms the hook once and says on stderr, then, where the files will
+be and how to open them (`python -m fusegrad.viz`): nothing is printed at exit. A save that fails (a folder that can't
+be created or written) prints why and ends the process with exit status 1.
 With PROFILE on when the hook is armed, the profile streams to PROFILEPATH while the run goes (`ProfileStream`, the
 format in profile_file.py); a PROFILEPATH ending in .json or .json.gz gets the JSON form, written whole at exit.
 """
@@ -144,27 +145,19 @@ def can_open_browser() -> bool:
 
 
 def save_and_serve_at_exit() -> None:
-    """The VIZ exit hook: save both traces and print how to view them; with VIZ>0 (not in CI or pytest) serve them.
-
-    With only PROFILE=1 it saves the profile (safe JSON, never pickle) and prints its path.
-    """
+    """The VIZ exit hook: save both traces; with VIZ>0 (not in CI or pytest) serve them. With only PROFILE=1 it saves
+    the profile (never pickle). Quiet: where the files go was said when recording started (`announce_paths`)."""
     if not VIZ.value:
         if PROFILE.value:
             try:
-                path = save_profile_now(default_paths()[1], None)[0]
+                save_profile_now(default_paths()[1], None)
             except OSError as e:
                 exit_on_save_error(e)
-            print(f"PROFILE: saved {path}; view it with: python -m fusegrad.viz --profile {path}", flush=True)
         return
     try:
         rewrites, profile = save_traces()
     except OSError as e:
         exit_on_save_error(e)
-    print(f"VIZ: saved {rewrites} and {profile}; view them any time with:", flush=True)
-    print(
-        f"  python -m fusegrad.viz --rewrites {rewrites} --profile {profile}   (terminal: python -m fusegrad.viz.cli)",
-        flush=True,
-    )
     if VIZ.value < 0 or CI or "pytest" in sys.modules:
         return  # save only: nothing may block a CI job or a test run
     session = (
@@ -179,10 +172,25 @@ def save_and_serve_at_exit() -> None:
     serve_until_interrupted(server, open_browser=can_open_browser())
 
 
+def announce_paths() -> None:
+    """Say on stderr, as recording starts, where the traces will be saved and how to open them (not at exit: a process
+    prints nothing while it ends)."""
+    profile = default_paths()[1]
+    if VIZ.value:
+        rewrites = rewrites_path_for(profile)
+        where, args = f"{rewrites} and {profile}", f"--rewrites {rewrites} --profile {profile}"
+    else:
+        where, args = str(profile), f"--profile {profile}"
+    flag = "VIZ" if VIZ.value else "PROFILE"
+    print(f"{flag}: recording to {where}; view with: python -m fusegrad.viz {args}", file=sys.stderr, flush=True)
+
+
 def register_at_exit() -> None:
-    """Arm `save_and_serve_at_exit` for this process, once; call it where VIZ is found set."""
+    """Arm `save_and_serve_at_exit` for this process, once, and announce the paths; call it where VIZ is found set."""
     if not _registered:
         _registered.append(True)
         atexit.register(save_and_serve_at_exit)
         if PROFILE.value:
             arm_stream()
+        if VIZ.value or PROFILE.value:
+            announce_paths()

@@ -164,7 +164,8 @@ def test_a_viz_run_streams_its_profile_and_pairs_it_with_its_rewrites(tmp_path: 
                           timeout=300)  # fmt: skip
     out, err = done.stdout, done.stderr
     assert done.returncode == 0, err
-    assert f"VIZ: saved {tmp_path / 'run.rewrites.json.gz'} and {tmp_path / 'run.fgprof'}" in out
+    assert f"VIZ: recording to {tmp_path / 'run.rewrites.json.gz'} and {tmp_path / 'run.fgprof'}" in err
+    assert "VIZ" not in out  # nothing at exit
     assert (tmp_path / "run.fgprof").read_bytes().startswith(HEADER)
     saved = load_saved_profile(tmp_path / "run.fgprof")
     assert saved.complete
