@@ -12,6 +12,7 @@ import decimal
 import errno
 import functools
 import importlib
+import itertools
 import mmap
 import os
 import pathlib
@@ -255,6 +256,8 @@ class Buffer:
     """
 
     profile_events: ClassVar[list[ProfileEvent]] = []  # alloc/free points; mutated in place, never rebound
+    # trace numbers come from a counter, not the list's length: a streaming profile drains profile_events as it goes
+    _trace_numbers: ClassVar[Iterator[int]] = itertools.count()
 
     def __init__(
         self,
@@ -343,9 +346,9 @@ class Buffer:
 
     @property
     def trace_num(self) -> int:
-        """This buffer's key in profile events: the number of profile events when it was first asked for."""
+        """This buffer's key in profile events: a number unique in this process, given when first asked for."""
         if self._trace_num is None:
-            self._trace_num = len(Buffer.profile_events)
+            self._trace_num = next(Buffer._trace_numbers)
         return self._trace_num
 
     # *** allocation ***

@@ -52,12 +52,13 @@ def live_events() -> list[ProfileEvent]:
 class ProfileStream:
     """Streams this process's profile events to a ProfileWriter while it runs (helpers.profile_sinks calls `drain`).
 
-    cpu_events (kernel runs, ranges, markers: nearly every event) is emptied into each chunk. Device clocks and buffer
-    lifetimes are written from a cursor but stay in their lists: a buffer's trace number is that list's length."""
+    cpu_events (kernel runs, ranges, markers: nearly every event) and Buffer.profile_events (allocs and frees) are
+    emptied into each chunk, so recording holds at most a chunk's events. Device clocks (one per device) are written
+    from a cursor and stay in their list: they are how later events' clocks are read."""
 
     def __init__(self, path: Path) -> None:
         self.writer = ProfileWriter(path, new_run_id())
-        self.devices_done = self.buffers_done = 0
+        self.devices_done = 0
         self.lock = threading.Lock()
 
     def drain(self) -> None:
@@ -65,12 +66,11 @@ class ProfileStream:
             return  # another thread is writing a chunk: these events go with the next one
         try:
             devices = Compiled.profile_events[self.devices_done :]
-            buffers = Buffer.profile_events[self.buffers_done :]
-            count = len(cpu_events)
-            batch = [*devices, *cpu_events[:count], *buffers]
+            count, buffer_count = len(cpu_events), len(Buffer.profile_events)
+            batch = [*devices, *cpu_events[:count], *Buffer.profile_events[:buffer_count]]
             del cpu_events[:count]  # events appended meanwhile (other threads) stay for the next chunk
+            del Buffer.profile_events[:buffer_count]
             self.devices_done += len(devices)
-            self.buffers_done += len(buffers)
             self.writer.write(batch)
         finally:
             self.lock.release()

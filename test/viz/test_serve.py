@@ -10,6 +10,10 @@ import sys
 from pathlib import Path
 from urllib.request import urlopen
 
+from fusegrad.device import Buffer
+from fusegrad.dtype import dtypes
+from fusegrad.helpers import Context, ProfilePointEvent
+from fusegrad.viz.serve import ProfileStream
 from fusegrad.viz.trace_file import load_profile, load_rewrites
 
 REPO = Path(__file__).resolve().parents[2]
@@ -105,3 +109,23 @@ def test_an_unwritable_output_folder_fails_loudly(tmp_path: Path) -> None:
         assert "PROFILEPATH" in err
         assert "Exception ignored" not in err
         assert "Traceback" not in err
+
+
+def test_the_stream_drains_buffer_events_and_trace_numbers_stay_unique(tmp_path: Path) -> None:
+    """Recording holds at most a chunk of buffer lifetimes: each drain empties Buffer.profile_events into the file,
+    and buffers made after a drain still get numbers no earlier buffer had (they no longer count the list)."""
+    stream, keys = ProfileStream(tmp_path / "run.fgprof"), []
+    with Context(PROFILE=1):
+        for _ in range(3):
+            for _ in range(4):
+                buf = Buffer("NULL", 8, dtypes.float32).allocate()
+                keys.append(buf.trace_num)
+                buf.deallocate()
+            stream.drain()
+            assert Buffer.profile_events == []
+    stream.close()
+    assert len(set(keys)) == len(keys)
+    points = [e for e in load_profile(tmp_path / "run.fgprof") if isinstance(e, ProfilePointEvent)]
+    assert [(e.name, e.key) for e in points if e.name in ("alloc", "free")] == [
+        (name, key) for key in keys for name in ("alloc", "free")
+    ]
