@@ -84,6 +84,6 @@ class CPUDevice(Compiled):
         # that spinning starves the thread it waits for (a training step ran 2-3x slower). libgomp reads this once,
         # when the first kernel loads it, so it is set before any kernel exists; a value the user set wins.
         os.environ.setdefault("GOMP_SPINCOUNT", "10000")
-        from fusegrad.runtime.graph_cpu import CPUGraph  # the engine loads after the runtime: import on first device
+        from fusegrad.runtime.graph.cpu import CPUGraph  # the engine loads after the runtime: import on first device
 
         super().__init__(device, MallocAllocator(self), _clang_renderer, ClangCompiler(), CPUProgram, CPUGraph)

@@ -1,6 +1,6 @@
 """Tests for fusegrad/engine/graph.py: graph_class, GraphRunner batches of a TinyJit's captured kernels (batch sizes
 from JIT_BATCH_SIZE, JIT=2 and single kernels left alone, state, views and returned inputs through a graph, timing)
-and MultiGraphRunner's transfers. The tests swap CPU's own graph (runtime/graph_cpu.py) for a counting base runner."""
+and MultiGraphRunner's transfers. The tests swap CPU's own graph (runtime/graph/cpu.py) for a counting base runner."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from fusegrad.device import Compiled, Device
 from fusegrad.engine.jit import GraphRunner, MultiGraphRunner, TinyJit, graph_class
 from fusegrad.engine.realize import BufferXfer, CompiledRunner, ExecItem
 from fusegrad.helpers import JIT, JIT_BATCH_SIZE, Context, GlobalCounters
-from fusegrad.runtime.graph_cpu import CPUGraph
+from fusegrad.runtime.graph.cpu import CPUGraph
 from test.shared import expected, steps, vec
 
 

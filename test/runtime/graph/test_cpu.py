@@ -1,4 +1,4 @@
-"""Tests for fusegrad/runtime/graph_cpu.py: a TinyJit replay on CPU runs its kernels through one generated C call, and
+"""Tests for fusegrad/runtime/graph/cpu.py: a TinyJit replay on CPU runs its kernels through one generated C call, and
 gives what replays without graphs (JIT=2) give: random small graphs with inputs swapped per call, symbolic
 variables, transfers between CPU devices, and the GPT and convnet examples' training steps."""
 
@@ -13,7 +13,7 @@ from fusegrad import Tensor, TinyJit, Variable
 from fusegrad.helpers import JIT, Context
 from fusegrad.nn import optim
 from fusegrad.nn.state import get_parameters
-from fusegrad.runtime.graph_cpu import CPUGraph
+from fusegrad.runtime.graph.cpu import CPUGraph
 
 
 def graph_items(jit: TinyJit[object]) -> list[CPUGraph]:
