@@ -1,0 +1,242 @@
+"""A LLaMA-style decoder: RoPE, RMSNorm, grouped-query attention with a KV cache, a SwiGLU feed-forward.
+
+Names follow the reference's `tinygrad.llm.model` (`TransformerConfig`, `TransformerBlock`, `Transformer`,
+`precompute_freqs_cis`, `apply_rope`; GGUF parameter names such as `blk.0.attn_q.weight`), so code ports by one import.
+Decoding appends each token's keys and values to a preallocated cache with `assign` at a bound `start_pos` variable:
+one TinyJit capture replays for every position. Entry points: `Transformer(config)`, `Transformer.generate`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from fusegrad import nn
+from fusegrad.engine.jit import TinyJit
+from fusegrad.llm.sampling import check_sampling, sample
+from fusegrad.tensor import Tensor
+from fusegrad.uop.ops import UOp
+
+StartPos = int | UOp  # a position in the sequence: a plain int, or a variable bound to one
+
+
+@functools.cache
+def precompute_freqs_cis(dim: int, end: int, theta: float = 10000.0, device: str | None = None) -> Tensor:
+    """RoPE's angles for positions 0..end-1: (end, dim), cos of the dim/2 frequencies then their sin.
+
+    Frequency i is theta^(-2i/dim). Cached per arguments, so every block of a model shares one table.
+    Example: `precompute_freqs_cis(8, 16).shape == (16, 8)`.
+    """
+    if dim < 2 or dim % 2:
+        raise ValueError(f"precompute_freqs_cis: dim must be even and >= 2: got {dim}")
+    freqs = 1.0 / (theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
+    angles = np.arange(end, dtype=np.float64)[:, None] * freqs[None, :]  # (end, dim/2)
+    table = np.concatenate([np.cos(angles), np.sin(angles)], axis=-1).astype(np.float32)
+    return Tensor(table, device=device).realize()
+
+
+def apply_rope(x: Tensor, freqs_cis: Tensor) -> Tensor:
+    """Rotate x (B, H, T, D) by the angles of its T positions, freqs_cis (T, D), in the half-split layout: pairs are
+    (x[..., i], x[..., i + D/2]), as Hugging Face LLaMA checkpoints store q and k. Shape kept.
+    """
+    if x.ndim != 4 or x.shape[-1] % 2:
+        raise ValueError(f"apply_rope: expected (B, H, T, D) with D even: got {x.shape}")
+    cos, sin = freqs_cis.reshape(1, 1, x.shape[2], x.shape[-1]).chunk(2, dim=-1)  # each (1, 1, T, D/2)
+    x1, x2 = x.chunk(2, dim=-1)
+    return (x1 * cos - x2 * sin).cat(x2 * cos + x1 * sin, dim=-1)
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """The shape of a model. rope_dim and v_head_dim of 0 mean head_dim; max_context 0 means no KV cache (the
+    model then runs whole sequences from position 0, and gradients flow: the training and testing form)."""
+
+    num_blocks: int
+    dim: int
+    hidden_dim: int
+    n_heads: int
+    n_kv_heads: int
+    norm_eps: float
+    vocab_size: int
+    head_dim: int
+    rope_theta: float = 10000.0
+    rope_dim: int = 0
+    v_head_dim: int = 0
+    max_context: int = 0
+    qkv_bias: bool = False
+
+    def __post_init__(self) -> None:
+        if self.n_heads < 1 or self.n_kv_heads < 1 or self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"TransformerConfig: n_heads must be a multiple of n_kv_heads: got {self.n_heads} and {self.n_kv_heads}"
+            )
+        if self.v_head_dim not in (0, self.head_dim):
+            raise ValueError(
+                f"TransformerConfig: v_head_dim must equal head_dim ({self.head_dim}): got {self.v_head_dim}"
+            )
+        if self.rope_dim % 2 or not 0 <= self.rope_dim <= self.head_dim or self.head_dim % 2:
+            raise ValueError(
+                f"TransformerConfig: rope_dim must be even and at most head_dim: got {self.rope_dim}, {self.head_dim}"
+            )
+
+    @property
+    def rotary_dim(self) -> int:
+        """How many leading features of each head RoPE rotates."""
+        return self.rope_dim or self.head_dim
+
+
+class TransformerBlock:
+    """Pre-norm block: h = x + attention(attn_norm(x)); out = h + feed_forward(ffn_norm(h)), (B, T, dim) kept."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        self.config = config
+        self.attn_norm = nn.RMSNorm(config.dim, config.norm_eps)
+        self.ffn_norm = nn.RMSNorm(config.dim, config.norm_eps)
+        kv_out = config.head_dim * config.n_kv_heads
+        self.attn_q = nn.Linear(config.dim, config.head_dim * config.n_heads, bias=config.qkv_bias)
+        self.attn_k = nn.Linear(config.dim, kv_out, bias=config.qkv_bias)
+        self.attn_v = nn.Linear(config.dim, kv_out, bias=config.qkv_bias)
+        self.attn_output = nn.Linear(config.head_dim * config.n_heads, config.dim, bias=False)
+        self.ffn_gate = nn.Linear(config.dim, config.hidden_dim, bias=False)
+        self.ffn_up = nn.Linear(config.dim, config.hidden_dim, bias=False)
+        self.ffn_down = nn.Linear(config.hidden_dim, config.dim, bias=False)
+        self.cache_kv: Tensor | None = None  # made on the first cached call, once the batch size is known
+
+    def __call__(self, x: Tensor, start_pos: StartPos = 0) -> Tensor:
+        h = x + self._attention(self.attn_norm(x), start_pos)
+        return h + self._feed_forward(self.ffn_norm(h))
+
+    def _feed_forward(self, x: Tensor) -> Tensor:
+        """SwiGLU: down(silu(gate(x)) * up(x))."""
+        return self.ffn_down(self.ffn_gate(x).silu() * self.ffn_up(x))
+
+    def _rope(self, x: Tensor, start_pos: StartPos) -> Tensor:
+        """RoPE on the first rotary_dim features of each head at positions start_pos..start_pos+T-1."""
+        cfg, t = self.config, x.shape[2]
+        freqs = precompute_freqs_cis(cfg.rotary_dim, cfg.max_context or t, cfg.rope_theta, x.device)
+        rotated = apply_rope(x[..., : cfg.rotary_dim], freqs[start_pos : start_pos + t])
+        return rotated if cfg.rotary_dim == cfg.head_dim else rotated.cat(x[..., cfg.rotary_dim :], dim=-1)
+
+    def _attention(self, x: Tensor, start_pos: StartPos) -> Tensor:
+        cfg = self.config
+        b, t, _ = x.shape
+        # (B, T, heads * head_dim) -> (B, heads, T, head_dim)
+        q = self.attn_q(x).reshape(b, t, cfg.n_heads, cfg.head_dim).transpose(1, 2)
+        k = self.attn_k(x).reshape(b, t, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
+        v = self.attn_v(x).reshape(b, t, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
+        if cfg.max_context == 0 and (not isinstance(start_pos, int) or start_pos != 0):
+            raise ValueError(
+                f"TransformerBlock: a model without a KV cache (max_context 0) starts at 0: got {start_pos}"
+            )
+        q, k = self._rope(q, start_pos), self._rope(k, start_pos)
+        if cfg.max_context == 0:
+            attn = q.scaled_dot_product_attention(k, v, is_causal=t != 1, enable_gqa=True)
+        else:
+            k, v = self._cached(k, v, start_pos)
+            attn = q.scaled_dot_product_attention(k, v, attn_mask=_causal_mask(t, start_pos, x), enable_gqa=True)
+        return self.attn_output(attn.transpose(1, 2).reshape(b, t, cfg.n_heads * cfg.head_dim))
+
+    def _cached(self, k: Tensor, v: Tensor, start_pos: StartPos) -> tuple[Tensor, Tensor]:
+        """Write this step's k and v (B, kv_heads, T, head_dim) at start_pos; return keys and values 0..start_pos+T."""
+        b, _, t, _ = k.shape
+        cfg = self.config
+        if isinstance(start_pos, int) and start_pos + t > cfg.max_context:
+            raise ValueError(
+                f"TransformerBlock: positions {start_pos}..{start_pos + t - 1} run past max_context {cfg.max_context}"
+            )
+        if self.cache_kv is None or self.cache_kv.shape[1] != b:
+            # (2, B, kv_heads, max_context, head_dim): keys then values, written in place step by step
+            shape = (2, b, cfg.n_kv_heads, cfg.max_context, cfg.head_dim)
+            self.cache_kv = Tensor.zeros(*shape, dtype=k.dtype, device=k.device).contiguous().realize()
+        cache = self.cache_kv
+        cache[:, :, :, start_pos : start_pos + t, :].assign(Tensor.stack(k, v))
+        end = start_pos + t
+        return cache[0, :, :, :end, :], cache[1, :, :, :end, :]
+
+
+def _causal_mask(t: int, start_pos: StartPos, like: Tensor) -> Tensor | None:
+    """-inf above the diagonal shifted by start_pos, (1, 1, T, start_pos+T); None for one token (it sees everything)."""
+    if t == 1:
+        return None
+    if not isinstance(start_pos, int):
+        raise ValueError("TransformerBlock: several tokens at a symbolic start_pos are not supported; bind T=1")
+    return Tensor.full((1, 1, t, start_pos + t), float("-inf"), dtype=like.dtype, device=like.device).triu(
+        start_pos + 1
+    )
+
+
+class Transformer:
+    """Token embedding, `num_blocks` blocks, a final RMSNorm and the output projection: (B, T) ids -> logits.
+
+    `forward(tokens, start_pos)` gives the logits of the last position (B, vocab); `__call__` runs it under TinyJit
+    for one token (`rollout_jit`) so decoding replays one capture. Example:
+    `Transformer(cfg).generate([1, 2, 3], temperature=0.0)` yields token ids.
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        self.config = config
+        self.blk = [TransformerBlock(config) for _ in range(config.num_blocks)]
+        self.token_embd = nn.Embedding(config.vocab_size, config.dim)
+        self.output_norm = nn.RMSNorm(config.dim, config.norm_eps)
+        self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
+        self.max_context = config.max_context
+        self.rollout_jit: TinyJit[Tensor] = TinyJit(self._forward_realized)
+
+    def logits(self, tokens: Tensor, start_pos: StartPos = 0) -> Tensor:
+        """Logits of every position: (B, T) ids -> (B, T, vocab)."""
+        x = self.token_embd(tokens)
+        for block in self.blk:
+            x = block(x, start_pos)
+        return self.output(self.output_norm(x))
+
+    def forward(self, tokens: Tensor, start_pos: StartPos = 0) -> Tensor:
+        """Logits of the last position only: (B, T) ids -> (B, vocab); the projection runs on that one row."""
+        x = self.token_embd(tokens)
+        for block in self.blk:
+            x = block(x, start_pos)
+        return self.output(self.output_norm(x[:, -1, :]))
+
+    def _forward_realized(self, tokens: Tensor, start_pos: StartPos) -> Tensor:
+        return self.forward(tokens, start_pos).realize()
+
+    def __call__(self, tokens: Tensor, start_pos: StartPos = 0) -> Tensor:
+        """forward, realized; one token at a bound start_pos goes through `rollout_jit` (captured once)."""
+        if tokens.ndim != 2:
+            raise ValueError(f"Transformer: tokens must be (B, T) ids: got shape {tokens.shape}")
+        if isinstance(start_pos, UOp) and tokens.shape[1] == 1:
+            return self.rollout_jit(tokens.contiguous().realize(), start_pos)
+        return self._forward_realized(tokens, start_pos)
+
+    def generate(
+        self,
+        tokens: list[int],
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        rng: np.random.Generator | None = None,
+    ) -> Iterator[int]:
+        """Yield the next token ids after the prompt `tokens`, until max_context (the caller stops earlier).
+
+        The prompt runs in one step at position 0; each new token then runs alone at a `start_pos` variable bound to
+        its position, so every decode step replays the one capture. Sampling: `fusegrad.llm.sampling.sample`.
+        """
+        check_sampling(temperature, top_k, top_p)
+        if not tokens or self.max_context < 1:
+            raise ValueError(
+                f"generate: needs a prompt and a KV cache: got {len(tokens)} tokens, max_context {self.max_context}"
+            )
+        if len(tokens) >= self.max_context:
+            raise ValueError(f"generate: the prompt ({len(tokens)} tokens) fills max_context ({self.max_context})")
+        position = UOp.variable("start_pos", 1, self.max_context - 1)
+        logits = self(Tensor([tokens], dtype="int32"), 0)
+        pos = len(tokens)
+        while True:
+            token = sample(logits.numpy()[0], temperature, top_k, top_p, rng)
+            yield token
+            if pos >= self.max_context:
+                return
+            logits = self(Tensor([[token]], dtype="int32"), position.bind(pos))
+            pos += 1
