@@ -135,26 +135,35 @@ class TransformerBlock:
         if cfg.max_context == 0:
             attn = q.scaled_dot_product_attention(k, v, is_causal=t != 1, enable_gqa=True)
         else:
-            k, v = self._cached(k, v, start_pos)
-            attn = q.scaled_dot_product_attention(k, v, attn_mask=_causal_mask(t, start_pos, x), enable_gqa=True)
+            attn = attend_with_cache(self._cache(k), q, k, v, start_pos)
         return self.attn_output(attn.transpose(1, 2).reshape(b, t, cfg.n_heads * cfg.head_dim))
 
-    def _cached(self, k: Tensor, v: Tensor, start_pos: StartPos) -> tuple[Tensor, Tensor]:
-        """Write this step's k and v (B, kv_heads, T, head_dim) at start_pos; return keys and values 0..start_pos+T."""
-        b, _, t, _ = k.shape
+    def _cache(self, k: Tensor) -> Tensor:
+        """This block's (2, B, kv_heads, max_context, head_dim) cache, made on first use or when B changes."""
         cfg = self.config
-        if isinstance(start_pos, int) and start_pos + t > cfg.max_context:
-            raise ValueError(
-                f"TransformerBlock: positions {start_pos}..{start_pos + t - 1} run past max_context {cfg.max_context}"
-            )
-        if self.cache_kv is None or self.cache_kv.shape[1] != b:
-            # (2, B, kv_heads, max_context, head_dim): keys then values, written in place step by step
-            shape = (2, b, cfg.n_kv_heads, cfg.max_context, cfg.head_dim)
+        if self.cache_kv is None or self.cache_kv.shape[1] != k.shape[0]:
+            shape = (2, k.shape[0], cfg.n_kv_heads, cfg.max_context, cfg.head_dim)
             self.cache_kv = Tensor.zeros(*shape, dtype=k.dtype, device=k.device).contiguous().realize()
-        cache = self.cache_kv
-        cache[:, :, :, start_pos : start_pos + t, :].assign(Tensor.stack(k, v))
-        end = start_pos + t
-        return cache[0, :, :, :end, :], cache[1, :, :, :end, :]
+        return self.cache_kv
+
+
+def attend_with_cache(cache_kv: Tensor, q: Tensor, k: Tensor, v: Tensor, start_pos: StartPos) -> Tensor:
+    """Causal attention of q (B, H, T, D) over every position up to start_pos+T-1, after writing this step's k and v
+    (B, kv_heads, T, D) into `cache_kv` (2, B, kv_heads, max_context, D) at start_pos with `assign`.
+
+    start_pos may be a bound variable: the write and the reads then have symbolic shapes, so one kernel (and one
+    TinyJit capture) serves every position. H must be a multiple of kv_heads (grouped-query attention). Returns
+    (B, H, T, D). Example: `attend_with_cache(cache, q, k, v, UOp.variable("start_pos", 0, 63).bind(5))`.
+    """
+    t, max_context = k.shape[2], cache_kv.shape[3]
+    if isinstance(start_pos, int) and not 0 <= start_pos <= max_context - t:
+        raise ValueError(
+            f"attend_with_cache: positions {start_pos}..{start_pos + t - 1} past the cache (0..{max_context - 1})"
+        )
+    cache_kv[:, :, :, start_pos : start_pos + t, :].assign(Tensor.stack(k, v))
+    end = start_pos + t
+    keys, values = cache_kv[0, :, :, :end, :], cache_kv[1, :, :, :end, :]
+    return q.scaled_dot_product_attention(keys, values, attn_mask=_causal_mask(t, start_pos, q), enable_gqa=True)
 
 
 def _causal_mask(t: int, start_pos: StartPos, like: Tensor) -> Tensor | None:
