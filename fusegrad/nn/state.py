@@ -28,6 +28,7 @@ from typing import IO, Any
 from fusegrad.device import Buffer, Device
 from fusegrad.dtype import DType, dtypes
 from fusegrad.helpers import prod
+from fusegrad.llm.gguf import gguf_load as gguf_load  # GGUF files (reference: tinygrad.llm.gguf, once nn.state)
 from fusegrad.tensor import Tensor
 from fusegrad.uop.ops import UOp
 
