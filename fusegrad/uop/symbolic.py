@@ -2,7 +2,8 @@
 
 Stage 3 of the pipeline. `symbolic_simple` ⊂ `symbolic` ⊂ `sym` (each is the previous plus more tables); index math is
 simplified with `graph_rewrite(x, sym)`. Codegen also uses `split_uop`, `pm_simplify_valid`, `pm_drop_and_clauses`.
-Every rule is exact under C semantics (division truncates toward zero) for every value inside the sources' bounds.
+Every rule is exact under C semantics (division truncates toward zero) for every value inside the sources' bounds,
+except `sym`'s pm_logistic (uop/logistic.py), which trades NaN and lost digits for a few-ulp result.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from fusegrad.dtype import ConstType, DType, Invalid, InvalidType, can_safe_cast, dtypes, truncate
 from fusegrad.uop import GroupOp, Ops
 from fusegrad.uop.alu import c_idiv, c_mod, exec_alu, float_to_int, python_alu
+from fusegrad.uop.logistic import pm_logistic
 from fusegrad.uop.ops import UOp
 from fusegrad.uop.rewrite import graph_rewrite
 from fusegrad.uop.upat import PatternMatcher, UPat
@@ -643,7 +645,8 @@ pm_gates_lanes = PatternMatcher([
     (UPat(Ops.VECTORIZE, src=UPat(Ops.CONST), name="v"), vectorize_constants),  # vectorize(c0, c1, ..) -> VCONST
 ])  # fmt: skip
 
-sym = symbolic + pm_gates_lanes
+# pm_logistic: float rules for e/(1+e) of an exponential and its gradient (uop/logistic.py)
+sym = symbolic + pm_gates_lanes + pm_logistic
 
 
 # *** index validity: simplifying under a gate ***
