@@ -11,6 +11,7 @@ from typing import Any
 
 from fusegrad.codegen.gates import pm_simplify_gates
 from fusegrad.codegen.gather import pm_collapse_one_hot_sums
+from fusegrad.codegen.gpudims import add_gpudims, launch_sizes
 from fusegrad.codegen.index_dtype import lower_index_dtype
 from fusegrad.codegen.linearize import AccumulatorContext, linearize, pm_reduce_to_accumulator, range_key
 from fusegrad.codegen.opt import apply_opts, choose_opts
@@ -77,6 +78,8 @@ def full_rewrite(ast: UOp, renderer: Renderer) -> list[UOp]:
         raise ValueError(f"full_rewrite: a kernel AST is a SINK of STOREs, got {ast.op}")
     sink = graph_rewrite(ast, sym + pm_collapse_one_hot_sums, name="simplify indexing")
     sink = optimize(sink, renderer)
+    if renderer.has_local:  # GPUs: output loops become work-groups, LOCAL loops their threads
+        sink = add_gpudims(sink, renderer.global_max or (2**31 - 1,) * 3, renderer.local_max or (1024,) * 3)
     sink = graph_rewrite(sink, pm_simplify_gates, name="simplify gates")
     sink = graph_rewrite(sink, pm_reduce_to_accumulator, ctx=AccumulatorContext.of(sink), name="reduce to accumulators")
     if renderer.extra_matcher is not None:
@@ -99,4 +102,8 @@ def to_program(ast: UOp, renderer: Renderer) -> ProgramSpec:
     """Compile-ready: the kernel's name, linear program, source and estimates."""
     uops = full_rewrite(ast, renderer)
     name = uops[-1].arg.name
-    return ProgramSpec.from_uops(name, renderer.render(uops), renderer.device, ast, uops)
+    spec = ProgramSpec.from_uops(name, renderer.render(uops), renderer.device, ast, uops)
+    if not renderer.has_local:
+        return spec
+    global_size, local_size = launch_sizes(uops)
+    return dataclasses.replace(spec, global_size=global_size, local_size=local_size)

@@ -151,8 +151,8 @@ class ProgramSpec:
     device: str
     ast: UOp
     uops: list[UOp]
-    global_size: list[int] | None = None
-    local_size: list[int] | None = None
+    global_size: list[sint] | None = None  # symbolic where a launch dimension depends on a variable
+    local_size: list[sint] | None = None
     vars: list[UOp] = field(default_factory=list)
     globals: list[int] = field(default_factory=list)
     outs: list[int] = field(default_factory=list)

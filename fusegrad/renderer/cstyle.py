@@ -25,7 +25,9 @@ from fusegrad.uop.ops import PatternMatcher, UOp, UPat
 _PREFIXES = {Ops.LOAD: "val", Ops.CAST: "cast", Ops.BITCAST: "cast"}
 # ops that always render as an expression at their use: constants, addresses and aliases
 _ALWAYS_INLINE = frozenset({Ops.CONST, Ops.INDEX, Ops.AFTER})
-_STATEMENTS = frozenset({Ops.STORE, Ops.DEFINE_REG, Ops.RANGE, Ops.END})
+_STATEMENTS = frozenset({Ops.STORE, Ops.DEFINE_REG, Ops.DEFINE_LOCAL, Ops.BARRIER, Ops.RANGE, Ops.END})
+# nodes named before their rule runs: arguments, loop counters and arrays (the rule declares them by that name)
+_NAMED_FIRST = (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.RANGE, Ops.DEFINE_REG, Ops.DEFINE_LOCAL)
 
 
 def _is_register(buf: UOp) -> bool:
@@ -77,6 +79,10 @@ class RenderContext:
                 return str(u.arg[0])
             case Ops.DEFINE_REG:
                 return f"acc{u.arg}"
+            case Ops.DEFINE_LOCAL:
+                return f"temp{u.arg}"
+            case Ops.SPECIAL:  # a GPU launch index: gidx0, lidx1, ...
+                return str(u.arg)
             case Ops.RANGE:
                 base = f"ridx{u.arg[0]}"  # two loops over the same axis id get a suffix
                 return base if base not in self.r.values() else self.fresh_name(base + "_")
@@ -145,7 +151,7 @@ def _narrow(ctx: RenderContext, x: UOp, code: str) -> str:
     if (scalar == dtypes.float16 and x.op not in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ)) or (
         scalar in _PROMOTED_INTS and x.op in _MAY_LEAVE_RANGE
     ):
-        return f"(({ctx.lang.render_dtype(x.dtype)})({code}))"
+        return ctx.lang.render_cast_to(code, x.dtype)
     return code
 
 
@@ -211,7 +217,7 @@ def render_cast(ctx: RenderContext, x: UOp) -> str:
     src = x.src[0]
     if dtypes.is_int(x.dtype) and dtypes.is_float(src.dtype):
         return ctx.lang.render_float_to_int(ctx[src], src, x.dtype)
-    return f"(({ctx.lang.render_dtype(x.dtype)})({ctx[src]}))"
+    return ctx.lang.render_cast_to(ctx[src], x.dtype)
 
 
 _rules: list[tuple[UPat, Callable[..., str | None]]] = [
@@ -355,6 +361,10 @@ class CStyleLanguage(Renderer):
         fits = f"({x}>={low}&&{x}<{high})"
         return f"({fits}?(({self.render_dtype(int_dt)})({x})):{self.render_int(lo, int_dt)})"
 
+    def render_cast_to(self, x: str, dt: DType) -> str:
+        """`x` converted (and rounded) to `dt`."""
+        return f"(({self.render_dtype(dt)})({x}))"
+
     def render_register(self, name: str, ptr: PtrDType) -> str:
         count = f"[{ptr.size}]" if ptr.size != 1 else ""
         return f"{self.render_dtype(ptr.base)} {name}{count};"
@@ -386,7 +396,7 @@ class CStyleLanguage(Renderer):
         for u in uops:
             if u.op is Ops.SINK:
                 continue
-            if u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.RANGE, Ops.DEFINE_REG):
+            if u.op in _NAMED_FIRST:
                 ctx.r[u] = ctx.name_of(u)
                 if u.op is Ops.DEFINE_VAR and u not in ctx.wide and u.dtype.itemsize < 8:  # passed as arg_int_prefix
                     ctx.r[u] = f"(({self.render_dtype(u.dtype)}){ctx.r[u]})"
@@ -413,6 +423,15 @@ class CStyleLanguage(Renderer):
         globs = sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: int(u.arg))
         args = [self.render_buffer(u, ctx[u], u in written) for u in globs]
         return args + [f"{self.arg_int_prefix} {u.arg[0]}" for u in uops if u.op is Ops.DEFINE_VAR]
+
+
+def __getattr__(name: str) -> type[CStyleLanguage]:
+    """The GPU dialects at the reference's path; they live in renderer/gpu.py, which imports this module."""
+    if name in ("OpenCLRenderer", "CUDARenderer"):
+        from fusegrad.renderer import gpu
+
+        return getattr(gpu, name)  # type: ignore[no-any-return]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def kernel_name(uops: list[UOp]) -> str:

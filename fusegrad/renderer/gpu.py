@@ -1,0 +1,227 @@
+"""The GPU dialects of the C renderer: OpenCL C (`OpenCLRenderer`, device CL) and CUDA C++ (`CUDARenderer`, device
+CUDA). Each is `CStyleLanguage` with its own spellings and rules for what only GPUs have: launch indexes (SPECIAL),
+local/shared memory (DEFINE_LOCAL) and barriers. Both are exported from renderer/cstyle.py, the reference's path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+from fusegrad.dtype import DType, PtrDType, dtypes
+from fusegrad.helpers import strip_parens
+from fusegrad.renderer.cstyle import CStyleLanguage, RenderContext, base_rewrite
+from fusegrad.uop import Ops
+from fusegrad.uop.ops import PatternMatcher, UOp, UPat
+
+__all__ = ["CUDARenderer", "OpenCLRenderer"]
+
+
+def render_special(ctx: RenderContext, x: UOp) -> str:
+    """gidx<d> -> the work-group index, lidx<d> -> the thread in it, as the kernel's index type."""
+    name = str(x.arg)
+    return f"(({ctx.lang.render_dtype(x.dtype)}){ctx.lang.launch_index(name[0], int(name[-1]))})"  # type: ignore[attr-defined]
+
+
+def render_local(ctx: RenderContext, x: UOp) -> str:
+    ptr = x.dtype
+    assert isinstance(ptr, PtrDType), f"DEFINE_LOCAL: expected a pointer dtype, got {ptr}"
+    return f"{ctx.lang.local_prefix}{ctx.lang.render_dtype(ptr.base)} {ctx[x]}[{ptr.size}];"  # type: ignore[attr-defined]
+
+
+# the GPU-only nodes, tried before the C rules
+_gpu_rules: list[tuple[UPat, Callable[..., str | None]]] = [
+    (UPat(Ops.SPECIAL, name="x"), render_special),  # gidx0 -> get_group_id(0) / blockIdx.x
+    (UPat(Ops.DEFINE_LOCAL, name="x"), render_local),  # __local float temp0[16];
+    (UPat(Ops.BARRIER), lambda ctx: ctx.lang.barrier),  # every thread of the work-group waits here
+]
+# rules return C text, not UOps (as cstyle.base_rewrite's)
+pm_render_gpu = PatternMatcher(_gpu_rules)  # type: ignore[arg-type]
+
+
+def _uses(uops: list[UOp], dt: DType) -> bool:
+    return any((u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype).scalar() == dt for u in uops)
+
+
+class GPURenderer(CStyleLanguage):
+    """What the GPU dialects share: launch dimensions, local memory, a barrier statement."""
+
+    has_local = True
+    has_shared = True
+    global_max: ClassVar[tuple[int, ...] | None] = (2**31 - 1, 65535, 65535)
+    local_max: ClassVar[tuple[int, ...] | None] = (1024, 1024, 64)
+    shared_max: ClassVar[int] = 32768
+    local_prefix: ClassVar[str] = ""
+    barrier: ClassVar[str] = ""
+    string_rewrite: ClassVar[PatternMatcher] = pm_render_gpu + base_rewrite
+
+    def launch_index(self, kind: str, dim: int) -> str:
+        """The text of launch index `kind` ('g' work-group, 'l' thread in it) in dimension `dim`."""
+        raise NotImplementedError(f"{type(self).__name__}: launch_index is not implemented")
+
+
+class OpenCLRenderer(GPURenderer):
+    """OpenCL C 1.2 for the CL device (any OpenCL driver: PoCL on CPUs, GPU vendors' ICDs)."""
+
+    device = "CL"
+    suffix = "cl"
+    kernel_prefix = "__kernel "
+    buffer_prefix = "__global "
+    local_prefix = "__local "
+    barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
+    arg_int_prefix = "long"
+    type_map: ClassVar[dict[DType, str]] = {
+        dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short",
+        dtypes.uint16: "ushort", dtypes.uint32: "uint", dtypes.int64: "long", dtypes.uint64: "ulong",
+        dtypes.index: "long", dtypes.float16: "half"}  # fmt: skip
+    unsupported_dtypes = frozenset({dtypes.bfloat16, *dtypes.fp8s})
+
+    def launch_index(self, kind: str, dim: int) -> str:
+        return f"get_{'group' if kind == 'g' else 'local'}_id({dim})"
+
+    def render_int(self, x: int, dt: DType) -> str:
+        # OpenCL's 64-bit integer is `long` ("long long" is reserved): L / UL, not C's ll / ull
+        return super().render_int(x, dt).replace("ull", "UL").replace("ll", "L")
+
+    def render_bitcast(self, x: str, src: DType, dt: DType) -> str:
+        if src.itemsize != dt.itemsize:
+            raise ValueError(f"bitcast: sizes differ: got {src} ({src.itemsize} bytes) to {dt} ({dt.itemsize} bytes)")
+        return f"as_{self.render_dtype(dt)}({x})"
+
+    def render_buffer(self, buf: UOp, name: str, written: bool) -> str:
+        # a kernel argument can't point to bool: bool buffers (one byte per element) are passed as uchar
+        if buf.dtype.base == dtypes.bool:
+            return f"{self.buffer_prefix}{'' if written else self.const_prefix}uchar* {name}"
+        return super().render_buffer(buf, name, written)
+
+    def render(self, uops: list[UOp]) -> str:
+        computes_half = dtypes.float16 not in self.unsupported_dtypes and not isinstance(self, OpenCLNoHalfRenderer)
+        pragmas = (
+            "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n" if computes_half and _uses(uops, dtypes.float16) else ""
+        )
+        if _uses(uops, dtypes.float64):
+            pragmas += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+        return pragmas + super().render(uops)
+
+
+def _is_half_global(idx: UOp) -> bool:
+    buf = idx.src[0]
+    while buf.op is Ops.AFTER:
+        buf = buf.src[0]
+    return buf.op is Ops.DEFINE_GLOBAL and buf.dtype.base == dtypes.float16
+
+
+def render_half_load(ctx: RenderContext, x: UOp, idx: UOp) -> str | None:
+    """A half element read as a float (vload_half needs no cl_khr_fp16); a gated one reads 0 where its gate is false."""
+    if not _is_half_global(idx):
+        return None
+    text = f"vload_half({strip_parens(ctx[idx.src[1]])}, {ctx[idx.src[0]]})"
+    return f"({ctx[idx.src[2]]}?{text}:0.0f)" if len(idx.src) > 2 else text
+
+
+def render_half_store(ctx: RenderContext, idx: UOp, value: UOp) -> str | None:
+    if not _is_half_global(idx):
+        return None
+    store = f"vstore_half({ctx[value]}, {strip_parens(ctx[idx.src[1]])}, {ctx[idx.src[0]]});"
+    return f"if ({strip_parens(ctx[idx.src[2]])}) {store}" if len(idx.src) > 2 else store
+
+
+# half buffers through vload_half / vstore_half, tried before the other rules
+_half_rules: list[tuple[UPat, Callable[..., str | None]]] = [
+    (UPat(Ops.LOAD, src=(UPat(Ops.INDEX, name="idx"),), name="x"), render_half_load),  # vload_half(i, buf)
+    (UPat(Ops.STORE, src=(UPat(Ops.INDEX, name="idx"), UPat.var("value"))), render_half_store),
+]
+pm_render_half_storage = PatternMatcher(_half_rules)  # type: ignore[arg-type]  # rules return C text
+
+# float -> the nearest half, as a float: stored as half bits and loaded back (a half variable needs cl_khr_fp16)
+_ROUND_HALF = """inline float fg_round_half(float x) {
+  ushort h; vstore_half(x, 0, (__private half*)&h); return vload_half(0, (__private half*)&h);
+}
+"""
+
+
+class OpenCLNoHalfRenderer(OpenCLRenderer):
+    """OpenCL on a device without cl_khr_fp16 (PoCL on CPUs): half is stored as half and computed in float, rounded
+    to half after every op as on devices that compute in half (the C renderer narrows each half result)."""
+
+    string_rewrite = pm_render_half_storage + OpenCLRenderer.string_rewrite
+
+    def render_dtype(self, dt: DType) -> str:
+        return "float" if dt == dtypes.float16 else super().render_dtype(dt)
+
+    def render_cast_to(self, x: str, dt: DType) -> str:
+        return f"fg_round_half({x})" if dt == dtypes.float16 else super().render_cast_to(x, dt)
+
+    def render_buffer(self, buf: UOp, name: str, written: bool) -> str:
+        if buf.dtype.base == dtypes.float16:
+            return f"{self.buffer_prefix}{'' if written else self.const_prefix}half* {name}"
+        return super().render_buffer(buf, name, written)
+
+    def render(self, uops: list[UOp]) -> str:
+        src = super().render(uops)
+        return _ROUND_HALF + src if _uses(uops, dtypes.float16) else src
+
+
+def _cuda_math(name: str) -> Callable[..., str]:
+    """A libdevice function by dtype: `sqrtf` for float, `sqrt` for double; half computes in float and rounds back."""
+
+    def render(*args: str) -> str:
+        *operands, dtype = args
+        dt = dtype.scalar()  # type: ignore[attr-defined]
+        if dt == dtypes.float64:
+            return f"{name}({','.join(operands)})"
+        if dt == dtypes.float16:
+            return f"((half){name}f({','.join(f'(float)({o})' for o in operands)}))"
+        return f"{name}f({','.join(operands)})"
+
+    return render
+
+
+_CUDA_PREAMBLE = """#define INFINITY (__int_as_float(0x7f800000))
+#define NAN (__int_as_float(0x7fffffff))
+template <class T, class F> __device__ __forceinline__ T fg_bitcast(F x) { T t; memcpy(&t, &x, sizeof(T)); return t; }
+"""
+
+
+class CUDARenderer(GPURenderer):
+    """CUDA C++ for the CUDA device, compiled to PTX by NVRTC for the GPU's architecture (`arch`, e.g. sm_90)."""
+
+    device = "CUDA"
+    suffix = "cu"
+    local_prefix = "__shared__ "
+    barrier = "__syncthreads();"
+    shared_max = 49152
+    type_map: ClassVar[dict[DType, str]] = {
+        dtypes.bool: "bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int64: "long long",
+        dtypes.uint64: "unsigned long long", dtypes.index: "long long", dtypes.float16: "half"}  # fmt: skip
+    unsupported_dtypes = frozenset({dtypes.bfloat16, *dtypes.fp8s})  # TODO(#15): __nv_bfloat16
+    code_for_op: ClassVar[dict[Ops, Callable[..., str]]] = {
+        **CStyleLanguage.code_for_op,
+        **{op: _cuda_math(fn) for op, fn in ((Ops.SQRT, "sqrt"), (Ops.EXP2, "exp2"), (Ops.LOG2, "log2"),
+                                             (Ops.SIN, "sin"), (Ops.TRUNC, "trunc"), (Ops.POW, "pow"))},
+    }  # fmt: skip
+
+    def __init__(self, arch: str = "sm_90") -> None:
+        self.arch = arch
+
+    def launch_index(self, kind: str, dim: int) -> str:
+        return f"{'blockIdx' if kind == 'g' else 'threadIdx'}.{'xyz'[dim]}"
+
+    def render_bitcast(self, x: str, src: DType, dt: DType) -> str:
+        if src.itemsize != dt.itemsize:
+            raise ValueError(f"bitcast: sizes differ: got {src} ({src.itemsize} bytes) to {dt} ({dt.itemsize} bytes)")
+        return f"fg_bitcast<{self.render_dtype(dt)}>({x})"
+
+    def render_kernel(self, function_name: str, args: list[str], body: list[str]) -> str:
+        threads = getattr(self, "_threads", 1)
+        head = f'extern "C" __global__ void __launch_bounds__({threads}) {function_name}({", ".join(args)}) {{'
+        return self.preamble + "\n".join([head, *body, "}"]) + "\n"
+
+    def render(self, uops: list[UOp]) -> str:
+        # __launch_bounds__: the threads per block, so the compiler may give each thread more registers
+        self._threads = 1
+        for u in uops:
+            if u.op is Ops.SPECIAL and str(u.arg).startswith("l"):
+                self._threads *= int(u.src[0].arg)
+        include = "#include <cuda_fp16.h>\n" if _uses(uops, dtypes.float16) else ""
+        return include + _CUDA_PREAMBLE + super().render(uops)

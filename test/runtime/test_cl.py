@@ -1,0 +1,94 @@
+"""The CL runtime (runtime/ops_cl.py) on whatever OpenCL driver is installed (PoCL on CI): buffers, copies, builds
+with their error log, launches with launch sizes, event timing, and kernels checked against numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fusegrad import Tensor
+from fusegrad.device import Buffer, CompileError, Device
+from fusegrad.dtype import dtypes
+
+
+def _cl_available() -> str | None:
+    try:
+        Device["CL"]
+    except Exception as err:  # any failure to open means: no OpenCL here
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
+pytestmark = pytest.mark.skipif((why := _cl_available()) is not None, reason=f"no OpenCL device: {why}")
+
+
+def test_buffer_round_trip() -> None:
+    data = np.arange(1000, dtype=np.float32)
+    buf = Buffer("CL", 1000, dtypes.float32).ensure_allocated()
+    buf.copyin(memoryview(data.tobytes()))
+    out = np.empty_like(data)
+    buf.copyout(memoryview(out).cast("B"))
+    np.testing.assert_array_equal(out, data)
+
+
+def test_build_error_has_the_log_and_source() -> None:
+    src = "__kernel void broken(__global float* a) { a[0] = undefined_name; }"
+    with pytest.raises(CompileError, match="undefined_name") as info:
+        Device["CL"].compiler.compile(src)
+    assert info.value.src == src and "undefined_name" in info.value.stderr
+
+
+def test_launch_sizes_and_event_time() -> None:
+    dev = Device["CL"]
+    src = "__kernel void ids(__global int* a) { a[get_global_id(0)] = get_group_id(0) * 100 + get_local_id(0); }"
+    prg = dev.runtime("ids", dev.compiler.compile(src))
+    buf = Buffer("CL", 12, dtypes.int32).ensure_allocated()
+    seconds = prg(buf._buf, global_size=(3, 1, 1), local_size=(4, 1, 1), wait=True)
+    assert isinstance(seconds, float) and seconds >= 0
+    assert buf.as_memoryview().cast("i").tolist() == [g * 100 + t for g in range(3) for t in range(4)]
+
+
+def test_variables_are_passed_as_long() -> None:
+    dev = Device["CL"]
+    src = "__kernel void fill(__global long* a, long v) { a[0] = v; }"
+    buf = Buffer("CL", 1, dtypes.int64).ensure_allocated()
+    dev.runtime("fill", dev.compiler.compile(src))(buf._buf, vals=(2**40 + 3,), wait=True)
+    assert buf.as_memoryview().cast("q").tolist() == [2**40 + 3]
+
+
+def test_output_loops_become_work_groups() -> None:
+    from fusegrad.codegen import to_program
+
+    out = Tensor.arange(64, device="CL").reshape(8, 8).float() * 2
+    ast = out.schedule()[-1].ast
+    spec = to_program(ast, Device["CL"].renderer)
+    assert "get_group_id(0)" in spec.src and "for (" not in spec.src
+    assert spec.global_size is not None and spec.local_size is not None
+    assert int(np.prod([int(s) for s in spec.global_size])) * int(np.prod([int(s) for s in spec.local_size])) == 64
+    np.testing.assert_allclose(out.numpy(), np.arange(64).reshape(8, 8) * 2)
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (64, 33), (1, 1000)])
+def test_reduce_and_elementwise_match_numpy(shape: tuple[int, int]) -> None:
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
+    ta, tb = Tensor(a, device="CL"), Tensor(b, device="CL")
+    np.testing.assert_allclose(((ta * tb).sum(1) + ta.max(1)).numpy(), (a * b).sum(1) + a.max(1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose((ta @ tb.T).numpy(), a @ b.T, rtol=1e-4, atol=1e-4)
+
+
+def test_half_is_stored_as_half() -> None:
+    a = np.array([1.0, 2.5, 1000.0, 1e-3], dtype=np.float16)
+    out = (Tensor(a, device="CL") * 2).numpy()
+    assert out.dtype == np.float16
+    np.testing.assert_array_equal(out, a * np.float16(2))
+
+
+def test_copy_between_cl_and_cpu() -> None:
+    a = np.arange(10, dtype=np.int32)
+    np.testing.assert_array_equal((Tensor(a, device="CPU").to("CL") + 1).to("CPU").numpy(), a + 1)
+
+
+def test_missing_device_index_is_named() -> None:
+    with pytest.raises(RuntimeError, match="no device CL:99"):
+        Device["CL:99"]
