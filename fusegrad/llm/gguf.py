@@ -43,15 +43,18 @@ def _nibbles(packed: np.ndarray) -> np.ndarray:
 
 
 def _q4_0(blocks: np.ndarray) -> np.ndarray:
-    return (_nibbles(blocks[:, 2:]) - 8.0) * _f16(blocks, 0)  # x = d * (q - 8)
+    values: np.ndarray = (_nibbles(blocks[:, 2:]) - 8.0) * _f16(blocks, 0)  # x = d * (q - 8)
+    return values
 
 
 def _q4_1(blocks: np.ndarray) -> np.ndarray:
-    return _nibbles(blocks[:, 4:]) * _f16(blocks, 0) + _f16(blocks, 2)  # x = d * q + m
+    values: np.ndarray = _nibbles(blocks[:, 4:]) * _f16(blocks, 0) + _f16(blocks, 2)  # x = d * q + m
+    return values
 
 
 def _q8_0(blocks: np.ndarray) -> np.ndarray:
-    return blocks[:, 2:].view(np.int8).astype(np.float32) * _f16(blocks, 0)  # x = d * q
+    values: np.ndarray = blocks[:, 2:].view(np.int8).astype(np.float32) * _f16(blocks, 0)  # x = d * q
+    return values
 
 
 def _q6_k(blocks: np.ndarray) -> np.ndarray:
@@ -66,7 +69,8 @@ def _q6_k(blocks: np.ndarray) -> np.ndarray:
     high = (qh >> (2 * np.arange(4, dtype=np.uint8)).reshape(1, 1, 4, 1)) & 3  # (B, half, run, 32)
     q = (low | (high << 4)).astype(np.float32) - 32.0
     per_value_scale = np.repeat(scales, 16, axis=3)  # (B, half, run, 32)
-    return (q * per_value_scale).reshape(-1, 256) * _f16(blocks, 208)
+    values: np.ndarray = (q * per_value_scale).reshape(-1, 256) * _f16(blocks, 208)
+    return values
 
 
 _DEQUANTISE: dict[int, Callable[[np.ndarray], np.ndarray]] = {2: _q4_0, 3: _q4_1, 8: _q8_0, 14: _q6_k}
@@ -131,6 +135,8 @@ _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: 
 def _file_bytes(fn: Tensor | str | pathlib.Path) -> tuple[np.ndarray, str | None]:
     """The file's bytes (memory-mapped for a path) and the device the tensors go to (None: the default)."""
     if isinstance(fn, Tensor):
+        if not isinstance(fn.device, str):
+            raise ValueError(f"gguf_load: the file must be on one device: got {fn.device}")
         return fn.numpy().view(np.uint8).reshape(-1), fn.device
     path = pathlib.Path(fn)
     if not path.is_file():
