@@ -9,14 +9,19 @@ one TinyJit capture replays for every position. Entry points: `Transformer(confi
 from __future__ import annotations
 
 import functools
+import json
+import pathlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from fusegrad import nn
 from fusegrad.engine.jit import TinyJit
+from fusegrad.llm.gguf import gguf_load
 from fusegrad.llm.sampling import check_sampling, sample
+from fusegrad.nn.state import load_state_dict, safe_load
 from fusegrad.tensor import Tensor
 from fusegrad.uop.ops import UOp
 
@@ -194,6 +199,50 @@ class Transformer:
         self.max_context = config.max_context
         self.rollout_jit: TinyJit[Tensor] = TinyJit(self._forward_realized)
 
+    @staticmethod
+    def from_gguf(
+        gguf: Tensor | str | pathlib.Path, max_context: int | None = None
+    ) -> tuple[Transformer, dict[str, Any]]:
+        """A LLaMA-architecture GGUF file as (model, metadata). max_context (default: the file's context length)
+        sizes the KV cache. Quantised weights are dequantised to float32; q and k rows go from GGUF's interleaved
+        RoPE pairs back to the half-split layout; a missing output.weight is tied to token_embd.weight."""
+        kv, state = gguf_load(gguf)
+        arch = kv.get("general.architecture")
+        if arch != "llama":
+            raise ValueError(f"Transformer.from_gguf: architecture {arch!r} is not supported: expected 'llama'")
+        config = _config_from_gguf(kv, state, max_context)
+        for name in list(state):
+            heads = config.n_heads if name.endswith("attn_q.weight") else config.n_kv_heads
+            if name.endswith(("attn_q.weight", "attn_k.weight")):
+                state[name] = _deinterleave_rows(state[name], heads)
+        return Transformer._with_weights(config, state), kv
+
+    @staticmethod
+    def from_safetensors(path: str | pathlib.Path, max_context: int | None = None) -> Transformer:
+        """A Hugging Face LLaMA checkpoint: `path` is a .safetensors file or a folder of shards, with the model's
+        config.json beside it. Names such as model.layers.0.self_attn.q_proj.weight map to blk.0.attn_q.weight."""
+        path = pathlib.Path(path)
+        folder = path if path.is_dir() else path.parent
+        files = sorted(folder.glob("*.safetensors")) if path.is_dir() else [path]
+        if not files or not (folder / "config.json").is_file():
+            raise FileNotFoundError(
+                f"Transformer.from_safetensors: need .safetensors weights and config.json in {folder}"
+            )
+        hf = json.loads((folder / "config.json").read_text())
+        state = {
+            _gguf_name(k): v for f in files for k, v in safe_load(f).items() if not k.endswith("rotary_emb.inv_freq")
+        }
+        return Transformer._with_weights(_config_from_hf(hf, max_context), state)
+
+    @staticmethod
+    def _with_weights(config: TransformerConfig, state: dict[str, Tensor]) -> Transformer:
+        if "output.weight" not in state:  # tied embeddings (e.g. LLaMA 3.2 1B)
+            state["output.weight"] = state["token_embd.weight"]
+        state.pop("rope_freqs.weight", None)  # RoPE angles are computed, not read
+        model = Transformer(config)
+        load_state_dict(model, {k: v.float() for k, v in state.items()}, verbose=False, consume=True)
+        return model
+
     def logits(self, tokens: Tensor, start_pos: StartPos = 0) -> Tensor:
         """Logits of every position: (B, T) ids -> (B, T, vocab)."""
         x = self.token_embd(tokens)
@@ -249,3 +298,58 @@ class Transformer:
                 return
             logits = self(Tensor([[token]], dtype="int32"), position.bind(pos))
             pos += 1
+
+
+def _deinterleave_rows(w: Tensor, heads: int) -> Tensor:
+    """(heads * head_dim, dim) rows in GGUF's RoPE order (pairs adjacent) -> half-split order (pair i with i+D/2)."""
+    rows, dim = w.shape
+    # (heads, D/2, 2, dim) -> (heads, 2, D/2, dim)
+    return w.reshape(heads, rows // heads // 2, 2, dim).transpose(1, 2).reshape(rows, dim)
+
+
+def _config_from_gguf(kv: dict[str, Any], state: dict[str, Tensor], max_context: int | None) -> TransformerConfig:
+    arch = kv["general.architecture"]
+    dim, n_heads = kv[f"{arch}.embedding_length"], kv[f"{arch}.attention.head_count"]
+    head_dim = kv.get(f"{arch}.attention.key_length", dim // n_heads)
+    context = kv.get(f"{arch}.context_length", 2048)
+    return TransformerConfig(
+        num_blocks=kv[f"{arch}.block_count"], dim=dim, hidden_dim=kv[f"{arch}.feed_forward_length"], n_heads=n_heads,
+        n_kv_heads=kv.get(f"{arch}.attention.head_count_kv", n_heads),
+        norm_eps=kv[f"{arch}.attention.layer_norm_rms_epsilon"], vocab_size=state["token_embd.weight"].shape[0],
+        head_dim=head_dim, rope_theta=kv.get(f"{arch}.rope.freq_base", 10000.0),
+        rope_dim=kv.get(f"{arch}.rope.dimension_count", head_dim),
+        max_context=context if max_context is None else min(max_context, context),
+        qkv_bias="blk.0.attn_q.bias" in state,
+    )  # fmt: skip
+
+
+def _config_from_hf(hf: dict[str, Any], max_context: int | None) -> TransformerConfig:
+    dim, n_heads = hf["hidden_size"], hf["num_attention_heads"]
+    context = hf.get("max_position_embeddings", 2048)
+    return TransformerConfig(
+        num_blocks=hf["num_hidden_layers"], dim=dim, hidden_dim=hf["intermediate_size"], n_heads=n_heads,
+        n_kv_heads=hf.get("num_key_value_heads", n_heads), norm_eps=hf.get("rms_norm_eps", 1e-6),
+        vocab_size=hf["vocab_size"], head_dim=hf.get("head_dim") or dim // n_heads,
+        rope_theta=hf.get("rope_theta", 10000.0),
+        max_context=context if max_context is None else min(max_context, context),
+        qkv_bias=bool(hf.get("attention_bias", False)),
+    )  # fmt: skip
+
+
+# Hugging Face LLaMA parameter names -> the GGUF-style names this model uses
+_HF_NAMES = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+             "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+             "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm",
+             "post_attention_layernorm": "ffn_norm"}  # fmt: skip
+
+
+def _gguf_name(hf_name: str) -> str:
+    """model.layers.3.mlp.up_proj.weight -> blk.3.ffn_up.weight; embeddings, final norm and head likewise."""
+    top = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+           "lm_head.weight": "output.weight"}  # fmt: skip
+    if hf_name in top:
+        return top[hf_name]
+    parts = hf_name.split(".")
+    if parts[:2] != ["model", "layers"] or ".".join(parts[3:-1]) not in _HF_NAMES:
+        raise ValueError(f"Transformer.from_safetensors: unexpected parameter {hf_name!r} for a LLaMA model")
+    return f"blk.{parts[2]}.{_HF_NAMES['.'.join(parts[3:-1])]}.{parts[-1]}"

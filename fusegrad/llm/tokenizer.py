@@ -19,6 +19,9 @@ from typing import Any
 # presets whose words split like LLaMA 3's pattern; "gpt2" splits like GPT-2's
 _LLAMA3_PRESETS = ("llama3", "llama-v3", "llama-bpe", "qwen2", "olmo", "smollm", "dbrx", "default")
 _GPT2_PRESETS = ("gpt2", "gpt-2")
+_BOS_NAMES = ("<|begin_of_text|>", "<s>", "<|startoftext|>")
+_EOS_NAMES = ("<|end_of_text|>", "</s>", "<|endoftext|>")
+_EOT_NAMES = ("<|eot_id|>", "<|im_end|>")
 _CONTRACTIONS = "'s|'t|'re|'ve|'m|'ll|'d"
 
 
@@ -134,7 +137,11 @@ class SimpleTokenizer:
         special = {t["content"]: t["id"] for t in data.get("added_tokens", []) if t.get("special", True)}
         normal = {tok: i for tok, i in model["vocab"].items() if tok not in special}
         preset = "llama3" if "{1,3}" in json.dumps(data.get("pre_tokenizer")) else "gpt2"
-        return SimpleTokenizer(normal, special, preset, merges=merges)  # type: ignore[arg-type]
+        # tokenizer.json does not say which tokens begin and end a text: the usual names do (-1: no end token)
+        bos = next((special[t] for t in _BOS_NAMES if t in special), None)
+        eos = next((special[t] for t in _EOS_NAMES if t in special), -1)
+        eot = next((special[t] for t in _EOT_NAMES if t in special), None)
+        return SimpleTokenizer(normal, special, preset, bos, eos, eot, merges)  # type: ignore[arg-type]
 
     def encode(self, text: str) -> list[int]:
         """Token ids of `text` (no BOS added: prepend `bos_id` yourself)."""
