@@ -43,40 +43,74 @@ def scan_events(events: Sequence[ProfileEvent]) -> RangeScan:
     return scan
 
 
-def bin_track(starts: npt.NDArray[Any], durations: npt.NDArray[Any], names: npt.NDArray[Any], first: int, span: int,
-              bins: int) -> tuple[list[float], list[int]]:  # fmt: skip
-    """Per bin, the busy fraction (overlapping events add up, capped at 1) and the name id of the longest event
-    starting in it (-1: none)."""
-    width = span / bins
-    ends = starts + durations
-    b0 = np.minimum(((starts - first) / width).astype(np.int64), bins - 1)
-    b1 = np.minimum(((ends - first) / width).astype(np.int64), bins - 1)
-    inside = b0 == b1  # nearly every event, zoomed out: all its time goes to one bin
-    busy = np.bincount(b0[inside], weights=durations[inside] / width, minlength=bins)
-    for st, en, lo, hi in zip(*(a[~inside].tolist() for a in (starts, ends, b0, b1)), strict=True):
-        for b in range(lo, hi + 1):  # the few events that span bins: each bin gets its share
-            busy[b] += (min(en, first + (b + 1) * width) - max(st, first + b * width)) / width
-    top = np.full(bins, -1, dtype=np.int64)
-    order = np.lexsort((durations, b0))  # by bin, then duration: each bin's last is its longest
-    last = np.r_[b0[order][1:] != b0[order][:-1], True] if len(order) else np.zeros(0, dtype=bool)
-    top[b0[order][last]] = names[order][last]
-    return np.round(np.minimum(busy, 1.0), 3).tolist(), top.tolist()
+@dataclass(frozen=True, slots=True)
+class TrackBins:
+    """One track's range events prepared once for binning at any resolution (each request is then a few binary
+    searches and one pass in numpy, not a sort): starts and ends sorted with their prefix sums, in ns from the run's
+    first event, and per event by start order a key whose maximum over a slice names the slice's longest event."""
+
+    starts: npt.NDArray[np.float64]
+    start_sums: npt.NDArray[np.float64]  # start_sums[k]: the sum of the first k starts
+    ends: npt.NDArray[np.float64]
+    end_sums: npt.NDArray[np.float64]
+    longest: npt.NDArray[np.int64]  # duration * name_count + name id (durations clipped so this cannot overflow)
+    name_count: int
+
+    @classmethod
+    def of(
+        cls, starts: npt.NDArray[Any], durations: npt.NDArray[Any], names: npt.NDArray[Any], first: int
+    ) -> TrackBins:
+        order = np.argsort(starts, kind="stable")
+        starts, durations, names = (starts[order] - first).astype(np.float64), durations[order], names[order]
+        ends = np.sort(starts + durations)
+        name_count = int(names.max(initial=0)) + 1
+        clipped = np.minimum(durations, (1 << 62) // name_count)  # a longer event still wins its bin
+        sums = [np.concatenate(([0.0], np.cumsum(x))) for x in (starts, ends)]
+        return cls(starts, sums[0], ends, sums[1], clipped * name_count + names, name_count)
+
+    def busy_before(self, at: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        """Busy time before each time in `at`: what started before it, less what ended before it (overlaps add)."""
+        k_start, k_end = np.searchsorted(self.starts, at), np.searchsorted(self.ends, at)
+        return (k_start * at - self.start_sums[k_start]) - (k_end * at - self.end_sums[k_end])
+
+    def bins(self, span: int, bins: int) -> tuple[list[float], list[int]]:
+        """Per bin, the busy fraction (capped at 1) and the name id of the longest event starting in it (-1: none)."""
+        width = span / bins
+        edges = np.arange(bins + 1, dtype=np.float64) * width
+        busy = np.diff(self.busy_before(edges)) / width  # the run ends with its last event: nothing lies past it
+        first = np.searchsorted(self.starts, edges[:-1])  # bin b holds the starts in [edge b, edge b + 1)
+        count = np.diff(np.r_[first, len(self.starts)])
+        top = np.full(bins, -1, dtype=np.int64)
+        if len(self.starts):
+            filled = count > 0  # reduceat over the filled bins' first events: each slice ends where the next begins
+            top[filled] = np.maximum.reduceat(self.longest, first[filled]) % self.name_count
+        return np.round(np.minimum(busy, 1.0), 3).tolist(), top.tolist()
 
 
-def overview(scan: RangeScan, bins: int) -> dict[str, Any]:
+def prepare_tracks(scan: RangeScan) -> dict[str, TrackBins]:
+    """Each track's TrackBins: the one sort an overview needs, done once per scan."""
+    tracks = {}
+    for name, pieces in scan.tracks.items():
+        starts, durations, names = (np.concatenate([p[i] for p in pieces]).astype(np.int64) for i in range(3))
+        tracks[name] = TrackBins.of(starts, durations, names, scan.first)
+    return tracks
+
+
+def overview(scan: RangeScan, bins: int, tracks: dict[str, TrackBins] | None = None) -> dict[str, Any]:
     """{"duration_us", "bins", "strings", "tracks": [{"name", "busy", "top"}]} for `bins` bins over the whole run; times
-    count from the earliest event, as the packed timeline's do. ValueError for a bin count outside 1..MAX_BINS."""
+    count from the earliest event, as the packed timeline's do. `tracks`: the scan's `prepare_tracks`, when kept from
+    an earlier call. ValueError for a bin count outside 1..MAX_BINS."""
     if not 1 <= bins <= MAX_BINS:
         raise ValueError(f"timeline_overview: bins must be 1..{MAX_BINS}: got {bins}")
     if not scan.tracks:
         return {"duration_us": 0, "bins": bins, "strings": [], "tracks": []}
     span = max(scan.last - scan.first, 1)
-    tracks = []
-    for name, pieces in scan.tracks.items():
-        starts, durations, names = (np.concatenate([p[i] for p in pieces]).astype(np.int64) for i in range(3))
-        busy, top = bin_track(starts, durations, names, scan.first, span, bins)
-        tracks.append({"name": name, "busy": busy, "top": top})
-    return {"duration_us": span / 1000, "bins": bins, "strings": scan.strings, "tracks": tracks}
+    tracks = prepare_tracks(scan) if tracks is None else tracks
+    rows = []
+    for name, track in tracks.items():
+        busy, top = track.bins(span, bins)
+        rows.append({"name": name, "busy": busy, "top": top})
+    return {"duration_us": span / 1000, "bins": bins, "strings": scan.strings, "tracks": rows}
 
 
 # *** whole-run tables ***

@@ -19,7 +19,7 @@ from typing import Any
 from fusegrad.helpers import Context, ProfileEvent, ProfilePointEvent, ansistrip, to_function_name
 from fusegrad.uop.rewrite import RewriteTrace, TrackedGraphRewrite
 from fusegrad.viz.layout import layout_graph
-from fusegrad.viz.overview import kernel_totals, overview, scan_events, step_series
+from fusegrad.viz.overview import TrackBins, kernel_totals, overview, prepare_tracks, scan_events, step_series
 from fusegrad.viz.profile import get_profile, key_name
 from fusegrad.viz.profile_file import RangeScan, scan_ranges, streaming_run_id
 from fusegrad.viz.rewrites import get_full_rewrite, get_rewrites
@@ -95,7 +95,7 @@ class VizSession:
 
         def load() -> None:
             try:
-                self.scan()  # first: the overview and the kernel table need only this, and it is quick
+                self.overview_tracks()  # first: the overview and the kernel table need only the scan, quick to make
                 self.events = load_saved_profile(path).events
                 self.profile_bytes()
             except TraceFileError as e:
@@ -337,7 +337,15 @@ class VizSession:
 
     def timeline_overview(self, bins: int) -> dict[str, Any]:
         """/timeline_overview?bins=N: per track and time bin, how busy it is and its longest kernel (overview.py)."""
-        return overview(self.scan(), bins)
+        return overview(self.scan(), bins, self.overview_tracks())
+
+    def overview_tracks(self) -> dict[str, TrackBins]:
+        """The scan's tracks sorted for binning (overview.py), once: every overview after the first is a few ms."""
+        scan = self.scan()
+        with self._scan_lock:
+            if (tracks := self._cache.get("overview_tracks")) is None:
+                tracks = self._cache["overview_tracks"] = prepare_tracks(scan)
+        return tracks
 
     def kernel_stats(self) -> dict[str, Any]:
         """/kernel_stats: per kernel name its runs, total and mean time, GFLOP/s and GB/s (the program's estimates over

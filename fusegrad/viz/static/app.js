@@ -627,9 +627,11 @@ async function openProfiler() {
   full.catch(() => {}); // its error is reported below, once the overview is drawn
   try { // the overview and the kernel table come from the file's columns: they need not wait for every event
     const bins = Math.max(Math.floor(($("timeline-wrap").clientWidth || 1200) - LABEL_W - RIGHT_PAD), 100);
-    const [overview, stats] = await Promise.all([getJSON(`/timeline_overview?bins=${bins}`), getJSON("/kernel_stats")]);
-    prof.stats = stats;
-    if (!prof.ready && overview.tracks.length) drawOverview(overview);
+    const stats = getJSON("/kernel_stats");
+    stats.catch(() => {}); // reported below, after the overview is drawn
+    const overview = await getJSON(`/timeline_overview?bins=${bins}`);
+    if (!prof.ready && overview.tracks.length) drawOverview(overview); // painted now: the table may take longer
+    prof.stats = await stats;
     if (!prof.ready && overview.tracks.length) showKernelTable();
   } catch (e) {
     setStatus(`profile overview: ${e}`, "profiler");
