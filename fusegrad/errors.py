@@ -38,6 +38,28 @@ class DTypeArgumentError(AttributeError, TypeError):
     Example: `Tensor([1], dtype=(dtypes.int,))`."""
 
 
+class RearrangeError(ValueError, AssertionError):
+    """A rearrange formula that cannot apply; an AssertionError too, as the reference raises.
+    Example: `Tensor.ones(2, 3).rearrange("a b -> a c")`."""
+
+
+class SampleError(ValueError, AssertionError):
+    """Bad multinomial arguments (weights not 1-d or 2-d, or a sample count the draw can't give); an AssertionError as
+    well, the type the reference raises. Example: `Tensor(2.0).multinomial(1)`."""
+
+
+class SymbolicError(ValueError, AssertionError):
+    """A bad symbolic size: a value outside its variable's range, two values for one variable, or data asked of a
+    tensor whose shape is symbolic. An AssertionError as the reference raises, and a ValueError as house style asks.
+    Example: `Variable("n", 1, 4).bind(9)`."""
+
+
+class JitError(RuntimeError, AssertionError):
+    """A TinyJit call that a replay could not run faithfully (changed inputs, baked-in values, nothing captured).
+    Also an AssertionError: the reference's older JIT asserted these conditions, and its tests catch that type.
+    Lives here, below the frontend, because Tensor raises it too (a realize inside a capture)."""
+
+
 # every type raised for bad input: `traced` re-raises these with the user-facing op's name in front
 INPUT_ERRORS: tuple[type[Exception], ...] = (
     ValueError, TypeError, IndexError, OpValueError, OpTypeError, UnsupportedModeError, UnknownDTypeError)  # fmt: skip

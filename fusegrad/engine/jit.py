@@ -21,6 +21,7 @@ from fusegrad.engine.graph import MultiGraphRunner as MultiGraphRunner
 from fusegrad.engine.graph import graph_class as graph_class
 from fusegrad.engine.memory import output_buffers, plan_memory, replan_arenas
 from fusegrad.engine.realize import ExecItem, capturing
+from fusegrad.errors import JitError as JitError  # its home before errors.py; the reference imports it from here
 from fusegrad.helpers import DEBUG, JIT, JIT_BATCH_SIZE, NO_MEMORY_PLANNER, PROFILE, GlobalCounters, colored
 from fusegrad.mixin.random import JitRecord, jit_begin, jit_end, jit_replay
 from fusegrad.schedule.multi import multi_buffer, register_multi_buffer
@@ -35,11 +36,6 @@ R = TypeVar("R")
 Slot = tuple[int, int, int, tuple[int, DType, int] | None]
 # where an input sits in a call: (0,) the first argument, ("lr",) a keyword, (1, 2) item 2 of argument 1
 Key = tuple[int | str, ...]
-
-
-class JitError(RuntimeError, AssertionError):
-    """A TinyJit call that a replay could not run faithfully (changed inputs, baked-in values, nothing captured).
-    Also an AssertionError: the reference's older JIT asserted these conditions, and its tests catch that type."""
 
 
 @dataclass(frozen=True, slots=True)

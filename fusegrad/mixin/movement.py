@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from fusegrad.dtype import ConstType, DTypeLike, dtypes, least_upper_dtype, to_dtype
 from fusegrad.errors import OpValueError, UnsupportedModeError
+from fusegrad.errors import RearrangeError as RearrangeError  # its home before errors.py
 from fusegrad.helpers import argfix, ceildiv, prod
 from fusegrad.mixin import traced
 from fusegrad.mixin.indexing import (
@@ -97,10 +98,6 @@ _PAD_MODES = {"reflect": _reflect, "replicate": _replicate, "circular": _circula
 
 
 # *** rearrange: einops formulas ***
-
-
-class RearrangeError(ValueError, AssertionError):
-    """A rearrange formula that cannot apply; an AssertionError too, as the reference raises."""
 
 
 ELLIPSIS = "..."

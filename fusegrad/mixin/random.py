@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fusegrad.dtype import DType, DTypeLike, dtypes, to_dtype
+from fusegrad.errors import SampleError as SampleError  # its home before errors.py
 from fusegrad.helpers import argfix, ceildiv, prod
 from fusegrad.uop import Ops
 from fusegrad.uop.ops import UOp
@@ -36,11 +37,6 @@ _ROTATIONS = (13, 15, 26, 6, 17, 29, 16, 24)
 _PARITY = 0x1BD11BDA
 _ROUNDS = 20
 _WORD = 0xFFFFFFFF
-
-
-class SampleError(ValueError, AssertionError):
-    """Bad multinomial arguments (weights not 1-d or 2-d, or a sample count the draw can't give); an AssertionError as
-    well, the type the reference raises. Example: `Tensor(2.0).multinomial(1)`."""
 
 
 @dataclass(slots=True)

@@ -11,16 +11,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeGuard
 
+from fusegrad.errors import SymbolicError as SymbolicError  # its home before errors.py
 from fusegrad.uop import GroupOp, Ops
 
 if TYPE_CHECKING:
     from fusegrad.dtype import DType
     from fusegrad.uop.ops import UOp, sint
-
-
-class SymbolicError(ValueError, AssertionError):
-    """A bad symbolic size: a value outside its variable's range, two values for one variable, or data asked of a
-    tensor whose shape is symbolic. An AssertionError as the reference raises, and a ValueError as house style asks."""
 
 
 def _is_uop(x: object) -> bool:
