@@ -30,8 +30,9 @@ from fusegrad.device import ProfileDeviceEvent, ProfileGraphEntry, ProfileGraphE
 from fusegrad.dtype import AddrSpace, DType, Invalid, InvalidType, PtrDType, dtypes
 from fusegrad.helpers import PROFILEPATH, Metadata, ProfileEvent, ProfilePointEvent, ProfileRangeEvent, TracingKey
 from fusegrad.uop import AxisType, Ops
+from fusegrad.uop.ops import UOp
 from fusegrad.uop.rewrite import RewriteTrace, TrackedGraphRewrite, TrackedMatch, _uop_counter
-from fusegrad.viz.kernels import SavedKernel, kernel_links, saved_kernel
+from fusegrad.viz.kernels import KernelLink, SavedKernel, kernel_links, saved_kernel
 
 REWRITES_FORMAT, PROFILE_FORMAT, VERSION = "fusegrad-viz-rewrites", "fusegrad-viz-profile", 1
 _ENUMS: dict[str, type[Enum]] = {"Ops": Ops, "AxisType": AxisType, "AddrSpace": AddrSpace}
@@ -188,7 +189,7 @@ def _decode_tagged(v: dict[str, Json]) -> Any:
 # *** files ***
 
 
-def write_atomic(path: str | Path, data: bytes) -> Path:
+def write_atomic(path: str | Path, data: bytes | Iterable[bytes]) -> Path:
     """Write `data` to `path` crash-safe: a crash at any point leaves the old file or the new one, never a torn one.
 
     The bytes go to a unique temporary file in the same folder (os.replace is atomic only within one file system),
@@ -200,7 +201,8 @@ def write_atomic(path: str | Path, data: bytes) -> Path:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for piece in [data] if isinstance(data, bytes) else data:  # pieces: written as they come, never joined
+                f.write(piece)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -226,10 +228,40 @@ def _fsync_folder(folder: Path) -> None:
 
 def write_json(path: str | Path, document: dict[str, Json]) -> Path:
     """Write `document` to `path` (gzip when it ends in .gz) with `write_atomic`."""
-    data = json.dumps(document, separators=(",", ":"), allow_nan=False).encode()
-    if Path(path).suffix == ".gz":
-        data = gzip.compress(data, compresslevel=6)
-    return write_atomic(path, data)
+    return write_json_pieces(path, [json.dumps(document, separators=(",", ":"), allow_nan=False)])
+
+
+def write_json_pieces(path: str | Path, pieces: Iterable[str]) -> Path:
+    """Write JSON text made piece by piece to `path` (gzip when it ends in .gz) with `write_atomic`: only one piece and
+    the compressor's window are in memory at a time, so saving a long run's trace does not double its memory."""
+    encoded = (piece.encode() for piece in pieces)
+    return write_atomic(path, _gzip_pieces(encoded) if Path(path).suffix == ".gz" else encoded)
+
+
+def _gzip_pieces(pieces: Iterable[bytes]) -> Iterable[bytes]:
+    """The gzip stream of the concatenated pieces, as it is produced."""
+    out = bytearray()
+    with gzip.GzipFile(fileobj=_Sink(out), mode="wb", compresslevel=6) as gz:
+        for piece in pieces:
+            gz.write(piece)
+            if len(out) >= 1 << 16:
+                yield bytes(out)
+                out.clear()
+    yield bytes(out)
+
+
+class _Sink:
+    """A write-only file object over a bytearray (what GzipFile writes its compressed output to)."""
+
+    def __init__(self, out: bytearray) -> None:
+        self.out = out
+
+    def write(self, data: bytes) -> int:
+        self.out += data
+        return len(data)
+
+    def flush(self) -> None:
+        pass
 
 
 def read_json(path: str | Path, expected_format: str) -> dict[str, Json]:
@@ -306,24 +338,44 @@ def _source_lines(trace: RewriteTrace) -> dict[str, str]:
 def save_rewrites(trace: RewriteTrace, path: str | Path, run_id: str | None = None) -> Path:
     """Write the rewrite trace (groups, steps, matches, the nodes they refer to, source lines) to `path`.
 
-    `run_id` (see `new_run_id`) ties the file to the profile saved with the same id."""
-    keys: list[dict[str, Json]] = [{"name": k.display_name, "program": None} for k in trace.keys]
-    for entry, key in zip(keys, trace.keys, strict=True):
+    `run_id` (see `new_run_id`) ties the file to the profile saved with the same id. The file is written as it is
+    encoded (`write_json_pieces`): a group or a batch of nodes at a time, never the whole text at once."""
+    head = {"format": REWRITES_FORMAT, "version": VERSION, "run_id": run_id}
+    return write_json_pieces(path, _rewrites_pieces(trace, _dumps(head)[:-1]))
+
+
+def _dumps(value: Json) -> str:
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+def _rewrites_pieces(trace: RewriteTrace, head: str) -> Iterable[str]:
+    """The rewrites document's text in pieces: `head` (the object's opening fields), then keys, groups, nodes, lines."""
+    yield head + ',"keys":['
+    for i, key in enumerate(trace.keys):
+        entry: dict[str, Json] = {"name": key.display_name, "program": None}
         if (program := kernel_program(key.ret)) is not None:
             entry["program"] = {**{k: getattr(program, k) for k in ("name", "device", "src", "ops", "lds", "mem")},
                                 "uops": [[op, dt, list(srcs), arg] for op, dt, srcs, arg in program.uops]}  # fmt: skip
-    nodes = []
-    links = kernel_links(trace.keys)
-    for n in reachable_nodes(trace):
-        op, dtype, srcs, arg, tag, *rest = trace.uop_fields[n]
-        if op is Ops.KERNEL:
-            arg = saved_kernel(arg, links)  # the kernel's name and codegen group, not its live AST
-        nodes.append(
-            [n, op.name, encode(dtype), list(srcs), encode(arg), encode(tag), encode(rest[0] if rest else None)]
-        )
-    return write_json(path, {"format": REWRITES_FORMAT, "version": VERSION, "run_id": run_id, "keys": keys,
-                             "groups": [[_step_json(s) for s in steps] for steps in trace.rewrites],
-                             "nodes": nodes, "lines": _source_lines(trace)})  # fmt: skip
+        yield ("," if i else "") + _dumps(entry)
+    yield '],"groups":['
+    for i, steps in enumerate(trace.rewrites):
+        yield ("," if i else "") + _dumps([_step_json(s) for s in steps])
+    yield '],"nodes":['
+    links, nodes = kernel_links(trace.keys), reachable_nodes(trace)
+    for start in range(0, len(nodes), NODES_PER_PIECE):
+        rows: list[Json] = [_node_json(n, trace.uop_fields[n], links) for n in nodes[start : start + NODES_PER_PIECE]]
+        yield ("," if start else "") + _dumps(rows)[1:-1]  # the rows without their brackets: one list in the file
+    yield '],"lines":' + _dumps(_source_lines(trace)) + "}"
+
+
+NODES_PER_PIECE = 2048
+
+
+def _node_json(n: int, fields: tuple[Any, ...], links: dict[UOp, KernelLink]) -> Json:
+    op, dtype, srcs, arg, tag, *rest = fields
+    if op is Ops.KERNEL:
+        arg = saved_kernel(arg, links)  # the kernel's name and codegen group, not its live AST
+    return [n, op.name, encode(dtype), list(srcs), encode(arg), encode(tag), encode(rest[0] if rest else None)]
 
 
 def _decode_nodes(rows: Iterable[Json]) -> tuple[dict[int, tuple[Any, ...]], dict[int, int]]:

@@ -294,3 +294,18 @@ class TestCrashSafeSaves:
     def test_a_missing_folder_is_created(self, real_trace: RealTrace, tmp_path: Path) -> None:
         path = save_profile(real_trace.events, tmp_path / "new" / "deeper" / "p.json")
         assert load_profile(path)
+
+
+def test_the_rewrites_file_is_written_in_pieces_as_one_document(
+    tmp_path: Path, real_trace: RealTrace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Saving streams the document a group and a batch of nodes at a time; the pieces make the same JSON as one dump,
+    whatever the batch size (3 nodes: many batches, the commas between them included)."""
+    whole = json.loads(
+        gzip.decompress(save_rewrites(real_trace.trace, tmp_path / "a.rewrites.json.gz", "ab").read_bytes())
+    )
+    monkeypatch.setattr(trace_file, "NODES_PER_PIECE", 3)
+    path = save_rewrites(real_trace.trace, tmp_path / "b.json", "ab")
+    assert json.loads(path.read_bytes()) == whole
+    assert len(whole["nodes"]) > 3
+    assert trace_file.peek_run_id(path) == "ab"
