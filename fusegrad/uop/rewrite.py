@@ -10,9 +10,9 @@ from __future__ import annotations
 import atexit
 import functools
 import itertools
+import linecache
 import sys
 import time
-import traceback
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -222,8 +222,24 @@ def track_uop(u: UOp) -> int:
     return _uop_numbers[u]
 
 
+# call traces repeat (each training step schedules from the same lines): frames and whole traces are interned, so a
+# long run keeps each distinct trace once (steps share the list: nothing mutates it) and reads each source line once
+_trace_frames: dict[tuple[str, int, str], tuple[str, int, str, str]] = {}
+_call_traces: dict[tuple[tuple[str, int, str, str], ...], list[tuple[str, int, str, str]]] = {}
+CALL_TRACE_LIMIT = 40  # frames kept, innermost first (as traceback.extract_stack's limit)
+
+
 def _call_trace(frame: Any) -> list[tuple[str, int, str, str]]:
-    return [(f.filename, f.lineno or 0, f.name, f.line or "") for f in traceback.extract_stack(frame, limit=40)]
+    """The stack at `frame` as (file, line, function, source line), outermost first, at most CALL_TRACE_LIMIT."""
+    frames: list[tuple[str, int, str, str]] = []
+    while frame is not None and len(frames) < CALL_TRACE_LIMIT:
+        where = (frame.f_code.co_filename, frame.f_lineno or 0, frame.f_code.co_name)
+        if (entry := _trace_frames.get(where)) is None:
+            entry = _trace_frames[where] = (*where, linecache.getline(where[0], where[1]).strip())
+        frames.append(entry)
+        frame = frame.f_back
+    frames.reverse()
+    return _call_traces.setdefault(tuple(frames), frames)
 
 
 def _current_group() -> list[TrackedGraphRewrite]:

@@ -437,3 +437,16 @@ def test_a_rule_marks_its_result_and_the_nodes_below_it_it_made() -> None:
     new = replay(0, 0)[1]
     labels = sorted(ansistrip(new["graph"][n]["label"]).split("\n")[0] for n in new["changed_nodes"])
     assert labels == ["CUSTOM", "MUL"]  # wide * 2: the product and the new CUSTOM, not x and not the 30 additions
+
+
+def test_steps_from_the_same_call_site_share_one_call_trace() -> None:
+    """A training loop schedules from the same lines every step: its steps keep one interned trace, not one each."""
+    pm = PatternMatcher([(UPat.cvar("x", dtypes.int) + 0, lambda x: x)])
+    for i in range(3):
+        graph_rewrite(UOp.const(dtypes.int, i) + 0, pm, name="add zero")
+    steps = [s for group in tracked_ctxs for s in group if s.name == "add zero"]
+    assert len(steps) == 3
+    assert steps[0].trace is steps[1].trace is steps[2].trace
+    here = [t for t in steps[0].trace if t[2] == "test_steps_from_the_same_call_site_share_one_call_trace"]
+    assert here
+    assert here[-1][3] == 'graph_rewrite(UOp.const(dtypes.int, i) + 0, pm, name="add zero")'  # the source line
