@@ -364,7 +364,9 @@ def i2u(bits: int, value: int) -> int:
 
 
 def cdiv(x: int, y: int) -> int:
-    """C integer division: truncates toward zero (Python's // floors). 0 when y == 0, as in the IR's folding."""
+    """C integer division: truncates toward zero (Python's // floors). x // 0 is 0, as kernels compute it (numpy's
+    choice; undefined in C). Unwrapped: INT_MIN // -1 is 2**(bits-1) here and wraps when truncated to the dtype.
+    The one implementation: constant folding, bounds and the PYTHON backend use it (uop/alu.py, KERNEL_IR.md §5)."""
     if y == 0:
         return 0
     quotient = abs(x) // abs(y)
@@ -372,8 +374,9 @@ def cdiv(x: int, y: int) -> int:
 
 
 def cmod(x: int, y: int) -> int:
-    """C remainder: takes the sign of the dividend, so x == cdiv(x, y) * y + cmod(x, y)."""
-    return x - cdiv(x, y) * y
+    """C remainder: takes the sign of the dividend, so x == cdiv(x, y) * y + cmod(x, y) for y != 0. x % 0 is 0, as
+    kernels compute it (the reference's helper gives x there)."""
+    return 0 if y == 0 else x - cdiv(x, y) * y
 
 
 def polyN(x: T, p: list[float]) -> T:  # noqa: N802  # compat name

@@ -276,6 +276,22 @@ def test_cdiv_examples() -> None:
     assert cdiv(5, 0) == 0
 
 
+def test_division_by_zero_is_zero_everywhere() -> None:
+    """x // 0 and x % 0 have one answer, 0 (KERNEL_IR.md §5): the helpers, constant folding and both backends."""
+    from fusegrad import Tensor
+    from fusegrad.dtype import dtypes
+    from fusegrad.uop import Ops
+    from fusegrad.uop.alu import exec_alu
+
+    assert (cdiv(5, 0), cmod(5, 0), cdiv(-5, 0), cmod(-5, 0)) == (0, 0, 0, 0)
+    assert exec_alu(Ops.IDIV, dtypes.int, (5, 0)) == 0
+    assert exec_alu(Ops.MOD, dtypes.int, (5, 0)) == 0
+    for device in ("CPU", "PYTHON"):
+        x, zero = Tensor([5, -5], device=device), Tensor([0, 0], device=device)
+        assert (x // zero).tolist() == [0, 0], device
+        assert (x % zero).tolist() == [0, 0], device
+
+
 def test_numbers() -> None:
     assert ceildiv(7, 2) == 4
     assert ceildiv(-7, 2) == -3

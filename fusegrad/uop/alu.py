@@ -15,21 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from fusegrad.dtype import ConstType, DType, dtypes, truncate
+from fusegrad.helpers import cdiv, cmod
 from fusegrad.uop import Ops
-
-
-def c_idiv(x: int, y: int) -> int:
-    """C integer division (toward zero); x // 0 is 0 (numpy's choice: undefined in C). Unwrapped: INT_MIN // -1 is
-    2**(bits-1) here, and wraps back to INT_MIN when truncated to the dtype."""
-    if y == 0:
-        return 0
-    q = abs(x) // abs(y)
-    return -q if (x < 0) != (y < 0) else q
-
-
-def c_mod(x: int, y: int) -> int:
-    """C remainder: takes the sign of the dividend, so x == c_idiv(x, y)*y + c_mod(x, y); x % 0 is 0 (numpy)."""
-    return 0 if y == 0 else x - c_idiv(x, y) * y
 
 
 def _cvtt(x: float, bits: int) -> int:
@@ -126,8 +113,8 @@ python_alu: dict[Ops, Callable[..., Any]] = {
     Ops.ADD: lambda x, y: x + y,
     Ops.SUB: lambda x, y: x - y,
     Ops.MUL: lambda x, y: x * y,
-    Ops.IDIV: c_idiv,
-    Ops.MOD: c_mod,
+    Ops.IDIV: cdiv,
+    Ops.MOD: cmod,
     Ops.FDIV: _fdiv,
     Ops.POW: _pow,
     Ops.MAX: lambda x, y: x if x > y or x != x else y,  # NaN on either side propagates; max(-0.0, 0.0) is 0.0

@@ -10,8 +10,8 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from fusegrad.dtype import ConstType, DType, InvalidType, PtrDType, dtypes, truncate
+from fusegrad.helpers import cdiv
 from fusegrad.uop import Ops
-from fusegrad.uop.alu import c_idiv
 
 if TYPE_CHECKING:
     from fusegrad.uop.ops import UOp
@@ -51,7 +51,7 @@ def _mul(a: Bounds, b: Bounds) -> Bounds:
 def _idiv(a: Bounds, b: Bounds) -> Bounds | None:
     if b[0] <= 0 <= b[1]:
         return None  # the divisor may be 0 (or change sign): nothing useful to say
-    corners = [c_idiv(int(x), int(y)) for x in a for y in b]
+    corners = [cdiv(int(x), int(y)) for x in a for y in b]
     return min(corners), max(corners)
 
 

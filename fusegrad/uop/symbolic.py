@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from fusegrad.dtype import ConstType, DType, Invalid, InvalidType, can_safe_cast, dtypes, truncate
+from fusegrad.helpers import cdiv, cmod
 from fusegrad.uop import GroupOp, Ops
-from fusegrad.uop.alu import c_idiv, c_mod, exec_alu, float_to_int, python_alu
+from fusegrad.uop.alu import exec_alu, float_to_int, python_alu
 from fusegrad.uop.logistic import pm_logistic
 from fusegrad.uop.ops import UOp
 from fusegrad.uop.rewrite import graph_rewrite
@@ -323,7 +324,7 @@ def cancel_div_mod(r: UOp, x: UOp, y: UOp) -> UOp | None:
     """x // y -> q and x % y -> x - q*y when x // y is q at every corner of the bounds (y never 0)."""
     if not dtypes.is_int(r.dtype) or y.vmin <= 0 <= y.vmax:
         return None
-    corners = {c_idiv(int(a), int(b)) for a in (x.vmin, x.vmax) for b in (y.vmin, y.vmax)}
+    corners = {cdiv(int(a), int(b)) for a in (x.vmin, x.vmax) for b in (y.vmin, y.vmax)}
     if len(corners) != 1:
         return None  # C division by a fixed-sign divisor is monotone in each operand, so corners bound it
     q = corners.pop()
@@ -453,7 +454,7 @@ def _fold_two_values(terms: Terms, const: int, c: int, op: Ops) -> UOp | None:
     if len(terms) != 1 or (v := terms[0][1]).vmax - v.vmin != 1:
         return None
     f, a = terms[0][0], int(v.vmin)
-    fn = c_idiv if op is Ops.IDIV else c_mod
+    fn = cdiv if op is Ops.IDIV else cmod
     y0, y1 = fn(f * a + const, c), fn(f * (a + 1) + const, c)
     return _build([(y1 - y0, v)], y0 - (y1 - y0) * a, v)
 
