@@ -87,13 +87,21 @@ def _specials(loops: list[UOp], prefix: str, limits: tuple[int, ...]) -> dict[UO
             r: UOp(Ops.SPECIAL, dtypes.index, (s,), f"{prefix}{d}")
             for d, (r, s) in enumerate(zip(loops, sizes, strict=True))
         }
-    # fold into dimension 0: one id over every combination, innermost fastest
-    total = functools.reduce(lambda x, y: x * y, sizes)
+    # fold into dimension 0: one id over every combination, innermost fastest. Constant sizes multiply as ints, so
+    # every use of the id is the same node (a product left to later simplification could become two SPECIALs)
+    total = _product(sizes)
     flat = UOp(Ops.SPECIAL, dtypes.index, (total,), f"{prefix}0")
     ret, stride = {}, UOp.const(dtypes.index, 1)
     for r, s in zip(loops, sizes, strict=True):
         ret[r] = (flat // stride) % s
-        stride = stride * s
+        stride = _product([stride, s])
+    return ret
+
+
+def _product(sizes: list[UOp]) -> UOp:
+    ret = UOp.const(dtypes.index, math.prod(int(s.arg) for s in sizes if s.op is Ops.CONST))
+    for s in (s for s in sizes if s.op is not Ops.CONST):
+        ret = ret * s
     return ret
 
 

@@ -112,67 +112,94 @@ def _is_half_global(idx: UOp) -> bool:
 
 
 def render_half_load(ctx: RenderContext, x: UOp, idx: UOp) -> str | None:
-    """A half element read as a float (vload_half needs no cl_khr_fp16); a gated one reads 0 where its gate is false."""
+    """A half element read as a float; a gated one reads 0 where its gate is false."""
     if not _is_half_global(idx):
         return None
-    text = f"vload_half({strip_parens(ctx[idx.src[1]])}, {ctx[idx.src[0]]})"
+    text = ctx.lang.half_load(ctx[idx.src[0]], strip_parens(ctx[idx.src[1]]))  # type: ignore[attr-defined]
     return f"({ctx[idx.src[2]]}?{text}:0.0f)" if len(idx.src) > 2 else text
 
 
 def render_half_store(ctx: RenderContext, idx: UOp, value: UOp) -> str | None:
     if not _is_half_global(idx):
         return None
-    store = f"vstore_half({ctx[value]}, {strip_parens(ctx[idx.src[1]])}, {ctx[idx.src[0]]});"
+    lang = ctx.lang
+    store = lang.half_store(ctx[idx.src[0]], strip_parens(ctx[idx.src[1]]), ctx[value])  # type: ignore[attr-defined]
     return f"if ({strip_parens(ctx[idx.src[2]])}) {store}" if len(idx.src) > 2 else store
 
 
-# half buffers through vload_half / vstore_half, tried before the other rules
+# half buffers read and written through the dialect's conversions, tried before the other rules
 _half_rules: list[tuple[UPat, Callable[..., str | None]]] = [
-    (UPat(Ops.LOAD, src=(UPat(Ops.INDEX, name="idx"),), name="x"), render_half_load),  # vload_half(i, buf)
-    (UPat(Ops.STORE, src=(UPat(Ops.INDEX, name="idx"), UPat.var("value"))), render_half_store),
+    (UPat(Ops.LOAD, src=(UPat(Ops.INDEX, name="idx"),), name="x"), render_half_load),  # buf[i] -> float
+    (UPat(Ops.STORE, src=(UPat(Ops.INDEX, name="idx"), UPat.var("value"))), render_half_store),  # float -> buf[i]
 ]
 pm_render_half_storage = PatternMatcher(_half_rules)  # type: ignore[arg-type]  # rules return C text
 
-# float -> the nearest half, as a float: stored as half bits and loaded back (a half variable needs cl_khr_fp16)
-_ROUND_HALF = """inline float fg_round_half(float x) {
-  ushort h; vstore_half(x, 0, (__private half*)&h); return vload_half(0, (__private half*)&h);
-}
-"""
 
+class HalfAsFloat(CStyleLanguage):
+    """Half stored as half and computed in float, rounded to half after every op as on devices that compute in half
+    (the C renderer narrows each half result through `render_cast_to`). The dialect supplies `half_preamble` (which
+    defines fg_half_bits: float -> the nearest half's bits, and fg_bits_half: bits -> float) and the buffer accesses."""
 
-class OpenCLNoHalfRenderer(OpenCLRenderer):
-    """OpenCL on a device without cl_khr_fp16 (PoCL on CPUs): half is stored as half and computed in float, rounded
-    to half after every op as on devices that compute in half (the C renderer narrows each half result)."""
+    half_preamble: ClassVar[str] = ""
+    half_buffer_type: ClassVar[str] = "half"
 
-    string_rewrite = pm_render_half_storage + OpenCLRenderer.string_rewrite
+    def half_load(self, buf: str, idx: str) -> str:
+        raise NotImplementedError(f"{type(self).__name__}: half_load is not implemented")
+
+    def half_store(self, buf: str, idx: str, value: str) -> str:
+        raise NotImplementedError(f"{type(self).__name__}: half_store is not implemented")
 
     def render_dtype(self, dt: DType) -> str:
         return "float" if dt == dtypes.float16 else super().render_dtype(dt)
 
     def render_cast_to(self, x: str, dt: DType) -> str:
-        return f"fg_round_half({x})" if dt == dtypes.float16 else super().render_cast_to(x, dt)
+        return f"fg_bits_half(fg_half_bits({x}))" if dt == dtypes.float16 else super().render_cast_to(x, dt)
+
+    def render_bitcast(self, x: str, src: DType, dt: DType) -> str:
+        """half <-> 16-bit ints through the half's bits; everything else as the dialect does it."""
+        if src == dtypes.float16 and dt.itemsize == 2:
+            return f"(({self.render_dtype(dt)})fg_half_bits({x}))"
+        if dt == dtypes.float16 and src.itemsize == 2:
+            return f"fg_bits_half(({self.half_buffer_type}_bits)({x}))"
+        return super().render_bitcast(x, src, dt)
 
     def render_buffer(self, buf: UOp, name: str, written: bool) -> str:
         if buf.dtype.base == dtypes.float16:
-            return f"{self.buffer_prefix}{'' if written else self.const_prefix}half* {name}"
+            return f"{self.buffer_prefix}{'' if written else self.const_prefix}{self.half_buffer_type}* {name}"
         return super().render_buffer(buf, name, written)
 
     def render(self, uops: list[UOp]) -> str:
         src = super().render(uops)
-        return _ROUND_HALF + src if _uses(uops, dtypes.float16) else src
+        return self.half_preamble + src if _uses(uops, dtypes.float16) else src
+
+
+# OpenCL without cl_khr_fp16 may not declare a half variable, but vstore_half / vload_half work through a half pointer
+_CL_HALF = """typedef ushort half_bits;
+inline ushort fg_half_bits(float x) { ushort h; vstore_half(x, 0, (__private half*)&h); return h; }
+inline float fg_bits_half(ushort h) { return vload_half(0, (__private half*)&h); }
+"""
+
+
+class OpenCLNoHalfRenderer(HalfAsFloat, OpenCLRenderer):
+    """OpenCL on a device without cl_khr_fp16 (PoCL on CPUs): half buffers through vload_half / vstore_half."""
+
+    string_rewrite = pm_render_half_storage + OpenCLRenderer.string_rewrite
+    half_preamble = _CL_HALF
+
+    def half_load(self, buf: str, idx: str) -> str:
+        return f"vload_half({idx}, {buf})"
+
+    def half_store(self, buf: str, idx: str, value: str) -> str:
+        return f"vstore_half({value}, {idx}, {buf});"
 
 
 def _cuda_math(name: str) -> Callable[..., str]:
-    """A libdevice function by dtype: `sqrtf` for float, `sqrt` for double; half computes in float and rounds back."""
+    """A CUDA math function by dtype: `sqrtf` for float (and half, computed in float), `sqrt` for double."""
 
     def render(*args: str) -> str:
         *operands, dtype = args
-        dt = dtype.scalar()  # type: ignore[attr-defined]
-        if dt == dtypes.float64:
-            return f"{name}({','.join(operands)})"
-        if dt == dtypes.float16:
-            return f"((half){name}f({','.join(f'(float)({o})' for o in operands)}))"
-        return f"{name}f({','.join(operands)})"
+        suffix = "" if dtype.scalar() == dtypes.float64 else "f"  # type: ignore[attr-defined]
+        return f"{name}{suffix}({','.join(operands)})"
 
     return render
 
@@ -181,10 +208,24 @@ _CUDA_PREAMBLE = """#define INFINITY (__int_as_float(0x7f800000))
 #define NAN (__int_as_float(0x7fffffff))
 template <class T, class F> __device__ __forceinline__ T fg_bitcast(F x) { T t; memcpy(&t, &x, sizeof(T)); return t; }
 """
+# half as its bits, converted by PTX's cvt (no cuda_fp16.h: NVRTC has no headers without a CUDA toolkit)
+_CUDA_HALF = """typedef unsigned short half;
+typedef unsigned short half_bits;
+__device__ __forceinline__ unsigned short fg_half_bits(float x) {
+  unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x)); return h;
+}
+__device__ __forceinline__ float fg_bits_half(unsigned short h) {
+  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
+}
+"""
 
 
-class CUDARenderer(GPURenderer):
-    """CUDA C++ for the CUDA device, compiled to PTX by NVRTC for the GPU's architecture (`arch`, e.g. sm_90)."""
+class CUDARenderer(HalfAsFloat, GPURenderer):
+    """CUDA C++ for the CUDA device, compiled to PTX by NVRTC for the GPU's architecture (`arch`, e.g. sm_90).
+    Half is stored as half and computed in float (HalfAsFloat): tensor cores come later."""
+
+    string_rewrite = pm_render_half_storage + GPURenderer.string_rewrite
+    half_preamble = _CUDA_HALF
 
     device = "CUDA"
     suffix = "cu"
@@ -207,9 +248,17 @@ class CUDARenderer(GPURenderer):
     def launch_index(self, kind: str, dim: int) -> str:
         return f"{'blockIdx' if kind == 'g' else 'threadIdx'}.{'xyz'[dim]}"
 
+    def half_load(self, buf: str, idx: str) -> str:
+        return f"fg_bits_half({buf}[{idx}])"
+
+    def half_store(self, buf: str, idx: str, value: str) -> str:
+        return f"{buf}[{idx}] = fg_half_bits({value});"
+
     def render_bitcast(self, x: str, src: DType, dt: DType) -> str:
         if src.itemsize != dt.itemsize:
             raise ValueError(f"bitcast: sizes differ: got {src} ({src.itemsize} bytes) to {dt} ({dt.itemsize} bytes)")
+        if dtypes.float16 in (src, dt):
+            return super().render_bitcast(x, src, dt)
         return f"fg_bitcast<{self.render_dtype(dt)}>({x})"
 
     def render_kernel(self, function_name: str, args: list[str], body: list[str]) -> str:
@@ -223,5 +272,4 @@ class CUDARenderer(GPURenderer):
         for u in uops:
             if u.op is Ops.SPECIAL and str(u.arg).startswith("l"):
                 self._threads *= int(u.src[0].arg)
-        include = "#include <cuda_fp16.h>\n" if _uses(uops, dtypes.float16) else ""
-        return include + _CUDA_PREAMBLE + super().render(uops)
+        return _CUDA_PREAMBLE + super().render(uops)

@@ -35,7 +35,8 @@ def test_build_error_has_the_log_and_source() -> None:
     src = "__kernel void broken(__global float* a) { a[0] = undefined_name; }"
     with pytest.raises(CompileError, match="undefined_name") as info:
         Device["CL"].compiler.compile(src)
-    assert info.value.src == src and "undefined_name" in info.value.stderr
+    assert info.value.src == src
+    assert "undefined_name" in info.value.stderr
 
 
 def test_launch_sizes_and_event_time() -> None:
@@ -44,7 +45,8 @@ def test_launch_sizes_and_event_time() -> None:
     prg = dev.runtime("ids", dev.compiler.compile(src))
     buf = Buffer("CL", 12, dtypes.int32).ensure_allocated()
     seconds = prg(buf._buf, global_size=(3, 1, 1), local_size=(4, 1, 1), wait=True)
-    assert isinstance(seconds, float) and seconds >= 0
+    assert isinstance(seconds, float)
+    assert seconds >= 0
     assert buf.as_memoryview().cast("i").tolist() == [g * 100 + t for g in range(3) for t in range(4)]
 
 
@@ -62,8 +64,10 @@ def test_output_loops_become_work_groups() -> None:
     out = Tensor.arange(64, device="CL").reshape(8, 8).float() * 2
     ast = out.schedule()[-1].ast
     spec = to_program(ast, Device["CL"].renderer)
-    assert "get_group_id(0)" in spec.src and "for (" not in spec.src
-    assert spec.global_size is not None and spec.local_size is not None
+    assert "get_group_id(0)" in spec.src
+    assert "for (" not in spec.src
+    assert spec.global_size is not None
+    assert spec.local_size is not None
     assert int(np.prod([int(s) for s in spec.global_size])) * int(np.prod([int(s) for s in spec.local_size])) == 64
     np.testing.assert_allclose(out.numpy(), np.arange(64).reshape(8, 8) * 2)
 
