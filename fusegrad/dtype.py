@@ -438,34 +438,61 @@ def float_to_bf16(x: float) -> float:
     return float(struct.unpack("f", struct.pack("I", bits))[0])
 
 
-_FP8_MAX: Final[dict[DType, float]] = {dtypes.fp8e4m3: 448.0, dtypes.fp8e5m2: 57344.0}
+@dataclass(frozen=True, slots=True)
+class Fp8Format:
+    """How an 8-bit float lays out its values. The OCP formats (e4m3fn, e5m2) have a negative zero, and NaN (and for
+    e5m2 infinity) in the top exponent; AMD's fnuz ones have neither: 0x80 is their only NaN."""
+
+    exponent_bits: int
+    mantissa_bits: int
+    bias: int
+    max: float  # the largest finite value
+    has_inf: bool
+    fnuz: bool  # finite, no negative zero, NaN only at 0x80
+
+    @property
+    def nan_bits(self) -> int:
+        return 0x80 if self.fnuz else 0x7F
+
+
+FP8_FORMATS: Final[dict[DType, Fp8Format]] = {
+    dtypes.fp8e4m3: Fp8Format(4, 3, 7, 448.0, has_inf=False, fnuz=False),
+    dtypes.fp8e5m2: Fp8Format(5, 2, 15, 57344.0, has_inf=True, fnuz=False),
+}
 
 
 def _round_fp8(x: ConstType, dtype: DType) -> float:
-    """Round to nearest even in an fp8 format, saturating past the largest finite value (CUDA's satfinite)."""
-    x = float(x)
+    """Round to nearest even in an fp8 format, saturating past the largest finite value (CUDA's satfinite; ONNX's
+    saturating Cast, so infinities become the largest value too)."""
+    x, fmt = float(x), FP8_FORMATS[dtype]
     if math.isnan(x) or x == 0:
-        return x
+        return 0.0 if fmt.fnuz and x == 0 else x
     magnitude = abs(x)
     if math.isfinite(x):
-        exponent_bits, mantissa_bits = dtypes.finfo(dtype)
-        min_exponent = 2 - (1 << (exponent_bits - 1))  # exponent of the smallest normal; below it, spacing is fixed
-        spacing = math.ldexp(1.0, max(math.frexp(x)[1] - 1, min_exponent) - mantissa_bits)
+        # below the smallest normal's exponent (1 - bias) the spacing stays fixed: subnormals
+        spacing = math.ldexp(1.0, max(math.frexp(x)[1] - 1, 1 - fmt.bias) - fmt.mantissa_bits)
         magnitude = round(magnitude / spacing) * spacing  # round() is half-to-even
-    return math.copysign(min(magnitude, _FP8_MAX[dtype]), x)
+    if fmt.fnuz and magnitude == 0:
+        return 0.0  # no negative zero
+    return math.copysign(min(magnitude, fmt.max), x)
 
 
 def fp8_to_float(x: int, dtype: DType) -> float:
-    """The value of an fp8 bit pattern. e5m2 is IEEE-like; e4m3 has no infinity, and NaN only at 0x7F and 0xFF."""
-    exponent_bits, mantissa_bits = dtypes.finfo(dtype)
-    biased, mantissa = (x >> mantissa_bits) & ((1 << exponent_bits) - 1), x & ((1 << mantissa_bits) - 1)
-    if dtype == dtypes.fp8e5m2 and biased == 31:
+    """The value of an fp8 bit pattern (see Fp8Format): e5m2 is IEEE-like; e4m3fn has no infinity, and NaN only at
+    0x7F and 0xFF; the fnuz formats have NaN only at 0x80."""
+    fmt = FP8_FORMATS[dtype]
+    biased = (x >> fmt.mantissa_bits) & ((1 << fmt.exponent_bits) - 1)
+    mantissa = x & ((1 << fmt.mantissa_bits) - 1)
+    top_exponent = biased == (1 << fmt.exponent_bits) - 1
+    if fmt.fnuz and x == 0x80:
+        value = math.nan
+    elif not fmt.fnuz and top_exponent and fmt.has_inf:
         value = math.inf if mantissa == 0 else math.nan
-    elif dtype == dtypes.fp8e4m3 and x & 0x7F == 0x7F:
+    elif not fmt.fnuz and top_exponent and mantissa == (1 << fmt.mantissa_bits) - 1:
         value = math.nan
     else:  # biased exponent 0 is subnormal: no implicit leading 1, and the exponent of biased 1
-        significand = mantissa | (1 << mantissa_bits if biased else 0)
-        value = math.ldexp(significand, max(biased, 1) - (1 << (exponent_bits - 1)) + 1 - mantissa_bits)
+        significand = mantissa | (1 << fmt.mantissa_bits if biased else 0)
+        value = math.ldexp(significand, max(biased, 1) - fmt.bias - fmt.mantissa_bits)
     return -value if x & 0x80 else value
 
 
@@ -476,10 +503,10 @@ def _fp8_codes(dtype: DType) -> dict[float, int]:
 
 
 def float_to_fp8(x: float, dtype: DType) -> int:
-    """The bit pattern of the fp8 value nearest to `x` (saturating; NaN -> 0x7F)."""
+    """The bit pattern of the fp8 value nearest to `x` (saturating; NaN -> 0x7F, or 0x80 in the fnuz formats)."""
     value = _round_fp8(x, dtype)
     if math.isnan(value):
-        return 0x7F
+        return FP8_FORMATS[dtype].nan_bits
     return (0x80 if math.copysign(1.0, value) < 0 else 0) | _fp8_codes(dtype)[abs(value)]
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, cast
 
 from fusegrad.codegen.linearize import REDUCE_AXES
-from fusegrad.dtype import AddrSpace, ConstType, DType, PtrDType, dtypes, truncate
+from fusegrad.dtype import FP8_FORMATS, AddrSpace, ConstType, DType, PtrDType, dtypes, fp8_to_float, truncate
 from fusegrad.helpers import strip_parens, to_function_name
 from fusegrad.renderer import Renderer, index_arithmetic
 from fusegrad.uop import AxisType, GroupOp, Ops
@@ -123,14 +123,21 @@ def render_index(ctx: RenderContext, x: UOp) -> str:
 
 
 def render_load(ctx: RenderContext, x: UOp, idx: UOp) -> str:
-    """A gated load reads 0 where its INDEX's valid is false (C's ?: never touches the other branch)."""
+    """A gated load reads 0 where its INDEX's valid is false (C's ?: never touches the other branch). An emulated
+    float's bits become its float value."""
+    value = ctx[idx]
+    if _holds_bits(ctx, idx, x.dtype):
+        value = f"fg_load_{emulated_name(x.dtype.scalar())}({value})"
     if len(idx.src) > 2:
-        return f"({ctx[idx.src[2]]}?{ctx[idx]}:{ctx.lang.render_const(0, x.dtype)})"
-    return ctx[idx]
+        return f"({ctx[idx.src[2]]}?{value}:{ctx.lang.render_const(0, x.dtype)})"
+    return value
 
 
 def render_store(ctx: RenderContext, idx: UOp, value: UOp) -> str:
-    store = f"{ctx[idx]} = {ctx[value]};"
+    text = ctx[value]
+    if _holds_bits(ctx, idx, value.dtype):  # an emulated float's value -> its bits
+        text = f"fg_store_{emulated_name(value.dtype.scalar())}({text})"
+    store = f"{ctx[idx]} = {text};"
     return f"if ({strip_parens(ctx[idx.src[2]])}) {store}" if len(idx.src) > 2 else store
 
 
@@ -152,6 +159,8 @@ def _narrow(ctx: RenderContext, x: UOp, code: str) -> str:
         scalar in _PROMOTED_INTS and x.op in _MAY_LEAVE_RANGE
     ):
         return ctx.lang.render_cast_to(code, x.dtype)
+    if scalar in ctx.lang.emulated_floats:  # computed in float: round to the emulated float after every op
+        return f"fg_round_{emulated_name(scalar)}({code})"
     return code
 
 
@@ -215,8 +224,12 @@ def render_shift(ctx: RenderContext, x: UOp) -> str | None:
 def render_cast(ctx: RenderContext, x: UOp) -> str:
     """A value conversion; float -> int takes alu.float_to_int's results for NaN, inf and out-of-range values."""
     src = x.src[0]
+    if x.dtype.scalar() in ctx.lang.emulated_floats:
+        return f"fg_round_{emulated_name(x.dtype.scalar())}({ctx[src]})"
     if dtypes.is_int(x.dtype) and dtypes.is_float(src.dtype):
-        return ctx.lang.render_float_to_int(ctx[src], src, x.dtype)
+        if src.dtype.scalar() in ctx.lang.emulated_floats:  # held as float: bounds checked in float, not saturated
+            src = src.replace(dtype=dtypes.float32)
+        return ctx.lang.render_float_to_int(ctx[x.src[0]], src, x.dtype)
     return ctx.lang.render_cast_to(ctx[src], x.dtype)
 
 
@@ -255,6 +268,75 @@ def _max(x: str, y: str, dtype: DType) -> str:
     return f"(({x}>{y})?{x}:{y})"
 
 
+# *** floats C lacks (bfloat16, fp8): stored as their bits, held and computed in float, rounded after every op ***
+
+
+def emulated_name(dt: DType) -> str:
+    """The suffix of a stored-as-bits float's helpers: bf16, e4m3, e5m2, e4m3fnuz, e5m2fnuz."""
+    return dt.name.removeprefix("float8_").strip("_")
+
+
+def _bf16_helpers() -> str:
+    """Round to nearest even on the top 16 bits of a float; a NaN keeps its sign and stays quiet."""
+    return (
+        "static inline float fg_load_bf16(unsigned short x) {\n"
+        "  union { unsigned int u; float f; } v = { .u = (unsigned int)x << 16 }; return v.f; }\n"
+        "static inline unsigned short fg_store_bf16(float x) {\n"
+        "  union { float f; unsigned int u; } v = { .f = x };\n"
+        "  if (x != x) return (unsigned short)((v.u >> 16) | 0x40u);\n"
+        "  return (unsigned short)((v.u + 0x7FFFu + ((v.u >> 16) & 1u)) >> 16); }\n"
+        "static inline float fg_round_bf16(float x) { return fg_load_bf16(fg_store_bf16(x)); }\n"
+    )
+
+
+def _fp8_helpers(dt: DType) -> str:
+    """dtype.py's _round_fp8 and float_to_fp8 in C (rounding in double, as Python does); loads read a table of the 256
+    values fp8_to_float gives, so both backends agree bit for bit."""
+    fmt, name = FP8_FORMATS[dt], emulated_name(dt)
+    values = ",".join(_c_float_literal(fp8_to_float(bits, dt)) for bits in range(256))
+    min_normal, min_subnormal = 2.0 ** (1 - fmt.bias), 2.0 ** (1 - fmt.bias - fmt.mantissa_bits)
+    zero = "0.0f" if fmt.fnuz else "(float)x"  # fnuz has no negative zero
+    return (
+        f"static const float fg_{name}_values[256] = {{{values}}};\n"
+        f"static inline float fg_load_{name}(unsigned char x) {{ return fg_{name}_values[x]; }}\n"
+        f"static inline float fg_round_{name}(double x) {{\n"
+        f"  if (x != x) return (float)x;\n  if (x == 0.0) return {zero};\n"
+        "  double m = __builtin_fabs(x);\n  if (m != __builtin_inf()) {\n"
+        f"    int e; __builtin_frexp(m, &e); e = e - 1 > {-fmt.bias + 1} ? e - 1 : {-fmt.bias + 1};\n"
+        f"    double spacing = __builtin_ldexp(1.0, e - {fmt.mantissa_bits});\n"
+        "    m = __builtin_rint(m / spacing) * spacing; }\n"
+        f"  if (m > {fmt.max!r}) m = {fmt.max!r};\n"
+        f"  return {'m == 0.0 ? 0.0f : ' if fmt.fnuz else ''}(float)__builtin_copysign(m, x); }}\n"
+        f"static inline unsigned char fg_store_{name}(float x) {{\n"
+        f"  float v = fg_round_{name}(x);\n  if (v != v) return {fmt.nan_bits:#x};\n"
+        "  unsigned char sign = __builtin_signbit(v) ? 0x80 : 0; float m = __builtin_fabsf(v);\n"
+        f"  if (m < {min_normal!r}f) return sign | (unsigned char)(m / {min_subnormal!r}f);\n"
+        "  int e; __builtin_frexpf(m, &e);\n"
+        f"  return sign | (unsigned char)(((e - 1 + {fmt.bias}) << {fmt.mantissa_bits})"
+        f" | (int)((__builtin_ldexpf(m, 1 - e) - 1.0f) * {1 << fmt.mantissa_bits})); }}\n"
+    )
+
+
+def _c_float_literal(x: float) -> str:
+    if math.isnan(x):
+        return '__builtin_nanf("")'
+    if math.isinf(x):
+        return "__builtin_inff()" if x > 0 else "-__builtin_inff()"
+    return f"{x!r}f"
+
+
+def render_emulated_helpers(uops: list[UOp], lang: CStyleLanguage) -> str:
+    """The load/store/round helpers of each stored-as-bits float the kernel uses (none for most kernels)."""
+    used = {u.dtype.base.scalar() for u in uops} & set(lang.emulated_floats)
+    return "".join(_bf16_helpers() if dt == dtypes.bfloat16 else _fp8_helpers(dt) for dt in sorted(used))
+
+
+def _holds_bits(ctx: RenderContext, idx: UOp, dtype: DType) -> bool:
+    """Whether an access through `idx` reads or writes an emulated float's bits (global memory; registers hold
+    the float value)."""
+    return dtype.scalar() in ctx.lang.emulated_floats and not _is_register(_base_buffer(idx.src[0]))
+
+
 class CStyleLanguage(Renderer):
     """The C family. Each dialect sets the spellings below; `render` lays out one function from a linear program."""
 
@@ -269,6 +351,8 @@ class CStyleLanguage(Renderer):
     nan: ClassVar[str] = "NAN"
     type_map: ClassVar[dict[DType, str]] = {dtypes.bool: "bool", dtypes.index: "long long"}
     unsupported_dtypes: ClassVar[frozenset[DType]] = frozenset()
+    # floats the dialect lacks -> the C type their bits are stored as; values are held in float (see _bf16_helpers)
+    emulated_floats: ClassVar[dict[DType, str]] = {}
     parallel_threshold: ClassVar[int] = 1 << 16  # ops x trips of an outer loop at which threads start to pay
     inline_limit: ClassVar[int] = 160  # longer expressions get a variable: long chains stay readable and parse fast
     code_for_op: ClassVar[dict[Ops, Callable[..., str]]] = {
@@ -307,6 +391,8 @@ class CStyleLanguage(Renderer):
             raise NotImplementedError(f"{type(self).__name__}: vector dtype {dt} is not supported yet")
         if dt.scalar() in self.unsupported_dtypes:
             raise NotImplementedError(f"{type(self).__name__}: dtype {dt} is not supported yet")
+        if dt.scalar() in self.emulated_floats:
+            return "float"
         return self.type_map.get(dt, dt.name)
 
     def render_const(self, x: ConstType, dt: DType) -> str:
@@ -327,7 +413,7 @@ class CStyleLanguage(Renderer):
             text = repr(abs(x))
         else:
             text = _shortest_float32(abs(x)) + "f"
-            if dt != dtypes.float32:
+            if dt != dtypes.float32 and dt.scalar() not in self.emulated_floats:
                 text = f"(({self.render_dtype(dt)}){text})"
         return f"(-{text})" if math.copysign(1.0, x) < 0 else text
 
@@ -373,11 +459,21 @@ class CStyleLanguage(Renderer):
         """The bits of `x` read as `dt`, through a union (the one type pun C99 defines)."""
         if src.itemsize != dt.itemsize:
             raise ValueError(f"bitcast: sizes differ: got {src} ({src.itemsize} bytes) to {dt} ({dt.itemsize} bytes)")
+        if src.scalar() in self.emulated_floats:  # the value's bits, then read as dt
+            x, src = f"fg_store_{emulated_name(src.scalar())}({x})", self._bits_dtype(src)
+        if dt.scalar() in self.emulated_floats:
+            return f"fg_load_{emulated_name(dt.scalar())}({self.render_bitcast(x, src, self._bits_dtype(dt))})"
         return f"((union {{ {self.render_dtype(src)} a; {self.render_dtype(dt)} b; }}){{ .a = {x} }}).b"
 
     def render_buffer(self, buf: UOp, name: str, written: bool) -> str:
         qualifier = "" if written else self.const_prefix
-        return f"{self.buffer_prefix}{qualifier}{self.render_dtype(buf.dtype.base)}*{self.buffer_suffix} {name}"
+        element = self.emulated_floats.get(buf.dtype.base.scalar()) or self.render_dtype(buf.dtype.base)
+        return f"{self.buffer_prefix}{qualifier}{element}*{self.buffer_suffix} {name}"
+
+    @staticmethod
+    def _bits_dtype(dt: DType) -> DType:
+        """The unsigned int of an emulated float's size."""
+        return dtypes.uint8 if dt.itemsize == 1 else dtypes.uint16
 
     def loop_pragmas(self, uops: list[UOp]) -> dict[UOp, str]:
         """Pragmas to put before some loops (RANGE -> text); none in plain C."""
@@ -415,7 +511,8 @@ class CStyleLanguage(Renderer):
             else:
                 ctx.r[u] = ctx.name_of(u)
                 body.append(f"{indent}{ctx.type_of(u)} {ctx[u]} = {text};")
-        return self.render_kernel(to_function_name(kernel_name(uops)), self.render_args(uops, ctx), body)
+        helpers = render_emulated_helpers(uops, self)
+        return helpers + self.render_kernel(to_function_name(kernel_name(uops)), self.render_args(uops, ctx), body)
 
     def render_args(self, uops: list[UOp], ctx: RenderContext) -> list[str]:
         """Buffers in slot order (const where only read), then the variables (KERNEL_IR.md §4)."""
@@ -462,6 +559,7 @@ class _LoopShapes:
     in_reduce: set[UOp] = field(default_factory=set)
     around_upcast: set[UOp] = field(default_factory=set)
     carrying: set[UOp] = field(default_factory=set)
+    vector: set[UOp] = field(default_factory=set)  # loops whose own body holds vector values (codegen/vectorize.py)
     updates: dict[UOp, list[tuple[UOp, Ops]]] = field(default_factory=dict)  # loop -> (register, op) stored in it
 
     @staticmethod
@@ -491,6 +589,9 @@ class _LoopShapes:
                 ret.carrying.update(r for r in open_loops[declared_in[reg] :] if r not in picked)
                 if open_loops:
                     ret.updates.setdefault(open_loops[-1], []).append((reg, u.src[1].op))
+            value = u.src[1] if u.op is Ops.STORE else u
+            if open_loops and value.dtype.count > 1 and not isinstance(value.dtype, PtrDType):
+                ret.vector.add(open_loops[-1])
             if open_loops and (u.op in GroupOp.ALU or u.op in (Ops.LOAD, Ops.STORE)):
                 ret.work[open_loops[0]] = ret.work.get(open_loops[0], 0) + trips[-1]
         return ret
@@ -503,9 +604,67 @@ def _math_suffix(dtype: DType) -> str:
 # accumulator updates OpenMP can reorder for SIMD (MAX is left in order: our MAX propagates NaN, OpenMP's need not)
 _SIMD_REDUCTIONS = {Ops.ADD: "+", Ops.MUL: "*"}
 
+
+def _is_simd_reducible(reg: UOp) -> bool:
+    """OpenMP reductions take scalar arithmetic accumulators (not bool, not a vector type)."""
+    return reg.dtype.base != dtypes.bool and reg.dtype.base.count == 1
+
+
 # libm functions with SIMD variants in glibc's libmvec (AVX2/AVX-512), by C type
 _SIMD_MATH = [("float", "exp2f"), ("float", "log2f"), ("float", "sinf"), ("double", "exp2"), ("double", "log2"),
               ("double", "sin")]  # fmt: skip
+
+
+# *** C vector types (GCC/Clang vector extensions), for codegen/vectorize.py's vector values ***
+
+
+def _vector_access(ctx: RenderContext, idx: UOp, vector: DType, qualifier: str) -> str:
+    """The lvalue of a whole vector at a global buffer's element (an unaligned type: rows start anywhere)."""
+    return f"(*({qualifier}{ctx.lang.render_dtype(vector)}_u*)&{ctx[idx]})"
+
+
+def _is_vector_access(idx: UOp, value: UOp) -> bool:
+    """A vector value read from or written to an array of scalars (not an accumulator array of vectors)."""
+    return value.dtype.count > 1 and _base_buffer(idx.src[0]).dtype.base.count == 1
+
+
+def render_vector_load(ctx: RenderContext, x: UOp, idx: UOp) -> str | None:
+    if not _is_vector_access(idx, x):
+        return None
+    return _vector_access(ctx, idx, x.dtype, "const ")
+
+
+def render_vector_store(ctx: RenderContext, idx: UOp, value: UOp) -> str | None:
+    if not _is_vector_access(idx, value):
+        return None
+    return f"{_vector_access(ctx, idx, value.dtype, '')} = {ctx[value]};"
+
+
+def render_vector_typedefs(uops: list[UOp], lang: CStyleLanguage) -> str:
+    """A register type (aligned) and a memory type (element-aligned, may alias its elements) per vector dtype used."""
+    vectors = sorted({u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype for u in uops} - {dtypes.void})
+    lines = []
+    for dt in (d for d in vectors if d.count > 1):
+        scalar, name = lang.render_dtype(dt.scalar()), lang.render_dtype(dt)
+        size, align = dt.itemsize, dt.scalar().itemsize
+        lines.append(f"typedef {scalar} {name} __attribute__((vector_size({size})));")
+        lines.append(f"typedef {scalar} {name}_u __attribute__((vector_size({size}), aligned({align}), may_alias));")
+    return "".join(line + "\n" for line in lines)
+
+
+def render_vectorize(ctx: RenderContext, x: UOp) -> str:
+    return f"(({ctx.lang.render_dtype(x.dtype)}){{{','.join(ctx[s] for s in x.src)}}})"
+
+
+# vector forms first: they decline (None) scalar nodes and accumulator arrays of vectors, which fall through to the
+# scalar rules
+_vector_rules: list[tuple[UPat, Callable[..., str | None]]] = [
+    (UPat(Ops.LOAD, src=(UPat(Ops.INDEX, name="idx"),), name="x"), render_vector_load),  # *(float8_u*)&buf[i]
+    (UPat(Ops.STORE, src=(UPat(Ops.INDEX, name="idx"), UPat.var("value"))), render_vector_store),
+    (UPat(Ops.VECTORIZE, name="x"), render_vectorize),  # (float8){a, a, ...}
+]
+# text, not UOps, as for base_rewrite
+pm_render_vectors = PatternMatcher(_vector_rules)  # type: ignore[arg-type]
 
 
 class ClangRenderer(CStyleLanguage):
@@ -513,6 +672,8 @@ class ClangRenderer(CStyleLanguage):
 
     device = "CPU"
     suffix = "c"
+    supports_float4 = True  # vector values (codegen/vectorize.py) as GCC vector extension types
+    string_rewrite = pm_render_vectors + base_rewrite
     # with glibc's libmvec (the compiler defines FUSEGRAD_MVEC), these declarations let gcc vectorize math calls
     preamble = (
         "#include <math.h>\n#ifdef FUSEGRAD_MVEC\n"
@@ -529,7 +690,8 @@ class ClangRenderer(CStyleLanguage):
     type_map: ClassVar[dict[DType, str]] = {
         dtypes.bool: "_Bool", dtypes.int64: "long long", dtypes.uint64: "unsigned long long",
         dtypes.float16: "_Float16", dtypes.index: "long long"}  # fmt: skip
-    unsupported_dtypes = frozenset({dtypes.bfloat16, *dtypes.fp8s})  # TODO(#bf16): storage + conversion helpers
+    emulated_floats: ClassVar[dict[DType, str]] = {
+        dtypes.bfloat16: "unsigned short", **dict.fromkeys(dtypes.fp8s, "unsigned char")}  # fmt: skip
     code_for_op: ClassVar[dict[Ops, Callable[..., str]]] = {
         **CStyleLanguage.code_for_op,
         # builtins: no libm prototypes or errno needed; float and half compute in float, double in double
@@ -540,6 +702,15 @@ class ClangRenderer(CStyleLanguage):
         Ops.TRUNC: lambda x, dtype: f"__builtin_trunc{_math_suffix(dtype)}({x})",
         Ops.POW: lambda x, y, dtype: f"__builtin_pow{_math_suffix(dtype)}({x},{y})",
     }
+
+    def render_dtype(self, dt: DType) -> str:
+        """Vectors of float and double as GCC vector types named like OpenCL's (`float8`), typedef'd by `render`."""
+        if dt.count > 1 and not isinstance(dt, PtrDType) and dt.scalar() in (dtypes.float32, dtypes.float64):
+            return f"{super().render_dtype(dt.scalar())}{dt.count}"
+        return super().render_dtype(dt)
+
+    def render(self, uops: list[UOp]) -> str:
+        return render_vector_typedefs(uops, self) + super().render(uops)
 
     def loop_pragmas(self, uops: list[UOp]) -> dict[UOp, str]:
         """OpenMP on output loops, whose iterations write disjoint elements and declare their own accumulators:
@@ -557,13 +728,13 @@ class ClangRenderer(CStyleLanguage):
         for rng in (u for u in uops if u.op is Ops.RANGE and u.arg[1] in REDUCE_AXES and u in shapes.innermost):
             # one accumulator summed (or multiplied) in an innermost loop: OpenMP may reorder it, so it vectorises
             updates = shapes.updates.get(rng, [])
-            if len(updates) == 1 and updates[0][1] in _SIMD_REDUCTIONS and updates[0][0].dtype.base != dtypes.bool:
+            if len(updates) == 1 and updates[0][1] in _SIMD_REDUCTIONS and _is_simd_reducible(updates[0][0]):
                 reg, op = updates[0]
                 ret[rng] = f"#pragma omp simd reduction({_SIMD_REDUCTIONS[op]}:acc{reg.arg})"
         for rng in (u for u in uops if u.op is Ops.RANGE and u.arg[1] not in REDUCE_AXES):
             if rng in shapes.carrying:
                 continue
-            if rng.arg[1] is AxisType.UPCAST and rng not in shapes.innermost:
+            if rng.arg[1] is AxisType.UPCAST and (rng not in shapes.innermost or rng in shapes.vector):
                 # an upcast loop that updates accumulators inside a reduce loop is unrolled, so they stay in registers
                 # (a loop would index them in memory); unrolling the ones around their set-up and read-out makes gcc
                 # keep the array in memory after all
@@ -571,7 +742,8 @@ class ClangRenderer(CStyleLanguage):
                     ret[rng] = f"#pragma GCC unroll {rng.src[0].arg}"
                 continue
             threads = shapes.work.get(rng, 0) >= self.parallel_threshold
-            clauses = (["parallel for"] if threads else []) + (["simd"] if rng in shapes.innermost else [])
+            simd = rng in shapes.innermost and rng not in shapes.vector  # vector code is SIMD already
+            clauses = (["parallel for"] if threads else []) + (["simd"] if simd else [])
             if clauses:
                 ret[rng] = "#pragma omp " + " ".join(clauses)
         return ret

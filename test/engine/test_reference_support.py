@@ -16,7 +16,7 @@ from fusegrad.dtype import dtypes
 def test_is_dtype_supported_follows_the_renderer() -> None:
     assert is_dtype_supported(dtypes.float32)
     assert is_dtype_supported(dtypes.half, "CPU")
-    assert not is_dtype_supported(dtypes.bfloat16, "CPU")  # the C renderer can't write bfloat16 yet
+    assert is_dtype_supported(dtypes.bfloat16, "CPU")  # stored as bits, computed in float (renderer/cstyle.py)
     assert is_dtype_supported(dtypes.bfloat16, "PYTHON")
     assert Tensor.rand(3, dtype=dtypes.bfloat16, device="PYTHON").float().numpy().shape == (3,)
 

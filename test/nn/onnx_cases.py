@@ -12,6 +12,7 @@ from onnx import numpy_helper
 
 from fusegrad import Tensor, dtypes
 from fusegrad.nn.onnx import OnnxRunner
+from fusegrad.nn.onnx.proto import BITS_DTYPES, SUBBYTE_NUMPY
 
 
 @functools.cache
@@ -26,7 +27,7 @@ def node_cases() -> dict[str, Any]:
 
 def as_numpy(t: Tensor) -> np.ndarray:
     """A Tensor's value as numpy (bfloat16 and float8 widened to float32, which numpy lacks)."""
-    return (t.cast(dtypes.float32) if t.dtype in (dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2) else t).numpy()
+    return (t.cast(dtypes.float32) if t.dtype in BITS_DTYPES else t).numpy()
 
 
 def as_array(value: Any) -> np.ndarray | None:
@@ -38,7 +39,10 @@ def as_array(value: Any) -> np.ndarray | None:
 
 
 def comparable(want: np.ndarray) -> np.ndarray:
-    """Expected values in a dtype numpy compares: ml_dtypes' bfloat16/float8 (kind 'V' or unknown) as float32."""
+    """Expected values in a dtype numpy compares: ml_dtypes' bfloat16/float8 (kind 'V' or unknown) as float32, the
+    sub-byte types (int4, float4_e2m1fn...) in the container fusegrad holds them in."""
+    if (container := SUBBYTE_NUMPY.get(want.dtype.name)) is not None:
+        return want.astype(container)
     return want.astype(np.float32) if want.dtype.name.startswith(("bfloat16", "float8")) else want
 
 

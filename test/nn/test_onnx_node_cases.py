@@ -44,8 +44,8 @@ MISSING_DTYPES = {
     for code in onnx.TensorProto.DataType.values()
     if code not in ONNX_DTYPES and code != onnx.TensorProto.UNDEFINED
 }
-# dtypes fusegrad has but the C renderer cannot compile yet (bfloat16, float8): a case using them fails at compile
-UNCOMPILED_DTYPES = {onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT8E4M3FN, onnx.TensorProto.FLOAT8E5M2}
+# dtypes fusegrad has but the C renderer cannot compile yet: a case using them fails at compile
+UNCOMPILED_DTYPES: set[int] = set()
 
 # cases that run but disagree with the reference
 KNOWN_WRONG = {
@@ -59,6 +59,23 @@ KNOWN_WRONG = {
             "test_causal_conv_with_state_silu_fp16_expanded",
         ],
         "float16 rounding beyond the case's tolerance",
+    ),
+    # bfloat16 attention rounds to bfloat16 after every op; the reference's rounding differs by one bfloat16 ulp (2**-8
+    # relative, above the cases' rtol 1e-3) in about a third of the values
+    **dict.fromkeys(
+        [
+            "test_attention_3d_causal_bf16",
+            "test_attention_3d_causal_bf16_expanded",
+            "test_attention_4d_attn_mask_causal_bf16",
+            "test_attention_4d_attn_mask_causal_bf16_expanded",
+            "test_attention_4d_causal_bf16",
+            "test_attention_4d_causal_bf16_expanded",
+            "test_attention_4d_causal_padded_kv_bf16",
+            "test_attention_4d_causal_padded_kv_bf16_expanded",
+            "test_attention_4d_padded_kv_bf16",
+            "test_attention_4d_padded_kv_bf16_expanded",
+        ],
+        "bfloat16 rounding beyond the case's tolerance",
     ),
     # Resize with antialias (a wider filter when downsampling) is not implemented
     **dict.fromkeys(

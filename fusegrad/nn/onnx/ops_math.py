@@ -226,19 +226,6 @@ def mean(*xs: Tensor) -> Tensor:
 # *** casts ***
 
 
-@onnx_op("Cast")
-def cast(x: Tensor, to: int, saturate: int = 1, round_mode: str = "up") -> Tensor:
-    target = dtype_of(to, "Cast")
-    if target == dtypes.bool:
-        return x != 0
-    return x.cast(target)
-
-
-@onnx_op("CastLike")
-def cast_like(x: Tensor, like: Tensor, saturate: int = 1, round_mode: str = "up") -> Tensor:
-    return (x != 0) if like.dtype == dtypes.bool else x.cast(like.dtype)
-
-
 @onnx_op("BitCast")
 def bit_cast(x: Tensor, to: int) -> Tensor:
     return x.bitcast(dtype_of(to, "BitCast"))

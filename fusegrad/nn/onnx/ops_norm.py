@@ -9,9 +9,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import onnx
+
 from fusegrad.dtype import DType, dtypes
+from fusegrad.nn.onnx.casts import cast_to
 from fusegrad.nn.onnx.ops_nn import conv
-from fusegrad.nn.onnx.proto import dtype_of
+from fusegrad.nn.onnx.proto import SUBBYTE_INT_RANGES, dtype_of, onnx_type_of
 from fusegrad.nn.onnx.registry import normalize_axis, onnx_op
 from fusegrad.tensor import Tensor
 
@@ -224,9 +227,11 @@ def per_axis(param: Tensor, x: Tensor, axis: int, block_size: int) -> Tensor:
     return param.reshape([-1 if i == axis else 1 for i in range(x.ndim)])
 
 
-def saturate_round(y: Tensor, dtype: DType) -> Tensor:
-    """Round half to even, clamp to dtype's range, cast."""
-    return y.round().clip(dtypes.min(dtype), dtypes.max(dtype)).cast(dtype)
+def saturate_round(y: Tensor, dtype: DType, code: int = 0) -> Tensor:
+    """Round half to even, clamp to the range of dtype (or of ONNX type `code` where it is a sub-byte int held in
+    dtype), cast."""
+    low, high = SUBBYTE_INT_RANGES.get(code, (dtypes.min(dtype), dtypes.max(dtype)))
+    return y.round().clip(low, high).cast(dtype)
 
 
 @onnx_op("QuantizeLinear")
@@ -239,15 +244,26 @@ def quantize_linear(
     output_dtype: int = 0,
     precision: int = 0,
     saturate: int = 1,
+    input_types: tuple[int, ...] = (),
 ) -> Tensor:
-    if y_zero_point is not None:
-        out_dtype = y_zero_point.dtype
-    else:
-        out_dtype = dtype_of(output_dtype, "QuantizeLinear") if output_dtype else dtypes.uint8
+    code = quantized_type(y_zero_point, output_dtype, input_types)
+    out_dtype = dtype_of(code, "QuantizeLinear")
     compute = dtypes.float32 if x.dtype != dtypes.float64 else dtypes.float64
     scaled = x.cast(compute) / per_axis(y_scale, x, axis, block_size).cast(compute)
     zero = per_axis(y_zero_point, x, axis, block_size).cast(compute) if y_zero_point is not None else 0
-    return saturate_round(scaled.round() + zero, out_dtype)
+    if dtypes.is_float(out_dtype):  # float8 / float4 outputs: the float cast rounds (and saturates unless told not to)
+        return cast_to(scaled + zero, code, bool(saturate))
+    return saturate_round(scaled.round() + zero, out_dtype, code)
+
+
+def quantized_type(zero_point: Tensor | None, output_dtype: int, input_types: tuple[int, ...]) -> int:
+    """QuantizeLinear's output ONNX type: output_dtype, else the zero point's (as the graph declares it, since a
+    container dtype holds several types), else UINT8."""
+    if output_dtype:
+        return output_dtype
+    if zero_point is None:
+        return int(onnx.TensorProto.UINT8)
+    return input_types[2] if len(input_types) > 2 and input_types[2] else onnx_type_of(zero_point.dtype)
 
 
 @onnx_op("DequantizeLinear")

@@ -19,7 +19,27 @@ from fusegrad.device import Device
 from fusegrad.dtype import DType, dtypes
 from fusegrad.tensor import Tensor
 
-# TensorProto.DataType -> fusegrad dtype (STRING, COMPLEX, 4-bit and float8 variants fusegrad lacks are absent)
+# the sub-byte types fusegrad has no dtype for: each lives in a wider container dtype, holding only the values it has
+# (casts.py keeps them in range; an int type's range is below)
+SUBBYTE_CONTAINERS: dict[int, DType] = {
+    onnx.TensorProto.INT4: dtypes.int8,
+    onnx.TensorProto.UINT4: dtypes.uint8,
+    onnx.TensorProto.INT2: dtypes.int8,
+    onnx.TensorProto.UINT2: dtypes.uint8,
+    onnx.TensorProto.FLOAT4E2M1: dtypes.float32,
+}
+SUBBYTE_INT_RANGES: dict[int, tuple[int, int]] = {
+    onnx.TensorProto.INT4: (-8, 7),
+    onnx.TensorProto.UINT4: (0, 15),
+    onnx.TensorProto.INT2: (-2, 1),
+    onnx.TensorProto.UINT2: (0, 3),
+}
+# ml_dtypes' names of those types (numpy_helper.to_array gives their arrays) -> the numpy container dtype
+SUBBYTE_NUMPY = {"int4": np.int8, "uint4": np.uint8, "int2": np.int8, "uint2": np.uint8, "float4_e2m1fn": np.float32}
+# fusegrad dtypes numpy lacks: arrays of them (ml_dtypes) are read as their bits
+BITS_DTYPES = (dtypes.bfloat16, *dtypes.fp8s)
+
+# TensorProto.DataType -> fusegrad dtype (STRING, COMPLEX, FLOAT8E8M0 are absent; sub-byte types map to containers)
 ONNX_DTYPES: dict[int, DType] = {
     onnx.TensorProto.FLOAT: dtypes.float32,
     onnx.TensorProto.UINT8: dtypes.uint8,
@@ -36,7 +56,15 @@ ONNX_DTYPES: dict[int, DType] = {
     onnx.TensorProto.BFLOAT16: dtypes.bfloat16,
     onnx.TensorProto.FLOAT8E4M3FN: dtypes.fp8e4m3,
     onnx.TensorProto.FLOAT8E5M2: dtypes.fp8e5m2,
+    **SUBBYTE_CONTAINERS,
 }
+# fusegrad dtype -> the ONNX type it holds (a container -> the wider ONNX type of the same dtype)
+_ONNX_TYPE_OF: dict[DType, int] = {dt: code for code, dt in reversed(ONNX_DTYPES.items())}
+
+
+def onnx_type_of(dtype: DType) -> int:
+    """The ONNX TensorProto.DataType of a fusegrad dtype."""
+    return _ONNX_TYPE_OF[dtype]
 
 
 def dtype_of(code: int, what: str) -> DType:
@@ -82,8 +110,10 @@ def tensor_from_proto(proto: onnx.TensorProto, base_dir: Path | None) -> Tensor:
 
 def tensor_from_numpy(array: np.ndarray, dtype: DType) -> Tensor:
     """A numpy array as a Tensor of dtype; bfloat16 and float8 arrays (ml_dtypes, which fusegrad cannot read) are
-    reinterpreted from their bits."""
-    if dtype in (dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2) and array.dtype.itemsize == dtype.itemsize:
+    reinterpreted from their bits, sub-byte ones (int4, float4_e2m1fn...) widened to their containers."""
+    if (container := SUBBYTE_NUMPY.get(array.dtype.name)) is not None:
+        array = array.astype(container)
+    if dtype in BITS_DTYPES and array.dtype.itemsize == dtype.itemsize:
         bits_dtype = dtypes.uint16 if dtype.itemsize == 2 else dtypes.uint8
         bits = np.asarray(array, order="C").view(np.uint16 if dtype.itemsize == 2 else np.uint8)
         return Tensor(bits.copy(), dtype=bits_dtype).bitcast(dtype)

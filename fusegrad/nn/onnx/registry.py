@@ -1,10 +1,11 @@
 """The table of ONNX operators: op type -> a function of (inputs..., attributes...) returning Tensors.
 
 Op modules register with `@onnx_op("Name")`; the runner calls `fn(*inputs, **attributes)` and, when the function
-takes them, the keywords `opset` (the model's), `node_outputs` (how many outputs the node names) and `run_graph`
-(runs a sub-graph attribute in the node's scope: `run_graph(graph, {input name: value}) -> outputs`). Absent optional
-inputs arrive as None. `static` turns a small tensor (shapes, axes, pads) into Python ints, which realizes it: ONNX
-passes those as tensors, fusegrad needs them known.
+takes them, the keywords `opset` (the model's), `node_outputs` (how many outputs the node names), `run_graph`
+(runs a sub-graph attribute in the node's scope: `run_graph(graph, {input name: value}) -> outputs`) and
+`input_types` (the ONNX element type of each input where the graph declares it, else 0: a container dtype holds
+several). Absent optional inputs arrive as None. `static` turns a small tensor (shapes, axes, pads) into Python
+ints, which realizes it: ONNX passes those as tensors, fusegrad needs them known.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ F = TypeVar("F", bound=OpFunction)
 
 # op type -> (function, the context keywords it takes: some of CONTEXT_KEYWORDS)
 ONNX_OPS: dict[str, tuple[OpFunction, tuple[str, ...]]] = {}
-CONTEXT_KEYWORDS = ("opset", "node_outputs", "run_graph")
+CONTEXT_KEYWORDS = ("opset", "node_outputs", "run_graph", "input_types")
 
 
 def onnx_op(*names: str) -> Callable[[F], F]:
@@ -59,6 +60,8 @@ def static(value: Tensor | Sequence[Any] | int | float | None) -> list[Any]:
     if isinstance(value, Tensor):
         if (known := KNOWN_VALUES.get(id(value))) is not None and known[0]() is value:
             return list(known[1])
+        if value.dtype in (dtypes.bfloat16, *dtypes.fp8s):  # no Python-side format: read as float32 (exact)
+            value = value.cast(dtypes.float32)
         result = value.reshape(-1).tolist()
         assert isinstance(result, list)
         return result

@@ -18,6 +18,7 @@ from fusegrad.dtype import DType, dtypes
 
 # importing the op modules registers their ops in ONNX_OPS
 from fusegrad.nn.onnx import (  # noqa: F401
+    casts,
     ops_control,
     ops_extra,
     ops_index,
@@ -60,6 +61,15 @@ VALUE_SHAPED_OPS = (
 )
 # static outputs up to this many elements keep a Python copy of their values (see registry.KNOWN_VALUES)
 MAX_REMEMBERED = 1024
+
+
+def declared_types(graph: onnx.GraphProto) -> dict[str, int]:
+    """Value name -> the ONNX element type the graph declares for it (inputs, outputs, value infos, initializers)."""
+    types = {t.name: t.data_type for t in graph.initializer}
+    for info in [*graph.input, *graph.output, *graph.value_info]:
+        if info.type.HasField("tensor_type"):
+            types[info.name] = info.type.tensor_type.elem_type
+    return types
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +119,7 @@ class OnnxRunner:
         self.initializers: dict[str, Tensor] = {t.name: tensor_from_proto(t, base_dir) for t in graph.initializer}
         self.inputs = {i.name: input_spec(i) for i in graph.input if i.name not in self.initializers}
         self.output_names = [o.name for o in graph.output]
+        self.value_types = declared_types(graph)
         self.nodes = [(node, attributes_of(node, base_dir)) for node in graph.node]
         self.static_nodes = self._find_static_nodes()
         # input shapes -> the realized outputs of the static nodes for those shapes
@@ -251,6 +262,7 @@ class OnnxRunner:
             "opset": self.opset,
             "node_outputs": len(node.output),
             "run_graph": functools.partial(self._run_graph, values),
+            "input_types": tuple(self.value_types.get(name, 0) for name in node.input),
         }
         keywords = {**attrs, **{key: context[key] for key in extras}}
         try:
