@@ -95,7 +95,7 @@ def optimize(sink: UOp, renderer: Renderer) -> UOp:
     if not (opts := choose_opts(sink, info.opts_to_apply, renderer)):
         return sink
     applied = dataclasses.replace(info, applied_opts=(*info.applied_opts, *opts), opts_to_apply=None)
-    return apply_opts(sink, opts).replace(arg=applied)
+    return apply_opts(sink, opts, renderer.has_local).replace(arg=applied)
 
 
 def to_program(ast: UOp, renderer: Renderer) -> ProgramSpec:

@@ -16,10 +16,80 @@ from fusegrad.dtype import AddrSpace, dtypes
 from fusegrad.uop import AxisType, Ops
 from fusegrad.uop.ops import UOp, sint
 
-__all__ = ["add_gpudims", "launch_sizes", "lower_group_reduces"]
+__all__ = ["add_gpudims", "gpu_heuristic", "launch_sizes", "lower_group_reduces", "split_group", "split_local"]
 
 LOCAL_AXES = (AxisType.LOCAL, AxisType.GROUP_REDUCE)  # loops whose iterations are the threads of one work-group
 GLOBAL_AXES = (AxisType.GLOBAL, AxisType.LOOP)  # output loops: one work-group per iteration
+
+
+# *** GPU opts: LOCAL and GROUP / GROUPTOP (applied by codegen/opt.py's apply_opts) ***
+
+GROUP_MAX = 256  # threads of a work-group sharing one reduce (a power of two up to this divides the reduce)
+GROUP_MIN_REDUCE = 64  # reduce size from which splitting it over threads pays
+GROUP_MAX_OUTPUTS = 4096  # outputs up to which a reduce is split: with more, work-groups alone fill the device
+LOCAL_MAX = 64  # threads of a work-group along the innermost output axis
+
+
+def _split_range(sink: UOp, axis: int, amount: int, axis_type: AxisType, op: str) -> tuple[UOp, int]:
+    """The RANGE with axis id `axis` and its size; raises ValueError unless it is of `axis_type` and `amount` (>= 2)
+    divides its constant size."""
+    found = [u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[0] == axis]
+    if len(found) != 1 or found[0].arg[1] is not axis_type:
+        raise ValueError(f"opt: {op} needs one {axis_type.name} axis with id {axis}: got {[u.arg for u in found]}")
+    if found[0].src[0].op is not Ops.CONST or amount < 2 or int(found[0].src[0].arg) % amount:
+        raise ValueError(f"opt: {op} by {amount} of axis {axis}: got size {found[0].src[0].render()}, expected a multiple")
+    return found[0], int(found[0].src[0].arg)
+
+
+def split_local(sink: UOp, axis: int, amount: int, new_axis: int) -> UOp:
+    """LOCAL: output axis r of size n -> n/amount work-groups of `amount` threads: r = group * amount + thread."""
+    rng, size = _split_range(sink, axis, amount, AxisType.LOOP, "LOCAL")
+    inner = UOp.range(amount, new_axis, AxisType.LOCAL)
+    outer = UOp.range(size // amount, axis, AxisType.LOOP)
+    return sink.substitute({rng: inner if size == amount else outer * amount + inner})
+
+
+def split_group(sink: UOp, axis: int, amount: int, new_axis: int, top: bool) -> UOp:
+    """GROUP / GROUPTOP: reduce axis r of size n -> `amount` threads (a GROUP_REDUCE loop g) each reducing n/amount
+    elements q, combined through local memory (lower_group_reduces). GROUP strides (r = q * amount + g: neighbouring
+    threads read neighbouring elements, coalesced on GPUs); GROUPTOP takes chunks (r = g * n/amount + q)."""
+    rng, size = _split_range(sink, axis, amount, AxisType.REDUCE, "GROUPTOP" if top else "GROUP")
+    group = UOp.range(amount, new_axis, AxisType.GROUP_REDUCE)
+    within = UOp.range(size // amount, axis, AxisType.REDUCE)
+    position = group * (size // amount) + within if top else within * amount + group
+    (red,) = [u for u in sink.toposort() if u.op is Ops.REDUCE and rng in u.src[1:]]  # one REDUCE closes a range
+    ranges = [x for r in red.src[1:] for x in ((group, within) if r is rng else (r,))]
+    return sink.substitute({red: red.src[0].substitute({rng: position}).reduce(*ranges, arg=red.arg)})
+
+
+def _largest_power_of_two(size: int, limit: int) -> int:
+    ret = 1
+    while ret * 2 <= limit and size % (ret * 2) == 0:
+        ret *= 2
+    return ret
+
+
+def gpu_heuristic(sink: UOp, shared_max: int) -> list[tuple[str, int, int]]:
+    """(op name, axis, amount) for a one-store kernel: few outputs with a long reduce get it split over a work-group
+    (GROUP), else the innermost output axis gets threads (LOCAL). A reduce inside another's loop is not split (its
+    local array would be rewritten while slower threads still read it)."""
+    if len([s for s in sink.src if s.op is Ops.STORE]) != 1:
+        return []
+    nodes = sink.toposort()
+    loops = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] is AxisType.LOOP), key=range_key)
+    outputs = math.prod(int(r.src[0].arg) if r.src[0].op is Ops.CONST else GROUP_MAX_OUTPUTS + 1 for r in loops)
+    reduces = [u for u in nodes if u.op is Ops.REDUCE]
+    nested = {x for red in reduces for x in red.src[0].toposort() if x.op is Ops.REDUCE}
+    if outputs <= GROUP_MAX_OUTPUTS:
+        for red in (r for r in reduces if r not in nested):
+            for rng in (r for r in red.src[1:] if r.src[0].op is Ops.CONST and int(r.src[0].arg) >= GROUP_MIN_REDUCE):
+                amount = _largest_power_of_two(int(rng.src[0].arg), min(GROUP_MAX, shared_max // red.dtype.itemsize))
+                if amount >= 8:
+                    return [("GROUP", rng.arg[0], amount)]
+    sized = [r for r in loops if r.src[0].op is Ops.CONST]
+    if sized and (amount := _largest_power_of_two(int(sized[-1].src[0].arg), LOCAL_MAX)) > 1:
+        return [("LOCAL", sized[-1].arg[0], amount)]
+    return []
 
 
 # *** reduces across the threads of a work-group ***

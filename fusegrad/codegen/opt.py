@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import Enum, auto
 from typing import TYPE_CHECKING
 
+from fusegrad.codegen.gpudims import gpu_heuristic, split_group, split_local
 from fusegrad.codegen.linearize import range_key
 from fusegrad.dtype import AddrSpace
 from fusegrad.helpers import NOOPT
@@ -33,6 +34,8 @@ class OptOps(Enum):
     UPCAST = auto()  # output axis of size n -> an outer loop of n/arg iterations around an upcast loop of arg
     GROUP = auto()  # reduce axis of size n -> arg partial reductions of n/arg elements each, then their combination
     SWAP = auto()  # output axes `axis` and `arg` trade places in the loop nest (loop interchange)
+    LOCAL = auto()  # GPUs: output axis of size n -> n/arg work-groups of arg threads (codegen/gpudims.py)
+    GROUPTOP = auto()  # GPUs: reduce axis -> arg threads reducing contiguous chunks, combined in local memory
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,15 +150,19 @@ def swap(sink: UOp, opt: Opt) -> UOp:
     return sink.substitute({first: UOp.range(first.src[0], opt.arg), second: UOp.range(second.src[0], opt.axis)})
 
 
-def apply_opts(sink: UOp, opts: tuple[Opt, ...]) -> UOp:
+def apply_opts(sink: UOp, opts: tuple[Opt, ...], has_local: bool = False) -> UOp:
     """The kernel with each of `opts` applied in order, then its indexes simplified. Raises ValueError for an opt
-    that doesn't fit the kernel."""
+    that doesn't fit the kernel. With `has_local` (GPU renderers) GROUP splits a reduce over a work-group's threads."""
     for opt in opts:
         nodes = sink.toposort()
         new_axis = max((u.arg[0] for u in nodes if u.op is Ops.RANGE), default=-1) + 1
         match opt.op:
             case OptOps.UPCAST:
                 sink = upcast(sink, opt, new_axis)
+            case OptOps.LOCAL:
+                sink = split_local(sink, opt.axis, opt.arg, new_axis)
+            case OptOps.GROUP | OptOps.GROUPTOP if has_local or opt.op is OptOps.GROUPTOP:
+                sink = split_group(sink, opt.axis, opt.arg, new_axis, top=opt.op is OptOps.GROUPTOP)
             case OptOps.GROUP:
                 new_reg = max((u.arg for u in nodes if u.op is Ops.DEFINE_REG), default=-1) + 1
                 sink = group(sink, opt, new_axis, new_reg)
@@ -278,6 +285,8 @@ def choose_opts(sink: UOp, given: tuple[Opt, ...] | None, renderer: Renderer) ->
     stay loops (no local/group launch dimensions: the CPU and PYTHON devices)."""
     if given is not None:
         return tuple(given)
-    if NOOPT.value or renderer.has_local:
+    if NOOPT.value:
         return ()
+    if renderer.has_local:  # GPUs: work-group opts (codegen/gpudims.py)
+        return tuple(Opt(OptOps[op], axis, arg) for op, axis, arg in gpu_heuristic(sink, renderer.shared_max))
     return tuple(hand_coded_opts(sink))

@@ -96,3 +96,72 @@ def test_copy_between_cl_and_cpu() -> None:
 def test_missing_device_index_is_named() -> None:
     with pytest.raises(RuntimeError, match="no device CL:99"):
         Device["CL:99"]
+
+
+# *** GPU opts: reductions through local memory (GROUP / GROUPTOP) and work-group threads (LOCAL), vs numpy ***
+
+
+@pytest.mark.parametrize(
+    ("shape", "axis"), [((4, 1024), 1), ((3, 96), 1), ((2048,), 0), ((64, 8, 128), 2), ((512, 6), 0)]
+)
+@pytest.mark.parametrize("op", ["sum", "max", "mean", "argmax"])
+def test_reductions_match_numpy(shape: tuple[int, ...], axis: int, op: str) -> None:
+    a = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    got = getattr(Tensor(a, device="CL"), op)(axis).numpy()
+    np.testing.assert_allclose(got, getattr(np, op)(a, axis), rtol=1e-5, atol=1e-5)
+
+
+def _run_with_opts(out: Tensor, opts: tuple[object, ...]) -> tuple[str, np.ndarray]:
+    """The last kernel of `out`'s schedule compiled with `opts` forced and run on CL: (source, result)."""
+    from fusegrad.codegen import KernelInfo, to_program
+    from fusegrad.engine.realize import CompiledRunner, run_schedule
+
+    *before, item = out.schedule()
+    run_schedule(before)
+    spec = to_program(item.ast.replace(arg=KernelInfo(opts_to_apply=opts)), Device["CL"].renderer)
+    bufs = [b.ensure_allocated() for b in item.bufs if b is not None]
+    CompiledRunner(spec)(bufs, {}, wait=True)
+    return spec.src, np.frombuffer(bytes(bufs[0].as_memoryview()), dtype=np.float32)
+
+
+def _axis_of(out: Tensor, axis_type: str) -> int:
+    from fusegrad.uop import AxisType, Ops
+
+    ast = out.schedule()[-1].ast
+    return next(u.arg[0] for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] is AxisType[axis_type])
+
+
+@pytest.mark.parametrize(("op", "amount"), [("GROUP", 32), ("GROUPTOP", 16), ("GROUP", 256)])
+def test_forced_group_matches_numpy(op: str, amount: int) -> None:
+    from fusegrad.codegen.opt import Opt, OptOps
+
+    a = np.random.default_rng(2).standard_normal((6, 512)).astype(np.float32)
+    t = Tensor(a, device="CL").realize()
+    src, got = _run_with_opts(t.sum(1), (Opt(OptOps[op], _axis_of(t.sum(1), "REDUCE"), amount),))
+    assert "barrier(CLK_LOCAL_MEM_FENCE)" in src
+    assert f"__local float temp0[{amount}]" in src
+    np.testing.assert_allclose(got, a.sum(1), rtol=1e-5, atol=1e-4)
+
+
+def test_forced_local_and_group_together() -> None:
+    from fusegrad.codegen.opt import Opt, OptOps
+
+    a = np.random.default_rng(3).standard_normal((16, 256)).astype(np.float32)
+    t = Tensor(a, device="CL").realize()
+    out = (t * t).sum(1)
+    opts = (Opt(OptOps.LOCAL, _axis_of(out, "LOOP"), 4), Opt(OptOps.GROUP, _axis_of(out, "REDUCE"), 8))
+    src, got = _run_with_opts(out, opts)
+    assert "get_local_id(1)" in src
+    assert "__local float temp0[32]" in src
+    np.testing.assert_allclose(got, (a * a).sum(1), rtol=1e-5, atol=1e-4)
+
+
+def test_heuristic_groups_a_long_reduce() -> None:
+    from fusegrad.codegen import to_program
+
+    out = Tensor.ones(8, 4096, device="CL").contiguous().realize().sum(1)
+    spec = to_program(out.schedule()[-1].ast, Device["CL"].renderer)
+    assert "barrier" in spec.src
+    assert spec.local_size is not None
+    assert int(spec.local_size[0]) > 1
+    np.testing.assert_array_equal(out.numpy(), np.full(8, 4096.0, np.float32))
