@@ -32,8 +32,8 @@ _STATIC_NAME = re.compile(r"[A-Za-z0-9_-]+\.(html|js|css|svg)")
 _CONTENT_TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8",
                   "css": "text/css; charset=utf-8", "svg": "image/svg+xml"}  # fmt: skip
 # the page may load nothing but its own files and talk to nothing but this server
-_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")  # fmt: skip
+_CSP = ("default-src 'none'; script-src 'self'; worker-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")  # fmt: skip
 
 
 class PortInUseError(OSError):

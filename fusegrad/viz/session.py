@@ -18,7 +18,6 @@ from typing import Any
 
 from fusegrad.helpers import Context, ProfileEvent, ProfilePointEvent, ansistrip, to_function_name
 from fusegrad.uop.rewrite import RewriteTrace, TrackedGraphRewrite
-from fusegrad.viz.layout import layout_graph
 from fusegrad.viz.overview import TrackBins, kernel_totals, overview, prepare_tracks, scan_events, step_series
 from fusegrad.viz.profile import get_profile, key_name
 from fusegrad.viz.profile_file import RangeScan, scan_ranges, streaming_run_id
@@ -51,14 +50,16 @@ def highlight_c(src: str) -> str | None:
 
 
 def graph_message(i: int, replay: dict[str, Any]) -> dict[str, Any]:
-    """One streamed graph: nodes (labels without ANSI codes), layout, created nodes, the rule and the diff."""
+    """One streamed graph: nodes (labels without ANSI codes) and their order (sources first: a JSON object's integer
+    keys lose it), created nodes, the rule and the diff. The page lays the graph out itself (static/layout.js, in a
+    web worker), so a big graph costs the server no layout and the page's main thread none either."""
     nodes = {str(k): {"label": ansistrip(v["label"]), "src": v["src"], "color": v["color"], "ref": v.get("ref")}
              for k, v in replay["graph"].items()}  # fmt: skip
     rule = None
     if replay["upat"] is not None:
         (file, line), src = replay["upat"]
         rule = {"loc": [file, line], "src": src, "line": linecache.getline(file, line).strip()}
-    return {"kind": "graph", "i": i, "graph": nodes, "layout": layout_graph(replay["graph"]).to_json(),
+    return {"kind": "graph", "i": i, "graph": nodes, "order": list(replay["graph"]),
             "changed": replay["changed_nodes"] or [], "diff": replay["diff"] or [], "rule": rule}  # fmt: skip
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import random
 import shutil
 import tempfile
@@ -362,10 +363,13 @@ def dag_trace(nodes: int, matches: int) -> RewriteTrace:
 
 
 def open_dag_step(page: Page, url: str, matches: int) -> None:
+    """Pick the DAG's step and wait until every graph has arrived, been laid out and the first one drawn."""
     page.goto(url)
     page.click("#groups .group > div")
     page.click("#groups .step")
     page.wait_for_function(f"() => document.getElementById('status').textContent === '{matches + 1} graphs'")
+    page.wait_for_function("() => window.vizProbe.layoutsPending() === 0")
+    page.wait_for_selector("#viewport g.node")
 
 
 def test_stepping_through_matches_keeps_the_unchanged_nodes(browser_page: tuple[Page, list[str]]) -> None:
@@ -473,6 +477,50 @@ def test_the_overview_paints_before_the_events_arrive(browser_page: tuple[Page, 
         page.unroute("**/get_profile")
         page.wait_for_function("() => window.vizProbe.ready()")
         assert "events on" in page.inner_text("#status")
+        assert errors == []
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# one graph laid out by layout.js in a worker of its own, as the page runs it
+IN_A_WORKER = """([graph, order, maxNodes]) => new Promise((resolve, reject) => {
+  const worker = new Worker("layout.js");
+  worker.onmessage = (e) => { worker.terminate(); resolve(e.data.layout); };
+  worker.onerror = (e) => reject(new Error(e.message));
+  worker.postMessage({ key: 0, graph, order, maxNodes });
+})"""
+
+
+def test_the_page_lays_graphs_out_as_the_python_reference_does(browser_page: tuple[Page, list[str]]) -> None:
+    """layout.js (the page's, run in a worker) and layout_reference.py are one algorithm: the same boxes and edge
+    routes, to the pixel (rounding halves differs), for plain, deep, repeated and collapsed graphs."""
+    from test.viz.layout_reference import layout_graph
+    from test.viz.test_layout import chain_with_shared_input, random_dag
+
+    page, errors = browser_page
+    server, url = start_in_thread(VizSession(dag_trace(40, 1)))
+    repeated = {i: {"label": f"LOAD buf{i % 7}" if i % 2 else f"CONST {i}", "src": [(0, i - 1)] if i % 2 else []}
+                for i in range(600)}  # fmt: skip
+    cases = [(random_dag(300, 3), 3000), (chain_with_shared_input(400), 3000), (random_dag(1000, 1), 200),
+             (repeated, 100), ({}, 3000)]  # fmt: skip
+    try:
+        page.goto(url)
+        for graph, max_nodes in cases:
+            sent = {str(k): {"label": v["label"], "src": [list(s) for s in v["src"]]} for k, v in graph.items()}
+            got = page.evaluate(IN_A_WORKER, [sent, list(graph), max_nodes])
+            want = json.loads(json.dumps(layout_graph(graph, max_nodes).to_json()))
+            assert (got["hidden"], got["labels"]) == (want["hidden"], want["labels"])
+            assert abs(got["width"] - want["width"]) <= 1
+            assert abs(got["height"] - want["height"]) <= 1
+            assert got["boxes"].keys() == want["boxes"].keys()
+            for key, box in want["boxes"].items():
+                assert all(abs(a - b) <= 1 for a, b in zip(got["boxes"][key], box, strict=True)), key
+            assert [e[:3] for e in got["edges"]] == [e[:3] for e in want["edges"]]
+            for a, b in zip(got["edges"], want["edges"], strict=True):
+                assert all(
+                    abs(p - q) <= 1 for pa, pb in zip(a[3], b[3], strict=True) for p, q in zip(pa, pb, strict=True)
+                )
         assert errors == []
     finally:
         server.shutdown()

@@ -1,11 +1,11 @@
 // fusegrad VIZ, the page: the rewrites view (groups and steps, a step's graph after every match as an SVG DAG laid
-// out by the server) and the profiler (a canvas timeline decoded from /get_profile's packed bytes, as the spec's
+// out in a web worker by layout.js) and the profiler (a canvas timeline decoded from /get_profile's packed bytes, as the spec's
 // load_profile reads them). Plain JavaScript, no libraries; everything comes from the page's own server.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 const SVG_NS = $("graph").namespaceURI; // taken from the inline <svg>, so no namespace URL is spelled out here
-const LABEL_CHARS = 48, LABEL_LINES = 10, LINE_HEIGHT = 14, PADDING = 8; // as layout.py sizes the boxes
+const LABEL_CHARS = 48, LABEL_LINES = 10, LINE_HEIGHT = 14, PADDING = 8; // as layout.js sizes the boxes
 const MIN_ZOOM = 0.02, MAX_ZOOM = 4, FIT_MARGIN = 20; // graph scale limits; space kept around a fitted graph
 const MODES = ["read", "write", "read+write"];
 
@@ -191,6 +191,7 @@ function onStepMessage(msg) {
     renderStepHead(msg);
   } else if (msg.kind === "graph") {
     rw.graphs.push(msg);
+    layOut(msg); // queued at once: by the time ←/→ reaches it, it is placed
     const last = rw.graphs.length - 1;
     $("slider").max = last;
     if (last === Math.min(rw.want, rw.header.match_count)) showMatch(last);
@@ -225,9 +226,31 @@ function showMatch(i) {
   rw.match = clamp(i, 0, rw.graphs.length - 1);
   $("slider").value = rw.match;
   const msg = rw.graphs[rw.match];
-  drawGraph(msg);
   renderDetails(msg);
   updateMatchLabel();
+  if (msg.layout) return drawGraph(msg);
+  layOut(msg).then(() => { if (rw.graphs[rw.match] === msg) drawGraph(msg); }); // unless another match is shown now
+}
+
+// graphs are laid out off the main thread (layout.js in a worker, one graph at a time in the order asked): a
+// 7,000-node graph never freezes the page while it is placed. Each graph's layout is asked for once and kept on it
+const layouts = { worker: null, waiting: new Map(), next: 0 };
+
+function layOut(msg) {
+  if (!msg.layoutReady) {
+    if (!layouts.worker) {
+      layouts.worker = new Worker("layout.js");
+      layouts.worker.onmessage = (e) => {
+        layouts.waiting.get(e.data.key)(e.data.layout);
+        layouts.waiting.delete(e.data.key);
+      };
+      layouts.worker.onerror = (e) => setStatus(`graph layout failed: ${e.message}`, "rewrites");
+    }
+    const key = layouts.next++;
+    msg.layoutReady = new Promise((resolve) => layouts.waiting.set(key, resolve)).then((layout) => (msg.layout = layout));
+    layouts.worker.postMessage({ key, graph: msg.graph, order: msg.order });
+  }
+  return msg.layoutReady;
 }
 
 // a smooth left-to-right path through the layout's points
@@ -351,7 +374,7 @@ function fitView(msg) {
 }
 
 function fitGraph() {
-  if (!rw.graphs.length || $("graph-wrap").hidden) return;
+  if (!rw.graphs.length || $("graph-wrap").hidden || !rw.graphs[rw.match].layout) return;
   rw.view = fitView(rw.graphs[rw.match]);
   applyView();
 }
@@ -1075,6 +1098,7 @@ window.vizProbe = {
   redraw: () => { draw(); return prof.drawMs; },
   setView: (t0, t1) => { prof.t0 = t0; prof.t1 = t1; draw(); },
   selectKernel: (name) => selectKernel(name),
+  layoutsPending: () => layouts.waiting.size, // graphs sent to the layout worker and not back yet
   kernelPoint(name) {
     for (const row of prof.rows) {
       const tr = row.track;

@@ -1,8 +1,10 @@
-"""Layered drawing of a rewrite graph for the VIZ graph view (Sugiyama style, left to right, sink on the right).
+"""The reference of the page's graph layout (fusegrad/viz/static/layout.js), in Python: the same steps in the same
+order, so the browser tests can check the page's layout against it box for box, and the tests here check the layout's
+properties (validity, collapse, repeats drawn once) where they are easy to read.
 
 `layout_graph(graph)` takes `uop_to_json`'s `{id: {"label", "src": [(index, id)]}}` and returns a `Layout`: layers by
-longest path, dummy nodes on long edges, a few barycenter sweeps to order each layer, then coordinates. Pure Python,
-linear passes only: about 2,000 nodes take well under 0.5 s. Graphs past `max_nodes` keep the part nearest the sink.
+longest path, dummy nodes on long edges, a few barycenter sweeps to order each layer, then coordinates. Graphs past
+`max_nodes` keep the part nearest the sink.
 """
 
 from __future__ import annotations
