@@ -127,11 +127,36 @@ STEP_KEY = """async () => {
   await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
   return performance.now() - t;
 }"""
+# one input event on `selector` (wheel: [dx, dy]; drag: a mouse move of dx after a press), timed in the page from the
+# event to the next frame drawn (ms): what a user waits for, the browser's style, layout and paint included
+INPUT_FRAME = """async ([selector, kind, dx, dy]) => {
+  const target = document.querySelector(selector), box = target.getBoundingClientRect();
+  const x = box.left + box.width * 0.6, y = box.top + Math.min(60, box.height / 2);
+  if (kind === "drag") target.dispatchEvent(new MouseEvent("mousedown", { clientX: x, clientY: y, bubbles: true }));
+  const t = performance.now();
+  if (kind === "wheel") {
+    target.dispatchEvent(new WheelEvent("wheel", { deltaX: dx, deltaY: dy, clientX: x, clientY: y, bubbles: true,
+      cancelable: true }));
+  } else {
+    window.dispatchEvent(new MouseEvent("mousemove", { clientX: x + dx, clientY: y + dy, bubbles: true }));
+  }
+  await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
+  const ms = performance.now() - t;
+  if (kind === "drag") window.dispatchEvent(new MouseEvent("mouseup", { clientX: x + dx, clientY: y + dy }));
+  return ms;
+}"""
 
 
-def timeline_figures(page: Any, url: str) -> tuple[float, float, list[float]]:
-    """First paint of the timeline (the overview), every event drawn (seconds), and the page's draw time per wheel
-    step (ms) zooming in and out."""
+def input_frames(page: Any, selector: str) -> dict[str, list[float]]:
+    """Event-to-frame times (ms) of 24 zoom steps (12 in, 12 out) and 24 pans (drags of ±40 px) on `selector`."""
+    zoom = [page.evaluate(INPUT_FRAME, [selector, "wheel", 0, dy]) for dy in [-240] * 12 + [240] * 12]
+    pan = [page.evaluate(INPUT_FRAME, [selector, "drag", dx, 0]) for dx in [40, -40] * 12]
+    return {"zoom": zoom, "pan": pan}
+
+
+def timeline_figures(page: Any, url: str) -> tuple[float, float, list[float], dict[str, list[float]]]:
+    """First paint of the timeline (the overview), every event drawn (seconds), the page's draw time per wheel step
+    (ms) zooming in and out, and event-to-frame times of zooms and pans (`input_frames`)."""
     page.goto(url)
     page.wait_for_function("() => document.getElementById('status').textContent.includes('groups')")
     start = time.perf_counter()
@@ -147,12 +172,14 @@ def timeline_figures(page: Any, url: str) -> tuple[float, float, list[float]]:
         page.mouse.wheel(0, dy)
         page.evaluate(FIRST_FRAME)
         frames.append(page.evaluate("() => window.vizProbe.drawMs()"))
-    return first, full, frames
+    page.dblclick("#timeline")  # the whole run again
+    return first, full, frames, input_frames(page, "#timeline")
 
 
-def graph_figures(page: Any) -> tuple[float, float, list[float]]:
-    """First paint of a 7,000-node step (seconds), the same step asked again (seconds), ←/→ times at 1,000 nodes."""
-    times = []
+def graph_figures(page: Any) -> tuple[float, float, list[float], dict[str, list[float]]]:
+    """First paint of a 7,000-node step (seconds), the same step asked again (seconds), ←/→ times at 1,000 nodes (ms,
+    every graph laid out), and event-to-frame times of zooming and panning that graph (`input_frames`)."""
+    times, frames = [], {}
     for nodes, matches in ((7000, 2), (1000, 8)):
         server, url = start_in_thread(VizSession(synthetic_step(nodes, matches)))
         page.goto(url)
@@ -170,13 +197,15 @@ def graph_figures(page: Any) -> tuple[float, float, list[float]]:
             page.evaluate("() => document.getElementById('graph').replaceChildren()")
         if nodes == 1000:
             page.click("#groups .step")
+            page.wait_for_function("() => window.vizProbe.layoutsPending() === 0")
             page.evaluate(FIRST_FRAME)
             steps = [page.evaluate(STEP_KEY) for _ in range(matches)]
+            frames = input_frames(page, "#graph-wrap")
         else:
             times = runs
         server.shutdown()
         server.server_close()
-    return times[0], times[1], steps
+    return times[0], times[1], steps, frames
 
 
 def measure_size(events: int, folder: Path, page: Any | None) -> dict[str, Any]:
@@ -187,9 +216,9 @@ def measure_size(events: int, folder: Path, page: Any | None) -> dict[str, Any]:
     out["ready_ms"], server, url = server_ready(path)
     out["ready_ms"] *= 1e3
     if page is not None:
-        first, full, frames = timeline_figures(page, url)
+        first, full, frames, inputs = timeline_figures(page, url)
         out |= {"first_paint_s": first, "full_s": full, "frame_max_ms": max(frames),
-                "frame_median_ms": statistics.median(frames)}  # fmt: skip
+                "frame_median_ms": statistics.median(frames), "inputs": inputs}  # fmt: skip
     server.shutdown()
     server.server_close()
     return out
@@ -201,8 +230,15 @@ def report(row: dict[str, Any]) -> str:
             f"{row['rss_off_mb']:.0f} MB not, server ready {row['ready_ms']:.0f} ms")  # fmt: skip
     if "first_paint_s" in row:
         text += (f", timeline first paint {row['first_paint_s']:.2f} s (every event {row['full_s']:.2f} s), zoom "
-                 f"frames max {row['frame_max_ms']:.1f} ms / median {row['frame_median_ms']:.1f} ms")  # fmt: skip
+                 f"draws max {row['frame_max_ms']:.1f} ms / median {row['frame_median_ms']:.1f} ms; "
+                 f"{frames_text(row['inputs'])}")  # fmt: skip
     return text
+
+
+def frames_text(inputs: dict[str, list[float]]) -> str:
+    """Event-to-frame times as `zoom max/median, pan max/median` (ms)."""
+    return ", ".join(f"{kind} frames max {max(ms):.1f} / median {statistics.median(ms):.1f} ms"
+                     for kind, ms in inputs.items())  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
@@ -210,6 +246,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--sizes", default="10000,100000,500000", help="profile sizes in events (comma-separated)")
     parser.add_argument("--no-browser", action="store_true", help="skip the page figures (no Chromium needed)")
     parser.add_argument("--keep", metavar="DIR", help="keep the profile files in DIR")
+    gpt_help = "also train the GPT example N steps with VIZ=-1 and without: peak RSS (minutes)"
+    parser.add_argument("--gpt-steps", type=int, default=0, metavar="N", help=gpt_help)
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     use_browser = not args.no_browser and Path(CHROMIUM).exists()
@@ -223,13 +261,41 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             rows.append(measure_size(events, folder, page))
             print(report(rows[-1]), flush=True)
         if page is not None:
-            first, again, steps = graph_figures(page)
-            print(f"7,000-node graph: first paint {first:.2f} s, asked again {again:.3f} s; ←/→ at 1,000 nodes: "
-                  f"max {max(steps):.1f} ms, median {statistics.median(steps):.1f} ms")  # fmt: skip
-            rows.append({"graph_first_s": first, "graph_again_s": again, "step_ms": steps})
+            first, again, steps, frames = graph_figures(page)
+            print(f"7,000-node graph: first paint {first:.2f} s, asked again {again:.3f} s; at 1,000 nodes: ←/→ "
+                  f"max {max(steps):.1f} ms, median {statistics.median(steps):.1f} ms; "
+                  f"{frames_text(frames)}")  # fmt: skip
+            rows.append({"graph_first_s": first, "graph_again_s": again, "step_ms": steps, "graph_inputs": frames})
+        if args.gpt_steps:
+            rows.append(gpt_memory(args.gpt_steps, folder))
+            print(f"GPT example, {args.gpt_steps} steps: peak RSS {rows[-1]['viz_mb']:.0f} MB with VIZ=-1 (its "
+                  f"trace saved at exit) vs {rows[-1]['plain_mb']:.0f} MB without", flush=True)  # fmt: skip
     if not args.keep:
         shutil.rmtree(folder, ignore_errors=True)
     return rows
+
+
+# the GPT example under a watch on this process's peak RSS, read by an exit hook registered before any of fusegrad's
+# (so it runs after them: the trace's save at exit is counted)
+GPT = """import atexit, sys
+peak = lambda: next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:")) / 1024
+atexit.register(lambda: print(f"peak {peak()}", file=sys.stderr))
+from fusegrad.examples import gpt
+gpt.main(["--steps", sys.argv[1], "--sample", "0", "--eval-batches", "2", "--corpus-bytes", "200000",
+          "--checkpoint", sys.argv[2]])
+"""
+
+
+def gpt_memory(steps: int, folder: Path) -> dict[str, float]:
+    """Peak RSS (MB) of `steps` GPT training steps with VIZ=-1 and with neither VIZ nor PROFILE."""
+    out = {}
+    for key, flags in (("viz_mb", {"VIZ": "-1"}), ("plain_mb", {})):
+        env = {k: v for k, v in os.environ.items() if k not in ("VIZ", "PROFILE", "TRACK_MATCH_STATS")}
+        env |= {"PYTHONPATH": str(REPO), "PROFILEPATH": str(folder / "gpt.fgprof"), **flags}
+        done = subprocess.run([sys.executable, "-c", GPT, str(steps), str(folder / "gpt.safetensors")], env=env,
+                              capture_output=True, text=True, timeout=7200, check=True)  # fmt: skip
+        out[key] = float(done.stderr.strip().splitlines()[-1].split()[1])
+    return out
 
 
 @contextlib.contextmanager

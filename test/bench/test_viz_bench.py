@@ -38,6 +38,9 @@ def test_the_small_size_runs(bench: ModuleType, capsys: pytest.CaptureFixture[st
         assert rows[1]["graph_first_s"] > 0
         assert len(rows[1]["step_ms"]) == 8
         assert "7,000-node graph: first paint" in out
+        for frames in (size["inputs"], rows[1]["graph_inputs"]):  # zoom and pan, event to frame
+            assert [len(frames["zoom"]), len(frames["pan"])] == [24, 24]
+            assert min(frames["zoom"] + frames["pan"]) > 0
 
 
 def test_the_synthetic_step_replays(bench: ModuleType) -> None:
@@ -46,4 +49,4 @@ def test_the_synthetic_step_replays(bench: ModuleType) -> None:
     messages = list(VizSession(bench.synthetic_step(300, 3)).step_stream(0, 0))
     assert [m["kind"] for m in messages] == ["step", "graph", "graph", "graph", "graph", "done"]
     assert len(messages[1]["graph"]) > 200  # no repeated subgraphs: the layout folds nothing away
-    assert len(messages[1]["layout"]["boxes"]) == len(messages[1]["graph"])
+    assert len(messages[1]["order"]) == len(messages[1]["graph"])
