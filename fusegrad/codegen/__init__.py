@@ -15,6 +15,7 @@ from fusegrad.codegen.gpudims import add_gpudims, launch_sizes
 from fusegrad.codegen.index_dtype import lower_index_dtype
 from fusegrad.codegen.linearize import AccumulatorContext, linearize, pm_reduce_to_accumulator, range_key
 from fusegrad.codegen.opt import apply_opts, choose_opts
+from fusegrad.codegen.vectorize import vectorize_upcast
 from fusegrad.helpers import to_function_name
 from fusegrad.renderer import ProgramSpec, Renderer
 from fusegrad.uop import Ops
@@ -81,6 +82,8 @@ def full_rewrite(ast: UOp, renderer: Renderer) -> list[UOp]:
     if renderer.has_local:  # GPUs: output loops become work-groups, LOCAL loops their threads
         sink = add_gpudims(sink, renderer.global_max or (2**31 - 1,) * 3, renderer.local_max or (1024,) * 3)
     sink = graph_rewrite(sink, pm_simplify_gates, name="simplify gates")
+    if renderer.supports_float4:
+        sink = vectorize_upcast(sink)  # the innermost upcast loop as vector values
     sink = graph_rewrite(sink, pm_reduce_to_accumulator, ctx=AccumulatorContext.of(sink), name="reduce to accumulators")
     if renderer.extra_matcher is not None:
         sink = graph_rewrite(sink, renderer.extra_matcher, name="renderer decompositions")

@@ -15,7 +15,7 @@ from enum import Enum, auto
 from typing import TYPE_CHECKING
 
 from fusegrad.codegen.gpudims import gpu_heuristic, split_group, split_local
-from fusegrad.codegen.linearize import range_key
+from fusegrad.codegen.linearize import flat_index, range_key
 from fusegrad.dtype import AddrSpace
 from fusegrad.helpers import NOOPT
 from fusegrad.uop import AxisType, Ops
@@ -36,6 +36,7 @@ class OptOps(Enum):
     SWAP = auto()  # output axes `axis` and `arg` trade places in the loop nest (loop interchange)
     LOCAL = auto()  # GPUs: output axis of size n -> n/arg work-groups of arg threads (codegen/gpudims.py)
     GROUPTOP = auto()  # GPUs: reduce axis -> arg threads reducing contiguous chunks, combined in local memory
+    PACK = auto()  # the reduce's loads from buffer slot `arg` read a panel copied once outside output loop `axis`
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,12 +51,15 @@ class Opt:
 
 # accumulator bytes an upcast may take: 64 floats, 8 AVX2 registers of the 16, leaves room for the operands
 UPCAST_BYTES = 256
-VECTOR_AMOUNTS = (8, 4, 2)  # tried in order for the axis the loads are contiguous in (8 floats: one AVX2 register)
+VECTOR_AMOUNTS = (16, 8, 4, 2)  # tried in order for the axis the loads are contiguous in (8 floats: one AVX2 register)
 REUSE_AMOUNTS = (8, 4, 2)  # and for an axis some loads don't depend on (each load serves every row of it)
 HOIST_MAX = 256  # iterations of an upcast loop that only stores a reduce's result (no accumulators)
 GROUP_PARTS = 16  # partial reductions of a split full reduce: enough chunks for every core, summed in order
 GROUP_MIN_SIZE = 1 << 16  # reduce size from which the split pays for the threads
 SWAP_MIN_REDUCE = 2048  # reduce size from which the vector loads' panel no longer stays cached for the next row tile
+PACK_MAX_BYTES = 256 << 10  # a packed panel lives on the thread's stack and should stay in L2 (512 KiB a core)
+PACK_MIN_REDUCE = 256  # reduce size from which packing the vector loads' panel pays (matmul 1024: ~2.5x)
+PACK_MIN_REUSE = 4  # reuse tiles a packed panel must serve to pay for its copy
 
 
 # *** applying opts ***
@@ -94,6 +98,10 @@ def upcast(sink: UOp, opt: Opt, new_axis: int) -> UOp:
     """r -> outer * arg + inner, with inner a new UPCAST range of `arg` iterations (outer gone when arg is the size)."""
     rng = _find_range(sink, opt.axis)
     size = _check_split(opt, rng, AxisType.LOOP)
+    # GROUP's partials and PACK's panel are written in loops named by their ranges: splitting one would leave an
+    # expression where the write's AFTER needs a loop
+    if any(u.op is Ops.DEFINE_REG for u in sink.toposort()):
+        raise ValueError(f"opt: UPCAST of axis {opt.axis}: got a kernel with GROUP or PACK applied, expected none")
     inner = UOp.range(opt.arg, new_axis, AxisType.UPCAST)
     outer = UOp.range(size // opt.arg, opt.axis, AxisType.LOOP)
     replacement = inner if size == opt.arg else outer * opt.arg + inner
@@ -150,6 +158,46 @@ def swap(sink: UOp, opt: Opt) -> UOp:
     return sink.substitute({first: UOp.range(first.src[0], opt.arg), second: UOp.range(second.src[0], opt.axis)})
 
 
+def _packed_load(sink: UOp, opt: Opt) -> UOp:
+    """The one global load from slot `opt.arg` inside a reduce (PACK's operand)."""
+    loads = [ld for ld in _reduce_loads(sink.toposort()) if ld.src[0].src[0].arg == opt.arg]
+    if len(loads) != 1:
+        raise ValueError(f"opt: PACK of slot {opt.arg}: got {len(loads)} loads of it inside reduces, expected 1")
+    return loads[0]
+
+
+def pack(sink: UOp, opt: Opt, new_axis: int, new_reg: int) -> UOp:
+    """buf[f(k, j)] inside output loop `axis` -> panel[k, j], a register array filled with buf[f(k', j')] by a copy
+    nest placed outside the `axis` loop (once per iteration of the loops around it that the load depends on).
+
+    The panel is the load's values in the order the reduce reads them, contiguous (no cache-set conflicts between
+    rows of a power-of-two stride, vector loads from one line); a gated load copies its zeros, so the read is
+    ungated. The loaded values are the same, so results are bit for bit unchanged.
+    """
+    across = _find_range(sink, opt.axis)
+    if across.arg[1] is not AxisType.LOOP:
+        raise ValueError(f"opt: PACK needs a LOOP axis: got axis {opt.axis} of {across.arg[1].name}")
+    load = _packed_load(sink, opt)
+    ranges = sorted({r for r in load.src[0].toposort() if r.op is Ops.RANGE}, key=range_key)
+    if across in ranges:
+        raise ValueError(f"opt: PACK of slot {opt.arg} across axis {opt.axis}: got a load that depends on it")
+    # the loops nested outside `across` keep their values; the rest are copied in a nest of their own
+    outer = [r for r in ranges if r.arg[1] is AxisType.LOOP and range_key(r) < range_key(across)]
+    packed = [r for r in ranges if r not in outer]
+    if any(r.src[0].op is not Ops.CONST for r in packed):
+        raise ValueError(f"opt: PACK of slot {opt.arg}: got a loop of symbolic size, expected constant sizes")
+    size = math.prod(int(r.src[0].arg) for r in packed)
+    if size * load.dtype.itemsize > PACK_MAX_BYTES:
+        raise ValueError(f"opt: PACK of slot {opt.arg}: got a {size * load.dtype.itemsize}-byte panel, "
+                         f"expected at most {PACK_MAX_BYTES}")  # fmt: skip
+    copies = {r: UOp.range(r.src[0], new_axis + i, AxisType.LOOP) for i, r in enumerate(packed)}
+    panel = UOp(Ops.DEFINE_REG, load.dtype.ptr(size, AddrSpace.REG), arg=new_reg)
+    position = flat_index(packed)
+    filled = panel.index(position.substitute(copies)).store(load.substitute(copies))
+    read = UOp(Ops.AFTER, panel.dtype, (panel, filled, *outer)).index(position).load()
+    return sink.substitute({load: read})
+
+
 def apply_opts(sink: UOp, opts: tuple[Opt, ...], has_local: bool = False) -> UOp:
     """The kernel with each of `opts` applied in order, then its indexes simplified. Raises ValueError for an opt
     that doesn't fit the kernel. With `has_local` (GPU renderers) GROUP splits a reduce over a work-group's threads."""
@@ -168,6 +216,9 @@ def apply_opts(sink: UOp, opts: tuple[Opt, ...], has_local: bool = False) -> UOp
                 sink = group(sink, opt, new_axis, new_reg)
             case OptOps.SWAP:
                 sink = swap(sink, opt)
+            case OptOps.PACK:
+                new_reg = max((u.arg for u in nodes if u.op is Ops.DEFINE_REG), default=-1) + 1
+                sink = pack(sink, opt, new_axis, new_reg)
     return graph_rewrite(sink, sym, name="simplify optimized indexing") if opts else sink
 
 
@@ -235,6 +286,36 @@ def swap_opts(opts: list[Opt], reduce_size: int, sizes: dict[int, int]) -> list[
     return [Opt(OptOps.SWAP, opts[0].axis, opts[1].axis)]
 
 
+def pack_opts(sink: UOp, opts: list[Opt], loads: list[UOp], reduce_size: int, sizes: dict[int, int]) -> list[Opt]:
+    """For a reuse x vector tile (the last two of `opts`) over a long enough reduce: the vector axis's loop moved
+    outside the reuse axis's (SWAP) and the vector loads read from a panel packed once per vector tile (PACK), which
+    then serves every reuse tile from L1/L2 with contiguous vector loads (no cache-set conflicts of a power-of-two
+    row stride). Nothing when the reuse loop is too short to pay for the copy or the panel doesn't fit."""
+    if len(opts) < 2 or reduce_size < PACK_MIN_REDUCE:
+        return []
+    reuse, vector = opts[-2], opts[-1]
+    if reuse.axis not in sizes or vector.axis not in sizes or sizes[reuse.axis] // reuse.arg < PACK_MIN_REUSE:
+        return []
+    by_axis = {u.arg[0]: u for u in sink.toposort() if u.op is Ops.RANGE}
+    # the vector loads that serve every row of the reuse axis: the operand to pack
+    strides = [
+        (stride(ld.src[0].src[1], by_axis[vector.axis]), stride(ld.src[0].src[1], by_axis[reuse.axis])) for ld in loads
+    ]
+    slots = {ld.src[0].src[0].arg for ld, s in zip(loads, strides, strict=True) if s == (1, 0)}
+    if len(slots) != 1:
+        return []
+    ret = []
+    across = reuse.axis
+    if reuse.axis < vector.axis and sizes[vector.axis] > vector.arg:  # the loops trade axis ids
+        ret, across = [Opt(OptOps.SWAP, reuse.axis, vector.axis)], vector.axis
+    ret.append(Opt(OptOps.PACK, across, slots.pop()))
+    try:
+        apply_opts(sink, (*opts, *ret))
+    except ValueError:  # the panel is too big, or its loads are shared with other uses
+        return []
+    return ret
+
+
 def group_opts(nodes: dict[UOp, None]) -> list[Opt]:
     """A full reduction (no output loops) of at least GROUP_MIN_SIZE elements split into GROUP_PARTS partials."""
     reduces = [u for u in nodes if u.op is Ops.REDUCE]
@@ -271,7 +352,10 @@ def hand_coded_opts(sink: UOp) -> list[Opt]:
     reduce_size = max(
         math.prod(int(r.src[0].arg) if r.src[0].op is Ops.CONST else 0 for r in u.src[1:]) for u in reduces
     )
-    return opts + upcasts + swap_opts(upcasts, reduce_size, {r.arg[0]: int(r.src[0].arg) for r in rest})
+    sizes = {r.arg[0]: int(r.src[0].arg) for r in rest}
+    if packed := pack_opts(sink, opts + upcasts, _reduce_loads(nodes), reduce_size, sizes):
+        return opts + upcasts + packed
+    return opts + upcasts + swap_opts(upcasts, reduce_size, sizes)
 
 
 def _largest_divisor(rng: UOp, limit: int = HOIST_MAX) -> int | None:

@@ -559,6 +559,7 @@ class _LoopShapes:
     in_reduce: set[UOp] = field(default_factory=set)
     around_upcast: set[UOp] = field(default_factory=set)
     carrying: set[UOp] = field(default_factory=set)
+    vector: set[UOp] = field(default_factory=set)  # loops whose own body holds vector values (codegen/vectorize.py)
     updates: dict[UOp, list[tuple[UOp, Ops]]] = field(default_factory=dict)  # loop -> (register, op) stored in it
 
     @staticmethod
@@ -588,6 +589,9 @@ class _LoopShapes:
                 ret.carrying.update(r for r in open_loops[declared_in[reg] :] if r not in picked)
                 if open_loops:
                     ret.updates.setdefault(open_loops[-1], []).append((reg, u.src[1].op))
+            value = u.src[1] if u.op is Ops.STORE else u
+            if open_loops and value.dtype.count > 1 and not isinstance(value.dtype, PtrDType):
+                ret.vector.add(open_loops[-1])
             if open_loops and (u.op in GroupOp.ALU or u.op in (Ops.LOAD, Ops.STORE)):
                 ret.work[open_loops[0]] = ret.work.get(open_loops[0], 0) + trips[-1]
         return ret
@@ -600,9 +604,67 @@ def _math_suffix(dtype: DType) -> str:
 # accumulator updates OpenMP can reorder for SIMD (MAX is left in order: our MAX propagates NaN, OpenMP's need not)
 _SIMD_REDUCTIONS = {Ops.ADD: "+", Ops.MUL: "*"}
 
+
+def _is_simd_reducible(reg: UOp) -> bool:
+    """OpenMP reductions take scalar arithmetic accumulators (not bool, not a vector type)."""
+    return reg.dtype.base != dtypes.bool and reg.dtype.base.count == 1
+
+
 # libm functions with SIMD variants in glibc's libmvec (AVX2/AVX-512), by C type
 _SIMD_MATH = [("float", "exp2f"), ("float", "log2f"), ("float", "sinf"), ("double", "exp2"), ("double", "log2"),
               ("double", "sin")]  # fmt: skip
+
+
+# *** C vector types (GCC/Clang vector extensions), for codegen/vectorize.py's vector values ***
+
+
+def _vector_access(ctx: RenderContext, idx: UOp, vector: DType, qualifier: str) -> str:
+    """The lvalue of a whole vector at a global buffer's element (an unaligned type: rows start anywhere)."""
+    return f"(*({qualifier}{ctx.lang.render_dtype(vector)}_u*)&{ctx[idx]})"
+
+
+def _is_vector_access(idx: UOp, value: UOp) -> bool:
+    """A vector value read from or written to an array of scalars (not an accumulator array of vectors)."""
+    return value.dtype.count > 1 and _base_buffer(idx.src[0]).dtype.base.count == 1
+
+
+def render_vector_load(ctx: RenderContext, x: UOp, idx: UOp) -> str | None:
+    if not _is_vector_access(idx, x):
+        return None
+    return _vector_access(ctx, idx, x.dtype, "const ")
+
+
+def render_vector_store(ctx: RenderContext, idx: UOp, value: UOp) -> str | None:
+    if not _is_vector_access(idx, value):
+        return None
+    return f"{_vector_access(ctx, idx, value.dtype, '')} = {ctx[value]};"
+
+
+def render_vector_typedefs(uops: list[UOp], lang: CStyleLanguage) -> str:
+    """A register type (aligned) and a memory type (element-aligned, may alias its elements) per vector dtype used."""
+    vectors = sorted({u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype for u in uops} - {dtypes.void})
+    lines = []
+    for dt in (d for d in vectors if d.count > 1):
+        scalar, name = lang.render_dtype(dt.scalar()), lang.render_dtype(dt)
+        size, align = dt.itemsize, dt.scalar().itemsize
+        lines.append(f"typedef {scalar} {name} __attribute__((vector_size({size})));")
+        lines.append(f"typedef {scalar} {name}_u __attribute__((vector_size({size}), aligned({align}), may_alias));")
+    return "".join(line + "\n" for line in lines)
+
+
+def render_vectorize(ctx: RenderContext, x: UOp) -> str:
+    return f"(({ctx.lang.render_dtype(x.dtype)}){{{','.join(ctx[s] for s in x.src)}}})"
+
+
+# vector forms first: they decline (None) scalar nodes and accumulator arrays of vectors, which fall through to the
+# scalar rules
+_vector_rules: list[tuple[UPat, Callable[..., str | None]]] = [
+    (UPat(Ops.LOAD, src=(UPat(Ops.INDEX, name="idx"),), name="x"), render_vector_load),  # *(float8_u*)&buf[i]
+    (UPat(Ops.STORE, src=(UPat(Ops.INDEX, name="idx"), UPat.var("value"))), render_vector_store),
+    (UPat(Ops.VECTORIZE, name="x"), render_vectorize),  # (float8){a, a, ...}
+]
+# text, not UOps, as for base_rewrite
+pm_render_vectors = PatternMatcher(_vector_rules)  # type: ignore[arg-type]
 
 
 class ClangRenderer(CStyleLanguage):
@@ -610,6 +672,8 @@ class ClangRenderer(CStyleLanguage):
 
     device = "CPU"
     suffix = "c"
+    supports_float4 = True  # vector values (codegen/vectorize.py) as GCC vector extension types
+    string_rewrite = pm_render_vectors + base_rewrite
     # with glibc's libmvec (the compiler defines FUSEGRAD_MVEC), these declarations let gcc vectorize math calls
     preamble = (
         "#include <math.h>\n#ifdef FUSEGRAD_MVEC\n"
@@ -639,6 +703,15 @@ class ClangRenderer(CStyleLanguage):
         Ops.POW: lambda x, y, dtype: f"__builtin_pow{_math_suffix(dtype)}({x},{y})",
     }
 
+    def render_dtype(self, dt: DType) -> str:
+        """Vectors of float and double as GCC vector types named like OpenCL's (`float8`), typedef'd by `render`."""
+        if dt.count > 1 and not isinstance(dt, PtrDType) and dt.scalar() in (dtypes.float32, dtypes.float64):
+            return f"{super().render_dtype(dt.scalar())}{dt.count}"
+        return super().render_dtype(dt)
+
+    def render(self, uops: list[UOp]) -> str:
+        return render_vector_typedefs(uops, self) + super().render(uops)
+
     def loop_pragmas(self, uops: list[UOp]) -> dict[UOp, str]:
         """OpenMP on output loops, whose iterations write disjoint elements and declare their own accumulators:
         `parallel for` on an outermost one with enough work to pay for threads, `simd` on an innermost one
@@ -655,13 +728,13 @@ class ClangRenderer(CStyleLanguage):
         for rng in (u for u in uops if u.op is Ops.RANGE and u.arg[1] in REDUCE_AXES and u in shapes.innermost):
             # one accumulator summed (or multiplied) in an innermost loop: OpenMP may reorder it, so it vectorises
             updates = shapes.updates.get(rng, [])
-            if len(updates) == 1 and updates[0][1] in _SIMD_REDUCTIONS and updates[0][0].dtype.base != dtypes.bool:
+            if len(updates) == 1 and updates[0][1] in _SIMD_REDUCTIONS and _is_simd_reducible(updates[0][0]):
                 reg, op = updates[0]
                 ret[rng] = f"#pragma omp simd reduction({_SIMD_REDUCTIONS[op]}:acc{reg.arg})"
         for rng in (u for u in uops if u.op is Ops.RANGE and u.arg[1] not in REDUCE_AXES):
             if rng in shapes.carrying:
                 continue
-            if rng.arg[1] is AxisType.UPCAST and rng not in shapes.innermost:
+            if rng.arg[1] is AxisType.UPCAST and (rng not in shapes.innermost or rng in shapes.vector):
                 # an upcast loop that updates accumulators inside a reduce loop is unrolled, so they stay in registers
                 # (a loop would index them in memory); unrolling the ones around their set-up and read-out makes gcc
                 # keep the array in memory after all
@@ -669,7 +742,8 @@ class ClangRenderer(CStyleLanguage):
                     ret[rng] = f"#pragma GCC unroll {rng.src[0].arg}"
                 continue
             threads = shapes.work.get(rng, 0) >= self.parallel_threshold
-            clauses = (["parallel for"] if threads else []) + (["simd"] if rng in shapes.innermost else [])
+            simd = rng in shapes.innermost and rng not in shapes.vector  # vector code is SIMD already
+            clauses = (["parallel for"] if threads else []) + (["simd"] if simd else [])
             if clauses:
                 ret[rng] = "#pragma omp " + " ".join(clauses)
         return ret

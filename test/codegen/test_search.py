@@ -95,7 +95,7 @@ def test_beam_picks_the_fastest_and_stops_when_nothing_is_faster(monkeypatch: py
         assert applied(ei) == fastest
     run_checked(ei, expected)
     # round 0: no opts and the heuristic's; round 1: their one-action extensions; round 2 finds nothing faster
-    assert timed[:2] == [(), (Opt(UPCAST, 0, 8), Opt(UPCAST, 1, 8))]
+    assert timed[:2] == [(), (Opt(UPCAST, 0, 4), Opt(UPCAST, 1, 16))]
     assert fastest in timed
     assert all(len(opts) <= 3 for opts in timed)
 

@@ -1,0 +1,151 @@
+"""Explicit SIMD, after the kernel opts and before reduce lowering: the innermost UPCAST loop becomes vector values
+on renderers with vector types (`Renderer.supports_float4`; the C renderer spells them with GCC vector extensions).
+
+Loads and stores contiguous in the loop move whole vectors, values that don't depend on it are broadcast, and a reduce
+of a vector value keeps a vector accumulator, so a register tile of `rows x vectors` accumulators needs no scalar
+code. Each lane computes what its iteration of the loop did, in the same order, so results are bit for bit the same.
+Entry point: `vectorize_upcast`; anything it can't express (gates, strided or computed indexes, other ops) leaves the
+kernel as it was.
+"""
+
+from __future__ import annotations
+
+from fusegrad.codegen.linearize import range_key
+from fusegrad.dtype import DType, PtrDType, dtypes
+from fusegrad.uop import AxisType, Ops
+from fusegrad.uop.ops import UOp, graph_rewrite
+from fusegrad.uop.symbolic import split_uop, sym
+
+__all__ = ["VECTOR_BYTES", "vectorize_upcast"]
+
+VECTOR_BYTES = 32  # one AVX2 register
+# float ops a vector spells like a scalar (MAX, comparisons and selects need lane masks the C renderer doesn't have)
+VECTOR_ALU = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV})
+VECTOR_REDUCES = frozenset({Ops.ADD, Ops.MUL})
+VECTOR_DTYPES = (dtypes.float32, dtypes.float64)
+
+
+class _NoVectorFormError(Exception):
+    """A node that depends on the lane loop has no vector form: the kernel stays scalar."""
+
+
+def vectorize_upcast(sink: UOp) -> UOp:
+    """`sink` with its innermost UPCAST loop as vector lanes (split into an upcast loop of whole vectors when longer
+    than one), or `sink` unchanged when that loop's work doesn't fit the vector forms above."""
+    lane = _lane_loop(sink)
+    if lane is None:
+        return sink
+    dtype = _lane_dtype(sink, lane)
+    if dtype is None:
+        return sink
+    width = VECTOR_BYTES // dtype.itemsize
+    size = int(lane.src[0].arg)
+    if size % width:
+        return sink
+    split = sink
+    if size > width:  # lane -> whole * width + lane': a loop over vectors around the lanes of one
+        axis = max(u.arg[0] for u in sink.toposort() if u.op is Ops.RANGE) + 1
+        whole = UOp.range(size // width, axis, AxisType.UPCAST)
+        lane_in = UOp.range(width, axis + 1, AxisType.UPCAST)
+        split = graph_rewrite(sink.substitute({lane: whole * width + lane_in}), sym, name="split vector loop")
+        lane = lane_in
+    try:
+        return _Vectorizer(lane, dtype.vec(width)).run(split)
+    except _NoVectorFormError:
+        return sink
+
+
+def _lane_loop(sink: UOp) -> UOp | None:
+    """The upcast loop that would be innermost (linearize.range_key), if its size is a constant."""
+    upcasts = [u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] is AxisType.UPCAST]
+    if not upcasts:
+        return None
+    lane = max(upcasts, key=range_key)
+    return lane if lane.src[0].op is Ops.CONST else None
+
+
+def _lane_dtype(sink: UOp, lane: UOp) -> DType | None:
+    """The one float dtype of the values (not index math) that depend on `lane`; None for none or several."""
+    found = {u.dtype for u in _dependents(sink, lane) if u.op not in (Ops.STORE, Ops.INDEX, Ops.SINK)}
+    found.discard(dtypes.index)
+    if len(found) != 1 or (dtype := found.pop()) not in VECTOR_DTYPES:
+        return None
+    return dtype
+
+
+def _dependents(sink: UOp, lane: UOp) -> set[UOp]:
+    ret = {lane}
+    for u in sink.toposort():
+        if any(s in ret for s in u.src):
+            ret.add(u)
+    return ret
+
+
+def vector_offset(idx: UOp, lane: UOp) -> UOp | None:
+    """`idx - lane` when `idx` is `lane` plus terms that don't depend on it (a contiguous run of lanes), else None."""
+    terms = list(split_uop(idx, Ops.ADD))
+    if sum(t is lane for t in terms) != 1:
+        return None
+    rest = [t for t in terms if t is not lane]
+    if any(lane in t.toposort() for t in rest):
+        return None
+    if not rest:
+        return UOp.const(dtypes.index, 0)
+    ret = rest[0]
+    for t in rest[1:]:
+        ret = ret + t
+    return ret
+
+
+class _Vectorizer:
+    """One rewrite of a kernel: every node that depends on `lane` becomes its vector form (dtype `vec`)."""
+
+    def __init__(self, lane: UOp, vec: DType) -> None:
+        self.lane, self.vec = lane, vec
+        self.new: dict[UOp, UOp] = {}
+        self.vector_index: set[UOp] = set()  # new INDEX nodes addressing a vector's first element
+
+    def run(self, sink: UOp) -> UOp:
+        dependent = _dependents(sink, self.lane)
+        for u in sink.toposort():
+            if u is sink:
+                return sink.replace(src=tuple(self.new.get(s, s) for s in sink.src))
+            if u in dependent and not (u is self.lane or u.dtype == dtypes.index):
+                self.new[u] = self.convert(u)
+        raise AssertionError("vectorize: the sink is the last node of its toposort")
+
+    def operand(self, s: UOp) -> UOp:
+        """A source of a vector op: its vector form, or the scalar broadcast to every lane."""
+        if (ret := self.new.get(s)) is not None:
+            return ret
+        if self.lane in s.toposort():  # the lane's index math used as a value (an arange), or a node not converted
+            raise _NoVectorFormError(f"{s.op} depends on the lane loop but has no vector form")
+        return s.broadcast(self.vec.count)
+
+    def convert(self, u: UOp) -> UOp:
+        match u.op:
+            case Ops.INDEX:
+                return self.convert_index(u)
+            case Ops.LOAD if u.src[0] in self.new and self.new[u.src[0]] in self.vector_index:
+                return UOp(Ops.LOAD, self.vec, (self.new[u.src[0]],))
+            case Ops.STORE if u.src[0] in self.new and self.new[u.src[0]] in self.vector_index:
+                return UOp(Ops.STORE, dtypes.void, (self.new[u.src[0]], self.operand(u.src[1])))
+            case Ops.REDUCE if u.arg in VECTOR_REDUCES and u.dtype == self.vec.scalar():
+                return UOp(Ops.REDUCE, self.vec, (self.operand(u.src[0]), *u.src[1:]), u.arg)
+            case op if op in VECTOR_ALU and u.dtype == self.vec.scalar():
+                return UOp(op, self.vec, tuple(self.operand(s) for s in u.src))
+        raise _NoVectorFormError(f"{u.op} of {u.dtype}")
+
+    def convert_index(self, u: UOp) -> UOp:
+        """buf[base + lane] -> the address of buf[base], read or written as one vector (ungated; global buffers and
+        opt.PACK's panels)."""
+        buf, idx = u.src[0], u.src[1]
+        base = buf.src[0] if buf.op is Ops.AFTER else buf
+        is_array = base.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_REG) and isinstance(buf.dtype, PtrDType)
+        if not is_array or buf.dtype.base != self.vec.scalar() or len(u.src) > 2:
+            raise _NoVectorFormError(f"INDEX into {buf.op} with {len(u.src) - 1} sources")
+        if (offset := vector_offset(idx, self.lane)) is None:
+            raise _NoVectorFormError(f"index {idx.render()} is not contiguous in the lane loop")
+        ret = UOp(Ops.INDEX, u.dtype, (buf, offset))
+        self.vector_index.add(ret)
+        return ret

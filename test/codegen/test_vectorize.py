@@ -1,0 +1,106 @@
+"""Explicit SIMD (fusegrad/codegen/vectorize.py): the innermost upcast loop as vector values on the CPU renderer,
+bit for bit the plain kernel on PYTHON; kernels it can't express stay scalar and right."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fusegrad.codegen import kernel_names, to_program
+from fusegrad.codegen.opt import Opt, OptOps, apply_opts
+from fusegrad.codegen.vectorize import vector_offset, vectorize_upcast
+from fusegrad.dtype import DType, dtypes
+from fusegrad.helpers import Context
+from fusegrad.renderer.cstyle import ClangRenderer
+from fusegrad.uop import Ops
+from fusegrad.uop.ops import UOp, graph_rewrite
+from fusegrad.uop.symbolic import sym
+from test.codegen.test_opt import check, conv1d, loop, matmul, matmul_transposed, max_columns, run, with_opts
+
+UPCAST, SWAP, PACK = OptOps.UPCAST, OptOps.SWAP, OptOps.PACK
+
+
+@pytest.fixture(autouse=True)
+def _fresh_kernel_names() -> None:
+    kernel_names.clear()
+
+
+def source(ast: UOp, opts: tuple[Opt, ...]) -> str:
+    src = to_program(with_opts(ast, opts), ClangRenderer()).src
+    return src[src.index("void") :]
+
+
+TILES = [
+    (Opt(UPCAST, 1, 8),),  # one vector
+    (Opt(UPCAST, 1, 32),),  # a loop of 4 vectors
+    (Opt(UPCAST, 0, 3), Opt(UPCAST, 1, 16)),  # 3 rows x 2 vectors
+    (Opt(UPCAST, 0, 2), Opt(UPCAST, 1, 8), Opt(SWAP, 0, 1), Opt(PACK, 1, 2)),  # a packed panel of b
+]
+
+
+@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.float64], ids=str)
+@pytest.mark.parametrize("opts", TILES, ids=lambda opts: "-".join(f"{o.op.name}{o.axis}.{o.arg}" for o in opts))
+def test_vector_matmul_is_bit_for_bit(opts: tuple[Opt, ...], dt: DType) -> None:
+    """Each lane does its iteration's multiply and add in order (no FMA contraction): the plain kernel's bits."""
+    check(matmul(6, 7, 64, dt), dt, "CPU", opts, exact=True)
+    width = 8 if dt == dtypes.float32 else 4
+    assert f"(*(const {dt.name}{width}_u*)&" in source(matmul(6, 7, 64, dt)[0], opts)
+
+
+def test_vector_accumulators_and_stores() -> None:
+    body = source(matmul(6, 7, 64, dtypes.float32)[0], (Opt(UPCAST, 0, 3), Opt(UPCAST, 1, 16)))
+    assert "float8 acc0[6];" in body  # 3 rows x 2 vectors
+    assert "(*(float8_u*)&data0[" in body  # the result written as vectors
+    assert "((float8){val" in body  # a's value broadcast to every lane
+
+
+@pytest.mark.parametrize(
+    ("name", "ast", "opts"),
+    [("max: no vector max", max_columns(7, 16, dtypes.float32)[0], (Opt(UPCAST, 0, 8),)),
+     ("a gated load", conv1d(2, 3, 4, 8, dtypes.float32)[0], (Opt(UPCAST, 2, 8),)),
+     ("strided loads", matmul_transposed(4, 3, 16, dtypes.float32)[0], (Opt(UPCAST, 1, 8),)),
+     ("ints", matmul(4, 3, 16, dtypes.int32)[0], (Opt(UPCAST, 1, 8),)),
+     ("not a multiple of a vector", matmul(4, 3, 12, dtypes.float32)[0], (Opt(UPCAST, 1, 12),))],
+)  # fmt: skip
+def test_what_it_cannot_express_stays_scalar(name: str, ast: UOp, opts: tuple[Opt, ...]) -> None:
+    sink = apply_opts(graph_rewrite(ast, sym), opts)
+    assert vectorize_upcast(sink) is sink, name
+    assert "typedef" not in to_program(with_opts(ast, opts), ClangRenderer()).src
+
+
+@pytest.mark.parametrize(
+    ("case", "opts"),
+    [(conv1d(2, 3, 4, 8, dtypes.float32), (Opt(UPCAST, 2, 8),)),
+     (max_columns(7, 16, dtypes.float32), (Opt(UPCAST, 0, 8),)),
+     (matmul_transposed(4, 3, 16, dtypes.float32), (Opt(UPCAST, 1, 8),))],
+    ids=["conv", "max", "transposed"],
+)  # fmt: skip
+def test_scalar_fallbacks_still_compute_right(
+    case: tuple[UOp, list[np.ndarray], np.ndarray], opts: tuple[Opt, ...]
+) -> None:
+    check(case, dtypes.float32, "CPU", opts, exact=True)
+
+
+def test_the_reduce_becomes_a_vector_reduce() -> None:
+    sink = apply_opts(graph_rewrite(matmul(4, 3, 16, dtypes.float32)[0], sym), (Opt(UPCAST, 1, 16),))
+    vectorized = vectorize_upcast(sink)
+    reduces = [u for u in vectorized.toposort() if u.op is Ops.REDUCE]
+    assert [u.dtype for u in reduces] == [dtypes.float32.vec(8)]
+    assert not any(u.op is Ops.RANGE and u.src[0].arg == 16 for u in vectorized.toposort())  # split: 2 x 8 lanes
+
+
+def test_vector_offset() -> None:
+    lane, r0, r1 = loop(8, 5), loop(4, 0), loop(3, 1)
+    assert vector_offset(r0 * 24 + lane + r1 * 8, lane) is not None
+    assert vector_offset(r0 * 24 + r1 * 8, lane) is None  # no lane term
+    assert vector_offset(lane * 2 + r0, lane) is None  # strided
+    assert vector_offset((lane + r0) // 2, lane) is None  # inside a division
+
+
+def test_python_device_never_sees_vectors() -> None:
+    ast, inputs, expected = matmul(4, 5, 16, dtypes.float32)
+    opts = (Opt(UPCAST, 0, 2), Opt(UPCAST, 1, 16))
+    with Context(NOOPT=1):
+        plain = run(ast, inputs, expected.size, dtypes.float32, "PYTHON")
+    np.testing.assert_array_equal(run(with_opts(ast, opts), inputs, expected.size, dtypes.float32, "PYTHON"), plain)
+    np.testing.assert_array_equal(run(with_opts(ast, opts), inputs, expected.size, dtypes.float32, "CPU"), plain)
