@@ -236,16 +236,18 @@ function showMatch(i) {
 // 7,000-node graph never freezes the page while it is placed. Each graph's layout is asked for once and kept on it
 const layouts = { worker: null, waiting: new Map(), next: 0 };
 
+function startLayoutWorker() { // at page load: the worker has started and read its script when the first graph comes
+  layouts.worker = new Worker("layout.js");
+  layouts.worker.onmessage = (e) => {
+    layouts.waiting.get(e.data.key)(e.data.layout);
+    layouts.waiting.delete(e.data.key);
+  };
+  layouts.worker.onerror = (e) => setStatus(`graph layout failed: ${e.message}`, "rewrites");
+}
+
 function layOut(msg) {
   if (!msg.layoutReady) {
-    if (!layouts.worker) {
-      layouts.worker = new Worker("layout.js");
-      layouts.worker.onmessage = (e) => {
-        layouts.waiting.get(e.data.key)(e.data.layout);
-        layouts.waiting.delete(e.data.key);
-      };
-      layouts.worker.onerror = (e) => setStatus(`graph layout failed: ${e.message}`, "rewrites");
-    }
+    if (!layouts.worker) startLayoutWorker();
     const key = layouts.next++;
     msg.layoutReady = new Promise((resolve) => layouts.waiting.set(key, resolve)).then((layout) => (msg.layout = layout));
     layouts.worker.postMessage({ key, graph: msg.graph, order: msg.order });
@@ -1130,6 +1132,7 @@ async function main() {
     rw.groups = await getJSON("/ctxs");
     renderSidebar();
     setStatus(`${rw.groups.length} groups`, "rewrites");
+    if (rw.groups.length && !layouts.worker) startLayoutWorker();
   } catch (e) {
     setStatus(`rewrites: ${e}`, "rewrites");
   }

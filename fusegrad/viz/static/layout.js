@@ -75,12 +75,10 @@ function mergeRepeats(inputs, labels) {
   }
   const merged = new Map(), mergedLabels = new Map();
   for (const [rep, k] of counts) {
-    const seen = new Set(), srcs = [];
+    const srcs = [];
     for (const [i, s] of inputs.get(rep)) {
-      const pair = `${i}:${drawn.get(s)}`;
-      if (seen.has(pair)) continue;
-      seen.add(pair);
-      srcs.push([i, drawn.get(s)]);
+      const d = drawn.get(s); // a node has a few inputs: a scan finds repeats faster than a Set per node
+      if (!srcs.some(([j, t]) => j === i && t === d)) srcs.push([i, d]);
     }
     merged.set(rep, srcs);
     mergedLabels.set(rep, labels.get(rep) + (k > 1 ? `\nrepeated ${k} times (drawn once)` : ""));
@@ -137,14 +135,9 @@ function buildGrid(order, sources, layer) {
   const grid = { layers: Array.from({ length: layers }, () => []), preds: order.map(() => []),
     succs: order.map(() => []), chains: new Map() };
   for (const n of order) grid.layers[layer.get(n)].push(slot.get(n));
-  const seen = new Set(), edges = [];
+  const edges = []; // sources are unique per node, so each (source, user) pair comes once
   for (const n of order) {
-    for (const s of sources.get(n)) {
-      const edge = [layer.get(n) - layer.get(s), slot.get(s), slot.get(n)], key = edge.join(",");
-      if (seen.has(key)) continue;
-      seen.add(key);
-      edges.push(edge);
-    }
+    for (const s of sources.get(n)) edges.push([layer.get(n) - layer.get(s), slot.get(s), slot.get(n)]);
   }
   edges.sort((a, b) => a[0] - b[0] || a[1] - b[1] || a[2] - b[2]);
   let budget = order.length + 100;
@@ -158,7 +151,7 @@ function buildGrid(order, sources, layer) {
         chain.push(grid.preds.length - 1);
         grid.layers[layer.get(order[s]) + 1 + i].push(chain[i]);
       }
-      grid.chains.set(`${s},${n}`, chain);
+      grid.chains.set(edgeKey(s, n), chain);
     }
     const path = [s, ...chain, n];
     for (let i = 1; i < path.length; i++) {
@@ -168,6 +161,8 @@ function buildGrid(order, sources, layer) {
   }
   return grid;
 }
+
+const edgeKey = (src, dst) => src * 67108864 + dst; // 2 ** 26 slots at most: one exact number per edge
 
 function neighbourMeans(nodes, neighbours, values) {
   return nodes.map((n) => {
@@ -244,7 +239,7 @@ function assignY(grid, heights) {
 // src's right side, across each dummy's column at the dummy's height, to dst's left side (whole pixels)
 function route(grid, src, dst, boxes, columns, center, srcLayer) {
   const [sx, sy, sw, sh] = boxes[src], points = [[sx + sw, sy + sh / 2]];
-  (grid.chains.get(`${src},${dst}`) || []).forEach((d, i) => {
+  (grid.chains.get(edgeKey(src, dst)) || []).forEach((d, i) => {
     const [x, w] = columns[srcLayer + 1 + i];
     points.push([x, center[d]], [x + w, center[d]]);
   });
@@ -256,7 +251,11 @@ function route(grid, src, dst, boxes, columns, center, srcLayer) {
 function layoutGraph(graph, order, maxNodes = MAX_NODES) {
   const [inputs, labels] = collapse(graph, order, maxNodes);
   const sources = new Map();
-  for (const [n, srcs] of inputs) sources.set(n, [...new Set(srcs.map(([, s]) => s))]);
+  for (const [n, srcs] of inputs) {
+    const unique = [];
+    for (const [, s] of srcs) if (!unique.includes(s)) unique.push(s);
+    sources.set(n, unique);
+  }
   const nodes = topologicalOrder(sources), layer = assignLayers(nodes, sources);
   const grid = buildGrid(nodes, sources, layer);
   orderLayers(grid);
