@@ -281,6 +281,9 @@ class dtypes:  # compat name: a namespace used as dtypes.float32
     uint64: Final[DType] = DType.new(8, 64, "unsigned long", "Q")
     fp8e4m3: Final[DType] = DType.new(9, 8, "float8_e4m3", None)
     fp8e5m2: Final[DType] = DType.new(10, 8, "float8_e5m2", None)
+    # AMD's variants: no negative zero or infinity, NaN only at 0x80, exponent bias one higher
+    fp8e4m3fnuz: Final[DType] = DType.new(9, 8, "float8_e4m3fnuz", None)
+    fp8e5m2fnuz: Final[DType] = DType.new(10, 8, "float8_e5m2fnuz", None)
     float16: Final[DType] = DType.new(11, 16, "half", "e")
     # bfloat16 ranks above float16, so int64 + uint64 (which meet at both) promotes to float16
     bfloat16: Final[DType] = DType.new(12, 16, "__bf16", None)
@@ -303,7 +306,9 @@ class dtypes:  # compat name: a namespace used as dtypes.float32
     default_float: ClassVar[DType] = float32
     default_int: ClassVar[DType] = int32
 
-    fp8s: Final = (fp8e4m3, fp8e5m2)
+    fp8_ocp: Final = (fp8e4m3, fp8e5m2)
+    fp8_fnuz: Final = (fp8e4m3fnuz, fp8e5m2fnuz)
+    fp8s: Final = (*fp8_ocp, *fp8_fnuz)
     floats: Final = (*fp8s, float16, bfloat16, float32, float64)
     uints: Final = (uint8, uint16, uint32, uint64)
     sints: Final = (int8, int16, int32, int64)
@@ -320,7 +325,8 @@ def _as_scalar_const(val: ConstType | InvalidType, dtype: DType) -> ConstType | 
 
 
 _FLOAT_BITS: dict[DType, tuple[int, int]] = {
-    dtypes.fp8e4m3: (4, 3), dtypes.fp8e5m2: (5, 2), dtypes.float16: (5, 10), dtypes.bfloat16: (8, 7),
+    dtypes.fp8e4m3: (4, 3), dtypes.fp8e5m2: (5, 2), dtypes.fp8e4m3fnuz: (4, 3), dtypes.fp8e5m2fnuz: (5, 2),
+    dtypes.float16: (5, 10), dtypes.bfloat16: (8, 7),
     dtypes.float32: (8, 23), dtypes.float64: (11, 52)}  # fmt: skip
 
 _UNNAMED: Final = ("void", "index", "default_float", "default_int")  # not data types, or not fixed names
@@ -354,7 +360,7 @@ promo_lattice: Final[dict[DType, list[DType]]] = {
     dtypes.int32: [dtypes.int64], dtypes.int64: [dtypes.float16, dtypes.bfloat16],
     dtypes.uint8: [dtypes.int16, dtypes.uint16], dtypes.uint16: [dtypes.int32, dtypes.uint32],
     dtypes.uint32: [dtypes.int64, dtypes.uint64], dtypes.uint64: [dtypes.float16, dtypes.bfloat16],
-    dtypes.fp8e4m3: [dtypes.float16, dtypes.bfloat16], dtypes.fp8e5m2: [dtypes.float16, dtypes.bfloat16],
+    **{dt: [dtypes.float16, dtypes.bfloat16] for dt in dtypes.fp8s},
     dtypes.float16: [dtypes.float32], dtypes.bfloat16: [dtypes.float32], dtypes.float32: [dtypes.float64]}  # fmt: skip
 
 
@@ -458,6 +464,8 @@ class Fp8Format:
 FP8_FORMATS: Final[dict[DType, Fp8Format]] = {
     dtypes.fp8e4m3: Fp8Format(4, 3, 7, 448.0, has_inf=False, fnuz=False),
     dtypes.fp8e5m2: Fp8Format(5, 2, 15, 57344.0, has_inf=True, fnuz=False),
+    dtypes.fp8e4m3fnuz: Fp8Format(4, 3, 8, 240.0, has_inf=False, fnuz=True),
+    dtypes.fp8e5m2fnuz: Fp8Format(5, 2, 16, 57344.0, has_inf=False, fnuz=True),
 }
 
 

@@ -234,10 +234,6 @@ _ALLOWED_MISSING: dict[str, dict[str, str]] = {
         **dict.fromkeys(
             ["int8s", "int16s", "int32s", "int64s"], "0.14's groups of a dtype with its weak twin; " + _NO_WEAK_DTYPES
         ),
-        **dict.fromkeys(
-            ["fp8_fnuz", "fp8_ocp", "fp8e4m3fnuz", "fp8e5m2fnuz"],
-            "fusegrad has the OCP fp8 dtypes fp8e4m3/fp8e5m2 only, not AMD's fnuz variants or the groups",
-        ),
     },
 }
 

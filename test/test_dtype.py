@@ -250,7 +250,8 @@ def test_fields_and_dicts() -> None:
     assert "index" not in fields
     assert "default_float" not in fields
     assert list(DTYPES_DICT) == ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
-                                 "fp8e4m3", "fp8e5m2", "float16", "bfloat16", "float32", "float64"]  # fmt: skip
+                                 "fp8e4m3", "fp8e5m2", "fp8e4m3fnuz", "fp8e5m2fnuz", "float16", "bfloat16", "float32",
+                                 "float64"]  # fmt: skip
     assert set(DTYPES_DICT.values()) == set(fields.values())
     assert INVERSE_DTYPES_DICT["float"] == "float"
     assert INVERSE_DTYPES_DICT["__bf16"] == "bfloat16"
@@ -301,7 +302,8 @@ def test_min_max_others() -> None:
 
 def test_finfo() -> None:
     expected = {dtypes.float16: (5, 10), dtypes.bfloat16: (8, 7), dtypes.float32: (8, 23), dtypes.float64: (11, 52),
-                dtypes.fp8e4m3: (4, 3), dtypes.fp8e5m2: (5, 2)}  # fmt: skip
+                dtypes.fp8e4m3: (4, 3), dtypes.fp8e5m2: (5, 2), dtypes.fp8e4m3fnuz: (4, 3),
+                dtypes.fp8e5m2fnuz: (5, 2)}  # fmt: skip
     assert {dt: dtypes.finfo(dt) for dt in dtypes.floats} == expected
     for dt in (dtypes.float16, dtypes.float32, dtypes.float64):
         info = np.finfo(np.dtype(_np(dt)).name)

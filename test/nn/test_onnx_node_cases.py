@@ -2,7 +2,7 @@
 
 Expected failures are strict xfails, so a regression fails and a newly passing case shows up as XPASS(strict). They
 come in three groups: ops fusegrad.nn.onnx does not implement (NOT_IMPLEMENTED, checked against the op table, so
-implementing an op moves its cases back to "must pass"), dtypes fusegrad cannot hold or compile, and KNOWN_WRONG:
+implementing an op moves its cases back to "must pass"), dtypes fusegrad cannot hold (MISSING_DTYPES), and KNOWN_WRONG:
 cases that run but differ from the reference, each with its reason.
 """
 
@@ -38,14 +38,12 @@ NOT_IMPLEMENTED = {
     "LabelEncoder", "TreeEnsemble", "ArrayFeatureExtractor", "Binarizer",
 }  # fmt: skip
 
-# ONNX dtypes fusegrad has no dtype for (4-bit, 2-bit, float8 variants other than e4m3fn/e5m2, strings, complex)
+# ONNX dtypes fusegrad has no dtype or container for (FLOAT8E8M0, strings, complex)
 MISSING_DTYPES = {
     code
     for code in onnx.TensorProto.DataType.values()
     if code not in ONNX_DTYPES and code != onnx.TensorProto.UNDEFINED
 }
-# dtypes fusegrad has but the C renderer cannot compile yet: a case using them fails at compile
-UNCOMPILED_DTYPES: set[int] = set()
 
 # cases that run but disagree with the reference
 KNOWN_WRONG = {
@@ -154,10 +152,6 @@ def expected_failure(name: str, case: Any) -> tuple[str, bool] | None:
     if missing := needed & MISSING_DTYPES:
         names = ", ".join(onnx.TensorProto.DataType.Name(code) for code in sorted(missing))
         return f"fusegrad has no dtype {names}", True
-    if uncompiled := needed & UNCOMPILED_DTYPES:
-        # not strict: a case that only moves such values (no arithmetic on them) can still pass
-        names = ", ".join(onnx.TensorProto.DataType.Name(code) for code in sorted(uncompiled))
-        return f"the C renderer cannot compile {names}", False
     if name in KNOWN_WRONG:
         return KNOWN_WRONG[name], True
     return None

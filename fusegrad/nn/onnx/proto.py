@@ -56,6 +56,8 @@ ONNX_DTYPES: dict[int, DType] = {
     onnx.TensorProto.BFLOAT16: dtypes.bfloat16,
     onnx.TensorProto.FLOAT8E4M3FN: dtypes.fp8e4m3,
     onnx.TensorProto.FLOAT8E5M2: dtypes.fp8e5m2,
+    onnx.TensorProto.FLOAT8E4M3FNUZ: dtypes.fp8e4m3fnuz,
+    onnx.TensorProto.FLOAT8E5M2FNUZ: dtypes.fp8e5m2fnuz,
     **SUBBYTE_CONTAINERS,
 }
 # fusegrad dtype -> the ONNX type it holds (a container -> the wider ONNX type of the same dtype)
