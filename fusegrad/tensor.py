@@ -425,6 +425,8 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         import numpy as np
 
         check_concrete(self.shape, "numpy")
+        if self.dtype in (dtypes.bfloat16, *dtypes.fp8s):  # numpy has no such dtype: float32 holds every value
+            return self.float().numpy()
         if (np_dt := _to_np_dtype(self.dtype)) is None:
             raise TypeError(f"numpy: no numpy dtype for {self.dtype}; cast first")
         if self.numel() == 0:

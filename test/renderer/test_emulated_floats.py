@@ -112,3 +112,11 @@ def test_rendered_c_stores_bits() -> None:
     assert lang.render_dtype(dtypes.bfloat16) == "float"  # values are held in float
     assert lang.emulated_floats[dtypes.bfloat16] == "unsigned short"
     assert all(lang.emulated_floats[dt] == "unsigned char" for dt in dtypes.fp8s)
+
+
+@pytest.mark.parametrize("dt", EMULATED, ids=repr)
+def test_numpy_widens_to_float32(dt: DType) -> None:
+    """As in the reference: numpy has no such dtype, so .numpy() gives the values as float32."""
+    got = Tensor([1.5, -0.25], device="CPU").cast(dt).numpy()
+    assert got.dtype == np.float32
+    assert got.tolist() == [1.5, -0.25]
