@@ -20,11 +20,10 @@ from fusegrad import Tensor
 from fusegrad.dtype import DType, dtypes
 from fusegrad.gradient import compute_gradient
 from fusegrad.uop import Ops
+from test.shared import GRAD_TOLERANCES
 
 TORCH_DTYPES = {dtypes.float32: torch.float32, dtypes.float16: torch.float16, dtypes.float64: torch.float64}
 NP_DTYPES = {dtypes.float32: np.float32, dtypes.float16: np.float16, dtypes.float64: np.float64}
-# (rtol, atol) for forward values and gradients of each dtype; gradients sum over broadcasts, hence the atol
-TOLERANCES = {dtypes.float32: (1e-4, 1e-5), dtypes.float16: (1e-2, 1e-2), dtypes.float64: (1e-9, 1e-12)}
 
 # an input: "any" uniform in [-2, 2), "pos" in [0.5, 3), "nonzero" magnitude in [0.5, 2) with a random sign,
 # "ties" small integers (many equal values, to test how max/min split the gradient)
@@ -57,7 +56,7 @@ def tensor(arr: np.ndarray, requires_grad: bool | None = None) -> Tensor:
 
 
 def assert_close(got: Tensor, want: torch.Tensor, dtype: DType, what: str) -> None:
-    rtol, atol = TOLERANCES[dtype]
+    rtol, atol = GRAD_TOLERANCES[dtype]
     ref = want.detach().to(torch.float64).numpy()
     out = got.numpy().astype(np.float64)
     assert out.shape == ref.shape, f"{what}: shape {out.shape}, expected {ref.shape}"

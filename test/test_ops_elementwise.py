@@ -17,6 +17,7 @@ import torch
 
 from fusegrad import Tensor
 from fusegrad.dtype import DType, dtypes
+from test.shared import assert_matches as check  # the one comparison helper, named for these tables
 
 NP_DTYPES: dict[DType, Any] = {
     dtypes.float32: np.float32,
@@ -25,8 +26,6 @@ NP_DTYPES: dict[DType, Any] = {
     dtypes.bool: np.bool_,
     dtypes.uint8: np.uint8,
 }
-# (rtol, atol) per result dtype; ints and bools compare exactly
-TOLERANCES: dict[DType, tuple[float, float]] = {dtypes.float32: (1e-5, 1e-6), dtypes.float16: (1e-2, 1e-3)}
 SHAPE = (4, 8)
 SPECIALS = (0.0, -0.0, 0.5, -0.5, 1.5, -2.5, 2.5, 1.0, -1.0, math.inf, -math.inf, math.nan)
 
@@ -55,31 +54,6 @@ def bools(seed: int = 0) -> np.ndarray:
 def torch_of(arr: np.ndarray) -> torch.Tensor:
     """The torch tensor of `arr`; float16 goes in as float32 (a more accurate reference for the same inputs)."""
     return torch.from_numpy(arr.astype(np.float32) if arr.dtype == np.float16 else arr.copy())
-
-
-def check(
-    t: Tensor, ref: Any, dtype: DType | None = None, rtol: float | None = None, atol: float | None = None
-) -> None:
-    """t equals the reference: same shape, dtype `dtype` when given, values within the tolerance of t's dtype."""
-    ref = ref.numpy() if isinstance(ref, torch.Tensor) else np.asarray(ref)
-    if dtype is not None:
-        assert t.dtype == dtype, f"dtype {t.dtype}, expected {dtype}"
-    out = t.numpy()
-    assert out.shape == ref.shape, f"shape {out.shape}, expected {ref.shape}"
-    if t.dtype == dtypes.float16:
-        with np.errstate(over="ignore"):
-            ref = ref.astype(np.float16)  # the float32 reference, rounded (large values overflow to inf)
-    if dtypes.is_float(t.dtype):
-        default_rtol, default_atol = TOLERANCES.get(t.dtype, (1e-5, 1e-6))
-        np.testing.assert_allclose(
-            out.astype(np.float64),
-            ref.astype(np.float64),
-            rtol=default_rtol if rtol is None else rtol,
-            atol=default_atol if atol is None else atol,
-            equal_nan=True,
-        )
-    else:
-        np.testing.assert_array_equal(out, ref.astype(out.dtype))
 
 
 F = torch.nn.functional

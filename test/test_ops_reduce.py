@@ -17,9 +17,9 @@ import torch
 import fusegrad.mixin.reduce as reduce_module
 from fusegrad import Tensor
 from fusegrad.dtype import DType, dtypes
+from test.shared import assert_matches as check  # the one comparison helper, named for these tables
 
 NP_DTYPES: dict[DType, Any] = {dtypes.float32: np.float32, dtypes.float16: np.float16, dtypes.int32: np.int32}
-TOLERANCES: dict[DType, tuple[float, float]] = {dtypes.float32: (1e-5, 1e-6), dtypes.float16: (1e-2, 1e-3)}
 Axis = int | tuple[int, ...] | None
 
 
@@ -45,28 +45,6 @@ def torch_of(arr: np.ndarray) -> torch.Tensor:
 
 def torch_dims(axis: Axis, ndim: int) -> tuple[int, ...]:
     return tuple(range(ndim)) if axis is None else (axis,) if isinstance(axis, int) else axis
-
-
-def check(
-    t: Tensor, ref: Any, dtype: DType | None = None, rtol: float | None = None, atol: float | None = None
-) -> None:
-    """t equals the reference: same shape, dtype `dtype` when given, values within the tolerance of t's dtype."""
-    ref = ref.detach().numpy() if isinstance(ref, torch.Tensor) else np.asarray(ref)
-    if dtype is not None:
-        assert t.dtype == dtype, f"dtype {t.dtype}, expected {dtype}"
-    out = t.numpy()
-    assert out.shape == ref.shape, f"shape {out.shape}, expected {ref.shape}"
-    if dtypes.is_float(t.dtype):
-        default_rtol, default_atol = TOLERANCES.get(t.dtype, (1e-5, 1e-6))
-        np.testing.assert_allclose(
-            out.astype(np.float64),
-            ref.astype(np.float64),
-            rtol=default_rtol if rtol is None else rtol,
-            atol=default_atol if atol is None else atol,
-            equal_nan=True,
-        )
-    else:
-        np.testing.assert_array_equal(out, ref.astype(out.dtype))
 
 
 def check_pair(got: tuple[Tensor, Tensor], ref: Any, dtype: DType | None = None, atol: float | None = None) -> None:

@@ -20,6 +20,7 @@ from fusegrad import Tensor
 from fusegrad.dtype import DType, dtypes
 from fusegrad.helpers import GlobalCounters
 from fusegrad.uop import Ops
+from test.shared import assert_matches
 
 DEVICES = ("CPU", "PYTHON")
 DTYPES: dict[str, DType] = {
@@ -35,8 +36,6 @@ NP_DTYPES: dict[DType, Any] = {
     dtypes.bool: np.bool_,
     dtypes.int8: np.int8,
 }
-# (rtol, atol) per result dtype; ints and bools compare exactly
-TOLERANCES: dict[DType, tuple[float, float]] = {dtypes.float32: (1e-5, 1e-6), dtypes.float16: (1e-2, 1e-3)}
 HYPOTHESIS = settings(max_examples=20, deadline=None)  # each example is a new kernel: a C compile on a cold cache
 
 
@@ -58,28 +57,6 @@ def nonzero(shape: tuple[int, ...], dt: DType, seed: int = 1) -> np.ndarray:
     magnitude = rand(shape, dt, seed, 1, 4)
     sign = np.where(np.random.default_rng(seed + 100).random(shape) < 0.5, -1, 1).astype(magnitude.dtype)
     return np.asarray(magnitude * sign)
-
-
-def assert_matches(
-    t: Tensor, ref: Any, dtype: DType | None = None, rtol: float | None = None, atol: float | None = None
-) -> None:
-    """`t` equals numpy's `ref`: same shape, dtype `dtype` (when given), values within the tolerance of t's dtype."""
-    ref = np.asarray(ref)
-    if dtype is not None:
-        assert t.dtype == dtype, f"dtype {t.dtype}, expected {dtype}"
-    out = t.numpy()
-    assert out.shape == ref.shape, f"shape {out.shape}, expected {ref.shape}"
-    if dtypes.is_float(t.dtype):
-        default_rtol, default_atol = TOLERANCES.get(t.dtype, (1e-5, 1e-6))
-        np.testing.assert_allclose(
-            out.astype(np.float64),
-            ref.astype(np.float64),
-            rtol=default_rtol if rtol is None else rtol,
-            atol=default_atol if atol is None else atol,
-            equal_nan=True,
-        )
-    else:
-        np.testing.assert_array_equal(out, ref.astype(out.dtype))
 
 
 def tensor(arr: np.ndarray, device: str) -> Tensor:

@@ -1,30 +1,17 @@
 """Tests for tools/loc.py: what counts as a code line, groups and budgets, and --diff against a git ref."""
 
-import importlib.util
 import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path, PurePosixPath
-from types import ModuleType
 
 import pytest
 
-LOC_PATH = Path(__file__).resolve().parents[2] / "tools" / "loc.py"
+from test.shared import ROOT, load_script
 
-
-def load_loc() -> ModuleType:
-    """Import tools/loc.py by path: tools/ is not a package, and the name `tools` is too common to import by."""
-    spec = importlib.util.spec_from_file_location("fusegrad_tools_loc", LOC_PATH)
-    assert spec is not None, f"cannot load {LOC_PATH}"
-    assert spec.loader is not None, f"cannot load {LOC_PATH}"
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
-
-
-loc = load_loc()
+LOC_PATH = ROOT / "tools" / "loc.py"
+loc = load_script(LOC_PATH, "fusegrad_tools_loc")  # tools/ is not a package: imported by path
 
 
 def code(source: str) -> int:
