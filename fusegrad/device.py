@@ -101,9 +101,7 @@ class _Device:
             print(f"opened device {name} from pid:{os.getpid()}")
         if not self._opened:
             if VIZ.value or PROFILE.value:  # registered before the finalizer, so it runs after: last frees included
-                from fusegrad.viz.serve import register_at_exit  # viz imports this module
-
-                register_at_exit()
+                arm_viz_at_exit()
             atexit.register(_finalize_devices)  # registered on first open, not at import
         self._opened[name] = device
         self._opened_devices.add(name)
@@ -162,6 +160,14 @@ class _Device:
 
 
 Device: _Device = _Device()
+
+
+def arm_viz_at_exit() -> None:
+    """Save (and with VIZ=1 serve) the VIZ trace and profile when the process exits; called where VIZ or PROFILE is
+    first found set. The one place below the programs that reaches viz (docs/ARCHITECTURE.md, Layers)."""
+    from fusegrad.viz.serve import register_at_exit  # viz imports this module: import on first use
+
+    register_at_exit()
 
 
 def _finalize_devices() -> None:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from fusegrad.device import arm_viz_at_exit
 from fusegrad.helpers import REWRITE_STACK_LIMIT, TRACK_MATCH_STATS, VIZ, TracingKey, colored
 from fusegrad.uop.upat import PatternMatcher, UPat
 
@@ -246,9 +247,7 @@ def _current_group() -> list[TrackedGraphRewrite]:
     # rewrites outside any tracked function go to a default group, or join the last group if one exists
     if not tracked_ctxs:
         if VIZ.value:  # the first traced rewrite of a VIZ=1 program: save (and serve) the trace at exit
-            from fusegrad.viz.serve import register_at_exit  # viz imports this module
-
-            register_at_exit()
+            arm_viz_at_exit()
         tracked_keys.append(TracingKey("default graph_rewrite"))
         tracked_ctxs.append([])
     return tracked_ctxs[-1]

@@ -23,9 +23,8 @@ ALLOWED: dict[tuple[str, str], str] = {
         "enumerate_devices_str (the reference's public name, `python -m fusegrad.device`) runs one Tensor kernel per "
         "device, as the reference's does; issue 18 asks to move the smoke test to runtime/__main__.py",
     ("fusegrad.device", "fusegrad.viz.serve"):
-        "first device open with VIZ/PROFILE registers the exit hook that saves the trace; issue 18: one helper",
-    ("fusegrad.uop.rewrite", "fusegrad.viz.serve"):
-        "first traced rewrite with VIZ registers the same exit hook; issue 18: one helper",
+        "arm_viz_at_exit, the one helper through which the first device open (VIZ/PROFILE) and the first traced "
+        "rewrite (VIZ) arm the exit hook that saves the trace",
     ("fusegrad.uop.ops", "fusegrad.schedule.multi"):
         "UOp.axis (the reference's property) reads a sharded tensor's axis off the scheduler's placement",
     # between the kernel stages (owned by the codegen/renderer/schedule work)
