@@ -1,13 +1,17 @@
 """Kernel speed, side by side in one process: fusegrad vs numpy vs torch (CPU, 2 threads) vs tinygrad (reference).
 
 Cases: a fused elementwise chain on 4M floats (numpy must make temporaries), a 16M-float sum, softmax over
-(4096, 1024), and cold vs warm time for a small graph (schedule + compile, then a hit in the kernel cache).
-Usage: python bench/kernels.py [--reps N]. Missing peers (torch, tinygrad) are reported and skipped.
+(4096, 1024), matmul 1024² and 2048² and conv2d (8, 64, 56, 56) with 64 3x3 filters, padding 1 (throughput in
+GFLOP/s beside the time; fusegrad's matmul and conv run under TinyJit, so only the kernel is timed), and cold vs warm
+time for a small graph (schedule + compile, then a hit in the kernel cache).
+Usage: python bench/kernels.py [--reps N] [--cases SUBSTRING ...]. Missing peers (torch, tinygrad) are reported and
+skipped. Unset OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE for numpy's own speed (they slow its BLAS on these machines).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import subprocess
 import sys
@@ -34,15 +38,39 @@ def chain_numpy(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.exp((a + 1.0) * b - 0.5) * 0.25 + a
 
 
+MATMUL_SIZES = (1024, 2048)
+CONV_X, CONV_W = (8, 64, 56, 56), (64, 64, 3, 3)
+FLOPS = {
+    **{f"matmul {n}": 2.0 * n**3 for n in MATMUL_SIZES},
+    "conv2d 3x3": 2.0 * CONV_X[0] * CONV_W[0] * CONV_X[2] * CONV_X[3] * CONV_W[1] * CONV_W[2] * CONV_W[3],
+}
+
+
+def heavy_inputs() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(1)
+    ret = {f"mm{n}": rng.standard_normal((n, n), dtype=np.float32) for n in MATMUL_SIZES}
+    ret["conv x"], ret["conv w"] = (
+        rng.standard_normal(CONV_X, dtype=np.float32),
+        rng.standard_normal(CONV_W, dtype=np.float32),
+    )
+    return ret
+
+
 def cases_fusegrad(a: np.ndarray, b: np.ndarray, big: np.ndarray, sm: np.ndarray) -> dict[str, Callable[[], Any]]:
-    from fusegrad import Tensor
+    from fusegrad import Tensor, TinyJit
 
     ta, tb, tbig, tsm = (Tensor(x).realize() for x in (a, b, big, sm))
-    return {
+    heavy = {k: Tensor(x).realize() for k, x in heavy_inputs().items()}
+    ret = {
         "chain 4M": lambda: (((ta + 1.0) * tb - 0.5).exp() * 0.25 + ta).realize(),
         "sum 16M": lambda: tbig.sum().realize(),
         "softmax 4096x1024": lambda: tsm.softmax(-1).realize(),
     }
+    for n in MATMUL_SIZES:
+        ret[f"matmul {n}"] = functools.partial(TinyJit(lambda x: (x @ x).realize()), heavy[f"mm{n}"])
+    conv = TinyJit(lambda x, w: x.conv2d(w, padding=1).realize())
+    ret["conv2d 3x3"] = functools.partial(conv, heavy["conv x"], heavy["conv w"])
+    return ret
 
 
 def cases_numpy(a: np.ndarray, b: np.ndarray, big: np.ndarray, sm: np.ndarray) -> dict[str, Callable[[], Any]]:
@@ -50,7 +78,12 @@ def cases_numpy(a: np.ndarray, b: np.ndarray, big: np.ndarray, sm: np.ndarray) -
         e = np.exp(sm - sm.max(-1, keepdims=True))
         return e / e.sum(-1, keepdims=True)
 
-    return {"chain 4M": lambda: chain_numpy(a, b), "sum 16M": lambda: big.sum(), "softmax 4096x1024": softmax}
+    heavy = heavy_inputs()
+    ret: dict[str, Callable[[], Any]] = {"chain 4M": lambda: chain_numpy(a, b), "sum 16M": lambda: big.sum(),
+                                         "softmax 4096x1024": softmax}  # fmt: skip
+    for n in MATMUL_SIZES:
+        ret[f"matmul {n}"] = functools.partial(np.matmul, heavy[f"mm{n}"], heavy[f"mm{n}"])
+    return ret
 
 
 def cases_torch(a: np.ndarray, b: np.ndarray, big: np.ndarray, sm: np.ndarray) -> dict[str, Callable[[], Any]]:
@@ -58,11 +91,17 @@ def cases_torch(a: np.ndarray, b: np.ndarray, big: np.ndarray, sm: np.ndarray) -
 
     torch.set_num_threads(2)
     ta, tb, tbig, tsm = (torch.from_numpy(x) for x in (a, b, big, sm))
-    return {
+    heavy = {k: torch.from_numpy(x) for k, x in heavy_inputs().items()}
+    ret: dict[str, Callable[[], Any]] = {
         "chain 4M": lambda: torch.exp((ta + 1.0) * tb - 0.5) * 0.25 + ta,
         "sum 16M": lambda: tbig.sum(),
         "softmax 4096x1024": lambda: torch.softmax(tsm, -1),
     }
+    for n in MATMUL_SIZES:
+        ret[f"matmul {n}"] = functools.partial(torch.matmul, heavy[f"mm{n}"], heavy[f"mm{n}"])
+    conv = torch.nn.functional.conv2d
+    ret["conv2d 3x3"] = functools.partial(conv, heavy["conv x"], heavy["conv w"], padding=1)
+    return ret
 
 
 def cases_tinygrad(a: np.ndarray, b: np.ndarray, big: np.ndarray, sm: np.ndarray) -> dict[str, Callable[[], Any]]:
@@ -102,9 +141,25 @@ def cold_warm() -> tuple[float, float]:
     return runs[0], runs[1]
 
 
+def print_table(results: dict[str, dict[str, float]]) -> None:
+    """Times (and GFLOP/s where the case has a FLOP count) per peer, then fusegrad's speed-up over each."""
+    print(f"\n{'case':22s}" + "".join(f"{n:>22s}" for n in results) + "   fusegrad speed-up vs each peer")
+    for case in results["fusegrad"]:
+        cells = []
+        for n in results:
+            seconds = results[n].get(case)
+            rate = f" {FLOPS[case] / seconds / 1e9:6.1f} GF/s" if seconds is not None and case in FLOPS else ""
+            cells.append(f"{'-' if seconds is None else f'{seconds * 1e3:.2f}ms'}{rate}".rjust(22))
+        ratios = ", ".join(f"{n} {results[n][case] / results['fusegrad'][case]:.2f}x"
+                           for n in results if n != "fusegrad" and case in results[n])  # fmt: skip
+        print(f"{case:22s}{''.join(cells)}   {ratios}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=5, help="timed repetitions per case (best is reported)")
+    parser.add_argument("--cases", nargs="*", default=[], help="run only the cases whose name holds one of these")
+    parser.add_argument("--peers", nargs="*", default=[], help="run only these peers (fusegrad always runs)")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal(4 << 20, dtype=np.float32), rng.standard_normal(4 << 20, dtype=np.float32)
@@ -114,19 +169,18 @@ def main() -> None:
         "fusegrad": cases_fusegrad, "numpy": cases_numpy, "torch": cases_torch, "tinygrad": cases_tinygrad}  # fmt: skip
     results: dict[str, dict[str, float]] = {}
     for name, make in peers.items():
+        if args.peers and name != "fusegrad" and name not in args.peers:
+            continue
         try:
             cases = make(a, b, big, sm)
         except Exception as e:  # a peer that is not installed is reported, not fatal
             print(f"{name}: skipped ({type(e).__name__}: {e})")
             continue
-        results[name] = {case: best_of(fn, args.reps) for case, fn in cases.items()}
-    print(f"\n{'case':22s}" + "".join(f"{n:>12s}" for n in results) + "   fusegrad speed-up vs each peer")
-    for case in results["fusegrad"]:
-        row = "".join(f"{results[n][case] * 1e3:10.2f}ms" for n in results)
-        ratios = ", ".join(
-            f"{n} {results[n][case] / results['fusegrad'][case]:.2f}x" for n in results if n != "fusegrad"
-        )
-        print(f"{case:22s}{row}   {ratios}")
+        chosen = {c: fn for c, fn in cases.items() if not args.cases or any(s in c for s in args.cases)}
+        results[name] = {case: best_of(fn, args.reps) for case, fn in chosen.items()}
+    print_table(results)
+    if args.cases:
+        return
     cold, warm = cold_warm()
     print(f"\nsmall graph in a fresh process: cold {cold * 1e3:.1f} ms (schedule + compile), warm {warm * 1e3:.1f} ms "
           f"(kernel cache hit), {cold / warm:.1f}x")  # fmt: skip

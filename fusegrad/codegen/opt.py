@@ -158,11 +158,14 @@ def swap(sink: UOp, opt: Opt) -> UOp:
     return sink.substitute({first: UOp.range(first.src[0], opt.arg), second: UOp.range(second.src[0], opt.axis)})
 
 
-def _packed_load(sink: UOp, opt: Opt) -> UOp:
-    """The one global load from slot `opt.arg` inside a reduce (PACK's operand)."""
+def _packed_load(sink: UOp, opt: Opt, across: UOp) -> UOp:
+    """PACK's operand: the one global load from slot `opt.arg` inside a reduce that doesn't depend on `across` (in
+    `x @ x` the other load of the same buffer does)."""
     loads = [ld for ld in _reduce_loads(sink.toposort()) if ld.src[0].src[0].arg == opt.arg]
+    loads = [ld for ld in loads if across not in ld.src[0].toposort()]
     if len(loads) != 1:
-        raise ValueError(f"opt: PACK of slot {opt.arg}: got {len(loads)} loads of it inside reduces, expected 1")
+        raise ValueError(f"opt: PACK of slot {opt.arg} across axis {opt.axis}: got {len(loads)} loads of it inside "
+                         "reduces that don't depend on that axis, expected 1")  # fmt: skip
     return loads[0]
 
 
@@ -177,10 +180,9 @@ def pack(sink: UOp, opt: Opt, new_axis: int, new_reg: int) -> UOp:
     across = _find_range(sink, opt.axis)
     if across.arg[1] is not AxisType.LOOP:
         raise ValueError(f"opt: PACK needs a LOOP axis: got axis {opt.axis} of {across.arg[1].name}")
-    load = _packed_load(sink, opt)
-    ranges = sorted({r for r in load.src[0].toposort() if r.op is Ops.RANGE}, key=range_key)
-    if across in ranges:
-        raise ValueError(f"opt: PACK of slot {opt.arg} across axis {opt.axis}: got a load that depends on it")
+    load = _packed_load(sink, opt, across)
+    value = _packed_value(sink, load, across)
+    ranges = sorted({r for r in value.toposort() if r.op is Ops.RANGE}, key=range_key)
     # the loops nested outside `across` keep their values; the rest are copied in a nest of their own
     outer = [r for r in ranges if r.arg[1] is AxisType.LOOP and range_key(r) < range_key(across)]
     packed = [r for r in ranges if r not in outer]
@@ -193,9 +195,20 @@ def pack(sink: UOp, opt: Opt, new_axis: int, new_reg: int) -> UOp:
     copies = {r: UOp.range(r.src[0], new_axis + i, AxisType.LOOP) for i, r in enumerate(packed)}
     panel = UOp(Ops.DEFINE_REG, load.dtype.ptr(size, AddrSpace.REG), arg=new_reg)
     position = flat_index(packed)
-    filled = panel.index(position.substitute(copies)).store(load.substitute(copies))
+    filled = panel.index(position.substitute(copies)).store(value.substitute(copies))
     read = UOp(Ops.AFTER, panel.dtype, (panel, filled, *outer)).index(position).load()
-    return sink.substitute({load: read})
+    return sink.substitute({value: read})
+
+
+def _packed_value(sink: UOp, load: UOp, across: UOp) -> UOp:
+    """The load, or the select that zeroes it outside its gate (a pad's read) when that is its only user and the gate
+    doesn't depend on `across`: the panel then holds the zeros and its reads need no gate."""
+    users = [u for u in sink.toposort() if load in u.src]
+    if len(users) != 1 or users[0].op is not Ops.WHERE or users[0].src[1] is not load:
+        return load
+    gate, other = users[0].src[0], users[0].src[2]
+    is_zero = other.op is Ops.CONST and other.arg == 0
+    return users[0] if is_zero and across not in gate.toposort() else load
 
 
 def apply_opts(sink: UOp, opts: tuple[Opt, ...], has_local: bool = False) -> UOp:
