@@ -194,6 +194,7 @@ def graph_figures(page: Any) -> tuple[float, float, list[float], dict[str, list[
             runs.append(time.perf_counter() - start)
             page.wait_for_function(f"() => document.getElementById('status').textContent === '{matches + 1} graphs'",
                                    timeout=600_000)  # fmt: skip
+            page.wait_for_function("() => window.vizProbe.layoutsPending() === 0", timeout=600_000)  # all laid out
             page.evaluate("() => document.getElementById('graph').replaceChildren()")
         if nodes == 1000:
             page.click("#groups .step")
