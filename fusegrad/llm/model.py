@@ -161,7 +161,7 @@ def attend_with_cache(cache_kv: Tensor, q: Tensor, k: Tensor, v: Tensor, start_p
     (B, H, T, D). Example: `attend_with_cache(cache, q, k, v, UOp.variable("start_pos", 0, 63).bind(5))`.
     """
     t, max_context = k.shape[2], cache_kv.shape[3]
-    if isinstance(start_pos, int) and not 0 <= start_pos <= max_context - t:
+    if isinstance(start_pos, int) and isinstance(t, int) and not 0 <= start_pos <= max_context - t:
         raise ValueError(
             f"attend_with_cache: positions {start_pos}..{start_pos + t - 1} past the cache (0..{max_context - 1})"
         )
@@ -171,22 +171,21 @@ def attend_with_cache(cache_kv: Tensor, q: Tensor, k: Tensor, v: Tensor, start_p
     return q.scaled_dot_product_attention(keys, values, attn_mask=_causal_mask(t, start_pos, q), enable_gqa=True)
 
 
-def _causal_mask(t: int, start_pos: StartPos, like: Tensor) -> Tensor | None:
-    """-inf above the diagonal shifted by start_pos, (1, 1, T, start_pos+T); None for one token (it sees everything)."""
-    if t == 1:
+def _causal_mask(t: StartPos, start_pos: StartPos, like: Tensor) -> Tensor | None:
+    """-inf above the diagonal shifted by start_pos, (1, 1, T, start_pos+T); None for one token (it sees everything).
+    T and start_pos may be bound variables: one mask kernel then serves every chunk of a chunked prefill."""
+    if isinstance(t, int) and t == 1:
         return None
-    if not isinstance(start_pos, int):
-        raise ValueError("TransformerBlock: several tokens at a symbolic start_pos are not supported; bind T=1")
-    return Tensor.full((1, 1, t, start_pos + t), float("-inf"), dtype=like.dtype, device=like.device).triu(
-        start_pos + 1
-    )
+    mask = Tensor.full((1, 1, t, start_pos + t), float("-inf"), dtype=like.dtype, device=like.device)
+    return mask.triu(start_pos + 1)  # type: ignore[arg-type]  # a bound variable works as the diagonal too
 
 
 class Transformer:
     """Token embedding, `num_blocks` blocks, a final RMSNorm and the output projection: (B, T) ids -> logits.
 
     `forward(tokens, start_pos)` gives the logits of the last position (B, vocab); `__call__` runs it under TinyJit
-    for one token (`rollout_jit`) so decoding replays one capture. Example:
+    for one token (`rollout_jit`) and for a chunk of a symbolic number of tokens (`prefill_jit`), so decoding and
+    chunked prefill each replay one capture. Example:
     `Transformer(cfg).generate([1, 2, 3], temperature=0.0)` yields token ids.
     """
 
@@ -197,7 +196,9 @@ class Transformer:
         self.output_norm = nn.RMSNorm(config.dim, config.norm_eps)
         self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
         self.max_context = config.max_context
+        # one capture for a single token (decode), one for a chunk of a variable number of tokens (prefill)
         self.rollout_jit: TinyJit[Tensor] = TinyJit(self._forward_realized)
+        self.prefill_jit: TinyJit[Tensor] = TinyJit(self._forward_realized)
 
     @staticmethod
     def from_gguf(
@@ -255,17 +256,22 @@ class Transformer:
         x = self.token_embd(tokens)
         for block in self.blk:
             x = block(x, start_pos)
-        return self.output(self.output_norm(x[:, -1, :]))
+        t = x.shape[1]
+        last = x[:, t - 1 : t, :].reshape(x.shape[0], x.shape[2])  # a slice, not x[:, -1]: T may be a variable
+        return self.output(self.output_norm(last))
 
     def _forward_realized(self, tokens: Tensor, start_pos: StartPos) -> Tensor:
         return self.forward(tokens, start_pos).realize()
 
     def __call__(self, tokens: Tensor, start_pos: StartPos = 0) -> Tensor:
-        """forward, realized; one token at a bound start_pos goes through `rollout_jit` (captured once)."""
+        """forward, realized. At a bound start_pos, one token goes through `rollout_jit` and a symbolic number of
+        tokens (a slice of a realized buffer at bound variables) through `prefill_jit`: each is captured once."""
         if tokens.ndim != 2:
             raise ValueError(f"Transformer: tokens must be (B, T) ids: got shape {tokens.shape}")
-        if isinstance(start_pos, UOp) and tokens.shape[1] == 1:
+        if isinstance(start_pos, UOp) and isinstance(tokens.shape[1], int) and tokens.shape[1] == 1:
             return self.rollout_jit(tokens.contiguous().realize(), start_pos)
+        if isinstance(start_pos, UOp) and not isinstance(tokens.shape[1], int):
+            return self.prefill_jit(tokens, start_pos)
         return self._forward_realized(tokens, start_pos)
 
     def generate(
@@ -275,11 +281,13 @@ class Transformer:
         top_k: int = 0,
         top_p: float = 1.0,
         rng: np.random.Generator | None = None,
+        chunk_size: int = 32,
     ) -> Iterator[int]:
         """Yield the next token ids after the prompt `tokens`, until max_context (the caller stops earlier).
 
-        The prompt runs in one step at position 0; each new token then runs alone at a `start_pos` variable bound to
-        its position, so every decode step replays the one capture. Sampling: `fusegrad.llm.sampling.sample`.
+        The prompt runs in chunks of up to chunk_size tokens, sliced from one buffer at bound `start_pos` and `toks`
+        variables; each new token then runs alone at `start_pos` bound to its position. So a prompt of any length and
+        every decode step replay captured kernels: no compile after the first calls. Sampling: `llm.sampling.sample`.
         """
         check_sampling(temperature, top_k, top_p)
         if not tokens or self.max_context < 1:
@@ -288,8 +296,10 @@ class Transformer:
             )
         if len(tokens) >= self.max_context:
             raise ValueError(f"generate: the prompt ({len(tokens)} tokens) fills max_context ({self.max_context})")
-        position = UOp.variable("start_pos", 1, self.max_context - 1)
-        logits = self(Tensor([tokens], dtype="int32"), 0)
+        if chunk_size < 1:
+            raise ValueError(f"generate: chunk_size must be >= 1: got {chunk_size}")
+        position = UOp.variable("start_pos", 0, self.max_context - 1)
+        logits = self._prefill(tokens, position, min(chunk_size, self.max_context))
         pos = len(tokens)
         while True:
             token = sample(logits.numpy()[0], temperature, top_k, top_p, rng)
@@ -298,6 +308,19 @@ class Transformer:
                 return
             logits = self(Tensor([[token]], dtype="int32"), position.bind(pos))
             pos += 1
+
+    def _prefill(self, tokens: list[int], position: UOp, chunk_size: int) -> Tensor:
+        """Run the prompt in chunks through prefill_jit; the logits of its last token."""
+        count = UOp.variable("toks", 1, chunk_size)
+        padded = tokens + [0] * (self.max_context - len(tokens))
+        ids = Tensor(padded, dtype="int32").reshape(1, self.max_context).realize()
+        pos = 0
+        while pos < len(tokens):
+            n = min(chunk_size, len(tokens) - pos)
+            start, size = position.bind(pos), count.bind(n)
+            logits = self(ids[:, start : start + size], start)
+            pos += n
+        return logits
 
 
 def _deinterleave_rows(w: Tensor, heads: int) -> Tensor:

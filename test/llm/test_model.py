@@ -101,7 +101,7 @@ def _cached_model(max_context: int = 16) -> Transformer:
 def test_kv_cache_decoding_matches_whole_sequence_logits() -> None:
     model = _cached_model()
     ids = [3, 1, 4, 1, 5, 9, 2, 6]
-    full = model.logits(Tensor([ids], dtype="int32")).numpy()[0]  # the cache is not touched by logits at 0..T
+    full = model.logits(Tensor([ids], dtype="int32")).numpy()[0]  # (it writes the keys and values the steps rewrite)
     position = UOp.variable("start_pos", 1, 15)
     np.testing.assert_allclose(model(Tensor([ids[:3]], dtype="int32"), 0).numpy()[0], full[2], rtol=1e-4, atol=1e-4)
     for pos in range(3, len(ids)):
@@ -124,6 +124,21 @@ def test_decode_captures_once_and_never_recompiles(monkeypatch: pytest.MonkeyPat
     assert model.rollout_jit.captured is not None
 
 
+def test_chunked_prefill_matches_and_compiles_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prompts of 7 and 5 tokens in chunks of 3: the logits of the whole sequence, and no compile in the second."""
+    model = _cached_model(32)
+    for prompt in ([3, 1, 4, 1, 5, 9, 2], [2, 7, 1, 8, 2]):
+        full = model.logits(Tensor([prompt], dtype="int32")).numpy()[0, -1]
+        last = model._prefill(prompt, UOp.variable("start_pos", 0, 31), 3).numpy()[0]
+        np.testing.assert_allclose(last, full, rtol=1e-4, atol=1e-4)
+    assert model.prefill_jit.captured is not None
+    compiles: list[int] = []
+    real = realize_module.get_program
+    monkeypatch.setattr(realize_module, "get_program", lambda ast, r: compiles.append(1) or real(ast, r))
+    model._prefill([5, 5, 5, 5], UOp.variable("start_pos", 0, 31), 3)
+    assert compiles == []
+
+
 def test_greedy_generation_matches_torch() -> None:
     model = _cached_model(40)
     ref = TorchLlama({k: v.detach() for k, v in _torch_weights(model).items()}, model.config)
@@ -138,5 +153,7 @@ def test_generate_checks_its_arguments() -> None:
         next(model.generate([1, 2, 3, 4]))
     with pytest.raises(ValueError, match="top_p must be in"):
         next(model.generate([1], top_p=0.0))
+    with pytest.raises(ValueError, match="chunk_size must be >= 1"):
+        next(model.generate([1], chunk_size=0))
     # the cache ends at max_context: generation stops there
     assert len(list(model.generate([1, 2]))) == 3
