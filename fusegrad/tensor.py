@@ -357,16 +357,11 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         return items, var_vals
 
     def realize(self, *lst: Tensor, do_update_stats: bool = True) -> Tensor:
-        """Compute this tensor (and `lst`) now; `Tensor.realize(a, b)` computes both in one schedule."""
-        from fusegrad.engine.realize import run_schedule
-        from fusegrad.engine.schedule import create_schedule
+        """Compute this tensor (and `lst`) now; `Tensor.realize(a, b)` computes both in one schedule. A realize shaped
+        like an earlier one (same ops, shapes, dtypes, devices and constants) reruns its schedule (SCHEDULE_CACHE)."""
+        from fusegrad.schedule.cache import realize_tensors
 
-        tensors = [self, *lst]
-        _kernelize(tensors)
-        sink = Tensor._sink(tensors)
-        schedule = create_schedule(sink)
-        run_schedule(schedule, do_update_stats=do_update_stats)
-        _apply_map({u: u.src[0] for u in sink.toposort() if u.op is Ops.ASSIGN and u.src[1].op is Ops.KERNEL})
+        realize_tensors([self, *lst], do_update_stats=do_update_stats)
         return self
 
     def contiguous(self) -> Tensor:

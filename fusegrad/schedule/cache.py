@@ -1,0 +1,268 @@
+"""The schedule cache: a realize whose tensor graph has the structure of an earlier one reruns that one's schedule.
+
+Structure means every node's op, dtype, arg (constants by value) and sources, with BUFFER nodes as parameters: the
+same kernels run with this realize's buffers, in the same order, and the tensors are repointed the same way, without
+kernelize or create_schedule. The key is built in one walk of the graph (`graph_structure`). Graphs the cache can't
+express (symbolic variables, tensors sharded over several devices, storage views) are scheduled every time.
+Entry point: `realize_tensors(tensors)`, what `Tensor.realize` runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fusegrad.helpers import DEBUG, PROFILE, SCHEDULE_CACHE, TRACK_MATCH_STATS, ContextVar, colored, cpu_profile
+from fusegrad.uop import GroupOp, Ops
+from fusegrad.uop.ops import UOp, buffers
+
+if TYPE_CHECKING:
+    from fusegrad.device import Buffer
+    from fusegrad.dtype import DType
+    from fusegrad.engine.realize import ExecItem, Runner
+    from fusegrad.tensor import Tensor
+
+CACHE_SIZE = 512  # schedules kept; the oldest goes first (a graph with a fresh random draw is a new structure)
+# nodes whose graph the cache can't replay: symbolic values are kernel arguments bound per run, kernels built by an
+# earlier kernelize() are not part of a structure
+_UNCACHEABLE = frozenset({Ops.BIND, Ops.DEFINE_VAR, Ops.KERNEL})
+# nodes whose arg is an identity, not a value: two CONTIGUOUS of one source are distinct nodes, whatever their ids
+_ID_ARGS = frozenset({Ops.UNIQUE, Ops.CONTIGUOUS})
+_CHECKED = _UNCACHEABLE | {Ops.DEVICE} | GroupOp.Movement  # the ops _is_replayable can refuse
+
+
+@dataclass(frozen=True, slots=True)
+class Structure:
+    """One walk of a graph: its key (None when the cache can't replay it), the nodes in walk order, each node's
+    position, and the BUFFER nodes (the schedule's parameters) in walk order."""
+
+    key: tuple[Any, ...] | None
+    nodes: list[UOp]
+    position: dict[UOp, int]
+    leaves: list[UOp]
+
+
+def graph_structure(sink: UOp) -> Structure:
+    """Post-order walk of `sink`, sources in order: two graphs of one structure list their nodes alike."""
+    position: dict[UOp, int] = {}
+    nodes: list[UOp] = []
+    leaves: list[UOp] = []
+    parts: list[tuple[Any, ...]] = []
+    cacheable = True
+    stack: list[tuple[UOp, bool]] = [(sink, False)]
+    while stack:  # the hit path's one walk of the graph: kept lean
+        node, expanded = stack.pop()
+        if node in position:
+            continue
+        if not expanded and node.src:
+            stack.append((node, True))
+            stack.extend([(s, False) for s in reversed(node.src) if s not in position])
+            continue
+        op, dtype, src, arg, tag = node._cache_key  # the key's arg: -0.0 stays apart from 0.0
+        if op is Ops.BUFFER:
+            leaves.append(node)
+        elif op in _CHECKED and cacheable:
+            cacheable = _is_replayable(node)
+        position[node] = len(nodes)
+        nodes.append(node)
+        parts.append((op, dtype, None if op in _ID_ARGS else arg, tag, *map(position.__getitem__, src)))
+    key = (_flag_values(), *parts) if cacheable else None
+    return Structure(key, nodes, position, leaves)
+
+
+def _is_replayable(node: UOp) -> bool:
+    """Not a symbolic value (a bound variable, or a movement op sized by one: symbolic_shape.py), a kernel built
+    by an earlier kernelize(), or a device tuple (a sharded tensor's placements live outside the graph)."""
+    if node.op in _UNCACHEABLE or (node.op is Ops.DEVICE and isinstance(node.arg, tuple)):
+        return False
+    if node.op not in GroupOp.Movement:
+        return True
+    return not any(
+        isinstance(x, UOp) or (isinstance(x, tuple) and any(isinstance(y, UOp) for y in x)) for x in node.arg
+    )
+
+
+def _flag_values() -> tuple[int | str, ...]:
+    """Every flag's value: a flag can change what the scheduler or the compiler makes (BEAM, FUSE_ARANGE, ...)."""
+    return tuple(v.value for v in ContextVar._cache.values())
+
+
+# *** cached schedules ***
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One kernel of a cached schedule: its runner and, per buffer slot, the parameter it is bound to."""
+
+    ast: UOp
+    prg: Runner
+    slots: tuple[int, ...]
+    metadata: tuple[Any, ...] | None
+    fixedvars: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    """A value of the becomes map with its BUFFER nodes replaced by placeholders (NOOP nodes numbered by
+    parameter), in sources-first order: instantiated with a realize's buffers, it is what a tensor reads after."""
+
+    nodes: tuple[UOp, ...]
+
+    def instantiate(self, params: list[UOp]) -> UOp:
+        made: dict[UOp, UOp] = {}
+        for node in self.nodes:
+            if node.op is Ops.NOOP:
+                made[node] = params[node.arg]
+            elif node.src:
+                srcs = tuple([made[s] for s in node.src])
+                made[node] = node if srcs == node.src else node.replace(src=srcs)
+            else:
+                made[node] = node
+        return made[self.nodes[-1]]
+
+
+@dataclass(frozen=True, slots=True)
+class CachedSchedule:
+    """What a realize of one structure does: the kernels, the buffers it makes (device, size, dtype) numbered after
+    the graph's own, and the map of graph positions to what those tensors read afterwards."""
+
+    steps: tuple[Step, ...]
+    new_buffers: tuple[tuple[str, int, DType], ...]
+    becomes: tuple[tuple[int, Template], ...]
+    kernel_count: int
+
+
+schedule_cache: dict[tuple[Any, ...], CachedSchedule] = {}  # mutated in place, never rebound: tests clear() it
+# realizes by outcome: "hit" (replayed), "miss" (scheduled, then kept if it can be replayed), "off" (flag or VIZ)
+cache_counts: dict[str, int] = {"hit": 0, "miss": 0, "off": 0}
+
+
+def _placeholder(dtype: DType, param: int) -> UOp:
+    return UOp(Ops.NOOP, dtype, (), param)
+
+
+def _template(value: UOp, param_of: dict[UOp, int]) -> Template | None:
+    """`value` with parameter placeholders for its BUFFER nodes; None if it holds a buffer that is no parameter."""
+    for u in value.toposort():
+        if (u.op is Ops.BUFFER and u not in param_of) or u.op in _UNCACHEABLE:
+            return None
+    placeholders = {buf: _placeholder(buf.dtype, i) for buf, i in param_of.items()}
+    shaped = value.substitute(placeholders) if any(b in placeholders for b in value.toposort()) else value
+    return Template(tuple(shaped.toposort()))
+
+
+def _steps(items: list[ExecItem], slot_of: dict[int, int]) -> tuple[Step, ...] | None:
+    """Each ExecItem as a Step over parameters; None when one runs on memory that is no parameter (a view)."""
+    steps = []
+    for ei in items:
+        if ei.prg is None or ei.ast.op is Ops.BUFFER_VIEW:
+            return None
+        slots = [slot_of.get(id(b)) for b in ei.bufs]
+        if any(s is None for s in slots):
+            return None
+        steps.append(Step(ei.ast, ei.prg, tuple(s for s in slots if s is not None), ei.metadata, ei.fixedvars))
+    return tuple(steps)
+
+
+def record(structure: Structure, items: list[ExecItem], made: list[UOp], becomes: dict[UOp, UOp]) -> None:
+    """Keep the schedule a realize ran: `items` (lowered), `made` (the BUFFERs its kernels write that are not in
+    the graph), `becomes` (graph node -> what its tensors read now, every kernel settled)."""
+    if structure.key is None:
+        return
+    params = [*structure.leaves, *made]
+    param_of = {buf: i for i, buf in enumerate(params)}
+    slot_of = {id(b): i for i, u in enumerate(params) if (b := buffers.get(u)) is not None and b._base is None}
+    if (steps := _steps(items, slot_of)) is None:
+        return
+    templates: list[tuple[int, Template]] = []
+    for old, new in becomes.items():
+        if (pos := structure.position.get(old)) is None or (template := _template(new, param_of)) is None:
+            return
+        templates.append((pos, template))
+    new_buffers = tuple((str(u.src[1].arg), int(u.arg), u.dtype) for u in made)
+    if len(schedule_cache) >= CACHE_SIZE:
+        del schedule_cache[next(iter(schedule_cache))]
+    schedule_cache[structure.key] = CachedSchedule(steps, new_buffers, tuple(templates), len(items))
+
+
+def replay(entry: CachedSchedule, structure: Structure, do_update_stats: bool) -> None:
+    """Run a cached schedule on this graph's buffers and repoint its tensors."""
+    from fusegrad.engine.realize import ExecItem, run_schedule
+    from fusegrad.tensor import _apply_map
+
+    params = [*structure.leaves, *[UOp.new_buffer(d, size, dt) for d, size, dt in entry.new_buffers]]
+    bufs: list[Buffer | None] = [p.buffer for p in params]
+    items = [
+        ExecItem(s.ast, [bufs[i] for i in s.slots], metadata=s.metadata, fixedvars=s.fixedvars, prg=s.prg)
+        for s in entry.steps
+    ]
+    run_schedule(items, do_update_stats=do_update_stats)
+    _apply_map({structure.nodes[pos]: template.instantiate(params) for pos, template in entry.becomes})
+
+
+# *** the realize ***
+
+
+def realize_tensors(tensors: Sequence[Tensor], do_update_stats: bool = True) -> None:
+    """Compute `tensors` in one schedule: a cached one when an earlier realize had this structure (SCHEDULE_CACHE)."""
+    from fusegrad.tensor import _is_done
+
+    sink = UOp.sink(*[t.uop for t in tensors])
+    if all(_is_done(u) for u in sink.src):  # nothing to kernelize; kernels an earlier kernelize() built still run
+        _schedule_and_run(tensors, None, do_update_stats, kernelized=True)
+        return
+    if not SCHEDULE_CACHE or TRACK_MATCH_STATS.value >= 2:  # VIZ shows the scheduler's rewrites of every realize
+        cache_counts["off"] += 1
+        _schedule_and_run(tensors, None, do_update_stats)
+        return
+    start = time.perf_counter()
+    structure = graph_structure(sink)
+    entry = schedule_cache.get(structure.key) if structure.key is not None else None
+    if entry is None:
+        cache_counts["miss"] += 1
+        _schedule_and_run(tensors, structure, do_update_stats)
+        return
+    cache_counts["hit"] += 1
+    if PROFILE:
+        with cpu_profile("schedule cache hit", "TINY"):
+            replay(entry, structure, do_update_stats)
+    else:
+        replay(entry, structure, do_update_stats)
+    if DEBUG.value >= 1:
+        took = (time.perf_counter() - start) * 1e3
+        print(colored(f"scheduled {entry.kernel_count} kernels in {took:.2f} ms (schedule cache hit)", "cyan"))
+
+
+def _schedule_and_run(
+    tensors: Sequence[Tensor], structure: Structure | None, do_update_stats: bool, kernelized: bool = False
+) -> None:
+    """The scheduler's path: kernelize (unless every tensor is `kernelized` already), create the schedule, run it,
+    settle the tensors; then remember it under `structure`."""
+    from fusegrad.engine.realize import run_schedule
+    from fusegrad.engine.schedule import create_schedule
+    from fusegrad.schedule.kernelize import kernelize
+    from fusegrad.tensor import _apply_map
+
+    becomes: dict[UOp, UOp] = {}
+    if not kernelized:
+        start = time.perf_counter()
+        result = kernelize(UOp.sink(*[t.uop for t in tensors]))
+        if DEBUG.value >= 1:
+            took = (time.perf_counter() - start) * 1e3
+            hit = "" if structure is None else " (schedule cache miss)"
+            print(colored(f"scheduled {result.kernel_count} kernels in {took:.2f} ms{hit}", "cyan"))
+        becomes = result.becomes
+        _apply_map(becomes)
+    sink = UOp.sink(*[t.uop for t in tensors])
+    items = create_schedule(sink)
+    ran = list(items)  # run_schedule pops them
+    run_schedule(items, do_update_stats=do_update_stats)
+    assigns = [u for u in sink.toposort() if u.op is Ops.ASSIGN and u.src[1].op is Ops.KERNEL]
+    settle = {u: u.src[0] for u in assigns}
+    _apply_map(settle)
+    if structure is not None and structure.key is not None:
+        leaves = set(structure.leaves)
+        made = list(dict.fromkeys(a.src[0] for a in assigns if a.src[0] not in leaves))
+        record(structure, ran, made, {old: new.substitute(settle) for old, new in becomes.items()})

@@ -1,0 +1,253 @@
+"""The schedule cache: random programs run three times on fresh data must match numpy every time, and the second
+and third runs must replay cached schedules (no scheduler run); random draws, assigns, views and copies between
+devices included."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fusegrad import Tensor
+from fusegrad.helpers import Context, GlobalCounters
+from fusegrad.schedule import cache
+from fusegrad.schedule.cache import cache_counts, graph_structure, schedule_cache
+from fusegrad.uop.ops import UOp
+
+N_INPUTS = 3
+SHAPE = (4, 4)
+
+Pool = list[tuple[Tensor, np.ndarray]]
+
+
+@pytest.fixture(autouse=True)
+def _cache_on() -> Iterator[None]:
+    with Context(SCHEDULE_CACHE=1, TRACK_MATCH_STATS=0):
+        yield
+
+
+# *** a program: steps on a pool of (tensor, array) pairs, run by fusegrad and numpy side by side ***
+
+
+def _unary(kind: str, t: Tensor, a: np.ndarray) -> tuple[Tensor, np.ndarray]:
+    match kind:
+        case "relu":
+            return t.relu(), np.maximum(a, 0)
+        case "neg":
+            return -t, -a
+        case "sigmoid":
+            return t.sigmoid(), 1 / (1 + np.exp(-a))
+        case _:
+            return (t.abs() + 1).sqrt(), np.sqrt(np.abs(a) + 1)
+
+
+def _binary(kind: str, t: Tensor, u: Tensor, a: np.ndarray, b: np.ndarray) -> tuple[Tensor, np.ndarray]:
+    match kind:
+        case "add":
+            return t + u, a + b
+        case "mul":
+            return t * u, a * b
+        case "sub":
+            return t - u, a - b
+        case "max":
+            return t.maximum(u), np.maximum(a, b)
+        case _:
+            return t @ u, a @ b
+
+
+def _view(kind: str, t: Tensor, a: np.ndarray) -> tuple[Tensor, np.ndarray]:
+    match kind:
+        case "transpose":
+            return t.T, a.T
+        case "flip":
+            return t.flip(0), np.flip(a, 0)
+        case "shrink_pad":
+            return t[1:3].pad(((1, 1), (0, 0))), np.pad(a[1:3], ((1, 1), (0, 0)))
+        case _:
+            return t.reshape(2, 8).T.reshape(SHAPE), a.reshape(2, 8).T.reshape(SHAPE)
+
+
+def _realize_all(pool: Pool) -> None:
+    Tensor.realize(*[t for t, _ in pool])
+
+
+def _assign(step: tuple[Any, ...], pool: Pool) -> None:
+    """Overwrite input k in place: first realize everything (what reads k's old contents reads them now), and copy
+    the results that are views of k's memory (a view reads what the assign writes, as in numpy)."""
+    _, kind, k, i = step
+    _realize_all(pool)
+    target = pool[k][0]
+    for n, (t, a) in enumerate(pool):
+        if n >= N_INPUTS and t.uop.base is target.uop.base:
+            pool[n] = (t.contiguous().realize(), a)
+    (target, old), (value, new) = pool[k], pool[i]
+    match kind:
+        case "assign":
+            target.assign(value * 0.5 + target)
+            pool[k] = (target, new * 0.5 + old)
+        case "iadd":
+            target += value
+            target += 1
+            pool[k] = (target, old + new + 1)
+        case _:
+            target[1:3] = value[1:3]
+            updated = old.copy()
+            updated[1:3] = new[1:3]
+            pool[k] = (target, updated)
+
+
+def run_step(step: tuple[Any, ...], pool: Pool) -> None:
+    match step[0]:
+        case "unary":
+            pool.append(_unary(step[1], *pool[step[2]]))
+        case "binary":
+            (t, a), (u, b) = pool[step[2]], pool[step[3]]
+            pool.append(_binary(step[1], t, u, a, b))
+        case "const":
+            t, a = pool[step[1]]
+            pool.append((t * step[2] + step[2], a * np.float32(step[2]) + np.float32(step[2])))
+        case "reduce":
+            t, a = pool[step[1]]
+            pool.append(
+                (t.sum(step[2], keepdim=True).expand(SHAPE), np.broadcast_to(a.sum(step[2], keepdims=True), SHAPE))
+            )
+        case "view":
+            pool.append(_view(step[1], *pool[step[2]]))
+        case "device":
+            t, a = pool[step[1]]
+            pool.append((((t.to("CPU:1") * 2) + 1).to("CPU"), a * 2 + 1))
+        case "realize":
+            pool[step[1]][0].realize()
+        case _:
+            _assign(step, pool)
+
+
+@st.composite
+def programs(draw: Any) -> list[tuple[Any, ...]]:
+    steps: list[tuple[Any, ...]] = []
+    for _ in range(draw(st.integers(1, 8))):
+        n = N_INPUTS + sum(1 for s in steps if s[0] in ("unary", "binary", "const", "reduce", "view", "device"))
+        pick = st.integers(0, n - 1)
+        kind = draw(st.sampled_from(["unary", "binary", "const", "reduce", "view", "device", "realize", "assign"]))
+        if kind == "unary":
+            steps.append(("unary", draw(st.sampled_from(["relu", "neg", "sigmoid", "sqrt"])), draw(pick)))
+        elif kind == "binary":
+            op = draw(st.sampled_from(["add", "mul", "sub", "max", "matmul"]))
+            steps.append(("binary", op, draw(pick), draw(pick)))
+        elif kind == "const":
+            steps.append(("const", draw(pick), draw(st.sampled_from([0.5, -2.0, 3.0, -0.0]))))
+        elif kind == "reduce":
+            steps.append(("reduce", draw(pick), draw(st.integers(0, 1))))
+        elif kind == "view":
+            steps.append(("view", draw(st.sampled_from(["transpose", "flip", "shrink_pad", "permute"])), draw(pick)))
+        elif kind in ("device", "realize"):
+            steps.append((kind, draw(pick)))
+        else:
+            target = draw(st.integers(0, N_INPUTS - 1))
+            steps.append(("assign", draw(st.sampled_from(["assign", "iadd", "setitem"])), target, draw(pick)))
+    return steps
+
+
+def run_program(steps: list[tuple[Any, ...]], seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    pool: Pool = []
+    for _ in range(N_INPUTS):
+        data = rng.uniform(-1, 1, SHAPE).astype(np.float32)
+        pool.append((Tensor(data).realize(), data))
+    for step in steps:
+        run_step(step, pool)
+    _realize_all(pool)
+    for t, a in pool:
+        np.testing.assert_allclose(t.numpy(), a, rtol=1e-4, atol=1e-5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(programs())
+def test_random_programs_replay_and_match_numpy(steps: list[tuple[Any, ...]]) -> None:
+    run_program(steps, seed=0)  # schedules (or replays what an earlier example of this structure cached)
+    misses, hits = cache_counts["miss"], cache_counts["hit"]
+    kernels = GlobalCounters.kernel_count
+    run_program(steps, seed=1)
+    ran = GlobalCounters.kernel_count - kernels
+    run_program(steps, seed=2)
+    assert cache_counts["miss"] == misses, f"a realize of a structure seen before was scheduled again: {steps}"
+    assert cache_counts["hit"] > hits
+    assert GlobalCounters.kernel_count - kernels == 2 * ran, "a replay ran a different number of kernels"
+
+
+# *** random numbers ***
+
+
+def _draws(seed: int) -> list[np.ndarray]:
+    Tensor.manual_seed(seed)
+    out = []
+    for _ in range(3):
+        x = Tensor.rand(*SHAPE)
+        out.append(((x * 2 + Tensor.rand(*SHAPE)).realize() + Tensor.randn(SHAPE)).numpy())
+    return out
+
+
+def test_random_draws_are_not_replayed() -> None:
+    with Context(SCHEDULE_CACHE=0):
+        expected = _draws(5)
+    before = cache_counts["hit"]
+    got = _draws(5)
+    assert cache_counts["hit"] > before  # the draws' schedules are replayed ...
+    for e, g in zip(expected, got, strict=True):
+        np.testing.assert_array_equal(g, e)  # ... with the numbers the scheduler's path draws
+    assert not np.array_equal(got[0], got[1])
+    assert not np.array_equal(got[1], got[2])
+
+
+# *** the key and the flag ***
+
+
+def test_key_ignores_buffers_but_sees_constants_shapes_and_aliasing() -> None:
+    a, b, c = Tensor.ones(3).contiguous().realize(), Tensor.ones(3).contiguous().realize(), Tensor.ones(4)
+    key = graph_structure(UOp.sink((a + b).uop)).key
+    assert key is not None
+    assert graph_structure(UOp.sink((b + a).uop)).key == key
+    assert graph_structure(UOp.sink((a + a).uop)).key != key  # one buffer read twice is another kernel's slots
+    assert graph_structure(UOp.sink((a * b).uop)).key != key
+    assert graph_structure(UOp.sink((a + b + 0.0).uop)).key != graph_structure(UOp.sink((a + b + -0.0).uop)).key
+    assert graph_structure(UOp.sink((c.contiguous() + 1).uop)).key != graph_structure(UOp.sink((a + 1).uop)).key
+
+
+def test_symbolic_graphs_are_scheduled_each_time() -> None:
+    v = UOp.variable("n", 1, 8).bind(3)
+    assert graph_structure(UOp.sink((Tensor.ones(8)[:v] * 2).uop)).key is None
+
+
+def test_flag_off_schedules_every_realize() -> None:
+    a = Tensor.ones(5).contiguous().realize()
+    (a + 1).realize()
+    with Context(SCHEDULE_CACHE=0):
+        counts = dict(cache_counts)
+        np.testing.assert_array_equal((a + 1).numpy(), np.full(5, 2.0))
+        assert cache_counts["hit"] == counts["hit"]
+        assert cache_counts["off"] > counts["off"]
+
+
+def test_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cache, "CACHE_SIZE", 3)
+    schedule_cache.clear()
+    a = Tensor.ones(2).contiguous().realize()
+    for i in range(5):  # five constants, five structures
+        (a + i).realize()
+    assert len(schedule_cache) == 3
+
+
+def test_update_loop_replays_and_keeps_values(capsys: pytest.CaptureFixture[str]) -> None:
+    """An optimiser-like loop: w -= lr * g, realized each step, reusing one schedule for the same buffer."""
+    w, g = Tensor([1.0, 2.0, 3.0]).realize(), Tensor([0.5, 0.5, 0.5]).realize()
+    expected = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+    with Context(DEBUG=1):
+        for _ in range(4):
+            w.assign(w - 0.1 * g).realize()
+            expected = expected - np.float32(0.1) * np.float32(0.5)
+    np.testing.assert_allclose(w.numpy(), expected, rtol=1e-6)
+    assert "(schedule cache hit)" in capsys.readouterr().out
