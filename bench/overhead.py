@@ -1,6 +1,7 @@
 """Host overhead, fusegrad vs torch (2 threads) vs the reference (tinygrad 0.14, DEV=CPU), in one run: a tiny op eager
 and jitted, jitted replay cost per kernel (CPU and NULL), eager/jitted ratio of an MLP Adam step and of a GPT training
-step (the model of fusegrad.examples.gpt), `import` time and a cold first GPT step (empty compile cache).
+step (the model of fusegrad.examples.gpt), `import` time, a cold first GPT step (empty compile cache), the scheduling
+of a 1,000-layer chain, and the eager tiny op and MLP step with the schedule cache off (SCHEDULE_CACHE=0).
 
 Every figure is the best of several runs, each measured in a fresh subprocess per framework; the table also shows the
 load average, since a busy machine inflates all of them. Usage: python bench/overhead.py [--help]
@@ -22,8 +23,9 @@ from types import ModuleType
 from typing import Any
 
 FRAMEWORKS = ("fusegrad", "torch", "tinygrad")
-MEASURES = ("tiny", "replay", "mlp", "gpt", "import", "cold")
+MEASURES = ("tiny", "replay", "mlp", "gpt", "import", "cold", "chain", "nocache")
 REPLAY_KERNELS = 200  # kernels in the replayed chain: the per-call cost is spread over them
+CHAIN_LAYERS = 1000  # (x @ w).relu() layers scheduled by the chain measure (bench/schedule.py shows other lengths)
 # the GPT of fusegrad.examples.gpt at its default size: vocab of the stdlib corpus (~96 characters), batch 16
 GPT_SHAPE = {"vocab": 96, "context": 64, "dim": 128, "heads": 4, "layers": 2, "batch": 16}
 
@@ -212,7 +214,33 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-WORKERS = {"tiny": tiny, "replay": replay, "mlp": mlp, "gpt": gpt, "cold": cold}
+def chain(fw: ModuleType, name: str, seconds: float) -> dict[str, float]:
+    """Seconds to schedule a chain of CHAIN_LAYERS `(x @ w).relu()` layers (nothing runs): wall and CPU time."""
+    if name != "fusegrad":  # the reference's Tensor has no schedule() that stops before running
+        return {}
+    x, w = fw.Tensor.empty(16, 16), fw.Tensor.empty(16, 16)
+    for _ in range(CHAIN_LAYERS):
+        x = (x @ w).relu()
+    before, start = cpu_seconds(), time.perf_counter()
+    x.schedule()
+    label = f"schedule {CHAIN_LAYERS:,}-layer chain s"
+    return {label: time.perf_counter() - start, f"{label} CPU time": cpu_seconds() - before}
+
+
+def nocache(fw: ModuleType, name: str, seconds: float) -> dict[str, float]:
+    """The tiny op and the MLP step eager with the schedule cache off (SCHEDULE_CACHE=0): every realize scheduled."""
+    if name != "fusegrad":
+        return {}
+    with fw.Context(SCHEDULE_CACHE=0):
+        a, b = fw.Tensor.rand(10).realize(), fw.Tensor.rand(10).realize()
+        eager, _ = mlp_step(fw, name)
+        return {
+            "tiny eager µs, no schedule cache": best_of(lambda: (a + b).realize(), seconds, 20) * 1e6,
+            "MLP step eager ms, no schedule cache": best_of(eager, seconds) * 1e3,
+        }
+
+
+WORKERS = {"tiny": tiny, "replay": replay, "mlp": mlp, "gpt": gpt, "cold": cold, "chain": chain, "nocache": nocache}
 
 
 def worker(name: str, measure: str, seconds: float) -> None:
@@ -272,7 +300,8 @@ TARGETS = {"tiny eager µs": "≤ 50", "eager launch µs/kernel": "≤ 10", "rep
            "replay NULL µs/kernel": "≤ 2",
            "MLP step eager/jitted": "≤ 1.5", "GPT step eager/jitted": "≤ 1.5", "import ms": "≤ 150",
            "import ms CPU time": "≤ 150",
-           "first GPT step s": "≤ 10"}  # fmt: skip
+           "first GPT step s": "≤ 10", f"schedule {CHAIN_LAYERS:,}-layer chain s": "≤ 1",
+           f"schedule {CHAIN_LAYERS:,}-layer chain s CPU time": "≤ 1"}  # fmt: skip
 
 
 def print_table(results: dict[str, dict[str, float]]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import operator
+from typing import Any
 
 from fusegrad.dtype import dtypes
 from fusegrad.helpers import TRACK_MATCH_STATS, Context
@@ -55,12 +56,20 @@ def _and(a: UOp | None, b: UOp) -> UOp:
     return b if a is None else a & b
 
 
-def source_index(node: UOp, idx: Index, valid: UOp | None) -> tuple[Index, UOp | None]:  # noqa: C901  # one case per op: a dispatch table
+def source_index(node: UOp, idx: Index, valid: UOp | None) -> tuple[Index, UOp | None]:
     """The index (and validity) at which movement op `node`, read at `idx`, reads its source."""
-    in_shape, arg = node.src[0].shape, node.arg
-    match node.op:
+    return _source_index(node.op, node.arg, node.src[0].shape, node.shape, idx, valid)
+
+
+# the answer depends on the op, its arg, the shapes and the index only: a layer repeated n times (or the same view in
+# the two walks of every kernel, find_realizes' and build_kernel's) asks the same question each time
+@functools.lru_cache(maxsize=16384)
+def _source_index(  # noqa: C901  # one case per op: a dispatch table
+    op: Ops, arg: Any, in_shape: tuple[Any, ...], shape: tuple[Any, ...], idx: Index, valid: UOp | None
+) -> tuple[Index, UOp | None]:
+    match op:
         case Ops.RESHAPE:
-            flat = linearize_index(idx, node.shape)
+            flat = linearize_index(idx, shape)
             out = []
             for i, (s, st) in enumerate(zip(in_shape, strides_for(in_shape), strict=True)):
                 if s == 1:
@@ -93,4 +102,4 @@ def source_index(node: UOp, idx: Index, valid: UOp | None) -> tuple[Index, UOp |
             return tuple(i + start if start else i for i, (start, _) in zip(idx, arg, strict=True)), valid
         case Ops.FLIP:
             return tuple((s - 1) - i if flip else i for i, s, flip in zip(idx, in_shape, arg, strict=True)), valid
-    raise ValueError(f"source_index: {node.op} is not a movement op")
+    raise ValueError(f"source_index: {op} is not a movement op")

@@ -7,6 +7,7 @@ realized tensor node became (a view of its buffer), for Tensor to repoint live t
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,12 +17,14 @@ from fusegrad.schedule.multi import Placement, devices_of, has_multi, place_grap
 from fusegrad.schedule.ordering import add_dependencies, run_order, snapshot
 from fusegrad.schedule.rangeify import (
     Kernel,
+    Reads,
     build_kernel,
     copy_kernel,
     initial_realizes,
     is_kernelized,
     is_stored,
     is_view_of_stored,
+    note_reads,
     simplify_kernel,
 )
 from fusegrad.schedule.views import copy_then_rearrange, storage_view_kernel, storage_write_kernel
@@ -98,23 +101,31 @@ pm_prepare_realize = PatternMatcher(
 
 
 def find_realizes(sink: UOp, placements: dict[UOp, Placement] | None = None) -> dict[UOp, None]:
-    """Grow the initial realize set until no kernel would recompute a reduce or read a node at two places."""
+    """Grow the initial realize set until no kernel would recompute a reduce or read a node at two places.
+
+    Each round walks every kernel (reads only, note_reads) with fresh read records. A reduce found to need its own
+    kernel is realized and walked in the same round; the round is walked again only if an earlier walk had computed
+    that reduce inline, since every other walk would go exactly as it went (same order, same reads)."""
     realized = {u: None for u in initial_realizes(sink) if prod(u.shape) != 0}  # empty results need no kernel
     while True:
-        reads: dict[UOp, set[Any]] = {}
+        reads: Reads = {}
         flagged: dict[UOp, None] = {}
-        roots, added_reduce = list(realized), False
-        for root in roots:  # grows while we walk: a reduce that needs its own kernel is built in this same pass
+        inlined: set[UOp] = set()
+        added: list[UOp] = []
+        roots = list(realized)
+        for root in roots:  # grows while we walk: a reduce that needs its own kernel is walked in this same pass
             if root.op is Ops.COPY:
                 continue
-            build_kernel(root, realized, {}, reads, flagged, None, placements)
-            for u in flagged:
+            seen = len(flagged)
+            note_reads(root, realized, reads, flagged, inlined, placements)
+            # flagged only grows within a round: the newest entries are the ones this walk added
+            for u in reversed([*itertools.islice(reversed(flagged), len(flagged) - seen)]):
                 if u.op is Ops.REDUCE_AXIS and u not in realized and prod(u.shape) != 0:
                     realized[u] = None
                     roots.append(u)
-                    added_reduce = True
-        if added_reduce:
-            continue  # kernels built before a reduce was split off saw it inline: walk again for clean reads
+                    added.append(u)
+        if any(u in inlined for u in added):
+            continue  # a kernel walked before that reduce was split off computed it inline: walk again
         new = [u for u in flagged if u not in realized and prod(u.shape) != 0]
         if not new:
             return realized

@@ -12,7 +12,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from fusegrad.helpers import prod
+from fusegrad.helpers import TRACK_MATCH_STATS, prod
 from fusegrad.schedule.indexing import Index, idx_const, linearize_index, simplify_index, source_index
 from fusegrad.schedule.multi import Placement, devices_of, multi_buffer, multi_range, register_multi_buffer
 from fusegrad.uop import AxisType, GroupOp, Ops
@@ -66,6 +66,10 @@ def initial_realizes(sink: UOp) -> dict[UOp, None]:
     return ret
 
 
+# node -> kernel root -> the (index, validity) pairs that kernel reads the node at
+Reads = dict[UOp, dict[UOp, set[tuple[Index, UOp | None]]]]
+
+
 @dataclass
 class KernelBuilder:
     """Builds one kernel's value expression from a realized root, noting reads that force more realizations."""
@@ -73,7 +77,7 @@ class KernelBuilder:
     root: UOp
     realized: dict[UOp, None]
     buffer_of: dict[UOp, UOp]  # realized node -> the stored node (ASSIGN(BUFFER, KERNEL)) kernels load it from
-    reads: dict[UOp, set[tuple[Any, ...]]]
+    reads: Reads
     flagged: dict[UOp, None]
     out_buf: UOp | None = None  # the BUFFER this kernel writes: reading it again uses slot 0, not a second pointer
     loads: dict[UOp, int] = field(default_factory=dict)  # stored node -> global slot (1, 2, ...)
@@ -91,6 +95,11 @@ class KernelBuilder:
         return size // int(self.device_index.src[0].arg)
 
     costly: dict[UOp, bool] = field(default_factory=dict)
+    range_memo: dict[Index, frozenset[UOp]] = field(default_factory=dict)
+    # a reads-only walk (find_realizes): no AST is built; reduces it computes inline (not as a load) are noted in
+    # `inlined`, so a reduce realized afterwards tells which walks would now differ
+    reads_only: bool = False
+    inlined: set[UOp] | None = None
 
     def new_range(self, size: int, axis_type: AxisType) -> UOp:
         return idx_const(0) if size == 1 else UOp.range(idx_const(size), next(self.ranges), axis_type)
@@ -106,6 +115,8 @@ class KernelBuilder:
         return None
 
     def load(self, stored: UOp, node: UOp, idx: Index, valid: UOp | None) -> UOp:
+        if self.reads_only:
+            return _UNBUILT
         buf = stored.src[0] if is_kernelized(stored) else stored.src[0] if stored.op is Ops.ASSIGN else stored
         slot = 0 if buf is self.out_buf else self.loads.setdefault(stored, len(self.loads) + 1)
         size = buf.arg if buf.op is Ops.BUFFER else max_size(prod(node.shape))
@@ -199,28 +210,31 @@ class KernelBuilder:
             or node._shape is None  # math on kernel constants (a gradient's `e - 1`): the same at every index
         ):
             return
-        key = (idx, valid)
-        seen = self.reads.setdefault(node, set())
+        by_kernel = self.reads.setdefault(node, {})
+        here = by_kernel.setdefault(self.root, set())
+        here.add((idx, valid))
         if node.op is Ops.REDUCE_AXIS:
-            used = {u for i in idx for u in i.toposort() if u.op is Ops.RANGE}
-            if ctx - used:  # some loop around this read does not change the reduce: it would be recomputed
+            if ctx - self.ranges_in(idx):  # some loop around this read does not change the reduce: recomputed
                 self.flagged[node] = None
-            seen.add((self.root, *key))
-            if len(seen) > 1:
+            if len(by_kernel) > 1 or len(here) > 1:  # read by two kernels, or at two places
                 self.flagged[node] = None
         else:
-            seen.add((self.root, *key))
-            read_twice = len({k[1:] for k in seen if k[0] is self.root}) > 1  # one kernel reads it at two places
+            read_twice = len(here) > 1  # one kernel reads it at two places
             if read_twice or (self.is_recomputed_in_reduce(node, idx, ctx) and self.is_costly(node)):
                 self.flagged[node] = None
+
+    def ranges_in(self, idx: Index) -> frozenset[UOp]:
+        """The RANGEs an index uses (kept per index: a chain of kernels reads through the same ones)."""
+        if (found := self.range_memo.get(idx)) is None:
+            found = self.range_memo[idx] = frozenset(u for i in idx for u in i.toposort() if u.op is Ops.RANGE)
+        return found
 
     def is_recomputed_in_reduce(self, node: UOp, idx: Index, ctx: frozenset[UOp]) -> bool:
         """Read inside a reduce loop by an index that ignores one of the enclosing loops: each value is computed
         again for every step of that loop (a matmul operand, once per output column)."""
         if not any(r.arg[1] is AxisType.REDUCE for r in ctx):
             return False
-        used = {u for i in idx for u in i.toposort() if u.op is Ops.RANGE}
-        return bool(ctx - used)
+        return bool(ctx - self.ranges_in(idx))
 
     def is_costly(self, node: UOp) -> bool:
         """Whether computing `node` inline costs more than a load: it reads 3+ buffers or does 8+ operations.
@@ -246,6 +260,10 @@ class KernelBuilder:
         return result
 
     def combine(self, node: UOp, srcs: list[UOp], idx: Index, valid: UOp | None) -> UOp:
+        if self.reads_only:
+            if node.op is Ops.REDUCE_AXIS and node is not self.root and self.inlined is not None:
+                self.inlined.add(node)
+            return _UNBUILT
         if node.op in GroupOp.Movement:
             return srcs[0]  # the index already moved; PAD's validity is applied by emit
         match node.op:
@@ -299,10 +317,13 @@ class KernelBuilder:
                 )
                 continue
             value = self.combine(n, [self.memo[(k[0], k[1], k[2])] for k in kids], i, v)
-            if n.op is Ops.PAD and kids[0][2] is not None and kids[0][2] is not v:
+            if n.op is Ops.PAD and kids[0][2] is not None and kids[0][2] is not v and not self.reads_only:
                 value = kids[0][2].where(value, value.const_like(0))
             self.memo[key] = value
         return self.memo[(node, idx, valid)]
+
+
+_UNBUILT = UOp(Ops.NOOP)  # the value of every node in a reads-only walk
 
 
 def _loops(i: UOp) -> list[UOp]:
@@ -370,7 +391,7 @@ def _local_copy(root: UOp, buffer_of: dict[UOp, UOp]) -> BuiltKernel:
     return BuiltKernel(root, copy_ast(out, moves), out, [source])
 
 
-def build_kernel(root: UOp, realized: dict[UOp, None], buffer_of: dict[UOp, UOp], reads: dict[UOp, set[Any]],
+def build_kernel(root: UOp, realized: dict[UOp, None], buffer_of: dict[UOp, UOp], reads: Reads,
                  flagged: dict[UOp, None], device_buffer: UOp | None,
                  placements: dict[UOp, Placement] | None = None) -> BuiltKernel:  # fmt: skip
     """The kernel computing realized node `root` into `device_buffer` (a fresh BUFFER when None).
@@ -405,8 +426,43 @@ def build_kernel(root: UOp, realized: dict[UOp, None], buffer_of: dict[UOp, UOp]
     return BuiltKernel(root, ast, out_buf, inputs)
 
 
+def note_reads(
+    root: UOp,
+    realized: dict[UOp, None],
+    reads: Reads,
+    flagged: dict[UOp, None],
+    inlined: set[UOp],
+    placements: dict[UOp, Placement] | None = None,
+) -> None:
+    """Walk the kernel of `root` as build_kernel does, recording its reads in `reads` and the nodes they force to
+    be realized in `flagged`, without building an AST (find_realizes walks every kernel this way, often twice)."""
+    kb = KernelBuilder(root, realized, {}, reads, flagged, reads_only=True, inlined=inlined)
+    if placements is not None and (devices := devices_of(root)) is not None:
+        if root not in placements or root.op is Ops.AFTER:
+            return  # a copy of memory on each device (_local_copy): it reads nothing that could be fused
+        kb.placements, kb.device_index = placements, multi_range(len(devices))
+    out_idx, loops, _ = _output_index(kb, root)
+    ctx = frozenset(r for r in loops if r.op is Ops.RANGE)
+    if root.op is Ops.ASSIGN:
+        _store_index(root.src[0], out_idx)  # a bad target raises here, as when the kernel is built
+        kb.emit(root.src[1], out_idx, None, ctx)
+    else:
+        kb.emit(root, out_idx, None, ctx)
+
+
+_SIMPLIFIED_MAX = 4096  # kernel ASTs whose simplified form is kept (the oldest goes first)
+_simplified: dict[UOp, UOp] = {}  # AST -> simplified AST: a layer repeated n times is one AST, simplified once
+
+
 def simplify_kernel(ast: UOp) -> UOp:
-    return graph_rewrite(ast, sym, name="simplify kernel indices")
+    if TRACK_MATCH_STATS.value >= 2:  # VIZ shows every kernel's simplification
+        return graph_rewrite(ast, sym, name="simplify kernel indices")
+    if (done := _simplified.get(ast)) is not None:
+        return done
+    if len(_simplified) >= _SIMPLIFIED_MAX:
+        del _simplified[next(iter(_simplified))]
+    _simplified[ast] = done = graph_rewrite(ast, sym, name="simplify kernel indices")
+    return done
 
 
 def copy_kernel(root: UOp) -> UOp:

@@ -1,0 +1,31 @@
+"""Pinned fusion decisions of whole training steps: a change in kernel count or FLOP total means the scheduler
+decided differently (schedule/kernelize.py find_realizes), which a speed-up of the scheduler must not do."""
+
+from __future__ import annotations
+
+from fusegrad import Tensor
+
+
+def test_convnet_training_step_kernels_and_flops_are_pinned() -> None:
+    """The MNIST convnet's forward and backward (conv, batchnorm, pool, linear, loss): 45 kernels doing 34,860,235
+    ops (the renderer's estimate). Fusion decisions of the conv backward have changed by accident before (an
+    incremental find_realizes): a different count or a different FLOP total says a decision changed."""
+    from fusegrad import Device
+    from fusegrad.engine.realize import get_program
+    from fusegrad.examples.mnist import ConvNet
+    from fusegrad.nn.optim import Adam
+    from fusegrad.nn.state import get_parameters
+    from fusegrad.uop import Ops
+
+    Tensor.manual_seed(0)
+    Tensor.training = True
+    model = ConvNet(8)
+    optimizer = Adam(get_parameters(model))
+    Tensor.realize(*get_parameters(model))
+    images, labels = Tensor.empty(16, 1, 28, 28, dtype="uint8"), Tensor.empty(16, dtype="int32")
+    optimizer.zero_grad()
+    loss = model(images.float() / 255.0).sparse_categorical_crossentropy(labels).backward()
+    items = loss.schedule(*[p.grad for p in optimizer.params if p.grad is not None])
+    kernels = [item for item in items if item.ast.op is Ops.SINK]
+    assert len(kernels) == 45
+    assert sum(get_program(k.ast, Device["CPU"].renderer).estimates.ops for k in kernels) == 34_860_235

@@ -1,0 +1,66 @@
+"""Scheduling work grows linearly with the graph: find_realizes walks a chain's kernels once each, and a layer repeated
+n times is simplified once (timings are bench/schedule.py's; these count the work, which load does not change)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fusegrad import Tensor
+from fusegrad.schedule import kernelize, rangeify
+
+
+def chain(layers: int) -> Tensor:
+    x, w = Tensor.empty(8, 8), Tensor.empty(8, 8)
+    for _ in range(layers):
+        x = (x @ w).relu()
+    return x
+
+
+def test_chain_walks_each_kernel_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    walks: list[Any] = []
+    original = kernelize.note_reads
+
+    def counted(root: Any, *args: Any) -> None:
+        walks.append(root)
+        original(root, *args)
+
+    monkeypatch.setattr(kernelize, "note_reads", counted)
+    assert len(chain(40).schedule()) == 40
+    assert len(walks) == 40  # one reads-only walk per kernel: no second round over kernels already decided
+
+
+def test_a_repeated_layer_is_simplified_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    simplified: list[Any] = []
+    original = rangeify.graph_rewrite
+
+    def counted(ast: Any, *args: Any, **kwargs: Any) -> Any:
+        simplified.append(ast)
+        return original(ast, *args, **kwargs)
+
+    rangeify._simplified.clear()
+    monkeypatch.setattr(rangeify, "graph_rewrite", counted)
+    assert len(chain(30).schedule()) == 30
+    assert len(simplified) <= 3  # the first layer, the output layer and one AST for all the layers between
+
+
+def test_a_second_round_still_runs_when_a_walk_inlined_a_split_reduce(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`r + 1` and `r * 2` of one sum r, realized together: the first output's walk computes r inline, the second's
+    read makes r a kernel of its own, so the round is walked again and both outputs read the stored r."""
+    import numpy as np
+
+    walks: list[Any] = []
+    original = kernelize.note_reads
+
+    def counted(root: Any, *args: Any) -> None:
+        walks.append(root)
+        original(root, *args)
+
+    monkeypatch.setattr(kernelize, "note_reads", counted)
+    a = np.arange(6, dtype=np.float32)
+    r = Tensor(a).sum()
+    first, second = r + 1, r * 2
+    assert len([i for i in first.schedule(second) if i.ast.op.name == "SINK"]) == 3
+    assert len(walks) > 3  # the walks of the first round, then a second round
+    np.testing.assert_allclose([first.item(), second.item()], [a.sum() + 1, a.sum() * 2])
