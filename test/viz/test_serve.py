@@ -115,6 +115,7 @@ def test_the_stream_drains_buffer_events_and_trace_numbers_stay_unique(tmp_path:
     """Recording holds at most a chunk of buffer lifetimes: each drain empties Buffer.profile_events into the file,
     and buffers made after a drain still get numbers no earlier buffer had (they no longer count the list)."""
     stream, keys = ProfileStream(tmp_path / "run.fgprof"), []
+    Buffer.profile_events.clear()  # what earlier tests in this process recorded
     with Context(PROFILE=1):
         for _ in range(3):
             for _ in range(4):
