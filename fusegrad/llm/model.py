@@ -213,8 +213,8 @@ class Transformer:
             raise ValueError(f"Transformer.from_gguf: architecture {arch!r} is not supported: expected 'llama'")
         config = _config_from_gguf(kv, state, max_context)
         for name in list(state):
-            heads = config.n_heads if name.endswith("attn_q.weight") else config.n_kv_heads
             if name.endswith(("attn_q.weight", "attn_k.weight")):
+                heads = config.n_heads if name.endswith("attn_q.weight") else config.n_kv_heads
                 state[name] = _deinterleave_rows(state[name], heads)
         return Transformer._with_weights(config, state), kv
 
@@ -244,18 +244,20 @@ class Transformer:
         load_state_dict(model, {k: v.float() for k, v in state.items()}, verbose=False, consume=True)
         return model
 
-    def logits(self, tokens: Tensor, start_pos: StartPos = 0) -> Tensor:
-        """Logits of every position: (B, T) ids -> (B, T, vocab)."""
+    def _hidden(self, tokens: Tensor, start_pos: StartPos) -> Tensor:
+        """(B, T) ids -> (B, T, dim) after the last block."""
         x = self.token_embd(tokens)
         for block in self.blk:
             x = block(x, start_pos)
-        return self.output(self.output_norm(x))
+        return x
+
+    def logits(self, tokens: Tensor, start_pos: StartPos = 0) -> Tensor:
+        """Logits of every position: (B, T) ids -> (B, T, vocab)."""
+        return self.output(self.output_norm(self._hidden(tokens, start_pos)))
 
     def forward(self, tokens: Tensor, start_pos: StartPos = 0) -> Tensor:
         """Logits of the last position only: (B, T) ids -> (B, vocab); the projection runs on that one row."""
-        x = self.token_embd(tokens)
-        for block in self.blk:
-            x = block(x, start_pos)
+        x = self._hidden(tokens, start_pos)
         t = x.shape[1]
         last = x[:, t - 1 : t, :].reshape(x.shape[0], x.shape[2])  # a slice, not x[:, -1]: T may be a variable
         return self.output(self.output_norm(last))
