@@ -25,9 +25,8 @@ NOT_IMPLEMENTED = {
     "SequenceAt", "SequenceConstruct", "SequenceErase", "ConcatFromSequence",
     # signal processing
     "MelWeightMatrix",
-    # detection: RoiAlign and DeformConv sample per box / per offset; NonMaxSuppression and Unique have output
-    # shapes that depend on the values
-    "RoiAlign", "NonMaxSuppression", "DeformConv", "Unique",
+    # detection: RoiAlign and DeformConv sample per box / per offset
+    "RoiAlign", "DeformConv",
     # preview-domain attention with score/probability modifier sub-graphs (its _expanded cases run)
     "FlexAttention",
     # randomness (the reference values come from numpy's generator) and the training domain's Gradient

@@ -28,6 +28,7 @@ from fusegrad.nn.onnx import (  # noqa: F401
     ops_recurrent,
     ops_reduce,
     ops_sample,
+    ops_selection,
     ops_shape,
     ops_training,
 )
@@ -147,7 +148,7 @@ class OnnxRunner:
     @staticmethod
     def _reads_shape_from_values(op_type: str, inputs_static: list[bool]) -> bool:
         """Whether a node's output shape follows from the values of its non-static inputs."""
-        if op_type in ("NonZero", "Compress"):
+        if op_type in ("NonZero", "Compress", "NonMaxSuppression", "Unique"):
             return True
         if op_type in ("Range", "ConstantOfShape"):  # every input is a shape or bound
             return not all(inputs_static)
