@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from fusegrad.codegen.gpudims import gpu_heuristic, split_group, split_local
 from fusegrad.codegen.linearize import flat_index, range_key
+from fusegrad.codegen.vectorize import VECTOR_BYTES, VECTOR_DTYPES
 from fusegrad.dtype import AddrSpace
 from fusegrad.helpers import NOOPT
 from fusegrad.uop import AxisType, Ops
@@ -60,6 +61,7 @@ SWAP_MIN_REDUCE = 2048  # reduce size from which the vector loads' panel no long
 PACK_MAX_BYTES = 256 << 10  # a packed panel lives on the thread's stack and should stay in L2 (512 KiB a core)
 PACK_MIN_REDUCE = 256  # reduce size from which packing the vector loads' panel pays (matmul 1024: ~2.5x)
 PACK_MIN_REUSE = 4  # reuse tiles a packed panel must serve to pay for its copy
+MAX_ACC_VECTORS = 14  # accumulator registers of a vector tile: AVX2 has 16, one holds a loaded vector, one a broadcast
 
 
 # *** applying opts ***
@@ -264,7 +266,39 @@ def _reduce_loads(nodes: dict[UOp, None]) -> list[UOp]:
     return [u for u in loads if reduced & {r for r in u.src[0].toposort() if r.op is Ops.RANGE}]
 
 
-def upcast_opts(loops: list[UOp], loads: list[UOp], acc_bytes: int) -> list[Opt]:
+def register_tile(vector_size: int, reuse_size: int, width: int) -> tuple[int, int]:
+    """(vector axis amount, reuse axis amount) of a tile of vector accumulators: whole vectors of `width` lanes times
+    rows, at most MAX_ACC_VECTORS registers. The most accumulators first (each load serves more of them, and more
+    independent adds hide their latency), then the fewest loads per accumulator, then more rows (broadcasts are
+    cheaper than vector loads, and the packed panel narrower). (0, 0): no whole vector divides the axis."""
+    best: tuple[tuple[int, int, int], int, int] = ((0, 0, 0), 0, 0)
+    for vectors in range(1, MAX_ACC_VECTORS + 1):
+        if vector_size % (vectors * width):
+            continue
+        for rows in range(1, MAX_ACC_VECTORS // vectors + 1):
+            key = (vectors * rows, -(vectors + rows), rows)
+            if reuse_size % rows == 0 and key > best[0]:
+                best = (key, vectors * width, rows)
+    return best[1], best[2]
+
+
+def vector_tile_opts(loops: list[UOp], vector: UOp, strides: dict[UOp, list[int | None]], width: int) -> list[Opt]:
+    """The upcasts of a register tile (`register_tile`) over the vector axis and its best reuse axis (the one whose
+    rows share the most vector loads); [] when no whole vector divides the vector axis."""
+    contiguous = [i for i, s in enumerate(strides[vector]) if s == 1]
+    reuse = [r for r in loops if r is not vector and any(strides[r][i] == 0 for i in contiguous)]
+    reuse.sort(key=lambda r: (sum(strides[r][i] == 0 for i in contiguous), strides[r].count(0), r.arg[0]))
+    rows_axis = reuse[-1] if reuse else None
+    amount, rows = register_tile(int(vector.src[0].arg), int(rows_axis.src[0].arg) if rows_axis else 1, width)
+    if not amount:
+        return []
+    ret = [Opt(OptOps.UPCAST, vector.arg[0], amount)]
+    if rows_axis is not None and rows > 1:
+        ret.insert(0, Opt(OptOps.UPCAST, rows_axis.arg[0], rows))  # the vector axis innermost: it is vectorised
+    return ret
+
+
+def upcast_opts(loops: list[UOp], loads: list[UOp], acc_bytes: int, vector_width: int = 0) -> list[Opt]:
     """A vector axis (some load contiguous in it, none strided) upcast by up to 8, then a reuse axis (the vector
     loads don't depend on it, so each serves all its rows) by up to 8, within UPCAST_BYTES of accumulators.
 
@@ -273,6 +307,8 @@ def upcast_opts(loops: list[UOp], loads: list[UOp], acc_bytes: int) -> list[Opt]
     """
     strides = {r: [stride(ld.src[0].src[1], r) for ld in loads] for r in loops}
     candidates = [r for r in loops if 1 in strides[r] and all(s in (0, 1) for s in strides[r])]
+    if candidates and vector_width and (tile := vector_tile_opts(loops, candidates[-1], strides, vector_width)):
+        return tile
     budget = UPCAST_BYTES // acc_bytes
     if not candidates or (amount := _first_divisor(int(candidates[-1].src[0].arg), VECTOR_AMOUNTS, budget)) is None:
         return []
@@ -319,8 +355,11 @@ def pack_opts(sink: UOp, opts: list[Opt], loads: list[UOp], reduce_size: int, si
         return []
     ret = []
     across = reuse.axis
-    if reuse.axis < vector.axis and sizes[vector.axis] > vector.arg:  # the loops trade axis ids
-        ret, across = [Opt(OptOps.SWAP, reuse.axis, vector.axis)], vector.axis
+    # the reuse loop goes innermost among the output loops left (they trade axis ids): a conv's rows stay outside it
+    amounts = {o.axis: o.arg for o in opts}
+    inner = [a for a, size in sizes.items() if a > reuse.axis and size > amounts.get(a, 1)]
+    if inner:
+        ret, across = [Opt(OptOps.SWAP, reuse.axis, max(inner))], max(inner)
     ret.append(Opt(OptOps.PACK, across, slots.pop()))
     try:
         apply_opts(sink, (*opts, *ret))
@@ -361,7 +400,9 @@ def hand_coded_opts(sink: UOp) -> list[Opt]:
     opts = [Opt(OptOps.UPCAST, r.arg[0], amount) for r in hoist if (amount := _largest_divisor(r)) is not None]
     acc_bytes = max(u.dtype.itemsize for u in reduces)
     rest = [r for r in sized if r.arg[0] not in {o.axis for o in opts}]
-    upcasts = upcast_opts(rest, _reduce_loads(nodes), acc_bytes)
+    # float32/float64 reduces become vector code (codegen/vectorize.py): a tile of whole vector registers
+    width = VECTOR_BYTES // acc_bytes if {u.dtype for u in reduces} <= set(VECTOR_DTYPES) else 0
+    upcasts = upcast_opts(rest, _reduce_loads(nodes), acc_bytes, width)
     reduce_size = max(
         math.prod(int(r.src[0].arg) if r.src[0].op is Ops.CONST else 0 for r in u.src[1:]) for u in reduces
     )

@@ -16,7 +16,7 @@ from fusegrad.uop import AxisType, Ops
 from fusegrad.uop.ops import UOp, graph_rewrite
 from fusegrad.uop.symbolic import split_uop, sym
 
-__all__ = ["VECTOR_BYTES", "vectorize_upcast"]
+__all__ = ["VECTOR_BYTES", "VECTOR_DTYPES", "vectorize_upcast"]
 
 VECTOR_BYTES = 32  # one AVX2 register
 # float ops a vector spells like a scalar (MAX, comparisons and selects need lane masks the C renderer doesn't have)

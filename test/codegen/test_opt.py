@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from fusegrad import Tensor
 from fusegrad.codegen import KernelInfo, full_rewrite, kernel_names, to_program
-from fusegrad.codegen.opt import Opt, OptOps, hand_coded_opts, stride
+from fusegrad.codegen.opt import Opt, OptOps, hand_coded_opts, register_tile, stride
 from fusegrad.codegen.search import extensions
 from fusegrad.device import Buffer, Device
 from fusegrad.dtype import DType, _to_np_dtype, dtypes
@@ -293,9 +293,15 @@ def test_heuristic_matmul_picks_a_vector_and_a_reuse_axis() -> None:
     assert hand_coded_opts(matmul(1024, 1024, 1024, dtypes.float32)[0]) == packed
     assert hand_coded_opts(matmul(64, 8, 12, dtypes.float32)[0]) == [
         Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 4)]  # fmt: skip
-    # float64 accumulators take twice the bytes: half the tile
+    # float64: 4 lanes a vector, the same 8 vector accumulators
     assert hand_coded_opts(matmul(64, 8, 64, dtypes.float64)[0]) == [
-        Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 16)]  # fmt: skip
+        Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 8)]  # fmt: skip
+    # ints stay scalar (no vector code): 64 accumulators of the old tile
+    assert hand_coded_opts(matmul(64, 8, 64, dtypes.int32)[0]) == [
+        Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16)]  # fmt: skip
+    # 3 and 6 rows divide 300: 12 vector accumulators, as 3 x 4 vectors (7 loads a step, not 6 x 2's 8)
+    assert hand_coded_opts(matmul(300, 8, 32, dtypes.float32)[0]) == [
+        Opt(OptOps.UPCAST, 0, 3), Opt(OptOps.UPCAST, 1, 32)]  # fmt: skip
     assert hand_coded_opts(matmul(64, 8, 17, dtypes.float32)[0]) == []  # 17 columns: no vector split
     assert hand_coded_opts(matmul(64, 2048, 64, dtypes.float32)[0]) == packed
     assert hand_coded_opts(self_matmul(1024, dtypes.float32)[0]) == [*packed[:3], Opt(OptOps.PACK, 1, 1)]
@@ -319,8 +325,22 @@ def test_swap_interchanges_the_loops() -> None:
 
 
 def test_heuristic_conv_vectorises_width_and_reuses_inputs_across_output_channels() -> None:
+    # the whole row of 56 (7 vectors) for 2 output channels: 14 vector accumulators
     assert hand_coded_opts(conv1d(8, 64, 64, 56, dtypes.float32)[0]) == [
-        Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 2, 8)]  # fmt: skip
+        Opt(OptOps.UPCAST, 1, 2), Opt(OptOps.UPCAST, 2, 56)]  # fmt: skip
+    # with a long enough reduce the channel tiles go innermost and read the inputs from a packed panel
+    assert hand_coded_opts(conv1d(8, 128, 64, 56, dtypes.float32)[0]) == [
+        Opt(OptOps.UPCAST, 1, 2), Opt(OptOps.UPCAST, 2, 56), Opt(OptOps.PACK, 1, 1)]  # fmt: skip
+    check(conv1d(2, 128, 8, 56, dtypes.float32), dtypes.float32, "CPU", None, exact=True)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "tile"),
+    [((1024, 1024, 8), (16, 4)), ((56, 64, 8), (56, 2)), ((16, 6, 8), (16, 6)), ((12, 4, 8), (0, 0)),
+     ((8, 1, 8), (8, 1)), ((64, 64, 4), (8, 4))],
+)  # fmt: skip
+def test_register_tile(sizes: tuple[int, int, int], tile: tuple[int, int]) -> None:
+    assert register_tile(*sizes) == tile
 
 
 def test_heuristic_without_contiguous_output_axis_keeps_the_reduce_innermost() -> None:
@@ -598,7 +618,7 @@ def matmul_tile_and_pack(draw: st.DrawFn) -> tuple[tuple[int, int, int], tuple[O
     if all(left[a] > 1 for a in (0, 1)) and draw(st.booleans()):
         opts.append(Opt(OptOps.SWAP, 0, 1))
     loops = [a for a, size in left.items() if size > 1]
-    if loops and draw(st.booleans()):
+    if loops and k > 1 and draw(st.booleans()):  # k = 1 leaves no reduce to pack for
         opts.append(Opt(OptOps.PACK, draw(st.sampled_from(loops)), draw(st.sampled_from([1, 2]))))
     return (m, k, n), tuple(opts)
 
@@ -611,7 +631,7 @@ def test_random_tiles_and_packs_keep_results_bit_for_bit(case: tuple[tuple[int, 
     ast = matmul(*sizes, dtypes.float32)[0]
     swapped = any(o.op is OptOps.SWAP for o in opts)  # the row and column loops traded axis ids
     depends = (opts[-1].axis == opts[-1].arg - 1) != swapped  # a's rows / b's columns
-    if opts[-1].op is OptOps.PACK and (depends or sizes[1] == 1):  # k = 1: no reduce left to pack for
+    if opts[-1].op is OptOps.PACK and depends:
         with pytest.raises(ValueError, match="got 0 loads"):
             full_rewrite(with_opts(ast, opts), ClangRenderer())
         return
