@@ -6,6 +6,7 @@ Skips cleanly without playwright or a chromium binary; fails on any console erro
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import json
 import random
@@ -521,6 +522,35 @@ def test_the_page_lays_graphs_out_as_the_python_reference_does(browser_page: tup
                 assert all(
                     abs(p - q) <= 1 for pa, pb in zip(a[3], b[3], strict=True) for p, q in zip(pa, pb, strict=True)
                 )
+        assert errors == []
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_step_left_while_its_graphs_are_laid_out_shows_them_when_picked_again(
+    browser_page: tuple[Page, list[str]],
+) -> None:
+    """Picking another step drops the layouts still queued for the last one; going back asks for them again."""
+    page, errors = browser_page
+    trace = dag_trace(2500, 4)
+    steps = trace.rewrites[0]
+    trace.rewrites[0] = [steps[0], dataclasses.replace(steps[0], name="again")]
+    server, url = start_in_thread(VizSession(trace))
+    try:
+        page.goto(url)
+        page.click("#groups .group > div")
+        page.click("#groups .step[data-step='0:0']")
+        page.wait_for_function("() => window.vizProbe.layoutsPending() > 0")  # left while its graphs are queued
+        page.click("#groups .step[data-step='0:1']")
+        page.wait_for_function("() => document.getElementById('status').textContent === '5 graphs'")
+        page.wait_for_selector("#viewport g.node")
+        page.click("#groups .step[data-step='0:0']")
+        page.wait_for_selector("#viewport g.node")
+        page.wait_for_function("() => window.vizProbe.layoutsPending() === 0")
+        page.keyboard.press("ArrowRight")
+        page.wait_for_function("() => document.getElementById('match-label').textContent.startsWith('match 1 /')")
+        assert page.locator("#viewport g.node").count() > 2000
         assert errors == []
     finally:
         server.shutdown()

@@ -150,6 +150,7 @@ function allSteps() {
 // show a step's graphs as they stream in; `want` is the match to show first, `found` search text to highlight
 async function selectStep(ctx, idx, want, found = "") {
   if (rw.abort) rw.abort.abort();
+  dropQueuedLayouts();
   const abort = (rw.abort = new AbortController());
   Object.assign(rw, { ctx, idx, header: null, graphs: [], match: 0, want, view: null, picked: null, found, failed: false,
     nodes: new Map() });
@@ -239,17 +240,29 @@ const layouts = { worker: null, waiting: new Map(), next: 0 };
 function startLayoutWorker() { // at page load: the worker has started and read its script when the first graph comes
   layouts.worker = new Worker("layout.js");
   layouts.worker.onmessage = (e) => {
-    layouts.waiting.get(e.data.key)(e.data.layout);
+    const { resolve } = layouts.waiting.get(e.data.key);
     layouts.waiting.delete(e.data.key);
+    resolve(e.data.layout);
   };
   layouts.worker.onerror = (e) => setStatus(`graph layout failed: ${e.message}`, "rewrites");
+}
+
+// another step picked: the graphs still queued for the last one are not worth the wait. The worker is replaced, and
+// each abandoned graph forgets its request, so showing it later (from the step cache) asks again
+function dropQueuedLayouts() {
+  if (!layouts.waiting.size) return;
+  layouts.worker.terminate();
+  for (const { msg } of layouts.waiting.values()) delete msg.layoutReady;
+  layouts.waiting.clear();
+  startLayoutWorker();
 }
 
 function layOut(msg) {
   if (!msg.layoutReady) {
     if (!layouts.worker) startLayoutWorker();
     const key = layouts.next++;
-    msg.layoutReady = new Promise((resolve) => layouts.waiting.set(key, resolve)).then((layout) => (msg.layout = layout));
+    msg.layoutReady = new Promise((resolve) => layouts.waiting.set(key, { resolve, msg }))
+      .then((layout) => (msg.layout = layout));
     layouts.worker.postMessage({ key, graph: msg.graph, order: msg.order });
   }
   return msg.layoutReady;
