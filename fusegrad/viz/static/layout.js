@@ -62,9 +62,11 @@ function collapse(graph, order, maxNodes) {
 // subgraphs become one node marked with its count (inputs come sources first)
 function mergeRepeats(inputs, labels) {
   const structures = new Map(), shapeOf = new Map(), firstOf = new Map(), drawn = new Map(), counts = new Map();
+  const masked = new Map(); // label -> label with its numbers masked (labels repeat: each is masked once)
   for (const [n, srcs] of inputs) {
-    const shapes = srcs.map(([i, s]) => `${i}:${shapeOf.get(s)}`).join(",");
-    const key = `${labels.get(n).replace(/\d+/g, "#")}\u0000${shapes}`;
+    const label = labels.get(n), shapes = srcs.map(([i, s]) => `${i}:${shapeOf.get(s)}`).join(",");
+    if (!masked.has(label)) masked.set(label, label.replace(/\d+/g, "#"));
+    const key = `${masked.get(label)}\u0000${shapes}`;
     if (!structures.has(key)) structures.set(key, structures.size);
     const shape = structures.get(key);
     shapeOf.set(n, shape);
