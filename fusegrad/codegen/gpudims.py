@@ -37,7 +37,9 @@ def _split_range(sink: UOp, axis: int, amount: int, axis_type: AxisType, op: str
     if len(found) != 1 or found[0].arg[1] is not axis_type:
         raise ValueError(f"opt: {op} needs one {axis_type.name} axis with id {axis}: got {[u.arg for u in found]}")
     if found[0].src[0].op is not Ops.CONST or amount < 2 or int(found[0].src[0].arg) % amount:
-        raise ValueError(f"opt: {op} by {amount} of axis {axis}: got size {found[0].src[0].render()}, expected a multiple")
+        raise ValueError(
+            f"opt: {op} by {amount} of axis {axis}: got size {found[0].src[0].render()}, expected a multiple"
+        )
     return found[0], int(found[0].src[0].arg)
 
 

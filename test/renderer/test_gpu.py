@@ -101,3 +101,23 @@ def test_cuda_source_uses_block_indexes() -> None:
     src = to_program(ast, CUDARenderer()).src
     assert 'extern "C" __global__ void __launch_bounds__(' in src
     assert "blockIdx.x" in src
+
+
+def test_gpu_opts_that_dont_fit_are_value_errors() -> None:
+    from fusegrad.codegen.opt import Opt, OptOps, apply_opts
+    from fusegrad.uop import AxisType
+
+    (ast,) = kernel_asts(Tensor.rand(8, 32, device="CPU").realize().sum(1))
+    loop = next(u.arg[0] for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] is AxisType.LOOP)
+    red = next(u.arg[0] for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] is AxisType.REDUCE)
+    with pytest.raises(ValueError, match="LOCAL by 3 of axis"):
+        apply_opts(ast, (Opt(OptOps.LOCAL, loop, 3),), has_local=True)
+    with pytest.raises(ValueError, match="GROUP needs one REDUCE axis"):
+        apply_opts(ast, (Opt(OptOps.GROUP, loop, 2),), has_local=True)
+    assert "temp0" in to_program(ast.replace(arg=_info(Opt(OptOps.GROUPTOP, red, 4))), OpenCLRenderer()).src
+
+
+def _info(*opts: object) -> object:
+    from fusegrad.codegen import KernelInfo
+
+    return KernelInfo(opts_to_apply=opts)
