@@ -376,9 +376,16 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         """A copy of this tensor in a buffer of its own (on `device` if given), same shape and dtype; its `.grad`, if
         any, is cloned too. Gradients flow through it like `contiguous()`.
         Example: `b = a.clone(); b.assign(b + 1)` leaves `a` unchanged."""
+        from fusegrad.schedule.views import is_storage_device
+
         src = self if device is None or _canonical_device(device) == self.device else self.to(device)
-        copy = UOp(Ops.CONTIGUOUS, src.dtype, (src.uop,), arg=next(_contiguous_ids))  # distinct node: its own buffer
-        ret = Tensor(copy, requires_grad=self.requires_grad)
+        # a write into a fresh buffer (the reference's clone), not CONTIGUOUS(src): the scheduler stores a CONTIGUOUS
+        # of a COPY in the COPY's own buffer, which the tensor holding that COPY (`Tensor(ndarray)`) then shares
+        if is_storage_device(src.device):  # DISK/NPY memory is the file or array itself: a view of it, as before
+            copy = UOp(Ops.CONTIGUOUS, src.dtype, (src.uop,), arg=next(_contiguous_ids))
+        else:
+            copy = _empty_like(src).assign(src.uop)
+        ret = Tensor(copy, requires_grad=self.requires_grad)  # no other tensor reads the new buffer: no AFTER needed
         if self.grad is not None:
             ret.grad = self.grad.clone(device)
         return ret
@@ -468,6 +475,8 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         if xt.dtype != self.dtype:
             raise TypeError(f"assign: value dtype {xt.dtype} does not match the target's {self.dtype}")
         _check_storage_write(self.uop, xt.uop)
+        if 0 in self.shape:  # nothing to write (`t[2:2] = v`): no ASSIGN, whose empty kernel others would wait for
+            return self
         self.uop = _write_target(self.uop)
         if self.uop.base.op not in (Ops.BUFFER, Ops.AFTER) and not _is_kernelized_view(self.uop):
             self.uop = xt.uop
@@ -1582,6 +1591,17 @@ def _shape_arg(shape: tuple[Any, ...], allow_neg: bool = False) -> tuple[int, ..
     if not allow_neg and any(isinstance(s, int) and s < 0 for s in shp):
         raise ValueError(f"shape must be non-negative, got {shp}")
     return shp
+
+
+def _empty_like(x: Tensor) -> UOp:
+    """New memory for x's values: x's shape, dtype and device, and on several devices x's shards (a sharded tensor's
+    clone is sharded the same way, not replicated)."""
+    from fusegrad.schedule.multi import Placement, register_multi_buffer
+
+    target = Tensor.empty(*x.shape, device=x.device, dtype=x.dtype).uop
+    if isinstance(x.device, tuple) and (axis := x.uop.axis) is not None:
+        register_multi_buffer(target.base, Placement(axis=axis), x.shape)
+    return target
 
 
 def _is_kernelized_view(u: UOp) -> bool:

@@ -32,12 +32,16 @@ def _compared_value(cond: UOp, rng: UOp) -> UOp | None:
 def _gate_reads(value: UOp, position: UOp, valid: UOp) -> UOp:
     """value with every INDEX whose address uses `position` gated by valid (anded with a gate it has): no load of
     it reads memory where valid is false."""
-    gated: dict[UOp, UOp] = {}
+    rebuilt: dict[UOp, UOp] = {}
+    # sources first, each node rebuilt from its rebuilt sources: in a gather of a gather, the inner index's INDEX sits
+    # inside the outer INDEX's address, and both need the gate (a substitute of both would keep the inner one bare)
     for u in value.toposort():
+        src = tuple(rebuilt.get(s, s) for s in u.src)
         if u.op is Ops.INDEX and position in u.src[1].toposort():
-            gate = valid if len(u.src) < 3 else u.src[2] & valid
-            gated[u] = u.replace(src=(u.src[0], u.src[1], gate))
-    return value.substitute(gated) if gated else value
+            src = (src[0], src[1], valid if len(src) < 3 else src[2] & valid)
+        if src != u.src:
+            rebuilt[u] = u.replace(src=src)
+    return rebuilt.get(value, value)
 
 
 def collapse_one_hot_sum(red: UOp) -> UOp | None:

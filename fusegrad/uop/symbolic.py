@@ -103,8 +103,14 @@ def fold_cast_const(x: UOp, c: UOp) -> UOp | None:
 
 
 def fold_cast_chain(x: UOp, a: UOp, b: UOp) -> UOp | None:
-    """x.cast(a).cast(b) -> x.cast(b) when a holds every value of x (C casts convert values: the middle is a no-op)."""
-    return x.cast(b.dtype) if can_safe_cast(x.dtype, a.dtype) else None
+    """x.cast(a).cast(b) -> x.cast(b) when a holds every value of x (C casts convert values: the middle is a no-op).
+    An int through a float into an int also needs b to hold x: an out-of-range float -> int conversion is not the wrap
+    of int -> int (alu.float_to_int: uint32 4294967294 -> float64 -> int8 is 0, but uint32 -> int8 wraps to -2)."""
+    if not can_safe_cast(x.dtype, a.dtype):
+        return None
+    if dtypes.is_int(x.dtype) and dtypes.is_float(a.dtype) and dtypes.is_int(b.dtype):
+        return x.cast(b.dtype) if can_safe_cast(x.dtype, b.dtype) else None
+    return x.cast(b.dtype)
 
 
 def drop_noop_cast(x: UOp) -> UOp | None:

@@ -21,7 +21,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--minutes", type=float, default=5.0, help="how long to run (default 5)")
     parser.add_argument("--seed", type=int, default=None, help="first chunk's seed (default: time-based)")
     parser.add_argument("--max-steps", type=int, default=6, help="most steps in a program (default 6)")
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds before a program counts as hung")
+    parser.add_argument("--timeout", type=float, default=120.0,
+                        help="seconds before a program counts as hung on an idle machine (default 120; stretched by "
+                        "the load average per core, up to 4 times)")  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -44,19 +46,29 @@ def main(argv: list[str]) -> int:
     pool, found = Pool(timeout=args.timeout), []
     start = time.monotonic()
     deadline = start + args.minutes * 60
-    chunk_seed = args.seed if args.seed is not None else int(time.time())
+    first_seed = chunk_seed = args.seed if args.seed is not None else int(time.time())
     try:
         while time.monotonic() < deadline:
             run_chunk(pool, chunk_seed, args.max_steps, deadline, found)
-            elapsed = time.monotonic() - start
-            print(f"{pool.programs} programs in {elapsed:.0f} s ({pool.programs / elapsed:.1f}/s), "
-                  f"{len(found)} failures, outcomes {dict(pool.outcomes)}", flush=True)  # fmt: skip
+            print(progress(pool, len(found), time.monotonic() - start), flush=True)
             chunk_seed += 1
+    except KeyboardInterrupt:  # Ctrl-C ends a long run early: the summary below still says what it did
+        print("interrupted", flush=True)
     finally:
         pool.close()
     restarts = sum(c.started - 1 for c in pool.children)
-    print(f"done: {pool.programs} programs, {len(found)} failures, {restarts} child restarts", flush=True)
+    elapsed = time.monotonic() - start
+    summary = f"{progress(pool, len(found), elapsed)}, {restarts} child restarts, first seed {first_seed}"
+    print(f"done: {summary}", flush=True)
     return 1 if found else 0
+
+
+def progress(pool: Pool, failures: int, elapsed: float) -> str:
+    """Programs run, failures, elapsed time and rate, the slowest program (against the hang limit), outcomes."""
+    rate = pool.programs / elapsed if elapsed > 0 else 0.0
+    limit = pool.hang_limit()
+    return (f"{pool.programs} programs, {failures} failures, {elapsed:.0f} s elapsed ({rate:.1f} programs/s), "
+            f"slowest {pool.slowest:.1f} s (hang limit now {limit:.0f} s), outcomes {dict(pool.outcomes)}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from test.fuzz.program import Program, describe, run_numpy
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = (("CPU", 0), ("CPU", 1), ("PYTHON", 0), ("PYTHON", 1))  # (device, NOOPT)
+MAX_STRETCH = 4.0  # the most a loaded machine stretches the hang limit (see Pool.hang_limit)
 # relative tolerance by dtype, for results that went through an inexact op (libm vs Python math, summation order)
 RTOL = {"float16": 1e-2, "float32": 1e-4, "float64": 1e-9}
 # steps whose result depends on libm or on the summation order, and steps that turn a tiny float difference into a
@@ -103,20 +104,30 @@ class Child:
 class Pool:
     """The four configuration children; `check` runs one program on all of them."""
 
-    timeout: float = 60.0
+    timeout: float = 120.0  # seconds for one program on an idle machine; stretched by the load (hang_limit)
     children: list[Child] = field(default_factory=lambda: [Child(d, n) for d, n in CONFIGS])
     programs: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)  # how programs ended: compared, raised <type>, numpy, ...
+    slowest: float = 0.0  # the longest any program took to answer (seconds): the margin below the hang limit
 
     def close(self) -> None:
         for child in self.children:
             child.stop()
 
+    def hang_limit(self) -> float:
+        """`timeout` stretched by the load per core, at most 4 times: four children share the cores with whatever else
+        runs (a 2-core machine shared by a team), and a slow answer there is not a hang."""
+        per_core = os.getloadavg()[0] / (os.cpu_count() or 1)
+        return self.timeout * min(max(per_core, 1.0), MAX_STRETCH)
+
     def run(self, request: dict[str, Any]) -> list[dict[str, Any]]:
+        start = time.monotonic()
         for child in self.children:
             child.send(request)
-        deadline = time.monotonic() + self.timeout
-        return [child.receive(deadline) for child in self.children]
+        deadline = start + self.hang_limit()
+        results = [child.receive(deadline) for child in self.children]
+        self.slowest = max(self.slowest, time.monotonic() - start)
+        return results
 
     def check(self, program: Program) -> list[str]:
         """Problems with `program`: crashes, hangs, differing errors or results, numpy disagreement."""

@@ -124,6 +124,21 @@ def _np_const(value: Any, like: np.ndarray) -> np.ndarray:
     return np.array(value, dtype=like.dtype)
 
 
+def _np_array(params: dict[str, Any], dtype: np.dtype[Any]) -> np.ndarray:
+    """A setitem's tensor value (flat "tensor" values, "shape") in `dtype`, ints wrapped to its width."""
+    like = np.empty(0, dtype=dtype)
+    return np.array([_np_const(v, like) for v in params["tensor"]], dtype=dtype).reshape(params["shape"])
+
+
+def _setitem_value(params: dict[str, Any], x: Any) -> Any:
+    """A setitem's value for fusegrad: a Python scalar, or a tensor of x's dtype on x's device (it broadcasts)."""
+    from fusegrad import Tensor
+
+    if "tensor" not in params:
+        return _const(params["value"], np_name(x.dtype))
+    return Tensor(_np_array(params, np.dtype(np_name(x.dtype))), device=x.device)
+
+
 def fg_step(op: str, args: list[Any], params: dict[str, Any]) -> Any:  # noqa: C901  # one case per op
     """Apply one step to fusegrad Tensors."""
     x = args[0]
@@ -171,11 +186,9 @@ def fg_step(op: str, args: list[Any], params: dict[str, Any]) -> Any:  # noqa: C
             from fusegrad import Tensor
 
             return x[Tensor(np.array(params["index"], dtype=np.int32), device=x.device)]
-        case "setitem":
-            # a fresh buffer through the host: contiguous() of a realized buffer is that buffer (as in the reference),
-            # and clone() aliases it too (a known bug, test_fuzz.test_clone_then_setitem_leaves_the_original_alone)
-            t = type(x)(x.numpy(), device=x.device)
-            t[params["start"] : params["stop"]] = _const(params["value"], np_name(x.dtype))
+        case "setitem":  # into a clone: the step's input stays as it was for the steps that read it
+            t = x.clone()
+            t[params["start"] : params["stop"]] = _setitem_value(params, x)
             return t
     raise ValueError(f"fuzz: unknown op {op!r}")
 
@@ -223,7 +236,8 @@ def np_step(op: str, args: list[np.ndarray], params: dict[str, Any]) -> np.ndarr
             return x[idx] if all(-x.shape[0] <= i < x.shape[0] for i in params["index"]) else None
         case "setitem":
             t = x.copy()
-            t[params["start"] : params["stop"]] = _np_const(params["value"], x)
+            value = _np_array(params, x.dtype) if "tensor" in params else _np_const(params["value"], x)
+            t[params["start"] : params["stop"]] = value
             return t
     return None  # reductions: out dtypes are fusegrad's (see np_reduce)
 

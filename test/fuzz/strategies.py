@@ -206,7 +206,12 @@ def add_indexing(b: Builder, ref: int) -> int:
         index = b.draw(st.lists(st.integers(-n - 3, n + 2), min_size=1, max_size=4))
         return b.step("gather", [ref], {"index": index}, Value((len(index), *v.shape[1:]), v.dtype))
     start, stop = b.draw(st.integers(-n - 1, n + 1)), b.draw(st.integers(-n - 1, n + 1))
-    params = {"start": start, "stop": stop, "value": b.draw(edge_values(v.dtype))}
+    params: dict[str, Any] = {"start": start, "stop": stop, "value": b.draw(edge_values(v.dtype))}
+    if b.draw(st.booleans()):  # a tensor value: one row broadcast over the selection, or one row per selected row
+        rows = len(range(*slice(start, stop).indices(n)))  # 0 for an empty selection
+        shape = b.draw(st.sampled_from([v.shape[1:], (1, *v.shape[1:]), (rows, *v.shape[1:])]))
+        values = b.draw(st.lists(edge_values(v.dtype), min_size=math.prod(shape), max_size=math.prod(shape)))
+        params.update(tensor=values, shape=list(shape))
     return b.step("setitem", [ref], params, v)
 
 

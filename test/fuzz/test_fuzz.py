@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 
+from fusegrad import Tensor
 from test.fuzz.pool import Pool, _same, _tolerance, report
-from test.fuzz.program import Program, run_numpy
+from test.fuzz.program import Program, fg_dtype, np_cast, run_numpy
 from test.fuzz.strategies import float_edges, int_edges, programs
 
 EXAMPLES = 200  # ~40 s alone on 2 cores (5 programs/s), ~70 s beside another fuzz run
@@ -30,24 +32,9 @@ def pool() -> Iterator[Pool]:
     p.close()
 
 
-def has_known_issue(program: Program) -> bool:
-    """Programs that hit a recorded finding (the strict xfails below): kept out of the CI run until it is fixed, so
-    the run stays a signal for new bugs. `python -m test.fuzz` still runs them."""
-    steps = program["steps"]
-    gathered = {len(program["inputs"]) + k for k, (op, _refs, _params) in enumerate(steps) if op == "gather"}
-    for op, refs, params in steps:
-        if op == "gather" and refs[0] in gathered:
-            return True  # test_gather_of_a_gather_with_an_out_of_range_index_stays_in_bounds
-        start, stop = (params["start"], params["stop"]) if op == "setitem" else (0, 1)
-        if not (start < stop and (start >= 0) == (stop >= 0)):  # may be empty (this ignores the size: conservative)
-            return True  # test_setitem_of_an_empty_slice_changes_nothing
-    return False
-
-
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(program=programs())
 def test_random_programs_agree(pool: Pool, program: Program) -> None:
-    assume(not has_known_issue(program))
     problems = pool.check(program)
     assert not problems, report(program, problems)
 
@@ -57,43 +44,178 @@ def test_random_programs_agree(pool: Pool, program: Program) -> None:
 @settings(max_examples=1000, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(program=programs(max_steps=8))
 def test_longer_programs_agree(pool: Pool, program: Program) -> None:
-    assume(not has_known_issue(program))
     problems = pool.check(program)
     assert not problems, report(program, problems)
 
 
-# *** findings recorded here until their owners fix them (strict: a fix makes these fail, so they get promoted) ***
+# *** fuzz findings, fixed: each on both devices (PYTHON checks every memory access, so it also catches a read out of
+# bounds that CPU would do silently) ***
+
+DEVICES = ("CPU", "PYTHON")
 
 
-@pytest.mark.xfail(strict=True, reason="fuzz finding: Tensor.clone() of a realized buffer aliases it (tensor.py)")
-def test_clone_then_setitem_leaves_the_original_alone() -> None:
-    from fusegrad import Tensor
+def _ints(values: list[int], device: str) -> Tensor:
+    return Tensor(np.array(values, dtype=np.int32), device=device)
 
-    original = Tensor(np.array([2, 2, 2, 7], dtype=np.int32))
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_clone_then_setitem_leaves_the_original_alone(device: str) -> None:
+    # Tensor(ndarray) is a lazy COPY; the clone was CONTIGUOUS(COPY), which the scheduler stored in the COPY's buffer
+    original = _ints([2, 2, 2, 7], device)
     copy = original.clone()
     copy[0:2] = 9
     assert copy.tolist() == [9, 9, 2, 7]
     assert original.tolist() == [2, 2, 2, 7]
 
 
-@pytest.mark.xfail(strict=True, reason="fuzz finding: setitem of an empty slice fails in realize (IndexError)")
-def test_setitem_of_an_empty_slice_changes_nothing() -> None:
-    from fusegrad import Tensor
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda d: _ints([2, 2, 2, 7], d), id="copy"),
+        pytest.param(lambda d: _ints([2, 2, 2, 7], d).clone(), id="clone"),
+        pytest.param(lambda d: _ints([2, 2, 2, 7], "NPY").to(d), id="to"),
+        pytest.param(lambda d: _ints([2, 2, 2, 7], d).realize(), id="realized"),
+        pytest.param(lambda d: _ints([1, 1, 1, 6], d) + 1, id="lazy"),
+        pytest.param(lambda d: _ints([7, 2, 2, 2], d).realize().flip(0), id="view"),
+    ],
+)
+def test_clone_has_a_buffer_of_its_own(make: Any, device: str) -> None:
+    """Writes to the clone or to the original, after realizing either or neither, never show in the other."""
+    original = make(device)
+    copy = original.clone()
+    copy[0] = 1
+    assert (copy.tolist(), original.tolist()) == ([1, 2, 2, 7], [2, 2, 2, 7])
+    original[3] = 5
+    assert (copy.tolist(), original.tolist()) == ([1, 2, 2, 7], [2, 2, 2, 5])
+    second = make(device)
+    third = second.clone().clone()
+    second[1] = 0
+    assert (third.tolist(), second.tolist()) == ([2, 2, 2, 7], [2, 0, 2, 7])
 
-    t = Tensor(np.array([1, 2, 3, 4], dtype=np.uint8))
-    t[3:1] = 5
+
+def test_a_sharded_clone_is_sharded_the_same_way() -> None:
+    from fusegrad.schedule.multi import multi_buffer
+
+    original = Tensor(np.arange(8, dtype=np.int32).reshape(4, 2)).shard(("CPU:0", "CPU:1"), axis=1)
+    copy = original.clone()
+    copy[0] = 9
+    assert copy.tolist() == [[9, 9], [2, 3], [4, 5], [6, 7]]
+    assert original.tolist() == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert multi_buffer(copy.uop.base).placement.axis == 1
+
+
+def test_clone_to_another_device_keeps_values_and_gradient() -> None:
+    x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = x.clone("PYTHON")
+    assert y.device == "PYTHON"
+    (y * y).sum().backward()
+    assert x.grad is not None
+    assert x.grad.tolist() == [2.0, 4.0, 6.0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    ("index", "value"),
+    [
+        (np.s_[3:1], 5),  # stop before start
+        (np.s_[2:2], 5),
+        (np.s_[5:9], 5),  # past the end
+        (np.s_[-1:-3], 5),
+        (np.s_[1:3:-1], 5),
+        (np.s_[2:2], np.zeros((0, 3), dtype=np.int32)),  # a value of the selection's shape
+        (np.s_[2:2], np.array([7], dtype=np.int32)),  # broadcast to the empty selection
+        (np.s_[:, 1:1], np.array([[7]], dtype=np.int32)),
+        (np.s_[1, 2:2], 5),
+        (np.s_[0:0, 1], np.array(7, dtype=np.int32)),
+    ],
+)
+def test_setitem_of_an_empty_slice_changes_nothing(device: str, index: Any, value: Any) -> None:
+    base = np.arange(12, dtype=np.int32).reshape(4, 3)
+    expected = base.copy()
+    expected[index] = value  # numpy: a no-op
+    for t in (Tensor(base, device=device), Tensor(base, device=device).realize(), Tensor(base, device=device) + 0):
+        t[index] = value if isinstance(value, int) else Tensor(value, device=device)
+        np.testing.assert_equal(t.numpy(), expected)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_setitem_of_an_empty_slice_still_checks_the_value(device: str) -> None:
+    t = _ints([1, 2, 3, 4], device)
+    with pytest.raises(ValueError, match="setitem: cannot broadcast"):
+        t[2:2] = _ints([7, 8], device)
+    with pytest.raises(TypeError, match="setitem: value dtype"):
+        t[2:2] = Tensor([1.5], device=device)
+    view = t[1:1]
+    assert view.assign(_ints([], device)) is view
     assert t.tolist() == [1, 2, 3, 4]
 
 
-@pytest.mark.xfail(strict=True, reason="fuzz finding: a gather of a gather reads the inner index buffer out of bounds")
-def test_gather_of_a_gather_with_an_out_of_range_index_stays_in_bounds() -> None:
-    # CPU reads idx[-2] silently (no crash, garbage masked later); PYTHON checks every access and raises.
-    # The reference fails the same way on its PYTHON device.
-    from fusegrad import Tensor
+def _one_hot_take(x: np.ndarray, index: list[int]) -> np.ndarray:
+    """x[index] with the defined meaning of an out-of-range index (outside [-n, n)): a row of zeros."""
+    n, rows = x.shape[0], []
+    for i in index:
+        rows.append(x[i] if -n <= i < n else np.zeros_like(x[0]))
+    return np.stack(rows)
 
-    x = Tensor(np.arange(12, dtype=np.int32).reshape(3, 4), device="PYTHON")
-    inner = x[Tensor(np.array([-5, 1, -1], dtype=np.int32), device="PYTHON")]
-    assert inner[Tensor(np.array([-5], dtype=np.int32), device="PYTHON")].tolist() == [[0, 0, 0, 0]]
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gather_of_a_gather_with_an_out_of_range_index_stays_in_bounds(device: str) -> None:
+    # the inner gather's index load sat inside the outer one's address ungated: C read idx[-2], PYTHON raised
+    x = Tensor(np.arange(12, dtype=np.int32).reshape(3, 4), device=device)
+    inner = x[_ints([-5, 1, -1], device)]
+    assert inner[_ints([-5], device)].tolist() == [[0, 0, 0, 0]]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("noopt", [0, 1])
+@pytest.mark.parametrize(
+    "indices",
+    [[[2, 1, 0], [-4, 1, 0], [5]], [[-5, 1, -1], [2, -4], [-3]], [[1, 0, -1], [2, 1], [7]], [[1, 0, -1], [0, 7], [1]]],
+)
+def test_gathers_nested_three_deep_read_only_in_bounds(device: str, noopt: int, indices: list[list[int]]) -> None:
+    from fusegrad.helpers import Context
+
+    data = np.arange(12, dtype=np.int32).reshape(3, 4)  # small: the gathers fuse into one kernel
+    expected = data
+    with Context(NOOPT=noopt):
+        t = Tensor(data, device=device)
+        for index in indices:
+            t, expected = t[_ints(index, device)], _one_hot_take(expected, index)
+        np.testing.assert_equal(t.numpy(), expected)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    ("source", "middle", "target"),
+    [("uint32", "float64", "int8"), ("uint32", "float64", "int32"), ("uint32", "float64", "uint16"),
+     ("int32", "float64", "int8"), ("int16", "float32", "uint8"), ("uint64", "float64", "int64")],
+)  # fmt: skip
+def test_an_int_through_a_float_into_an_int_converts_like_the_float(
+    device: str, source: str, middle: str, target: str
+) -> None:
+    # the cast-chain fold made uint32 -> float64 -> int8 a wrapping uint32 -> int8 (-2 for 4294967294, not 0)
+    values = np.array(int_edges(source), dtype=source)
+    got = Tensor(values, device=device).cast(fg_dtype(middle)).cast(fg_dtype(target)).numpy()
+    np.testing.assert_equal(got, np_cast(values.astype(middle), target))
+
+
+def test_the_recorded_findings_agree_on_every_configuration(pool: Pool) -> None:
+    """The fuzz programs behind the fixes above, run as the fuzzer runs them (CPU and PYTHON, NOOPT=0/1, numpy)."""
+    grid = {"dtype": "int32", "shape": [3, 4], "values": list(range(12))}
+    row = {"dtype": "uint8", "shape": [4], "values": [1, 2, 3, 4]}
+    seven = {"value": 5, "tensor": [7], "shape": [1]}  # a tensor value, broadcast
+    big = {"dtype": "uint32", "shape": [32], "values": [0] * 31 + [4294967294]}
+    findings = [
+        {"inputs": [grid], "steps": [["gather", [0], {"index": [-5, 1, -1]}], ["gather", [1], {"index": [-5]}]]},
+        {"inputs": [row], "steps": [["setitem", [0], {"start": 3, "stop": 1, "value": 5}]]},
+        {"inputs": [row], "steps": [["setitem", [0], {"start": 2, "stop": 2, **seven}]]},
+        {"inputs": [row], "steps": [["setitem", [0], {"start": 0, "stop": 2, "value": 9}], ["add", [0, 1], {}]]},
+        {"inputs": [big], "steps": [["cast", [0], {"dtype": "float64"}], ["cast", [1], {"dtype": "int8"}]]},
+    ]
+    for program in findings:
+        problems = pool.check(program)
+        assert not problems, report(program, problems)
 
 
 # *** the pool ***
@@ -106,12 +228,22 @@ def test_a_dying_child_is_a_problem_and_is_restarted(pool: Pool) -> None:
     assert pool.check(program) == []
 
 
+def test_the_hang_limit_stretches_with_the_load_per_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    p = Pool(timeout=10)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    for load, limit in ((0.3, 10), (2.0, 10), (5.0, 25), (40.0, 40)):
+        monkeypatch.setattr(os, "getloadavg", lambda load=load: (load, load, load))
+        assert p.hang_limit() == limit
+
+
 def test_a_hanging_child_is_a_problem_and_is_restarted() -> None:
     p = Pool(timeout=0.5)
     try:
         big = {"inputs": [{"dtype": "float32", "shape": [1], "values": [1.0]}], "steps": [["expand", [0], {"n": 3}]]}
         p.run(big)  # start the children (imports take longer than the limit)
-        slow = p.run({"sleep": 5})
+        slow = p.run({"sleep": 30})  # past the limit however loaded the machine (at most 4 x 0.5 s)
         assert all("hang" in r for r in slow)
         assert all(c.proc is None for c in p.children)
     finally:
