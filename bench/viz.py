@@ -7,11 +7,15 @@ and its peak RSS. Then: file bytes per event, write overhead per event (the reco
 unrecorded one's, per event: making the events, encoding, compressing and writing them),
 server-ready time (open the file, bind, first answer), and in headless Chromium (playwright driving
 /usr/bin/chromium; never `playwright install`): the timeline's first paint (Profiler tab clicked -> the overview
-drawn), the time until every event is drawn, and the frame time while zooming (the page's own draw time per wheel
-step, worst and median). Once: a synthetic rewrite step whose graph has 7,000 nodes (first paint after the step is
-picked) and one of 1,000 nodes with 8 matches (time of a ←/→ step, to the next frame).
+drawn), the time until every event is drawn, the page's own draw time per wheel step while zooming, and the
+event-to-frame time of 24 zooms and 24 pans (the next frame comes at the display's rate, so these sit between 0 and
+~16.7 ms when every frame is made; more means a frame was missed). Once: a synthetic rewrite step whose graph has
+7,000 nodes (first paint after the step is picked: the server's replay, the page's layout worker, the drawing) and
+one of 1,000 nodes with 8 matches (time of a ←/→ step to the next frame, every graph laid out; its zooms and pans).
+With --gpt-steps N: peak RSS of N steps of the GPT example with VIZ=-1 (the trace's save at exit included) vs
+without.
 
-    python bench/viz.py [--sizes 10000,100000,500000] [--no-browser] [--keep DIR]
+    python bench/viz.py [--sizes 10000,100000,500000] [--no-browser] [--keep DIR] [--gpt-steps N]
 """
 
 from __future__ import annotations
