@@ -5,14 +5,17 @@ temporary working folder, on the default device (CPU here). A block followed by 
 text (doctest's ELLIPSIS: `...` matches anything, and runs of whitespace compare equal). A block preceded by
 `<!-- docs-test: gpu -->` needs a GPU and is skipped without one; `<!-- docs-test: file NAME -->` saves the block as
 NAME in the working folder instead of running it (for the console blocks to run). Then each ```console block's
-`$ command` lines run in bash in the same folder, each checked against the lines under it (ELLIPSIS again).
+`$ command` lines run in bash in the same folder, each checked against the lines under it (ELLIPSIS again). A console
+block marked `gpu` is skipped without a GPU, one marked `mpi` without mpi4py and mpiexec (the `dist` extra).
 """
 
 from __future__ import annotations
 
 import doctest
+import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -31,7 +34,10 @@ BLOCK = re.compile(
     r"(?:\s*^```output[^\n]*\n(?P<output>.*?)^```[ \t]*$)?",
     re.DOTALL | re.MULTILINE,
 )
-CONSOLE = re.compile(r"^```console[^\n]*\n(?P<body>.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
+CONSOLE = re.compile(
+    r"(?:<!--\s*docs-test:\s*(?P<mark>gpu|mpi)\s*-->\s*\n)?^```console[^\n]*\n(?P<body>.*?)^```[ \t]*$",
+    re.DOTALL | re.MULTILINE,
+)
 SEPARATOR = "\n# ---- docs-test block boundary ----\n"
 MARKER = "\x1e--docs-test-block--\x1e"
 
@@ -50,10 +56,13 @@ def extract_blocks(markdown: str) -> list[Block]:
     return [Block(m["code"], m["output"], m["mark"]) for m in BLOCK.finditer(markdown)]
 
 
-def extract_commands(markdown: str) -> list[tuple[str, str]]:
-    """(command, expected output) for every `$ ` line of every ```console block, in order."""
+def extract_commands(markdown: str, marks: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
+    """(command, expected output) for every `$ ` line of every ```console block, in order; a marked block only when
+    its mark is among `marks` (the machine has what it needs)."""
     commands: list[tuple[str, str]] = []
     for match in CONSOLE.finditer(markdown):
+        if match["mark"] is not None and match["mark"] not in marks:
+            continue
         for chunk in re.split(r"^\$ ", match["body"], flags=re.MULTILINE)[1:]:
             command, _, expected = chunk.partition("\n")
             commands.append((command, expected))
@@ -77,6 +86,18 @@ def has_gpu() -> bool:
     from fusegrad import Device
 
     return not Device.DEFAULT.startswith(("CPU", "PYTHON", "NULL"))
+
+
+def has_mpi() -> bool:
+    """Whether mpi4py imports and mpiexec is on the examples' PATH (MPI examples run only then)."""
+    if importlib.util.find_spec("mpi4py") is None:
+        return False
+    return shutil.which("mpiexec", path=_environment()["PATH"]) is not None
+
+
+def available_marks() -> frozenset[str]:
+    """The console-block marks this machine can run."""
+    return frozenset(mark for mark, present in [("gpu", has_gpu()), ("mpi", has_mpi())] if present)
 
 
 def _environment() -> dict[str, str]:
@@ -126,8 +147,9 @@ def test_pages_have_examples() -> None:
 def test_extract_pairs_output_with_its_block() -> None:
     text = "```python\nprint(1)\n```\n\n```output\n1\n```\n<!-- docs-test: gpu -->\n```python\nx = 2\n```\n"
     assert extract_blocks(text) == [Block("print(1)\n", "1\n", None), Block("x = 2\n", None, "gpu")]
-    console = "```console\n$ echo a\na\n$ true\n```\n"
+    console = "```console\n$ echo a\na\n$ true\n```\n<!-- docs-test: mpi -->\n```console\n$ mpiexec -n 2 true\n```\n"
     assert extract_commands(console) == [("echo a", "a\n"), ("true", "")]
+    assert extract_commands(console, frozenset({"mpi"}))[-1] == ("mpiexec -n 2 true", "")
 
 
 def test_a_wrong_output_fails(tmp_path: Path) -> None:
@@ -146,5 +168,5 @@ def test_page_examples(page: str, tmp_path: Path) -> None:
     for i, (block, got) in enumerate(zip(runnable, printed, strict=True)):
         if block.output is not None:
             check_output(f"{page}, python block {i + 1}", block.output, got)
-    for command, expected in extract_commands(PAGES[page]):
+    for command, expected in extract_commands(PAGES[page], available_marks()):
         check_output(f"{page}, `$ {command}`", expected, run_command(command, tmp_path))
