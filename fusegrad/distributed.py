@@ -30,7 +30,17 @@ ReduceOp = Literal["sum", "mean", "max", "min"]
 
 @dataclass(frozen=True, slots=True)
 class WorldInfo:
-    """Where this process sits: its rank among `world_size` processes and its rank among those on its own host."""
+    """Where this process sits: its rank among `world_size` processes and its rank among those on its own host.
+
+    Attributes:
+        rank: this process's index in the world, 0..world_size-1.
+        world_size: how many processes mpiexec started.
+        local_rank: this process's index among the processes on its host (pick a device with it).
+
+    Example:
+        >>> WorldInfo(rank=1, world_size=4, local_rank=1).world_size
+        4
+    """
 
     rank: int
     world_size: int
@@ -63,9 +73,19 @@ def init() -> WorldInfo:
 
     With more than one rank, an unhandled exception in any rank aborts every rank (MPI_Abort) instead of leaving the
     others waiting in a collective, and each rank's profile goes to its own file (PROFILEPATH with `.rank<N>` before
-    the suffix; call init() before making tensors, which arms the profile file). Raises RuntimeError after shutdown()
-    (MPI cannot start twice).
-    Example: `info = distributed.init(); print(info.rank, info.world_size)`.
+    the suffix; call init() before making tensors, which arms the profile file).
+
+    Returns:
+        This process's WorldInfo (rank, world size, local rank).
+
+    Raises:
+        RuntimeError: after shutdown() (MPI cannot start twice).
+        ImportError: mpi4py is not installed (`pip install -e '.[dist]'`).
+
+    Example:
+        >>> info = init()  # outside mpiexec: a world of one
+        >>> info.rank, info.world_size
+        (0, 1)
     """
     if _state.info is not None:
         return _state.info
@@ -98,7 +118,16 @@ def _abort_on_exception(kind: type[BaseException], value: BaseException, tb: Tra
 
 
 def is_initialized() -> bool:
-    """True between init() and shutdown()."""
+    """Whether this process has joined the MPI world.
+
+    Returns:
+        True between init() and shutdown().
+
+    Example:
+        >>> _ = init()
+        >>> is_initialized()
+        True
+    """
     return _state.info is not None
 
 
@@ -109,22 +138,63 @@ def _world(op: str) -> tuple[Any, WorldInfo]:  # Any: mpi4py's Intracomm
 
 
 def get_rank() -> int:
-    """This process's rank, 0..world_size-1. Raises RuntimeError before init()."""
+    """This process's rank.
+
+    Returns:
+        0..world_size-1.
+
+    Raises:
+        RuntimeError: before init().
+
+    Example:
+        >>> _ = init()
+        >>> get_rank()  # outside mpiexec: a world of one
+        0
+    """
     return _world("get_rank")[1].rank
 
 
 def get_world_size() -> int:
-    """The number of processes in the world. Raises RuntimeError before init()."""
+    """The number of processes in the world.
+
+    Returns:
+        The world size (1 outside mpiexec).
+
+    Raises:
+        RuntimeError: before init().
+
+    Example:
+        >>> _ = init()
+        >>> get_world_size()
+        1
+    """
     return _world("get_world_size")[1].world_size
 
 
 def get_local_rank() -> int:
-    """This process's rank among those on its host (pick a device with it). Raises RuntimeError before init()."""
+    """This process's rank among those on its host (pick a device with it).
+
+    Returns:
+        0..(ranks on this host)-1.
+
+    Raises:
+        RuntimeError: before init().
+
+    Example:
+        >>> _ = init()
+        >>> get_local_rank()
+        0
+    """
     return _world("get_local_rank")[1].local_rank
 
 
 def shutdown() -> None:
-    """Wait for every rank, restore sys.excepthook and finalize MPI; init() cannot be called again afterwards."""
+    """Wait for every rank, restore sys.excepthook and finalize MPI; init() cannot be called again afterwards.
+
+    Example:
+        >>> shutdown  # the last call of a program: `distributed.shutdown()`; a no-op before init()
+        <function shutdown at ...>
+    """
     if _state.comm is None:
         return
     _state.comm.Barrier()
@@ -170,8 +240,22 @@ def host_view(t: Tensor, op: str = "host_view") -> tuple[np.ndarray, bool]:
     """t's values as a flat numpy array and whether it is the device memory itself (writes then land in t).
 
     On devices whose memory is host memory (CPU) the array is zero-copy; elsewhere (and for a tensor sharded over
-    several devices of this process: gathered) it is a copy, written back with `write_back`. Raises TypeError for a
-    dtype numpy lacks.
+    several devices of this process: gathered) it is a copy, written back with `write_back`.
+
+    Args:
+        t: the tensor (realized if it is not yet).
+        op: the caller's name, for the error message.
+
+    Returns:
+        (values, in_place): a flat array of t.numel() elements of t's dtype, and whether writing it writes t.
+
+    Raises:
+        TypeError: t's dtype has no numpy equivalent.
+
+    Example:
+        >>> values, in_place = host_view(Tensor([1.0, 2.0]).realize())
+        >>> values.tolist(), in_place
+        ([1.0, 2.0], True)
     """
     dtype = _numpy_dtype(t, op)
     buffer = _realized_buffer(t)
@@ -187,7 +271,18 @@ def host_view(t: Tensor, op: str = "host_view") -> tuple[np.ndarray, bool]:
 
 
 def write_back(t: Tensor, values: np.ndarray) -> None:
-    """Store flat `values` (t.numel() elements of t's dtype) into t, in place when t is a plain buffer."""
+    """Store flat `values` into t, in place when t is a plain buffer (the other half of `host_view`).
+
+    Args:
+        t: the tensor to overwrite (its shape, dtype and devices are kept).
+        values: t.numel() elements of t's dtype.
+
+    Example:
+        >>> t = Tensor([0, 0, 0]).realize()
+        >>> write_back(t, np.array([7, 8, 9], dtype=np.int32))
+        >>> t.tolist()
+        [7, 8, 9]
+    """
     buffer = _realized_buffer(t)
     if buffer is not None:
         buffer.copyin(np.ascontiguousarray(values).data.cast("B"))
@@ -211,8 +306,22 @@ def _mpi_op(op: ReduceOp) -> Any:  # Any: mpi4py's Op
 def allreduce(t: Tensor, op: ReduceOp = "sum") -> Tensor:
     """Reduce t elementwise over all ranks (sum, mean, max or min) and store the result in t on every rank; returns t.
 
-    Every rank must pass a tensor of the same shape and dtype. "mean" needs a float dtype (TypeError otherwise).
-    Example: `distributed.allreduce(Tensor([get_rank()]), "sum")` holds 0 + 1 + ... on every rank.
+    Args:
+        t: this rank's tensor; every rank passes one of the same shape and dtype.
+        op: "sum", "mean" (float dtypes only), "max" or "min".
+
+    Returns:
+        t itself, now holding the reduction.
+
+    Raises:
+        RuntimeError: before init().
+        ValueError: an unknown op.
+        TypeError: "mean" of a tensor that is not float.
+
+    Example:
+        >>> _ = init()
+        >>> allreduce(Tensor([1.0, 2.0]), "sum").tolist()  # a world of one; under mpiexec -n 2: [2.0, 4.0]
+        [1.0, 2.0]
     """
     comm, info = _world("allreduce")
     mpi_op = _mpi_op(op)
@@ -229,9 +338,23 @@ def allreduce(t: Tensor, op: ReduceOp = "sum") -> Tensor:
 
 
 def broadcast(t: Tensor, src: int = 0) -> Tensor:
-    """Overwrite t on every rank with rank `src`'s t (same shape and dtype on every rank); returns t.
+    """Overwrite t on every rank with rank `src`'s t.
 
-    Raises ValueError when src is not a rank. Example: `distributed.broadcast(weights, src=0)`.
+    Args:
+        t: this rank's tensor; the same shape and dtype on every rank.
+        src: the rank whose values everyone receives.
+
+    Returns:
+        t itself, now holding rank src's values.
+
+    Raises:
+        RuntimeError: before init().
+        ValueError: src is not a rank.
+
+    Example:
+        >>> _ = init()
+        >>> broadcast(Tensor([3, 4]), src=0).tolist()
+        [3, 4]
     """
     comm, info = _world("broadcast")
     if not 0 <= src < info.world_size:
@@ -245,10 +368,22 @@ def broadcast(t: Tensor, src: int = 0) -> Tensor:
 
 
 def allgather(t: Tensor) -> Tensor:
-    """Every rank's t stacked along a new leading axis, (world_size, *t.shape), on t's device.
+    """Every rank's t stacked along a new leading axis, on t's device.
 
-    Raises ValueError on every rank when the ranks' shapes or dtypes differ, naming the rank that differs.
-    Example: `distributed.allgather(Tensor([get_rank()])).tolist() == [[0], [1]]` with 2 ranks.
+    Args:
+        t: this rank's tensor; the same shape and dtype on every rank.
+
+    Returns:
+        A (world_size, *t.shape) tensor: row r is rank r's t.
+
+    Raises:
+        RuntimeError: before init().
+        ValueError: the ranks' shapes or dtypes differ (raised on every rank, naming the rank that differs).
+
+    Example:
+        >>> _ = init()
+        >>> allgather(Tensor([get_rank()])).tolist()  # under mpiexec -n 2: [[0], [1]]
+        [[0]]
     """
     comm, info = _world("allgather")
     values, _ = host_view(t, "allgather")
@@ -264,7 +399,15 @@ def allgather(t: Tensor) -> Tensor:
 
 
 def barrier() -> None:
-    """Wait until every rank reaches this call."""
+    """Wait until every rank reaches this call.
+
+    Raises:
+        RuntimeError: before init().
+
+    Example:
+        >>> _ = init()
+        >>> barrier()
+    """
     comm, _ = _world("barrier")
     with _span("barrier", 0):
         comm.Barrier()
@@ -300,7 +443,20 @@ class DistributedDataParallel:
     averages the gradients over the ranks in buckets of about `bucket_mb` MB (one Allreduce each, started in the order
     backward produces them, last layer first). Any optimiser works: call it between backward and `opt.step()`. With
     TinyJit, jit the forward+backward and the step apart and call `sync_gradients()` between them.
-    Example: `ddp = DistributedDataParallel(model); loss.backward(); ddp.sync_gradients(); opt.step()`.
+
+    Args:
+        model: a model object (its tensors found like `nn.state.get_state_dict`) or a state dict.
+        bucket_mb: about how many MB of gradients each Allreduce carries.
+
+    Raises:
+        ValueError: bucket_mb is not positive, the model has no trainable parameters, or the ranks' parameters differ.
+        RuntimeError: from init() after shutdown().
+
+    Example:
+        >>> model = nn.Linear(2, 1)
+        >>> ddp = DistributedDataParallel(model)  # in a loop: loss.backward(); ddp.sync_gradients(); opt.step()
+        >>> ddp.names
+        ['weight', 'bias']
     """
 
     def __init__(self, model: object, bucket_mb: float = 25.0) -> None:
