@@ -298,6 +298,24 @@ def vector_tile_opts(loops: list[UOp], vector: UOp, strides: dict[UOp, list[int 
     return ret
 
 
+def strided_tile_opts(loops: list[UOp], loads: list[UOp], width: int) -> list[Opt]:
+    """A register tile whose vector axis no load is contiguous in (a @ b.T, Linear's x @ w.T): the innermost output
+    axis some load strides along (the others don't depend on it: broadcasts), with a reuse axis that load doesn't
+    depend on. Only worth it with a PACK of that load (its panel is contiguous in the vector axis); [] otherwise."""
+    strides = {r: [stride(ld.src[0].src[1], r) for ld in loads] for r in loops}
+    for vector in reversed(loops):
+        along = [i for i, s in enumerate(strides[vector]) if s]
+        if len(along) != 1 or any(s is None for s in strides[vector]):
+            continue
+        reuse = [r for r in loops if r is not vector and strides[r][along[0]] == 0]
+        if not reuse:
+            continue
+        amount, rows = register_tile(int(vector.src[0].arg), int(reuse[-1].src[0].arg), width)
+        if amount and rows > 1:
+            return [Opt(OptOps.UPCAST, reuse[-1].arg[0], rows), Opt(OptOps.UPCAST, vector.arg[0], amount)]
+    return []
+
+
 def upcast_opts(loops: list[UOp], loads: list[UOp], acc_bytes: int, vector_width: int = 0) -> list[Opt]:
     """A vector axis (some load contiguous in it, none strided) upcast by up to 8, then a reuse axis (the vector
     loads don't depend on it, so each serves all its rows) by up to 8, within UPCAST_BYTES of accumulators.
@@ -346,11 +364,12 @@ def pack_opts(sink: UOp, opts: list[Opt], loads: list[UOp], reduce_size: int, si
     if reuse.axis not in sizes or vector.axis not in sizes or sizes[reuse.axis] // reuse.arg < PACK_MIN_REUSE:
         return []
     by_axis = {u.arg[0]: u for u in sink.toposort() if u.op is Ops.RANGE}
-    # the vector loads that serve every row of the reuse axis: the operand to pack
+    # the loads along the vector axis that serve every row of the reuse axis: the operand to pack (its panel is
+    # contiguous in the vector axis whatever its stride in memory: b of a @ b.T too)
     strides = [
         (stride(ld.src[0].src[1], by_axis[vector.axis]), stride(ld.src[0].src[1], by_axis[reuse.axis])) for ld in loads
     ]
-    slots = {ld.src[0].src[0].arg for ld, s in zip(loads, strides, strict=True) if s == (1, 0)}
+    slots = {ld.src[0].src[0].arg for ld, (along, across) in zip(loads, strides, strict=True) if along and across == 0}
     if len(slots) != 1:
         return []
     ret = []
@@ -407,6 +426,10 @@ def hand_coded_opts(sink: UOp) -> list[Opt]:
         math.prod(int(r.src[0].arg) if r.src[0].op is Ops.CONST else 0 for r in u.src[1:]) for u in reduces
     )
     sizes = {r.arg[0]: int(r.src[0].arg) for r in rest}
+    if not upcasts and width:  # no load contiguous in an output axis (a @ b.T): a tile only with a packed panel
+        tile = strided_tile_opts(rest, _reduce_loads(nodes), width)
+        packed = pack_opts(sink, opts + tile, _reduce_loads(nodes), reduce_size, sizes) if tile else []
+        return opts + tile + packed if packed else opts
     if packed := pack_opts(sink, opts + upcasts, _reduce_loads(nodes), reduce_size, sizes):
         return opts + upcasts + packed
     return opts + upcasts + swap_opts(upcasts, reduce_size, sizes)

@@ -345,6 +345,14 @@ def test_register_tile(sizes: tuple[int, int, int], tile: tuple[int, int]) -> No
 
 def test_heuristic_without_contiguous_output_axis_keeps_the_reduce_innermost() -> None:
     assert hand_coded_opts(matmul_transposed(64, 64, 64, dtypes.float32)[0]) == []  # a @ b.T: a simd reduction over k
+    assert hand_coded_opts(matmul_transposed(64, 512, 64, dtypes.int32)[0]) == []  # ints: no vector tile
+
+
+def test_heuristic_tiles_a_transposed_matmul_through_a_packed_panel() -> None:
+    # Linear's x @ w.T: no load is contiguous in an output axis, but b's panel, packed k-major, is in the columns
+    tile = [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.SWAP, 0, 1), Opt(OptOps.PACK, 1, 2)]
+    assert hand_coded_opts(matmul_transposed(64, 512, 64, dtypes.float32)[0]) == tile
+    check(matmul_transposed(16, 512, 64, dtypes.float32), dtypes.float32, "CPU", None)
 
 
 def test_heuristic_moves_loops_a_reduce_does_not_depend_on_inside() -> None:
@@ -551,6 +559,8 @@ PACKS: list[tuple[str, Callable[[DType], Case], tuple[Opt, ...]]] = [
     ("conv whole", lambda dt: conv1d(2, 3, 4, 8, dt),
      (Opt(OptOps.UPCAST, 1, 2), Opt(OptOps.UPCAST, 2, 8), Opt(OptOps.PACK, 1, 1))),
     ("conv weights", lambda dt: conv1d(2, 3, 4, 7, dt), (Opt(OptOps.PACK, 2, 2),)),
+    ("transposed", lambda dt: matmul_transposed(6, 5, 16, dt),  # b's panel turns its columns contiguous
+     (Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.SWAP, 0, 1), Opt(OptOps.PACK, 1, 2))),
     ("conv select", lambda dt: conv1d_select(2, 3, 4, 8, dt),
      (Opt(OptOps.UPCAST, 1, 2), Opt(OptOps.UPCAST, 2, 8), Opt(OptOps.PACK, 1, 1))),
 ]  # fmt: skip
