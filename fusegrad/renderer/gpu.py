@@ -89,10 +89,22 @@ class OpenCLRenderer(GPURenderer):
         return f"as_{self.render_dtype(dt)}({x})"
 
     def render_buffer(self, buf: UOp, name: str, written: bool) -> str:
+        """`data0_base, data0_offset`: the buffer and a byte offset into it (runtime/ops_cl.py's CLBuffer), joined into
+        the pointer `data0` at the top of the kernel (render_kernel)."""
         # a kernel argument can't point to bool: bool buffers (one byte per element) are passed as uchar
         if buf.dtype.base == dtypes.bool:
-            return f"{self.buffer_prefix}{'' if written else self.const_prefix}uchar* {name}"
-        return super().render_buffer(buf, name, written)
+            pointer = f"{self.buffer_prefix}{'' if written else self.const_prefix}uchar*"
+        else:
+            pointer = super().render_buffer(buf, name, written).removesuffix(f" {name}")
+        return f"{pointer} {name}_base, ulong {name}_offset"
+
+    def render_kernel(self, function_name: str, args: list[str], body: list[str]) -> str:
+        views = []
+        for arg in args:
+            if (head := arg.partition("_base, ulong ")[0]) != arg:
+                pointer, name = head.rsplit(" ", 1)
+                views.append(f"  {pointer} {name} = ({pointer})((__global char*){name}_base + {name}_offset);")
+        return super().render_kernel(function_name, args, views + body)
 
     def render(self, uops: list[UOp]) -> str:
         computes_half = dtypes.float16 not in self.unsupported_dtypes and not isinstance(self, OpenCLNoHalfRenderer)
@@ -164,9 +176,9 @@ class HalfAsFloat(CStyleLanguage):
         return super().render_bitcast(x, src, dt)
 
     def render_buffer(self, buf: UOp, name: str, written: bool) -> str:
-        if buf.dtype.base == dtypes.float16:
-            return f"{self.buffer_prefix}{'' if written else self.const_prefix}{self.half_buffer_type}* {name}"
-        return super().render_buffer(buf, name, written)
+        text = super().render_buffer(buf, name, written)
+        # the dialect's buffer argument, pointing to half storage rather than the float the values compute in
+        return text.replace("float*", f"{self.half_buffer_type}*", 1) if buf.dtype.base == dtypes.float16 else text
 
     def render(self, uops: list[UOp]) -> str:
         src = super().render(uops)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fusegrad.device import Allocator, BufferSpec, Compiled, CompileError, Compiler
@@ -19,7 +20,17 @@ from fusegrad.runtime.support.cl import check, checked, lib
 if TYPE_CHECKING:
     from fusegrad.renderer import Renderer
 
-__all__ = ["CLAllocator", "CLCompiler", "CLDevice", "CLProgram"]
+__all__ = ["CLAllocator", "CLBuffer", "CLCompiler", "CLDevice", "CLProgram"]
+
+
+@dataclass(frozen=True, slots=True)
+class CLBuffer:
+    """A cl_mem and a byte offset into it: a view is its base's cl_mem at an offset. OpenCL's sub-buffers would need
+    offsets aligned to CL_DEVICE_MEM_BASE_ADDR_ALIGN (128 bytes on PoCL), so kernels take the offset as an argument
+    (OpenCLRenderer's calling convention) and copies pass it to the driver."""
+
+    mem: int
+    offset: int = 0
 
 
 class CLCompiler(Compiler):
@@ -66,16 +77,17 @@ class CLProgram:
 
     def __call__(
         self,
-        *bufs: Any,  # Any: cl_mem handles (ints) from CLAllocator
+        *bufs: CLBuffer,
         global_size: tuple[int, ...] | None = None,
         local_size: tuple[int, ...] | None = None,
         vals: tuple[int, ...] = (),
         wait: bool = False,
     ) -> float | None:
-        for i, buf in enumerate(bufs):
-            mem = ctypes.c_void_p(buf)
-            check(lib().clSetKernelArg(self.kernel, i, ctypes.sizeof(mem), ctypes.byref(mem)), "clSetKernelArg")
-        for i, val in enumerate(vals, start=len(bufs)):
+        for i, buf in enumerate(bufs):  # each buffer is two arguments: its cl_mem and its byte offset
+            mem, offset = ctypes.c_void_p(buf.mem), ctypes.c_uint64(buf.offset)
+            check(lib().clSetKernelArg(self.kernel, 2 * i, ctypes.sizeof(mem), ctypes.byref(mem)), "clSetKernelArg")
+            check(lib().clSetKernelArg(self.kernel, 2 * i + 1, 8, ctypes.byref(offset)), "clSetKernelArg")
+        for i, val in enumerate(vals, start=2 * len(bufs)):
             value = ctypes.c_int64(val)  # variables are `long` arguments (OpenCLRenderer.arg_int_prefix)
             check(lib().clSetKernelArg(self.kernel, i, 8, ctypes.byref(value)), "clSetKernelArg")
         groups, threads = tuple(global_size or (1, 1, 1)), tuple(local_size or (1, 1, 1))
@@ -107,38 +119,36 @@ class CLProgram:
         return (end.value - start.value) * 1e-9
 
 
-class CLAllocator(Allocator[int]):
-    """cl_mem buffers (handles as ints); copies are blocking reads and writes on the device's in-order queue."""
+class CLAllocator(Allocator[CLBuffer]):
+    """cl_mem buffers; copies are blocking reads and writes on the device's in-order queue."""
 
     dev: CLDevice
 
-    def _alloc(self, size: int, options: BufferSpec) -> int:
+    def _alloc(self, size: int, options: BufferSpec) -> CLBuffer:
         try:
-            return int(checked("clCreateBuffer", self.dev.context, cl.CL_MEM_READ_WRITE, size, None))
+            return CLBuffer(int(checked("clCreateBuffer", self.dev.context, cl.CL_MEM_READ_WRITE, size, None)))
         except RuntimeError as err:
             if "ALLOCATION_FAILURE" in str(err) or "OUT_OF" in str(err) or "BUFFER_SIZE" in str(err):
                 raise MemoryError(f"CL: clCreateBuffer of {size} bytes failed: {err}") from err
             raise
 
-    def _free(self, opaque: int, options: BufferSpec) -> None:
-        check(lib().clReleaseMemObject(opaque), "clReleaseMemObject")
+    def _free(self, opaque: CLBuffer, options: BufferSpec) -> None:
+        check(lib().clReleaseMemObject(opaque.mem), "clReleaseMemObject")
 
-    def _copyin(self, dest: int, src: memoryview) -> None:
+    def _copyin(self, dest: CLBuffer, src: memoryview) -> None:
         host = (ctypes.c_char * src.nbytes).from_buffer_copy(src) if src.readonly else _host_pointer(src)
-        check(lib().clEnqueueWriteBuffer(self.dev.queue, dest, True, 0, src.nbytes, host, 0, None, None),
-              "clEnqueueWriteBuffer")  # fmt: skip
+        status = lib().clEnqueueWriteBuffer(
+            self.dev.queue, dest.mem, True, dest.offset, src.nbytes, host, 0, None, None
+        )
+        check(status, "clEnqueueWriteBuffer")
 
-    def _copyout(self, dest: memoryview, src: int) -> None:
-        check(lib().clEnqueueReadBuffer(self.dev.queue, src, True, 0, dest.nbytes, _host_pointer(dest), 0, None, None),
-              "clEnqueueReadBuffer")  # fmt: skip
+    def _copyout(self, dest: memoryview, src: CLBuffer) -> None:
+        host = _host_pointer(dest)
+        status = lib().clEnqueueReadBuffer(self.dev.queue, src.mem, True, src.offset, dest.nbytes, host, 0, None, None)
+        check(status, "clEnqueueReadBuffer")
 
-    def _offset(self, buf: int, size: int, offset: int) -> int:
-        """A sub-buffer; OpenCL needs its offset aligned to the device's base address alignment."""
-        if offset % self.dev.base_align:
-            raise ValueError(f"CL: a view at byte offset {offset}: got an offset the device can't address, expected "
-                             f"a multiple of {self.dev.base_align} (CL_DEVICE_MEM_BASE_ADDR_ALIGN)")  # fmt: skip
-        region = (cl.size_t * 2)(offset, size)
-        return int(checked("clCreateSubBuffer", buf, cl.CL_MEM_READ_WRITE, cl.CL_BUFFER_CREATE_TYPE_REGION, region))
+    def _offset(self, buf: CLBuffer, size: int, offset: int) -> CLBuffer:
+        return CLBuffer(buf.mem, buf.offset + offset)
 
 
 def _host_pointer(mv: memoryview) -> Any:  # Any: a ctypes array over the memoryview's memory
@@ -162,7 +172,6 @@ class CLDevice(Compiled):
         self.queue = checked("clCreateCommandQueue", self.context, self.device_id, cl.CL_QUEUE_PROFILING_ENABLE)
         self.name = cl.device_info_str(self.device_id, cl.CL_DEVICE_NAME)
         self.extensions = cl.device_info_str(self.device_id, cl.CL_DEVICE_EXTENSIONS).split()
-        self.base_align = cl.device_info_int(self.device_id, cl.CL_DEVICE_MEM_BASE_ADDR_ALIGN, cl.cl_uint) // 8
         compiler = CLCompiler(self, f"compile_cl_{self.name}")
         super().__init__(device, CLAllocator(self), functools.partial(_cl_renderer, "cl_khr_fp16" in self.extensions),
                          compiler, CLProgram)  # fmt: skip
