@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from fusegrad.tensor import Tensor
 
 CACHE_SIZE = 512  # schedules kept; the oldest goes first (a graph with a fresh random draw is a new structure)
+CACHE_NODES = 1_000_000  # graph nodes in all kept keys together (~100 bytes each): a few huge graphs evict the rest
 # nodes whose graph the cache can't replay: symbolic values are kernel arguments bound per run, kernels built by an
 # earlier kernelize() are not part of a structure
 _UNCACHEABLE = frozenset({Ops.BIND, Ops.DEFINE_VAR, Ops.KERNEL})
@@ -56,14 +57,20 @@ def graph_structure(sink: UOp) -> Structure:
         node, expanded = stack.pop()
         if node in position:
             continue
-        if not expanded and node.src:
-            stack.append((node, True))
-            stack.extend([(s, False) for s in reversed(node.src) if s not in position])
-            continue
         op, dtype, src, arg, tag = node._cache_key  # the key's arg: -0.0 stays apart from 0.0
-        if op is Ops.BUFFER:
+        if op is Ops.BUFFER:  # a parameter: its UNIQUE says which buffer, not what it is; its DEVICE is in its part
+            device = src[1].arg
+            cacheable = cacheable and not isinstance(device, tuple)
             leaves.append(node)
-        elif op in _CHECKED and cacheable:
+            position[node] = len(nodes)
+            nodes.append(node)
+            parts.append((op, dtype, arg, tag, device))
+            continue
+        if not expanded and src:
+            stack.append((node, True))
+            stack.extend([(s, False) for s in reversed(src) if s not in position])
+            continue
+        if op in _CHECKED and cacheable:
             cacheable = _is_replayable(node)
         position[node] = len(nodes)
         nodes.append(node)
@@ -132,6 +139,7 @@ class CachedSchedule:
     new_buffers: tuple[tuple[str, int, DType], ...]
     becomes: tuple[tuple[int, Template], ...]
     kernel_count: int
+    nodes: int  # the size of its key
 
 
 schedule_cache: dict[tuple[Any, ...], CachedSchedule] = {}  # mutated in place, never rebound: tests clear() it
@@ -182,9 +190,12 @@ def record(structure: Structure, items: list[ExecItem], made: list[UOp], becomes
             return
         templates.append((pos, template))
     new_buffers = tuple((str(u.src[1].arg), int(u.arg), u.dtype) for u in made)
-    if len(schedule_cache) >= CACHE_SIZE:
-        del schedule_cache[next(iter(schedule_cache))]
-    schedule_cache[structure.key] = CachedSchedule(steps, new_buffers, tuple(templates), len(items))
+    nodes = len(structure.nodes)
+    while schedule_cache and (
+        len(schedule_cache) >= CACHE_SIZE or sum(e.nodes for e in schedule_cache.values()) + nodes > CACHE_NODES
+    ):
+        del schedule_cache[next(iter(schedule_cache))]  # the oldest first
+    schedule_cache[structure.key] = CachedSchedule(steps, new_buffers, tuple(templates), len(items), nodes)
 
 
 def replay(entry: CachedSchedule, structure: Structure, do_update_stats: bool) -> None:

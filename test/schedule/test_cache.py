@@ -241,6 +241,16 @@ def test_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(schedule_cache) == 3
 
 
+def test_cache_is_bounded_by_graph_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cache, "CACHE_NODES", 12)
+    schedule_cache.clear()
+    a = Tensor.ones(2).contiguous().realize()
+    for i in range(3):
+        (a + i).realize()
+    assert len(schedule_cache) == 1  # each key holds more than half of the allowed nodes
+    assert sum(e.nodes for e in schedule_cache.values()) <= 12
+
+
 def test_update_loop_replays_and_keeps_values(capsys: pytest.CaptureFixture[str]) -> None:
     """An optimiser-like loop: w -= lr * g, realized each step, reusing one schedule for the same buffer."""
     w, g = Tensor([1.0, 2.0, 3.0]).realize(), Tensor([0.5, 0.5, 0.5]).realize()
