@@ -209,3 +209,32 @@ def test_command_line(tmp_path):
     assert "--compare" in help_text
     assert "--inputs" in help_text
     assert Path(tmp_path / "mlp.onnx").exists()
+
+
+def sequence_model() -> bytes:
+    """xs (a sequence of float tensors) -> (xs with y inserted at the front, every element concatenated)."""
+    seq = helper.make_tensor_sequence_value_info
+    graph = helper.make_graph(
+        [
+            helper.make_node("SequenceInsert", ["xs", "y", "zero"], ["inserted"]),
+            helper.make_node("ConcatFromSequence", ["inserted"], ["joined"], axis=0),
+        ],
+        "sequences",
+        [seq("xs", TensorProto.FLOAT, None), helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        [seq("inserted", TensorProto.FLOAT, None), helper.make_tensor_value_info("joined", TensorProto.FLOAT, [None])],
+        [numpy_helper.from_array(np.array(0, np.int64), "zero")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_sequence_inputs_and_outputs():
+    xs = [np.float32([1, 2, 3]), np.float32([4])]
+    outputs = OnnxRunner(sequence_model())({"xs": xs, "y": np.float32([8, 9])})
+    assert [t.tolist() for t in outputs["inserted"]] == [[8, 9], [1, 2, 3], [4]]
+    assert outputs["joined"].tolist() == [8, 9, 1, 2, 3, 4]
+
+
+def test_sequence_input_dtype_is_checked(no_kernels):
+    # (arrays are converted to the input's dtype; a Tensor keeps its own)
+    with pytest.raises(RuntimeError, match=r"input 'xs' has dtype dtypes\.int"):
+        OnnxRunner(sequence_model())({"xs": [Tensor(np.int32([1]))], "y": np.float32([8, 9])})

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fusegrad import Tensor, TinyJit, dtypes
+from fusegrad.nn.onnx.registry import TensorSequence
 from fusegrad.nn.onnx.runner import InputSpec, OnnxRunner
 
 
@@ -37,9 +38,16 @@ def load_inputs(runner: OnnxRunner, path: str | None, dims: dict[str, int]) -> d
     return {name: random_input(spec, dims, rng) for name, spec in runner.inputs.items()}
 
 
+def tensor_outputs(outputs: dict[str, Tensor | TensorSequence]) -> dict[str, Tensor]:
+    """The outputs, all tensors; NotImplementedError for a sequence output, which the command does not print."""
+    if sequences := [name for name, value in outputs.items() if not isinstance(value, Tensor)]:
+        raise NotImplementedError(f"python -m fusegrad.nn.onnx: sequence outputs {sequences} are not supported")
+    return {name: value for name, value in outputs.items() if isinstance(value, Tensor)}
+
+
 def bench(runner: OnnxRunner, inputs: dict[str, np.ndarray], runs: int) -> float:
     """Best seconds per call of the model under TinyJit (after the capture calls)."""
-    jitted = TinyJit(lambda **kw: {name: t.realize() for name, t in runner(kw).items()})
+    jitted = TinyJit(lambda **kw: {name: t.realize() for name, t in tensor_outputs(runner(kw)).items()})
     tensors = {name: Tensor(value).realize() for name, value in inputs.items()}
     best = float("inf")
     for _ in range(runs + 2):  # two calls to capture, then the timed replays
@@ -84,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runner = OnnxRunner(args.model)
     inputs = load_inputs(runner, args.inputs, parse_dims(args.dim))
     start = time.perf_counter()
-    outputs = {name: t.numpy() for name, t in runner(inputs).items()}
+    outputs = {name: t.numpy() for name, t in tensor_outputs(runner(inputs)).items()}
     print(f"first run (builds and compiles): {time.perf_counter() - start:.3f} s")
     for name, value in outputs.items():
         print(f"{name}: shape {value.shape} dtype {value.dtype}")

@@ -10,21 +10,28 @@ from collections.abc import Callable
 from typing import Any
 
 from fusegrad.dtype import dtypes
-from fusegrad.nn.onnx.registry import onnx_op, scalar
+from fusegrad.nn.onnx.registry import Value, onnx_op, scalar
 from fusegrad.tensor import Tensor
 
-RunGraph = Callable[[Any, dict[str, Tensor | None]], list[Tensor | None]]
+RunGraph = Callable[[Any, dict[str, Value]], list[Value]]
+
+
+def as_tensor(value: Value, what: str) -> Tensor:
+    """A body output that must be a tensor; ValueError naming it when it is empty or a sequence."""
+    if not isinstance(value, Tensor):
+        raise ValueError(f"{what}: the body gives {'nothing' if value is None else 'a sequence'}, not a tensor")
+    return value
 
 
 @onnx_op("If")
-def if_op(condition: Tensor, then_branch: Any, else_branch: Any, run_graph: RunGraph) -> list[Tensor | None]:
+def if_op(condition: Tensor, then_branch: Any, else_branch: Any, run_graph: RunGraph) -> list[Value]:
     return run_graph(then_branch if scalar(condition) else else_branch, {})
 
 
 @onnx_op("Loop")
 def loop(
-    trip_count: Tensor | None, condition: Tensor | None, *carried: Tensor | None, body: Any, run_graph: RunGraph
-) -> list[Tensor | None]:
+    trip_count: Tensor | None, condition: Tensor | None, *carried: Value, body: Any, run_graph: RunGraph
+) -> list[Value]:
     # body inputs: (iteration, condition, carried...); outputs: (condition, carried..., scan outputs...)
     limit = int(scalar(trip_count)) if trip_count is not None else None
     keep_going = bool(scalar(condition, True)) if condition is not None else True
@@ -35,11 +42,10 @@ def loop(
     while keep_going and (limit is None or iteration < limit):
         bindings = dict(zip(names, [Tensor(iteration, dtype=dtypes.int64), Tensor(keep_going), *state], strict=True))
         outputs = run_graph(body, bindings)
-        keep_going = bool(scalar(outputs[0], True))
+        keep_going = bool(scalar(as_tensor(outputs[0], "Loop condition"), True))
         state = outputs[1 : 1 + len(carried)]
         for collected, value in zip(scans, outputs[1 + len(carried) :], strict=True):
-            assert value is not None, "Loop: a scan output of the body is empty"
-            collected.append(value)
+            collected.append(as_tensor(value, "Loop scan output"))
         iteration += 1
     stacked = [Tensor.stack(*values) if values else Tensor.zeros(0) for values in scans]
     return [*state, *stacked]
@@ -56,13 +62,13 @@ def scan(
     scan_output_directions: list[int] | None = None,
     run_graph: RunGraph,
     opset: int = 9,
-) -> list[Tensor | None]:
+) -> list[Value]:
     # inputs: N carried states, then M sequences sliced along their scan axis; the body maps
     # (states..., slices...) -> (states..., per-step outputs...), the per-step outputs are stacked
     if opset < 9:
         raise NotImplementedError("Scan: opset 8 (batched, with sequence_lens) is not supported")
     carried = len(inputs) - num_scan_inputs
-    state = list(inputs[:carried])
+    state: list[Value] = list(inputs[:carried])
     sequences = [t for t in inputs[carried:] if t is not None]
     axes = [a % t.ndim for a, t in zip(scan_input_axes or [0] * num_scan_inputs, sequences, strict=True)]
     backwards = scan_input_directions or [0] * num_scan_inputs
@@ -76,8 +82,7 @@ def scan(
         outputs = run_graph(body, dict(zip(names, [*state, *slices], strict=True)))
         state = outputs[:carried]
         for per_step, value in zip(collected, outputs[carried:], strict=True):
-            assert value is not None, "Scan: a scan output of the body is empty"
-            per_step.append(value)
+            per_step.append(as_tensor(value, "Scan scan output"))
     out_axes = scan_output_axes or [0] * len(collected)
     out_backwards = scan_output_directions or [0] * len(collected)
     stacked = []

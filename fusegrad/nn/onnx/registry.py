@@ -18,7 +18,15 @@ from typing import Any, TypeVar
 from fusegrad.dtype import DType, dtypes
 from fusegrad.tensor import Tensor
 
-OpResult = Tensor | Sequence[Tensor | None]
+
+class TensorSequence(list[Tensor]):
+    """An ONNX sequence value: a list of tensors, a type of its own so that an op returning one returns one output
+    (a plain list is an op's several outputs)."""
+
+
+# what a graph value is: a tensor, a sequence of tensors, or an empty optional
+Value = Tensor | TensorSequence | None
+OpResult = Tensor | TensorSequence | Sequence[Value]
 OpFunction = Callable[..., OpResult]
 F = TypeVar("F", bound=OpFunction)
 

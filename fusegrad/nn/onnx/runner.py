@@ -29,11 +29,12 @@ from fusegrad.nn.onnx import (  # noqa: F401
     ops_reduce,
     ops_sample,
     ops_selection,
+    ops_sequence,
     ops_shape,
     ops_training,
 )
 from fusegrad.nn.onnx.proto import attributes_of, dtype_of, load_model, tensor_from_numpy, tensor_from_proto
-from fusegrad.nn.onnx.registry import ONNX_OPS, remember_value
+from fusegrad.nn.onnx.registry import ONNX_OPS, TensorSequence, Value, remember_value
 from fusegrad.tensor import Tensor
 
 DEFAULT_DOMAINS = ("", "ai.onnx")  # the operator set whose version is "the opset"
@@ -64,6 +65,15 @@ VALUE_SHAPED_OPS = (
 MAX_REMEMBERED = 1024
 
 
+def shape_key(value: Value) -> tuple[Any, ...] | None:
+    """What of a bound input the folded static values depend on: its shape (each element's, for a sequence)."""
+    if value is None:
+        return None
+    if isinstance(value, TensorSequence):
+        return tuple(tuple(t.shape) for t in value)
+    return tuple(value.shape)
+
+
 def declared_types(graph: onnx.GraphProto) -> dict[str, int]:
     """Value name -> the ONNX element type the graph declares for it (inputs, outputs, value infos, initializers)."""
     types = {t.name: t.data_type for t in graph.initializer}
@@ -82,6 +92,7 @@ class InputSpec:
     dtype: DType
     shape: tuple[int | str | None, ...] | None
     optional: bool = False
+    sequence: bool = False  # a sequence of tensors of dtype (shape unchecked)
 
 
 def input_spec(info: onnx.ValueInfoProto) -> InputSpec:
@@ -90,6 +101,9 @@ def input_spec(info: onnx.ValueInfoProto) -> InputSpec:
     optional = value_type.HasField("optional_type")
     if optional:
         value_type = value_type.optional_type.elem_type
+    if value_type.HasField("sequence_type") and value_type.sequence_type.elem_type.HasField("tensor_type"):
+        element = value_type.sequence_type.elem_type.tensor_type.elem_type
+        return InputSpec(info.name, dtype_of(element, f"input {info.name!r}"), None, optional, sequence=True)
     if not value_type.HasField("tensor_type"):
         kind = value_type.WhichOneof("value")
         raise NotImplementedError(f"OnnxRunner: input {info.name!r} is a {kind}; only tensor inputs are supported")
@@ -124,7 +138,7 @@ class OnnxRunner:
         self.nodes = [(node, attributes_of(node, base_dir)) for node in graph.node]
         self.static_nodes = self._find_static_nodes()
         # input shapes -> the realized outputs of the static nodes for those shapes
-        self._folded: dict[tuple[tuple[Any, ...] | None, ...], dict[str, Tensor | None]] = {}
+        self._folded: dict[tuple[tuple[Any, ...] | None, ...], dict[str, Value]] = {}
 
     def _find_static_nodes(self) -> set[int]:
         """Indices of nodes whose outputs depend on the input shapes only, never on input values.
@@ -177,25 +191,36 @@ class OnnxRunner:
                     f"OnnxRunner: op {node.op_type}{domain} ({where}, opset {self.opset}) is not supported"
                 )
 
-    def bind(self, inputs: dict[str, Any]) -> dict[str, Tensor | None]:
+    def bind(self, inputs: dict[str, Any]) -> dict[str, Value]:
         """The inputs as Tensors, after checking names, dtypes and shapes against the graph (named dims must agree)."""
         if missing := [name for name in self.inputs if name not in inputs]:
             raise RuntimeError(f"OnnxRunner: no value for input(s) {missing}; the model takes {list(self.inputs)}")
         if unknown := [name for name in inputs if name not in self.inputs]:
             raise RuntimeError(f"OnnxRunner: unknown input(s) {unknown}; the model takes {list(self.inputs)}")
         named_dims: dict[str, int] = {}
-        bound: dict[str, Tensor | None] = {}
+        bound: dict[str, Value] = {}
         for name, spec in self.inputs.items():
             value = inputs[name]
             if value is None and spec.optional:  # an empty optional
                 bound[name] = None
                 continue
-            tensor = value if isinstance(value, Tensor) else tensor_from_numpy(np.asarray(value), spec.dtype)
-            if tensor.dtype != spec.dtype:
-                raise RuntimeError(f"OnnxRunner: input {name!r} has dtype {tensor.dtype}, the model wants {spec.dtype}")
+            if spec.sequence:
+                bound[name] = TensorSequence(self._bind_tensor(spec, item) for item in value)
+                continue
+            tensor = self._bind_tensor(spec, value)
             self._check_shape(spec, tuple(tensor.shape), named_dims)
             bound[name] = tensor
         return bound
+
+    @staticmethod
+    def _bind_tensor(spec: InputSpec, value: Any) -> Tensor:
+        """One input value (or sequence element) as a Tensor of the spec's dtype; RuntimeError for another dtype."""
+        tensor = value if isinstance(value, Tensor) else tensor_from_numpy(np.asarray(value), spec.dtype)
+        if tensor.dtype != spec.dtype:
+            raise RuntimeError(
+                f"OnnxRunner: input {spec.name!r} has dtype {tensor.dtype}, the model wants {spec.dtype}"
+            )
+        return tensor
 
     @staticmethod
     def _check_shape(spec: InputSpec, shape: tuple[Any, ...], named_dims: dict[str, int]) -> None:
@@ -213,11 +238,12 @@ class OnnxRunner:
             if isinstance(dim, int) and dim > 0 and size != dim:
                 raise RuntimeError(f"OnnxRunner: input {spec.name!r} has shape {shape}, the model wants {wanted}")
 
-    def __call__(self, inputs: dict[str, Any]) -> dict[str, Tensor]:
-        """Evaluate the graph on inputs (arrays, lists or Tensors by input name); outputs are lazy Tensors by name."""
+    def __call__(self, inputs: dict[str, Any]) -> dict[str, Tensor | TensorSequence]:
+        """Evaluate the graph on inputs (arrays, lists or Tensors by input name; a list of them for a sequence
+        input); outputs are lazy Tensors (or lists of them, for a sequence output) by name."""
         bound = self.bind(inputs)
-        values: dict[str, Tensor | None] = {"": None, **self.initializers, **bound}
-        key = tuple(None if t is None else tuple(t.shape) for t in bound.values())
+        values: dict[str, Value] = {"": None, **self.initializers, **bound}
+        key = tuple(shape_key(t) for t in bound.values())
         folded = self._folded.get(key)
         values.update(folded or {})
         for index, (node, attrs) in enumerate(self.nodes):
@@ -233,12 +259,12 @@ class OnnxRunner:
             outputs[name] = value
         return outputs
 
-    def _keep_static(self, values: dict[str, Tensor | None]) -> dict[str, Tensor | None]:
+    def _keep_static(self, values: dict[str, Value]) -> dict[str, Value]:
         """The static nodes' outputs from a finished call, realized (they hold no input values, only shapes)."""
-        folded: dict[str, Tensor | None] = {}
+        folded: dict[str, Value] = {}
         for index in self.static_nodes:
             folded.update({name: values[name] for name in self.nodes[index][0].output if name})
-        results = [t for t in folded.values() if t is not None]
+        results = [t for v in folded.values() for t in ([v] if isinstance(v, Tensor) else v or [])]
         if results:
             results[0].realize(*results[1:])
         for t in results:
@@ -246,16 +272,14 @@ class OnnxRunner:
                 remember_value(t)
         return folded
 
-    def _run_graph(
-        self, scope: dict[str, Tensor | None], graph: onnx.GraphProto, bindings: dict[str, Tensor | None]
-    ) -> list[Tensor | None]:
+    def _run_graph(self, scope: dict[str, Value], graph: onnx.GraphProto, bindings: dict[str, Value]) -> list[Value]:
         """A sub-graph's outputs (If branches, Loop bodies): it sees the enclosing scope, then its own names."""
         values = {**scope, **{t.name: tensor_from_proto(t, self.base_dir) for t in graph.initializer}, **bindings}
         for node in graph.node:
             self._run_node(node, attributes_of(node, self.base_dir), values)
         return [values[output.name] for output in graph.output]
 
-    def _run_node(self, node: onnx.NodeProto, attrs: dict[str, Any], values: dict[str, Tensor | None]) -> None:
+    def _run_node(self, node: onnx.NodeProto, attrs: dict[str, Any], values: dict[str, Value]) -> None:
         """Compute one node's outputs into values; errors get a note naming the node."""
         fn, extras = ONNX_OPS[node.op_type]
         args = [values[name] for name in node.input]
@@ -271,7 +295,7 @@ class OnnxRunner:
         except Exception as e:
             e.add_note(f"in ONNX node {node.name!r} ({node.op_type}, opset {self.opset})")
             raise
-        results = [result] if isinstance(result, Tensor) else list(result)
+        results = [result] if isinstance(result, (Tensor, TensorSequence)) else list(result)
         for name, value in zip(node.output, results, strict=False):
             if name:
                 values[name] = value
