@@ -3,7 +3,8 @@
 Run a script under `mpirun -np N python script.py`; `init()` reads rank and world size from the MPI environment.
 Collectives stage tensors through host numpy memory (zero-copy where the device's memory is host memory) and use
 mpi4py's buffer API only, so nothing is ever pickled. `DistributedDataParallel` broadcasts the initial parameters and
-averages gradients in a few large buckets. Needs the `dist` extra: `pip install -e '.[dist]'`.
+averages gradients in a few large buckets, overlapping the communication with the rest of the backward. Needs the
+`dist` extra: `pip install -e '.[dist]'`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import pathlib
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,9 +23,10 @@ import numpy as np
 
 from fusegrad.device import Buffer
 from fusegrad.dtype import _to_np_dtype, dtypes
+from fusegrad.engine.realize import ExecItem, Runner, run_schedule
 from fusegrad.helpers import PROFILEPATH, cpu_profile
 from fusegrad.tensor import Tensor
-from fusegrad.uop.ops import Ops
+from fusegrad.uop.ops import Ops, UOp
 
 ReduceOp = Literal["sum", "mean", "max", "min"]
 
@@ -37,7 +40,7 @@ class WorldInfo:
         world_size: how many processes mpiexec started.
         local_rank: this process's index among the processes on its host (pick a device with it).
 
-    Example:
+    Examples:
         >>> WorldInfo(rank=1, world_size=4, local_rank=1).world_size
         4
     """
@@ -82,7 +85,7 @@ def init() -> WorldInfo:
         RuntimeError: after shutdown() (MPI cannot start twice).
         ImportError: mpi4py is not installed (`pip install -e '.[dist]'`).
 
-    Example:
+    Examples:
         >>> info = init()  # outside mpiexec: a world of one
         >>> info.rank, info.world_size
         (0, 1)
@@ -123,7 +126,7 @@ def is_initialized() -> bool:
     Returns:
         True between init() and shutdown().
 
-    Example:
+    Examples:
         >>> _ = init()
         >>> is_initialized()
         True
@@ -146,7 +149,7 @@ def get_rank() -> int:
     Raises:
         RuntimeError: before init().
 
-    Example:
+    Examples:
         >>> _ = init()
         >>> get_rank()  # outside mpiexec: a world of one
         0
@@ -163,7 +166,7 @@ def get_world_size() -> int:
     Raises:
         RuntimeError: before init().
 
-    Example:
+    Examples:
         >>> _ = init()
         >>> get_world_size()
         1
@@ -180,7 +183,7 @@ def get_local_rank() -> int:
     Raises:
         RuntimeError: before init().
 
-    Example:
+    Examples:
         >>> _ = init()
         >>> get_local_rank()
         0
@@ -191,7 +194,7 @@ def get_local_rank() -> int:
 def shutdown() -> None:
     """Wait for every rank, restore sys.excepthook and finalize MPI; init() cannot be called again afterwards.
 
-    Example:
+    Examples:
         >>> shutdown  # the last call of a program: `distributed.shutdown()`; a no-op before init()
         <function shutdown at ...>
     """
@@ -252,7 +255,7 @@ def host_view(t: Tensor, op: str = "host_view") -> tuple[np.ndarray, bool]:
     Raises:
         TypeError: t's dtype has no numpy equivalent.
 
-    Example:
+    Examples:
         >>> values, in_place = host_view(Tensor([1.0, 2.0]).realize())
         >>> values.tolist(), in_place
         ([1.0, 2.0], True)
@@ -261,13 +264,21 @@ def host_view(t: Tensor, op: str = "host_view") -> tuple[np.ndarray, bool]:
     buffer = _realized_buffer(t)
     if buffer is None:
         return np.ascontiguousarray(t.numpy()).reshape(-1), False
-    host = buffer.allocator._as_buffer(buffer._buf)
-    if host is not None and not host.readonly:
-        buffer.allocator.dev.synchronize()
-        return np.frombuffer(host, dtype=dtype, count=buffer.size), True
+    if (host := _host_array(buffer, dtype)) is not None:
+        return host, True
     out = np.empty(buffer.size, dtype=dtype)
     buffer.copyout(out.data.cast("B"))
     return out, False
+
+
+def _host_array(buffer: Buffer, dtype: np.dtype[np.generic]) -> np.ndarray | None:
+    """The buffer's own memory as a flat numpy array when the device's memory is host memory (after the device's
+    pending work), else None: MPI then reads and writes the tensor itself, with no staging copy."""
+    host = buffer.allocator._as_buffer(buffer._buf)
+    if host is None or host.readonly:
+        return None
+    buffer.allocator.dev.synchronize()
+    return np.frombuffer(host, dtype=dtype, count=buffer.size)
 
 
 def write_back(t: Tensor, values: np.ndarray) -> None:
@@ -277,7 +288,7 @@ def write_back(t: Tensor, values: np.ndarray) -> None:
         t: the tensor to overwrite (its shape, dtype and devices are kept).
         values: t.numel() elements of t's dtype.
 
-    Example:
+    Examples:
         >>> t = Tensor([0, 0, 0]).realize()
         >>> write_back(t, np.array([7, 8, 9], dtype=np.int32))
         >>> t.tolist()
@@ -318,7 +329,7 @@ def allreduce(t: Tensor, op: ReduceOp = "sum") -> Tensor:
         ValueError: an unknown op.
         TypeError: "mean" of a tensor that is not float.
 
-    Example:
+    Examples:
         >>> _ = init()
         >>> allreduce(Tensor([1.0, 2.0]), "sum").tolist()  # a world of one; under mpiexec -n 2: [2.0, 4.0]
         [1.0, 2.0]
@@ -351,7 +362,7 @@ def broadcast(t: Tensor, src: int = 0) -> Tensor:
         RuntimeError: before init().
         ValueError: src is not a rank.
 
-    Example:
+    Examples:
         >>> _ = init()
         >>> broadcast(Tensor([3, 4]), src=0).tolist()
         [3, 4]
@@ -380,7 +391,7 @@ def allgather(t: Tensor) -> Tensor:
         RuntimeError: before init().
         ValueError: the ranks' shapes or dtypes differ (raised on every rank, naming the rank that differs).
 
-    Example:
+    Examples:
         >>> _ = init()
         >>> allgather(Tensor([get_rank()])).tolist()  # under mpiexec -n 2: [[0], [1]]
         [[0]]
@@ -404,7 +415,7 @@ def barrier() -> None:
     Raises:
         RuntimeError: before init().
 
-    Example:
+    Examples:
         >>> _ = init()
         >>> barrier()
     """
@@ -440,9 +451,11 @@ class DistributedDataParallel:
 
     At construction it checks that every rank has the same parameters (names, shapes, dtypes; ValueError naming the
     rank and the parameter otherwise) and copies rank 0's values to all. After each backward, `sync_gradients()`
-    averages the gradients over the ranks in buckets of about `bucket_mb` MB (one Allreduce each, started in the order
-    backward produces them, last layer first). Any optimiser works: call it between backward and `opt.step()`. With
-    TinyJit, jit the forward+backward and the step apart and call `sync_gradients()` between them.
+    averages the gradients over the ranks in buckets of about `bucket_mb` MB: one non-blocking Iallreduce each, started
+    as soon as the backward's kernels have produced the bucket's gradients while the rest of the backward runs, all
+    waited for before it returns. Any optimiser works: call it after backward and before `opt.step()`, passing the loss
+    so it is computed in the same schedule. The whole step may be one TinyJit (the communication replays between the
+    captured kernels); it may also sit between two jits. `comm_seconds` adds up the time spent communicating.
 
     Args:
         model: a model object (its tensors found like `nn.state.get_state_dict`) or a state dict.
@@ -452,9 +465,9 @@ class DistributedDataParallel:
         ValueError: bucket_mb is not positive, the model has no trainable parameters, or the ranks' parameters differ.
         RuntimeError: from init() after shutdown().
 
-    Example:
+    Examples:
         >>> model = nn.Linear(2, 1)
-        >>> ddp = DistributedDataParallel(model)  # in a loop: loss.backward(); ddp.sync_gradients(); opt.step()
+        >>> ddp = DistributedDataParallel(model)  # in a loop: loss.backward(); ddp.sync_gradients(loss); opt.step()
         >>> ddp.names
         ['weight', 'bias']
     """
@@ -480,6 +493,8 @@ class DistributedDataParallel:
         for _, t in self.state:
             broadcast(t, src=0)
         self.buckets = self._plan_buckets(int(bucket_mb * 1e6))
+        self._requests: list[tuple[_Bucket, Any]] = []  # Any: mpi4py's Request; buckets started, not yet waited for
+        self.comm_seconds = 0.0  # time spent staging, starting and waiting for the averaging (bench/dist.py reads it)
 
     def _check_same_parameters(self) -> None:
         """Raise ValueError on every rank when any rank's parameters differ from rank 0's (name, shape, dtype)."""
@@ -513,9 +528,14 @@ class DistributedDataParallel:
                 current.append(t)
         return buckets
 
-    def sync_gradients(self) -> None:
+    def sync_gradients(self, *realize_with: Tensor) -> None:
         """Replace every parameter's gradient by its mean over the ranks, in place (call after backward).
 
+        Bucket by bucket, last layer first (the order backward produces them), the bucket's gradients are realized and
+        its non-blocking Iallreduce started, so the wire carries one bucket while the next is computed; all are waited
+        for at the end, before the optimiser step reads the gradients. `realize_with` (the loss, say) is realized with
+        the first bucket so the forward is not computed twice. Under TinyJit each start and the final wait are captured
+        as items of their own between the kernels: a whole train step, averaging included, replays as one jit.
         Raises RuntimeError when a parameter has no gradient (every rank must send every bucket).
         """
         missing = [name for name, t in zip(self.names, self.params, strict=True) if t.grad is None]
@@ -523,19 +543,165 @@ class DistributedDataParallel:
             raise RuntimeError(f"DistributedDataParallel.sync_gradients: no gradient for {missing[:3]} on rank "
                                f"{self.info.rank}; call backward() on a loss using every parameter first")  # fmt: skip
         if self.info.world_size == 1:
+            Tensor.realize(*realize_with, *[t.grad for t in self.params if t.grad is not None])
             return
-        Tensor.realize(*[t.grad for t in self.params if t.grad is not None])
+        grads = [t.grad for t in self.params if t.grad is not None]
+        if any(isinstance(g.device, tuple) for g in grads):  # sharded inside this rank: staged through the host
+            self._sync_staged(realize_with)
+            return
+        items = grads[0].schedule(*grads[1:], *realize_with)  # one schedule: the forward and backward once
+        scheduled = {id(t): _scheduled_buffer(t) for t in grads}
+        last_use: dict[int, int] = {}  # base buffer id -> the last item touching it: after it, the value is final
+        for j, item in enumerate(items):
+            last_use.update({id(b.base): j for b in item.bufs if b is not None})
+        ready = []  # (the item after which the bucket's gradients are final, bucket index)
+        for k, bucket in enumerate(self.buckets):
+            bufs = [b for t in bucket.params if (b := scheduled[id(t.grad)]) is not None]
+            ready.append((max((last_use.get(id(b.base), -1) for b in bufs), default=len(items)), k))
+        started: list[Buffer] = []
+        done = 0
+        for at, k in sorted(ready):  # every rank's schedule is the same: the buckets start in one order everywhere
+            if at >= done:
+                run_schedule(items[done : at + 1])
+                done = at + 1
+            grads_k = [t.grad for t in self.buckets[k].params if t.grad is not None]
+            bufs = [scheduled[id(g)] or _grad_buffer(g) for g in grads_k]  # scheduled: settled only at the end
+            _run_item(_BucketStart(self, self.buckets[k], bufs[0].device), bufs)
+            started += bufs
+        if done < len(items):
+            run_schedule(items[done:])
+        _run_item(_BucketsWait(self, started[0].device), started)
+
+    def _sync_staged(self, realize_with: tuple[Tensor, ...]) -> None:
+        """sync_gradients for gradients sharded over several devices of this process: gathered to the host and back."""
+        from fusegrad.engine.realize import capturing
+
+        if capturing:
+            raise RuntimeError("DistributedDataParallel.sync_gradients: gradients sharded inside a rank cannot be "
+                               "averaged inside TinyJit; jit the forward+backward and the step apart")  # fmt: skip
+        Tensor.realize(*realize_with, *[t.grad for t in self.params if t.grad is not None])
         mpi = _mpi()
-        requests = []
-        for bucket in self.buckets:  # stage bucket k+1 while bucket k is on the wire
-            _flatten_into(bucket)
-            with _span("allreduce start", bucket.buffer.nbytes):
-                requests.append(self.comm.Iallreduce(mpi.IN_PLACE, bucket.buffer, op=mpi.SUM))
-        with _span("allreduce wait", sum(b.buffer.nbytes for b in self.buckets)):
-            mpi.Request.Waitall(requests)
         for bucket in self.buckets:
+            _flatten_into(bucket)
+            with _span("allreduce", bucket.buffer.nbytes):
+                self.comm.Allreduce(mpi.IN_PLACE, bucket.buffer, op=mpi.SUM)
             np.divide(bucket.buffer, self.info.world_size, out=bucket.buffer, casting="unsafe")
             _unflatten_from(bucket)
+
+
+def _scheduled_buffer(t: Tensor) -> Buffer | None:
+    """The buffer holding all of t's elements and nothing else, in any order (the averaging is elementwise and every
+    rank has the same layout), once its schedule has run; None when t is not such a view of one buffer."""
+    uop = t.uop
+    while uop.op in (Ops.RESHAPE, Ops.PERMUTE):  # a weight's gradient is often computed transposed
+        uop = uop.src[0]
+    if uop.op is Ops.ASSIGN:
+        uop = uop.src[0]
+    if uop.op is not Ops.BUFFER or uop.buffer.size != t.numel() or uop.buffer.dtype != t.dtype:
+        return None
+    return uop.buffer
+
+
+def _grad_buffer(t: Tensor) -> Buffer:
+    """The buffer of a gradient the schedule left lazy (a constant): realized into memory of its own."""
+    if (buffer := _scheduled_buffer(t)) is None:
+        t.replace(t.contiguous()).realize()
+        buffer = _scheduled_buffer(t)
+    assert buffer is not None, "DistributedDataParallel: a realized gradient has no buffer of its own"
+    return buffer.ensure_allocated()
+
+
+def _run_item(runner: Runner, bufs: list[Buffer]) -> None:
+    """Run a communication step as an ExecItem; while TinyJit captures, it becomes one of the captured items."""
+    from fusegrad.engine.realize import capturing
+    from fusegrad.helpers import CAPTURING
+
+    item = ExecItem(UOp(Ops.NOOP), list(bufs), prg=runner)
+    if capturing and CAPTURING:
+        capturing[0].add(item)
+    item.run()
+
+
+def _copy_out(buf: Buffer, into: np.ndarray) -> None:
+    """buf's elements into the flat array `into` (one memcpy from host memory, else the device's copyout)."""
+    if (host := _host_array(buf, into.dtype)) is not None:
+        into[:] = host
+    else:
+        buf.copyout(into.data.cast("B"))
+
+
+def _copy_in(buf: Buffer, values: np.ndarray) -> None:
+    if (host := _host_array(buf, values.dtype)) is not None:
+        host[:] = values
+    else:
+        buf.copyin(np.ascontiguousarray(values).data.cast("B"))
+
+
+class _CommRunner(Runner):
+    """A communication step of DistributedDataParallel as a jit-replayable runner: it reads and writes every slot."""
+
+    def __init__(self, name: str, ddp: DistributedDataParallel, device: str, slots: int) -> None:
+        from fusegrad.renderer import Estimates
+
+        super().__init__(name, device, Estimates())
+        self.ddp, self.slots = ddp, slots
+
+    @property
+    def inputs(self) -> list[int]:
+        return list(range(self.slots))
+
+    @property
+    def outputs(self) -> list[int]:
+        return list(range(self.slots))
+
+
+class _BucketStart(_CommRunner):
+    """Flatten one bucket's gradients into its staging array and start its Iallreduce (sum) without waiting."""
+
+    def __init__(self, ddp: DistributedDataParallel, bucket: _Bucket, device: str) -> None:
+        super().__init__(f"allreduce start {bucket.buffer.nbytes / 1e6:.2f} MB", ddp, device, len(bucket.params))
+        self.bucket = bucket
+
+    def __call__(self, rawbufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
+        st = time.perf_counter()
+        mpi, buffer = _mpi(), self.bucket.buffer
+        with _span("allreduce start", buffer.nbytes):
+            offset = 0
+            for b in rawbufs:
+                _copy_out(b, buffer[offset : offset + b.size])
+                offset += b.size
+            requests = self.ddp._requests
+            requests.append((self.bucket, self.ddp.comm.Iallreduce(mpi.IN_PLACE, buffer, op=mpi.SUM)))
+            mpi.Request.Testall([r for _, r in requests])  # drives the earlier buckets on (MPI progresses in calls)
+        self.ddp.comm_seconds += time.perf_counter() - st
+        return None
+
+
+class _BucketsWait(_CommRunner):
+    """Wait for every started bucket, divide by the world size and write the means back into the gradients."""
+
+    def __init__(self, ddp: DistributedDataParallel, device: str) -> None:
+        super().__init__("allreduce wait", ddp, device, sum(len(b.params) for b in ddp.buckets))
+
+    def __call__(self, rawbufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
+        st = time.perf_counter()
+        requests = self.ddp._requests
+        if len(requests) != len(self.ddp.buckets):
+            raise RuntimeError(f"DistributedDataParallel: {len(requests)} buckets started, expected "
+                               f"{len(self.ddp.buckets)}: the starts and the wait ran out of order")  # fmt: skip
+        with _span("allreduce wait", sum(b.buffer.nbytes for b in self.ddp.buckets)):
+            bufs = iter(rawbufs)
+            for bucket, request in requests:
+                request.Wait()
+                np.divide(bucket.buffer, self.ddp.info.world_size, out=bucket.buffer, casting="unsafe")
+                offset = 0
+                for _ in bucket.params:
+                    b = next(bufs)
+                    _copy_in(b, bucket.buffer[offset : offset + b.size])
+                    offset += b.size
+            requests.clear()
+        self.ddp.comm_seconds += time.perf_counter() - st
+        return None
 
 
 def _nbytes(params: Sequence[Tensor]) -> int:
@@ -556,9 +722,5 @@ def _unflatten_from(bucket: _Bucket) -> None:
     for t in bucket.params:
         assert t.grad is not None, "DistributedDataParallel: gradient vanished after the check"
         n = t.numel()
-        values, in_place = host_view(t.grad, "sync_gradients")
-        if in_place:
-            values[:] = bucket.buffer[offset : offset + n]
-        else:
-            write_back(t.grad, bucket.buffer[offset : offset + n])
+        write_back(t.grad, bucket.buffer[offset : offset + n])
         offset += n

@@ -43,18 +43,21 @@ def global_batch(step: int) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
-def train(rank: int, world: int, use_jit: bool) -> TinyModel:
+def train(rank: int, world: int, mode: str) -> TinyModel:
     """STEPS steps on mean squared error; with world > 1 the gradients are averaged by DDP.
 
-    Eager runs use SGD (sensitive to the gradients' scale: a sum instead of a mean shows), jitted runs Adam."""
+    "eager" uses SGD (sensitive to the gradients' scale: a sum instead of a mean shows); "jit" (forward+backward and
+    update jitted apart, the averaging between them) and "jit_whole" (one TinyJit for the whole step, the averaging
+    captured inside it) use Adam."""
     Tensor.manual_seed(rank)  # different initial weights per rank: DDP must broadcast rank 0's
     model = TinyModel()
-    opt = optim.Adam(get_parameters(model), lr=0.05) if use_jit else optim.SGD(get_parameters(model), lr=0.2)
+    params = get_parameters(model)
+    opt = optim.SGD(params, lr=0.2) if mode == "eager" else optim.Adam(params, lr=0.05)
     ddp = None
     if world > 1:
         from fusegrad.distributed import DistributedDataParallel
 
-        ddp = DistributedDataParallel(model, bucket_mb=0.0001)  # tiny buckets: several Allreduce calls per step
+        ddp = DistributedDataParallel(model, bucket_mb=0.00003)  # 30-byte buckets: 2 Iallreduce calls per step
 
     def forward_backward(x: Tensor, y: Tensor) -> Tensor:
         opt.zero_grad()
@@ -66,16 +69,35 @@ def train(rank: int, world: int, use_jit: bool) -> TinyModel:
         opt.step()
         return opt.params[0]
 
-    forward_backward_step = TinyJit(forward_backward) if use_jit else forward_backward
-    update_step = TinyJit(update) if use_jit else update
+    def whole_step(x: Tensor, y: Tensor) -> Tensor:
+        opt.zero_grad()
+        loss = ((model(x) - y) ** 2).mean().backward()
+        if ddp is not None:
+            ddp.sync_gradients(loss)  # realizes loss and gradients bucket by bucket, averaging as each is ready
+        opt.step()
+        return loss.realize()
+
+    jitted = TinyJit(whole_step)
+    forward_backward_step = TinyJit(forward_backward) if mode == "jit" else forward_backward
+    update_step = TinyJit(update) if mode == "jit" else update
     with Tensor.train():
         for step in range(STEPS):
             x, y = global_batch(step)
             rows = slice(rank * BATCH, (rank + 1) * BATCH) if world > 1 else slice(None)
+            if mode == "jit_whole":
+                jitted(Tensor(x[rows]), Tensor(y[rows]))
+                continue
             forward_backward_step(Tensor(x[rows]), Tensor(y[rows]))
             if ddp is not None:
                 ddp.sync_gradients()
             update_step()
+    if mode == "jit_whole":
+        assert jitted.captured is not None, "the whole step was never captured"
+        assert STEPS >= 3, "the whole step must replay at least once"
+        if ddp is not None:
+            names = [ei.prg.display_name for ei in jitted.captured.jit_cache if ei.prg is not None]
+            assert sum(name.startswith("allreduce start") for name in names) == len(ddp.buckets) > 1, names
+            assert names.count("allreduce wait") == 1, names
     return model
 
 
@@ -90,8 +112,8 @@ def run_scenario(scenario: str, out: pathlib.Path) -> None:
     from fusegrad import distributed
 
     info = distributed.init()
-    if scenario in ("train", "train_jit"):
-        model = train(info.rank, info.world_size, use_jit=scenario == "train_jit")
+    if scenario in TRAIN_MODES:
+        model = train(info.rank, info.world_size, TRAIN_MODES[scenario])
         if info.rank == 0:
             np.savez(out / "weights.npz", *weights(model))
     elif scenario == "collectives":
@@ -157,12 +179,15 @@ def check_ok(result: subprocess.CompletedProcess[str]) -> None:
     assert result.returncode == 0, f"mpiexec exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
 
 
-@pytest.mark.parametrize("scenario", ["train", "train_jit"])
+TRAIN_MODES = {"train": "eager", "train_jit": "jit", "train_jit_whole": "jit_whole"}
+
+
+@pytest.mark.parametrize("scenario", list(TRAIN_MODES))
 def test_two_ranks_match_one_process_with_twice_the_batch(scenario: str, tmp_path: pathlib.Path) -> None:
     check_ok(launch(scenario, tmp_path))
     with np.load(tmp_path / "weights.npz", allow_pickle=False) as saved:
         two_ranks = [saved[f"arr_{i}"] for i in range(len(saved.files))]
-    one_process = weights(train(rank=0, world=1, use_jit=scenario == "train_jit"))
+    one_process = weights(train(rank=0, world=1, mode=TRAIN_MODES[scenario]))
     for got, expected in zip(two_ranks, one_process, strict=True):
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
 
