@@ -94,7 +94,21 @@ def _dequantise(raw: np.ndarray, n: int, ggml_type: int) -> np.ndarray:
 
 def ggml_data_to_tensor(t: Tensor, n: int, ggml_type: int) -> Tensor:
     """n values of ggml type `ggml_type` from the bytes in t (uint8): plain types keep their dtype (bf16 becomes
-    float32), Q4_0/Q4_1/Q8_0/Q6_K are dequantised to float32. Returns a flat (n,) tensor on t's device."""
+    float32), Q4_0/Q4_1/Q8_0/Q6_K are dequantised to float32.
+
+    Args:
+        t: the raw bytes, a uint8 tensor.
+        n: how many values they hold.
+        ggml_type: the ggml type number (0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 8 Q8_0, 14 Q6_K, ...).
+
+    Returns:
+        A flat (n,) tensor on t's device.
+
+    Examples:
+        >>> raw = Tensor(np.array([1.5, -2.0], dtype=np.float32).view(np.uint8))
+        >>> ggml_data_to_tensor(raw, 2, 0).tolist()
+        [1.5, -2.0]
+    """
     return Tensor(np.ascontiguousarray(_dequantise(t.numpy().view(np.uint8), n, ggml_type)), device=t.device)
 
 
@@ -147,10 +161,26 @@ def _file_bytes(fn: Tensor | str | pathlib.Path) -> tuple[np.ndarray, str | None
 def gguf_load(fn: Tensor | str | pathlib.Path) -> tuple[dict[str, Any], dict[str, Tensor]]:
     """Read a GGUF (version 2 or 3) file: (metadata key -> value, tensor name -> Tensor).
 
-    fn is a path or a uint8 Tensor of the file. Shapes are the file's dims reversed (ggml lists the fastest axis
-    first), so a weight is (out, in) like `nn.Linear`'s. Raises ValueError for a file that is not GGUF, a version
-    other than 2 or 3, or a tensor type other than the plain ones and Q4_0, Q4_1, Q8_0, Q6_K.
-    Example: `kv, weights = gguf_load("model.Q4_0.gguf"); kv["general.architecture"]`.
+    Shapes are the file's dims reversed (ggml lists the fastest axis first), so a weight is (out, in) like
+    `nn.Linear`'s.
+
+    Args:
+        fn: a path, or a uint8 Tensor of the file's bytes.
+
+    Returns:
+        (metadata key -> value, tensor name -> Tensor), quantised tensors dequantised to float32.
+
+    Raises:
+        FileNotFoundError: no file at the path.
+        ValueError: a file that is not GGUF, a version other than 2 or 3, or a tensor type other than the plain ones
+            and Q4_0, Q4_1, Q8_0, Q6_K.
+
+    Examples:
+        >>> gguf_load(Tensor(np.frombuffer(b"GGML" + bytes(20), dtype=np.uint8)))
+        Traceback (most recent call last):
+        ValueError: gguf_load: not a GGUF file: starts with b'GGML', expected b'GGUF'
+
+        A real file: `kv, weights = gguf_load("model.Q4_0.gguf"); kv["general.architecture"]` (see the LLM guide).
     """
     data, device = _file_bytes(fn)
     reader = _Reader(data)

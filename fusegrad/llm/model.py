@@ -45,7 +45,24 @@ def precompute_freqs_cis(dim: int, end: int, theta: float = 10000.0, device: str
 
 def apply_rope(x: Tensor, freqs_cis: Tensor) -> Tensor:
     """Rotate x (B, H, T, D) by the angles of its T positions, freqs_cis (T, D), in the half-split layout: pairs are
-    (x[..., i], x[..., i + D/2]), as Hugging Face LLaMA checkpoints store q and k. Shape kept.
+    (x[..., i], x[..., i + D/2]), as Hugging Face LLaMA checkpoints store q and k.
+
+    Args:
+        x: queries or keys, (B, H, T, D) with D even.
+        freqs_cis: the angles of the T positions, (T, D): rows of `precompute_freqs_cis`.
+
+    Returns:
+        The rotated tensor, (B, H, T, D).
+
+    Raises:
+        ValueError: x is not 4-d or its last axis is odd.
+
+    Examples:
+        >>> x = Tensor.ones(1, 1, 3, 4)
+        >>> apply_rope(x, precompute_freqs_cis(4, 3)).shape
+        (1, 1, 3, 4)
+        >>> apply_rope(x, precompute_freqs_cis(4, 3))[0, 0, 0].tolist()  # position 0: no rotation
+        [1.0, 1.0, 1.0, 1.0]
     """
     if x.ndim != 4 or x.shape[-1] % 2:
         raise ValueError(f"apply_rope: expected (B, H, T, D) with D even: got {x.shape}")
@@ -57,7 +74,33 @@ def apply_rope(x: Tensor, freqs_cis: Tensor) -> Tensor:
 @dataclass(frozen=True)
 class TransformerConfig:
     """The shape of a model. rope_dim and v_head_dim of 0 mean head_dim; max_context 0 means no KV cache (the
-    model then runs whole sequences from position 0, and gradients flow: the training and testing form)."""
+    model then runs whole sequences from position 0, and gradients flow: the training and testing form).
+
+    Attributes:
+        num_blocks: how many transformer blocks.
+        dim: the model width (embedding size).
+        hidden_dim: the feed-forward's inner width.
+        n_heads: query heads.
+        n_kv_heads: key/value heads (n_heads must be a multiple: grouped-query attention).
+        norm_eps: RMSNorm's epsilon.
+        vocab_size: how many token ids.
+        head_dim: features per head.
+        rope_theta: RoPE's base.
+        rope_dim: how many leading features of each head RoPE rotates (0: all of them).
+        v_head_dim: features per value head (0, or equal to head_dim).
+        max_context: KV cache length in tokens (0: no cache).
+        qkv_bias: whether the q, k and v projections have a bias.
+
+    Raises:
+        ValueError: n_heads is not a multiple of n_kv_heads, v_head_dim differs from head_dim, or rope_dim is odd
+            or larger than head_dim.
+
+    Examples:
+        >>> cfg = TransformerConfig(num_blocks=2, dim=32, hidden_dim=64, n_heads=4, n_kv_heads=2, norm_eps=1e-5,
+        ...                         vocab_size=100, head_dim=8, max_context=16)
+        >>> cfg.rotary_dim
+        8
+    """
 
     num_blocks: int
     dim: int
@@ -89,12 +132,26 @@ class TransformerConfig:
 
     @property
     def rotary_dim(self) -> int:
-        """How many leading features of each head RoPE rotates."""
+        """How many leading features of each head RoPE rotates: rope_dim, or head_dim when rope_dim is 0.
+
+        Examples:
+            >>> TransformerConfig(1, 8, 16, 2, 2, 1e-5, 10, head_dim=4, rope_dim=2).rotary_dim
+            2
+        """
         return self.rope_dim or self.head_dim
 
 
 class TransformerBlock:
-    """Pre-norm block: h = x + attention(attn_norm(x)); out = h + feed_forward(ffn_norm(h)), (B, T, dim) kept."""
+    """Pre-norm block: h = x + attention(attn_norm(x)); out = h + feed_forward(ffn_norm(h)), (B, T, dim) kept.
+
+    Args:
+        config: the model's shape; the block keeps its own KV cache when config.max_context > 0.
+
+    Examples:
+        >>> cfg = TransformerConfig(1, 16, 32, 2, 1, 1e-5, 50, head_dim=8)
+        >>> TransformerBlock(cfg)(Tensor.randn(2, 5, 16)).shape
+        (2, 5, 16)
+    """
 
     def __init__(self, config: TransformerConfig) -> None:
         self.config = config
@@ -157,8 +214,26 @@ def attend_with_cache(cache_kv: Tensor, q: Tensor, k: Tensor, v: Tensor, start_p
     (B, kv_heads, T, D) into `cache_kv` (2, B, kv_heads, max_context, D) at start_pos with `assign`.
 
     start_pos may be a bound variable: the write and the reads then have symbolic shapes, so one kernel (and one
-    TinyJit capture) serves every position. H must be a multiple of kv_heads (grouped-query attention). Returns
-    (B, H, T, D). Example: `attend_with_cache(cache, q, k, v, UOp.variable("start_pos", 0, 63).bind(5))`.
+    TinyJit capture) serves every position. H must be a multiple of kv_heads (grouped-query attention).
+
+    Args:
+        cache_kv: the realized cache, (2, B, kv_heads, max_context, D); written in place.
+        q: this step's queries, (B, H, T, D).
+        k: this step's keys, (B, kv_heads, T, D).
+        v: this step's values, (B, kv_heads, T, D).
+        start_pos: the position of this step's first token: an int or a bound variable.
+
+    Returns:
+        The attention output, (B, H, T, D).
+
+    Raises:
+        ValueError: an int start_pos whose T positions run past the cache.
+
+    Examples:
+        >>> cache = Tensor.zeros(2, 1, 1, 8, 4).contiguous().realize()
+        >>> q, k, v = Tensor.randn(1, 2, 3, 4), Tensor.randn(1, 1, 3, 4), Tensor.randn(1, 1, 3, 4)
+        >>> attend_with_cache(cache, q, k, v, 0).shape  # then one token at a time: start_pos 3, 4, ...
+        (1, 2, 3, 4)
     """
     t, max_context = k.shape[2], cache_kv.shape[3]
     if isinstance(start_pos, int) and isinstance(t, int) and not 0 <= start_pos <= max_context - t:
@@ -185,8 +260,20 @@ class Transformer:
 
     `forward(tokens, start_pos)` gives the logits of the last position (B, vocab); `__call__` runs it under TinyJit
     for one token (`rollout_jit`) and for a chunk of a symbolic number of tokens (`prefill_jit`), so decoding and
-    chunked prefill each replay one capture. Example:
-    `Transformer(cfg).generate([1, 2, 3], temperature=0.0)` yields token ids.
+    chunked prefill each replay one capture.
+
+    Args:
+        config: the model's shape; weights start random (load them with `from_gguf`, `from_safetensors` or
+            `nn.state.load_state_dict`).
+
+    Examples:
+        >>> cfg = TransformerConfig(1, 16, 32, 2, 1, 1e-5, 50, head_dim=8, max_context=16)
+        >>> model = Transformer(cfg)
+        >>> model.logits(Tensor([[1, 2, 3]])).shape
+        (1, 3, 50)
+        >>> import itertools
+        >>> len(list(itertools.islice(model.generate([1, 2, 3]), 4)))  # greedy: 4 token ids
+        4
     """
 
     def __init__(self, config: TransformerConfig) -> None:
@@ -206,7 +293,21 @@ class Transformer:
     ) -> tuple[Transformer, dict[str, Any]]:
         """A LLaMA-architecture GGUF file as (model, metadata). max_context (default: the file's context length)
         sizes the KV cache. Quantised weights are dequantised to float32; q and k rows go from GGUF's interleaved
-        RoPE pairs back to the half-split layout; a missing output.weight is tied to token_embd.weight."""
+        RoPE pairs back to the half-split layout; a missing output.weight is tied to token_embd.weight.
+
+        Args:
+            gguf: a path, or a uint8 Tensor of the file's bytes.
+            max_context: KV cache length in tokens (None: the file's context length).
+
+        Returns:
+            (model, metadata): the metadata holds the tokenizer (`SimpleTokenizer.from_gguf_kv`).
+
+        Raises:
+            ValueError: the file's architecture is not "llama" (or, from `gguf_load`, it is not a GGUF file).
+
+        Examples:
+            >>> Transformer.from_gguf("Llama-3.2-1B-Instruct-Q4_0.gguf", max_context=512)  # doctest: +SKIP
+        """
         kv, state = gguf_load(gguf)
         arch = kv.get("general.architecture")
         if arch != "llama":
@@ -221,7 +322,23 @@ class Transformer:
     @staticmethod
     def from_safetensors(path: str | pathlib.Path, max_context: int | None = None) -> Transformer:
         """A Hugging Face LLaMA checkpoint: `path` is a .safetensors file or a folder of shards, with the model's
-        config.json beside it. Names such as model.layers.0.self_attn.q_proj.weight map to blk.0.attn_q.weight."""
+        config.json beside it. Names such as model.layers.0.self_attn.q_proj.weight map to blk.0.attn_q.weight.
+
+        Args:
+            path: a .safetensors file or a folder of them, with config.json in the same folder.
+            max_context: KV cache length in tokens (None: config.json's max_position_embeddings).
+
+        Returns:
+            The model with the checkpoint's weights (as float32).
+
+        Raises:
+            FileNotFoundError: no .safetensors weights or no config.json.
+
+        Examples:
+            >>> Transformer.from_safetensors("missing/model.safetensors")
+            Traceback (most recent call last):
+            FileNotFoundError: Transformer.from_safetensors: need .safetensors weights and config.json in missing
+        """
         path = pathlib.Path(path)
         folder = path if path.is_dir() else path.parent
         files = sorted(folder.glob("*.safetensors")) if path.is_dir() else [path]
@@ -252,11 +369,37 @@ class Transformer:
         return x
 
     def logits(self, tokens: Tensor, start_pos: StartPos = 0) -> Tensor:
-        """Logits of every position: (B, T) ids -> (B, T, vocab)."""
+        """Logits of every position: (B, T) ids -> (B, T, vocab).
+
+        Args:
+            tokens: (B, T) token ids.
+            start_pos: the position of the first token (with a KV cache: the tokens before it are cached).
+
+        Returns:
+            (B, T, vocab) logits, lazy.
+
+        Examples:
+            >>> model = Transformer(TransformerConfig(1, 16, 32, 2, 1, 1e-5, 50, head_dim=8))
+            >>> model.logits(Tensor([[4, 5]])).shape
+            (1, 2, 50)
+        """
         return self.output(self.output_norm(self._hidden(tokens, start_pos)))
 
     def forward(self, tokens: Tensor, start_pos: StartPos = 0) -> Tensor:
-        """Logits of the last position only: (B, T) ids -> (B, vocab); the projection runs on that one row."""
+        """Logits of the last position only: (B, T) ids -> (B, vocab); the projection runs on that one row.
+
+        Args:
+            tokens: (B, T) token ids (T may be a bound variable).
+            start_pos: the position of the first token.
+
+        Returns:
+            (B, vocab) logits, lazy.
+
+        Examples:
+            >>> model = Transformer(TransformerConfig(1, 16, 32, 2, 1, 1e-5, 50, head_dim=8))
+            >>> model.forward(Tensor([[4, 5, 6]])).shape
+            (1, 50)
+        """
         x = self._hidden(tokens, start_pos)
         t = x.shape[1]
         last = x[:, t - 1 : t, :].reshape(x.shape[0], x.shape[2])  # a slice, not x[:, -1]: T may be a variable
@@ -290,6 +433,27 @@ class Transformer:
         The prompt runs in chunks of up to chunk_size tokens, sliced from one buffer at bound `start_pos` and `toks`
         variables; each new token then runs alone at `start_pos` bound to its position. So a prompt of any length and
         every decode step replay captured kernels: no compile after the first calls. Sampling: `llm.sampling.sample`.
+
+        Args:
+            tokens: the prompt's token ids (at least one, fewer than max_context).
+            temperature: 0 for greedy, else the divisor of the logits.
+            top_k: sample from the k most likely tokens (0: all).
+            top_p: sample from the smallest set of most likely tokens with this much probability (1: all).
+            rng: the random generator (None: a fresh unseeded one).
+            chunk_size: the most prompt tokens run at once.
+
+        Yields:
+            The next token id, one per step, until the cache is full.
+
+        Raises:
+            ValueError: an empty prompt, no KV cache (max_context 0), a prompt that fills the cache, chunk_size < 1,
+                or a sampling setting out of range.
+
+        Examples:
+            >>> model = Transformer(TransformerConfig(1, 16, 32, 2, 1, 1e-5, 50, head_dim=8, max_context=8))
+            >>> tokens = list(model.generate([1, 2, 3]))  # greedy, until the 8-token cache is full
+            >>> len(tokens), all(0 <= t < 50 for t in tokens)
+            (6, True)
         """
         check_sampling(temperature, top_k, top_p)
         if not tokens or self.max_context < 1:

@@ -10,7 +10,22 @@ import numpy as np
 
 
 def check_sampling(temperature: float, top_k: int, top_p: float) -> None:
-    """ValueError for a setting outside its range (temperature >= 0, top_k >= 0, 0 < top_p <= 1)."""
+    """Check sampling settings before a generation starts (a bad one fails before any work is done).
+
+    Args:
+        temperature: 0 for greedy, else the divisor of the logits (>= 0).
+        top_k: keep the k most likely tokens (>= 0; 0 keeps all).
+        top_p: keep the smallest set of most likely tokens with this much probability (0 < top_p <= 1).
+
+    Raises:
+        ValueError: a setting outside its range, naming it.
+
+    Examples:
+        >>> check_sampling(0.7, 40, 0.9)
+        >>> check_sampling(0.7, -1, 0.9)
+        Traceback (most recent call last):
+        ValueError: sample: top_k must be >= 0: got -1, expected 0 (off) or a count of tokens
+    """
     if not temperature >= 0.0:
         raise ValueError(f"sample: temperature must be >= 0: got {temperature}, expected 0 (greedy) or more")
     if top_k < 0:
@@ -30,7 +45,26 @@ def sample(
 
     temperature 0 (or top_k 1) is greedy: the argmax. Otherwise the logits are divided by the temperature, cut to the
     `top_k` largest (0: all), then to the smallest set of most likely tokens whose probability reaches `top_p`, and
-    one is drawn from what is left, renormalised. Example: `sample(np.array([0.1, 2.0]), 0.8, top_k=2, rng=rng)`.
+    one is drawn from what is left, renormalised.
+
+    Args:
+        logits: one row of logits, (vocab,).
+        temperature: 0 for greedy, else the divisor of the logits.
+        top_k: keep the k largest logits (0 keeps all).
+        top_p: keep the smallest set of most likely tokens with this much probability (1 keeps all).
+        rng: the random generator to draw with (None: a fresh unseeded one).
+
+    Returns:
+        The chosen token id.
+
+    Raises:
+        ValueError: a setting outside its range (from `check_sampling`).
+
+    Examples:
+        >>> sample(np.array([0.1, 2.0, 1.5]))
+        1
+        >>> sample(np.array([0.1, 2.0, 1.5]), 0.8, top_k=2, rng=np.random.default_rng(0)) in (1, 2)
+        True
     """
     check_sampling(temperature, top_k, top_p)
     row = np.asarray(logits, dtype=np.float64).reshape(-1)

@@ -27,7 +27,16 @@ _CONTRACTIONS = "'s|'t|'re|'ve|'m|'ll|'d"
 
 def byte_alphabet() -> dict[int, str]:
     """Byte -> the character that stands for it in byte-level vocabularies: printable Latin-1 bytes are themselves,
-    the other 68 take the characters from U+0100 on, in byte order (so a space is 'Ġ' and a newline 'Ċ')."""
+    the other 68 take the characters from U+0100 on, in byte order (so a space is 'Ġ' and a newline 'Ċ').
+
+    Returns:
+        A dict of all 256 bytes to one-character strings.
+
+    Examples:
+        >>> alphabet = byte_alphabet()
+        >>> alphabet[ord("a")], alphabet[ord(" ")], alphabet[ord("\\n")]
+        ('a', 'Ġ', 'Ċ')
+    """
     printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
     others = [b for b in range(256) if b not in printable]
     return {b: chr(b) for b in printable} | {b: chr(256 + i) for i, b in enumerate(others)}
@@ -75,8 +84,24 @@ class SimpleTokenizer:
 
     normal_tokens maps vocabulary strings (in the byte alphabet) to ids; special_tokens (like "<|eot_id|>") are
     matched literally in the text and never merged. merges, when given, are the ranked pairs; without them a pair
-    ranks by the id of the token it makes. Raises ValueError for an unknown preset or a byte with no token.
-    Example: `SimpleTokenizer({"a": 0, "b": 1, "ab": 2}, {}).encode("ab") == [2]`.
+    ranks by the id of the token it makes.
+
+    Args:
+        normal_tokens: vocabulary string (in the byte alphabet) -> id.
+        special_tokens: special token text -> id.
+        preset: the word-splitting pattern: "llama3" (and its aliases such as "llama-bpe") or "gpt2".
+        bos_id: the id a prompt starts with, if the model wants one.
+        eos_id: the end-of-text id (-1: none).
+        eot_id: the end-of-turn id of chat models, if any.
+        merges: the ranked merge pairs (None: rank a pair by the id of the token it makes).
+
+    Raises:
+        ValueError: an unknown preset, or (when encoding) a byte with no token.
+
+    Examples:
+        >>> tokenizer = SimpleTokenizer({"a": 0, "b": 1, "ab": 2}, {"<s>": 3})
+        >>> tokenizer.encode("<s>ab")
+        [3, 2]
     """
 
     def __init__(
@@ -111,7 +136,23 @@ class SimpleTokenizer:
 
     @staticmethod
     def from_gguf_kv(kv: dict[str, Any]) -> SimpleTokenizer:
-        """The tokenizer in GGUF metadata (`tokenizer.ggml.*`); ValueError unless its model is byte-level BPE."""
+        """The tokenizer in GGUF metadata (`tokenizer.ggml.*`: tokens, token types, merges, pre, bos/eos/eot ids).
+
+        Args:
+            kv: the metadata of a GGUF file, as `gguf_load` returns it.
+
+        Returns:
+            The tokenizer; tokens whose type is not 1 (normal) are special.
+
+        Raises:
+            ValueError: the file's tokenizer model is not byte-level BPE ("gpt2").
+
+        Examples:
+            >>> kv = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": ["a", "b", "ab"],
+            ...       "tokenizer.ggml.merges": ["a b"], "tokenizer.ggml.pre": "gpt2"}
+            >>> SimpleTokenizer.from_gguf_kv(kv).encode("ab")
+            [2]
+        """
         model = kv.get("tokenizer.ggml.model")
         if model != "gpt2":
             raise ValueError(f"SimpleTokenizer: GGUF tokenizer model {model!r} is not byte-level BPE: expected 'gpt2'")
@@ -128,7 +169,27 @@ class SimpleTokenizer:
 
     @staticmethod
     def from_tokenizer_json(path: str | pathlib.Path) -> SimpleTokenizer:
-        """The BPE model of a Hugging Face `tokenizer.json`: its vocab, merges and added (special) tokens."""
+        """The BPE model of a Hugging Face `tokenizer.json`: its vocab, merges and added (special) tokens.
+
+        Args:
+            path: the tokenizer.json file.
+
+        Returns:
+            The tokenizer; bos, eos and eot ids come from the usual special token names (`<|begin_of_text|>`,
+            `<s>`, `</s>`, `<|eot_id|>`, ...).
+
+        Raises:
+            ValueError: the file's model is not BPE.
+
+        Examples:
+            >>> import json, pathlib, tempfile
+            >>> path = pathlib.Path(tempfile.mkdtemp()) / "tokenizer.json"
+            >>> _ = path.write_text(json.dumps({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2},
+            ...     "merges": ["a b"]}, "added_tokens": [{"id": 3, "content": "</s>", "special": True}]}))
+            >>> tokenizer = SimpleTokenizer.from_tokenizer_json(path)
+            >>> tokenizer.encode("ab</s>"), tokenizer.eos_id
+            ([2, 3], 3)
+        """
         data = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
         model = data.get("model", {})
         if model.get("type") != "BPE":
@@ -144,7 +205,18 @@ class SimpleTokenizer:
         return SimpleTokenizer(normal, special, preset, bos, eos, eot, merges)  # type: ignore[arg-type]
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of `text` (no BOS added: prepend `bos_id` yourself)."""
+        """Token ids of `text` (no BOS added: prepend `bos_id` yourself).
+
+        Args:
+            text: any text; special tokens in it are matched literally.
+
+        Returns:
+            The ids, in order.
+
+        Examples:
+            >>> SimpleTokenizer({"a": 0, "b": 1, "ab": 2}, {}).encode("aab")
+            [0, 2]
+        """
         pieces = self._special_split.split(text) if self._special_split is not None else [text]
         ids: list[int] = []
         for piece in pieces:
@@ -156,14 +228,39 @@ class SimpleTokenizer:
         return ids
 
     def decode(self, ids: Sequence[int]) -> str:
-        """The text of `ids`; bytes that are not valid UTF-8 read as U+FFFD. KeyError names an unknown id."""
+        """The text of `ids`; bytes that are not valid UTF-8 read as U+FFFD.
+
+        Args:
+            ids: token ids.
+
+        Returns:
+            The decoded text.
+
+        Raises:
+            KeyError: an id the vocabulary lacks (named in the message).
+
+        Examples:
+            >>> SimpleTokenizer({"a": 0, "b": 1, "ab": 2}, {}).decode([2, 0])
+            'aba'
+        """
         unknown = [i for i in ids if i not in self._id_bytes]
         if unknown:
             raise KeyError(f"decode: unknown token ids {unknown[:5]}: the vocabulary has {len(self._id_bytes)} tokens")
         return b"".join(self._id_bytes[i] for i in ids).decode("utf-8", errors="replace")
 
     def is_end(self, token_id: int) -> bool:
-        """Whether token_id ends a generation (the eos or eot token)."""
+        """Whether token_id ends a generation (the eos or eot token).
+
+        Args:
+            token_id: a generated token id.
+
+        Returns:
+            True for the eos or eot id.
+
+        Examples:
+            >>> SimpleTokenizer({"a": 0}, {"</s>": 1}, eos_id=1).is_end(1)
+            True
+        """
         return token_id in (self.eos_id, self.eot_id)
 
     def _rank(self, pair: tuple[str, str]) -> int | None:

@@ -8,7 +8,8 @@ The convention (Google style, the sections mkdocstrings renders; docs/CONTRIBUTI
 - `Args:` names every parameter of a function, method or class constructor (a dataclass may use `Attributes:`);
 - `Returns:` (or `Yields:` for a generator) when a function returns something (its return annotation is not None);
 - `Raises:` names every exception class the function's own body raises (`raise ValueError(...)` in its source);
-- `Example:` holds at least one `>>>` line; every such example runs here as a doctest and must print what it shows.
+- `Examples:` holds at least one `>>>` line; every such example runs here as a doctest and must print what it shows
+  (`Examples:`, plural: Google style renders that section as code, while `Example:` is a plain-text admonition).
 Names that do not follow it yet are listed in docstring_gaps.txt: the list may only shrink (a listed name that now
 follows the convention fails the test until it is removed, and a new name must follow it from the start).
 """
@@ -149,13 +150,13 @@ ENTRY = re.compile(r"^[ \t]+(\*{0,2}\w+)(?:[ \t]*\([^)]*\))?:", re.MULTILINE)  #
 
 
 def sections(doc: str) -> dict[str, str]:
-    """The docstring's sections by title (Arguments -> Args, Examples -> Example), each its indented body."""
+    """The docstring's sections by title (Arguments -> Args), each its indented body."""
     text = inspect.cleandoc(doc)
     found: dict[str, str] = {}
     matches = list(SECTION.finditer(text))
     ends = [m.start() for m in matches[1:]] + [len(text)] if matches else []
     for match, end in zip(matches, ends, strict=True):
-        title = {"Arguments": "Args", "Examples": "Example"}.get(match[1], match[1])
+        title = {"Arguments": "Args"}.get(match[1], match[1])
         found[title] = text[match.end() : end]
     return found
 
@@ -233,15 +234,16 @@ def convention_gaps(obj: Any) -> list[str]:
         gaps.append("Raises")
     elif raised:
         gaps += [f"Raises({name})" for name in sorted(raised) if name not in found["Raises"]]
-    if ">>>" not in found.get("Example", ""):
-        gaps.append("Example")
+    if ">>>" not in found.get("Examples", ""):
+        gaps.append("Examples")
     return gaps
 
 
 def _property_getters() -> dict[str, set[str]]:
     """Class qualname -> names of its properties (their getters are checked like values: no Returns needed)."""
     getters: dict[str, set[str]] = {}
-    for cls in [Tensor, type(Device), TinyJit, type(dtypes), DType]:
+    classes = [obj for obj in public_names().values() if inspect.isclass(obj)]
+    for cls in [*classes, type(Device), type(dtypes), DType]:
         for klass in cls.__mro__:
             for name, value in vars(klass).items():
                 if isinstance(value, property) and value.fget is not None:
@@ -272,7 +274,7 @@ def test_the_convention_check_can_fail() -> None:
         Raises:
             ValueError: for a negative x.
 
-        Example:
+        Examples:
             >>> 1
             1
         """
@@ -287,7 +289,7 @@ def test_the_convention_check_can_fail() -> None:
         return x
 
     assert convention_gaps(documented) == []
-    assert convention_gaps(bare) == ["Args", "Returns", "Raises", "Example"]
+    assert convention_gaps(bare) == ["Args", "Returns", "Raises", "Examples"]
     documented.__doc__ = (documented.__doc__ or "").replace("*rest", "other")
     assert convention_gaps(documented) == ["Args(*rest)"]
 
