@@ -182,7 +182,7 @@ def evaluate(model: GPT, data: np.ndarray, batches: int, batch_size: int, contex
 def make_step(
     model: GPT, opt: optim.Optimizer, ddp: DistributedDataParallel | None
 ) -> Callable[[Tensor, Tensor], Tensor]:
-    """The training step, captured by TinyJit; data-parallel, two jits with the gradient averaging between them."""
+    """The training step, captured by TinyJit; data-parallel, the gradient averaging captured inside it."""
 
     @Tensor.train()
     def forward_backward(x: Tensor, y: Tensor) -> Tensor:
@@ -201,18 +201,16 @@ def make_step(
 
     if ddp is None:
         return step
-    grads = TinyJit(forward_backward)
 
     @TinyJit
     @Tensor.train()
-    def update() -> Tensor:
-        opt.step()
-        return opt.params[0]  # a jit returns tensors; the weights were updated in place
-
     def step_data_parallel(x: Tensor, y: Tensor) -> Tensor:
-        loss = grads(x, y)
-        ddp.sync_gradients()  # between the two captured parts: replays read and refill the same gradient buffers
-        update()
+        opt.zero_grad()
+        loss = model.loss(x, y).backward()
+        # the gradients are realized bucket by bucket with the loss, each bucket's averaging started as soon as it is
+        # ready; the averaging is captured with the kernels and replays inside this one jit
+        ddp.sync_gradients(loss)
+        opt.step()
         return loss
 
     return step_data_parallel
