@@ -6,10 +6,12 @@
    are shared anonymous mmaps without transparent huge pages, which alone costs MPI's copies ~30% against numpy's
    huge-page arrays; the rest is fusegrad's wrapper.
 2. GPT (fusegrad.examples.gpt's model at its defaults, batch 16 x 64 per rank) training steps, TinyJit, with 1 and 2
-   ranks, each rank bound to one core: tokens/s summed over the ranks, and the share of step time spent in
-   `DistributedDataParallel.sync_gradients` (staging + Allreduce + write-back).
-Usage: python bench/dist.py [--max-mb 64] [--steps 12]. Launches `mpiexec` itself (the dist extra); each part runs
-this file as the worker.
+   ranks, each rank bound to one core, the whole step one TinyJit: tokens/s summed over the ranks, and the share of
+   step time spent communicating (`DistributedDataParallel.comm_seconds`: staging each bucket and starting its
+   Iallreduce as the backward produces it, then the wait and write-back before the optimiser step; the transfers
+   themselves overlap the rest of the backward and only the blocking part counts).
+Usage: python bench/dist.py [--max-mb 64] [--steps 12] [--bucket-mb 1] [--skip-allreduce]. Launches `mpiexec` itself
+(the dist extra); each part runs this file as the worker.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ def worker_allreduce(max_mb: int) -> None:
     distributed.shutdown()
 
 
-def worker_gpt(steps: int) -> None:
+def worker_gpt(steps: int, bucket_mb: float) -> None:
     from fusegrad import Tensor, distributed
     from fusegrad.distributed import DistributedDataParallel
     from fusegrad.examples.gpt import GPT, GPTConfig, make_step
@@ -89,31 +91,24 @@ def worker_gpt(steps: int) -> None:
     Tensor.manual_seed(0)
     model = GPT(cfg)
     opt = optim.AdamW(get_parameters(model), lr=1e-3, weight_decay=0.01)
-    ddp = DistributedDataParallel(model) if info.world_size > 1 else None
-    communicating = [0.0]
-    if ddp is not None:
-        sync = ddp.sync_gradients
-
-        def timed_sync() -> None:
-            st = time.perf_counter()
-            sync()
-            communicating[0] += time.perf_counter() - st
-
-        ddp.sync_gradients = timed_sync  # type: ignore[method-assign]  # the bench times the communication
+    ddp = DistributedDataParallel(model, bucket_mb=bucket_mb) if info.world_size > 1 else None
     step = make_step(model, opt, ddp)
     rng = np.random.default_rng(info.rank)
     batch = [Tensor(rng.integers(0, cfg.vocab_size, (16, cfg.context), dtype=np.int32)) for _ in range(2)]
     for _ in range(3):  # eager, capture, first replay
         step(*batch).item()
     distributed.barrier()
-    communicating[0] = 0.0
+    if ddp is not None:
+        ddp.comm_seconds = 0.0
     begun = time.perf_counter()
     for _ in range(steps):
         step(*batch).item()
     took = time.perf_counter() - begun
     if info.rank == 0:
         tokens = 16 * cfg.context * steps * info.world_size
-        print(json.dumps({"ranks": info.world_size, "tokens_s": tokens / took, "comm": communicating[0] / took}))
+        comm = ddp.comm_seconds / took if ddp is not None else 0.0
+        buckets = len(ddp.buckets) if ddp is not None else 0
+        print(json.dumps({"ranks": info.world_size, "tokens_s": tokens / took, "comm": comm, "buckets": buckets}))
     distributed.shutdown()
 
 
@@ -135,28 +130,41 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--max-mb", type=int, default=64, help="largest allreduce in MB (default 64)")
     parser.add_argument("--steps", type=int, default=12, help="timed GPT steps per run (default 12)")
-    parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--bucket-mb", type=float, default=1.0, help="DDP bucket size in MB (default 1)")
+    parser.add_argument("--skip-allreduce", action="store_true", help="only the GPT part")
+    parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker is not None:
-        kind, value = args.worker
-        (worker_allreduce if kind == "allreduce" else worker_gpt)(int(value))
+        if args.worker[0] == "allreduce":
+            worker_allreduce(int(args.worker[1]))
+        else:
+            worker_gpt(int(args.worker[1]), float(args.worker[2]))
         return
+    if not args.skip_allreduce:
+        allreduce_table(args.max_mb)
+    gpt_table(args.steps, args.bucket_mb)
+
+
+def allreduce_table(max_mb: int) -> None:
     print("allreduce, float32 sum, 2 ranks (algorithm bandwidth, GB/s)")
     print(f"{'MB':>4} {'mpi4py numpy':>13} {'mpi4py on fusegrad memory':>26} {'fusegrad':>9} {'ratio':>6}")
-    rows = launch(2, "allreduce", str(args.max_mb))
+    rows = launch(2, "allreduce", str(max_mb))
     assert isinstance(rows, list), "bench/dist.py: the allreduce worker printed no rows"
     for row in rows:
         ratio = row["fusegrad_gbs"] / row["numpy_gbs"]
         print(f"{row['mb']:>4} {row['numpy_gbs']:>13.2f} {row['memory_gbs']:>26.2f} {row['fusegrad_gbs']:>9.2f} "
               f"{ratio:>6.2f}")  # fmt: skip
-    print("GPT training step (defaults, batch 16 x 64 per rank), TinyJit, one core per rank")
-    one = launch(1, "gpt", str(args.steps))
-    two = launch(2, "gpt", str(args.steps))
+
+
+def gpt_table(steps: int, bucket_mb: float) -> None:
+    print("GPT training step (defaults, batch 16 x 64 per rank), one TinyJit per step, one core per rank")
+    one = launch(1, "gpt", str(steps), str(bucket_mb))
+    two = launch(2, "gpt", str(steps), str(bucket_mb))
     assert isinstance(one, dict), "bench/dist.py: the 1-rank GPT worker printed no result"
     assert isinstance(two, dict), "bench/dist.py: the 2-rank GPT worker printed no result"
     print(f"1 rank : {one['tokens_s']:>8,.0f} tokens/s")
     print(f"2 ranks: {two['tokens_s']:>8,.0f} tokens/s summed ({two['tokens_s'] / one['tokens_s']:.2f}x), "
-          f"{100 * two['comm']:.1f}% of step time in sync_gradients")  # fmt: skip
+          f"{100 * two['comm']:.1f}% of step time communicating ({two['buckets']} buckets)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -192,6 +192,28 @@ def test_two_ranks_match_one_process_with_twice_the_batch(scenario: str, tmp_pat
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
 
 
+def test_jitted_averaging_overlaps_the_backward_in_the_profile(tmp_path: pathlib.Path) -> None:
+    """Each rank's VIZ profile shows the buckets' starts and the wait on its MPI track at every step, replays
+    included, with backward kernels running after the first bucket started and before the wait."""
+    from fusegrad.helpers import ProfileRangeEvent
+    from fusegrad.viz.profile_file import read_profile_file
+
+    check_ok(launch("train_jit_whole", tmp_path, VIZ="-1", PROFILEPATH=str(tmp_path / "profile.fgprof")))
+    for rank in range(2):
+        profile = tmp_path / f"profile.rank{rank}.fgprof"
+        events = read_profile_file(profile, profile.read_bytes()).events
+        ranges = sorted((e for e in events if isinstance(e, ProfileRangeEvent)), key=lambda e: e.st)
+        mpi = [e for e in ranges if e.device == f"MPI:{rank}"]
+        starts = [e for e in mpi if str(e.name).startswith("allreduce start")]
+        waits = [e for e in mpi if str(e.name).startswith("allreduce wait")]
+        assert (len(starts), len(waits)) == (2 * STEPS, STEPS), [str(e.name) for e in mpi]
+        kernels = [e for e in ranges if e.device.startswith("CPU")]
+        for first, wait in zip(starts[::2], waits, strict=True):  # 2 buckets a step
+            assert first.en is not None
+            between = [k for k in kernels if first.en <= k.st and k.en is not None and k.en <= wait.st]
+            assert between, f"rank {rank}: no kernel ran while the first bucket was on the wire"
+
+
 def test_collectives(tmp_path: pathlib.Path) -> None:
     from fusegrad.viz.profile_file import read_profile_file
 
