@@ -1,19 +1,17 @@
 """The NULL device: renders and "compiles" kernels like CPU but runs nothing and stores nothing.
 
 For scheduling, codegen and profiling tests that need no results: each kernel 'takes' 1e-4 s and records its event;
-a TinyJit replays its kernels in batches through NullGraph, one call per batch.
+a TinyJit replays its kernels in batches through NullGraph (runtime/graph/null.py), one call per batch.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING
 
-from fusegrad.device import Allocator, Buffer, BufferSpec, Compiled, Compiler
+from fusegrad.device import Allocator, BufferSpec, Compiled, Compiler
 from fusegrad.helpers import cpu_profile
 
 if TYPE_CHECKING:
-    from fusegrad.engine.graph import MultiGraphRunner
     from fusegrad.renderer import Renderer
 
 
@@ -63,23 +61,9 @@ def _null_renderer() -> Renderer:
     return NullRenderer()
 
 
-@functools.cache
-def null_graph() -> type[MultiGraphRunner]:
-    """NullGraph, made on first use: the engine (which holds GraphRunner) loads after the runtime."""
-    from fusegrad.engine.graph import MultiGraphRunner
-
-    class NullGraph(MultiGraphRunner):
-        """A TinyJit batch of NULL kernels (and transfers) replayed as one call that, like each of them, runs
-        nothing: a replay costs one call per batch instead of one per kernel. Reports 1e-4 s per kernel."""
-
-        def __call__(self, rawbufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
-            with cpu_profile(self.display_name, self.device):
-                return 1e-4 * len(self.jit_cache)
-
-    return NullGraph
-
-
 class NullDevice(Compiled):
     def __init__(self, device: str) -> None:
+        from fusegrad.runtime.graph.null import NullGraph  # the engine loads after the runtime: import on first device
+
         # Compiler(): the "binary" is the source itself, never cached
-        super().__init__(device, NullAllocator(self), _null_renderer, Compiler(), NullProgram, null_graph())
+        super().__init__(device, NullAllocator(self), _null_renderer, Compiler(), NullProgram, NullGraph)

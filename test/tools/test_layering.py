@@ -39,6 +39,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     # runtime and engine reaching up
     ("fusegrad.runtime.ops_cpu", "fusegrad.runtime.graph.cpu"):
         "a device names its graph class (Compiled.graph); imported when the device opens",
+    ("fusegrad.runtime.ops_null", "fusegrad.runtime.graph.null"): "as above, for NULL",
     ("fusegrad.engine.jit", "fusegrad.tensor"):
         "TinyJit takes and returns Tensors (the reference's engine/jit.py too); its public path is engine.jit",
     ("fusegrad.engine.jit", "fusegrad.mixin.random"):

@@ -1,12 +1,12 @@
-"""NULL's graph runner (fusegrad/runtime/ops_null.py): a TinyJit replay on NULL runs its kernels in batches, one call
-each, and records one event per batch when profiling."""
+"""Tests for fusegrad/runtime/graph/null.py, NULL's graph runner: a TinyJit replay on NULL runs its kernels in
+batches, one call each, and records one event per batch when profiling."""
 
 from __future__ import annotations
 
 from fusegrad import Device, Tensor, TinyJit
 from fusegrad.engine.graph import MultiGraphRunner, graph_class
 from fusegrad.helpers import Context, ProfileRangeEvent, cpu_events
-from fusegrad.runtime.ops_null import null_graph
+from fusegrad.runtime.graph.null import NullGraph
 
 
 def chain(x: Tensor) -> Tensor:
@@ -16,8 +16,8 @@ def chain(x: Tensor) -> Tensor:
 
 
 def test_null_names_its_graph() -> None:
-    assert graph_class(Device["NULL"]) is null_graph()
-    assert issubclass(null_graph(), MultiGraphRunner)
+    assert graph_class(Device["NULL"]) is NullGraph
+    assert issubclass(NullGraph, MultiGraphRunner)
 
 
 def test_a_null_replay_runs_batches() -> None:
@@ -27,7 +27,7 @@ def test_a_null_replay_runs_batches() -> None:
         out = step(x)
     assert out.device == "NULL"
     assert out.shape == (4,)
-    assert all(isinstance(ei.prg, null_graph()) for ei in step.jit_cache)
+    assert all(isinstance(ei.prg, NullGraph) for ei in step.jit_cache)
     assert sum(len(ei.prg.jit_cache) for ei in step.jit_cache) == 8  # type: ignore[union-attr]  # all graphs
 
 
