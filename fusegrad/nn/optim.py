@@ -62,9 +62,27 @@ class Optimizer:
     """Base of every optimiser: holds the parameters, the learning rate as a (1,) Tensor, and the step protocol.
 
     `params` keeps tensors whose `requires_grad` is not False (None becomes True), without duplicates; the others are
-    "buffers": not updated, but realized with each step. Raises ValueError when no parameter remains or lr < 0, and
-    TypeError for a non-Tensor or a non-float parameter. Subclasses implement `_step`.
-    Example: `opt = SGD([w], lr=0.1)`, then per batch `opt.zero_grad(); loss.backward(); opt.step()` in training mode.
+    "buffers": not updated, but realized with each step. Subclasses implement `_step`.
+
+    Args:
+        params: the tensors to update (`nn.state.get_parameters(model)`).
+        lr: the learning rate (>= 0).
+        device: where the optimiser's state lives (default: the first parameter's device).
+        fused: update all parameters as one concatenated vector (one kernel per state buffer; one device only).
+
+    Raises:
+        ValueError: no parameter with requires_grad remains, lr < 0, or fused parameters on several devices.
+        TypeError: a parameter that is not a Tensor or not a float tensor.
+
+    Examples:
+        >>> w = Tensor([1.0, -2.0], requires_grad=True)
+        >>> opt = SGD([w], lr=0.25)
+        >>> with Tensor.train():
+        ...     opt.zero_grad()
+        ...     _ = (w * w).sum().backward()
+        ...     opt.step()
+        >>> w.tolist()
+        [0.5, -1.0]
     """
 
     def __init__(self, params: Sequence[Tensor], lr: float, device: Device | None = None, fused: bool = False) -> None:
@@ -100,6 +118,12 @@ class Optimizer:
         """The learning rate, a (1,) float32 Tensor; `opt.lr = 0.01` writes the new value into it (same buffer).
 
         A float must be >= 0 (ValueError); a one-element Tensor is taken as given (ValueError for any other size).
+
+        Examples:
+            >>> opt = SGD([Tensor([1.0], requires_grad=True)], lr=0.1)
+            >>> opt.lr = 0.05  # a schedule writes into the same buffer: a TinyJit replay sees it
+            >>> round(opt.lr.item(), 4)
+            0.05
         """
         lr: Tensor = self.__dict__["lr"]
         return lr
@@ -130,19 +154,57 @@ class Optimizer:
         return [Tensor.zeros(*t.shape, dtype=dtypes.float32, device=self.device) for t in self.params]
 
     def zero_grad(self) -> None:
-        """Forget every parameter's gradient, so the next backward() starts from nothing."""
+        """Forget every parameter's gradient, so the next backward() starts from nothing.
+
+        Examples:
+            >>> w = Tensor([1.0], requires_grad=True)
+            >>> _ = (w * 3).sum().backward()
+            >>> opt = SGD([w])
+            >>> opt.zero_grad()
+            >>> w.grad is None
+            True
+        """
         for t in self.params:
             t.grad = None
 
     def step(self) -> None:
-        """Run one update now: realize everything `schedule_step()` returns, in one schedule."""
+        """Run one update now: realize everything `schedule_step()` returns, in one schedule.
+
+        Raises:
+            RuntimeError: outside `Tensor.train()`, or a parameter has no gradient (from `schedule_step`).
+            ValueError: a gradient's shape differs from its parameter's.
+
+        Examples:
+            >>> w = Tensor([2.0], requires_grad=True)
+            >>> opt = SGD([w], lr=0.5)
+            >>> with Tensor.train():
+            ...     _ = (w * w).sum().backward()
+            ...     opt.step()  # w -= 0.5 * 2w
+            >>> w.tolist()
+            [0.0]
+        """
         Tensor.realize(*self.schedule_step())
 
     def schedule_step(self) -> list[Tensor]:
         """Write the update into each parameter (lazily) and return the tensors to realize to perform it.
 
-        Raises RuntimeError outside `Tensor.train()` or when a parameter has no gradient, ValueError when a gradient's
-        shape differs from its parameter's.
+        For a step that is part of a larger realize (the loss and the update in one schedule, or inside TinyJit).
+
+        Returns:
+            The state buffers, parameters and buffers to realize.
+
+        Raises:
+            RuntimeError: outside `Tensor.train()`, or a parameter has no gradient.
+            ValueError: a gradient's shape differs from its parameter's.
+
+        Examples:
+            >>> w = Tensor([2.0], requires_grad=True)
+            >>> opt = SGD([w], lr=0.5)
+            >>> with Tensor.train():
+            ...     loss = (w * w).sum().backward()
+            ...     _ = Tensor.realize(loss, *opt.schedule_step())  # loss and update together
+            >>> loss.item(), w.tolist()
+            (4.0, [0.0])
         """
         op = f"{type(self).__name__}.step"
         _check_training(op)
@@ -186,7 +248,18 @@ class Optimizer:
 class OptimizerGroup(Optimizer):
     """Several optimisers stepped as one (e.g. different lr per layer group); `group[i]` is the i-th optimiser.
 
-    Example: `OptimizerGroup(SGD(body, lr=0.1), Adam(head))`. Raises ValueError when given no optimiser.
+    Args:
+        *optimizers: the members, each with its own parameters, lr and state.
+
+    Raises:
+        ValueError: no optimiser given.
+        TypeError: an argument that is not an Optimizer.
+
+    Examples:
+        >>> body, head = Tensor([1.0], requires_grad=True), Tensor([1.0], requires_grad=True)
+        >>> group = OptimizerGroup(SGD([body], lr=0.1), Adam([head]))
+        >>> len(group.params), type(group[1]).__name__
+        (2, 'Adam')
     """
 
     def __init__(self, *optimizers: Optimizer) -> None:  # no super().__init__: the members hold lr and state
@@ -204,7 +277,17 @@ class OptimizerGroup(Optimizer):
 
     @property
     def lr(self) -> Tensor:
-        """Members keep their own lr: read `group[i].lr`; `group.lr = x` writes x into every member's lr."""
+        """Members keep their own lr: read `group[i].lr`; `group.lr = x` writes x into every member's lr.
+
+        Raises:
+            AttributeError: reading it (there is no single lr to read).
+
+        Examples:
+            >>> group = OptimizerGroup(SGD([Tensor([1.0], requires_grad=True)], lr=0.1))
+            >>> group.lr = 0.5
+            >>> group[0].lr.item()
+            0.5
+        """
         raise AttributeError("OptimizerGroup.lr: each member has its own lr: got the group, expected group[i].lr")
 
     @lr.setter
@@ -213,14 +296,35 @@ class OptimizerGroup(Optimizer):
             o.lr = value
 
     def zero_grad(self) -> None:
-        """Clear the gradients of every member's parameters."""
+        """Clear the gradients of every member's parameters.
+
+        Examples:
+            >>> w = Tensor([1.0], requires_grad=True)
+            >>> _ = w.sum().backward()
+            >>> OptimizerGroup(SGD([w])).zero_grad()
+            >>> w.grad is None
+            True
+        """
         for o in self.optimizers:
             o.zero_grad()
 
     def schedule_step(self) -> list[Tensor]:
         """Every member's update, as tensors to realize (`step()` realizes them); all gradients are realized first.
 
-        Raises RuntimeError outside training mode (`Tensor.train()`).
+        Returns:
+            Every member's state buffers, parameters and buffers to realize.
+
+        Raises:
+            RuntimeError: outside training mode (`Tensor.train()`).
+
+        Examples:
+            >>> a, b = Tensor([1.0], requires_grad=True), Tensor([1.0], requires_grad=True)
+            >>> group = OptimizerGroup(SGD([a], lr=0.5), SGD([b], lr=0.25))
+            >>> with Tensor.train():
+            ...     _ = (a + b).sum().backward()
+            ...     _ = Tensor.realize(*group.schedule_step())
+            >>> a.tolist(), b.tolist()
+            ([0.5], [0.75])
         """
         _check_training("OptimizerGroup.step")
         # every member's gradients before any member's writes (see Optimizer.schedule_step)
@@ -233,8 +337,34 @@ class LARS(Optimizer):
 
     ratio = tcoef * |w| / (|g| + weight_decay * |w|) (1 where a norm is 0); with `pre_wd` the decay is added to g.
     `classic` scales by lr before the momentum buffer (lr changes act smoothly), else after it (torch's SGD form).
-    tcoef=0 turns the ratio off (that is `SGD`). Paper: https://arxiv.org/abs/1708.03888v3. Raises ValueError for
-    negative lr, momentum or weight_decay, and for nesterov without momentum.
+    tcoef=0 turns the ratio off (that is `SGD`). Paper: https://arxiv.org/abs/1708.03888v3.
+
+    Args:
+        params: the tensors to update.
+        lr: the learning rate.
+        momentum: the momentum factor (0: none).
+        weight_decay: L2 weight decay.
+        ns_steps: Newton-Schulz iterations applied to the step (0: none; `Muon` sets them).
+        ns_coefficients: the Newton-Schulz polynomial's coefficients.
+        nesterov: use nesterov momentum.
+        classic: apply lr before the momentum buffer.
+        pre_wd: add the weight decay to the gradient before the trust ratio and momentum.
+        tcoef: the trust coefficient (0: no trust ratio).
+        device: where the state lives (default: the first parameter's device).
+        fused: update all parameters as one vector.
+
+    Raises:
+        ValueError: negative lr, momentum, weight_decay or tcoef, nesterov without momentum, or a Newton-Schulz
+            step of a 0-d parameter.
+
+    Examples:
+        >>> w = Tensor([[3.0, 4.0]], requires_grad=True)
+        >>> opt = LARS([w], lr=0.1)
+        >>> with Tensor.train():
+        ...     _ = w.square().sum().backward()
+        ...     opt.step()
+        >>> [round(x, 5) for x in w.numpy().flatten().tolist()]  # a step of lr * ratio * g, ratio ~ tcoef / 2
+        [2.9997, 3.9996]
     """
 
     def __init__(
@@ -309,7 +439,30 @@ class SGD(LARS):
 
     Update: g += wd * w; b = momentum * b + g; w -= lr * (g + momentum * b if nesterov else b). With `classic` the lr
     is applied before the momentum buffer: b = momentum * b + lr * g (same result while lr is constant).
-    Example: `SGD(params, lr=0.1, momentum=0.9)`. Raises ValueError like `LARS`.
+
+    Args:
+        params: the tensors to update.
+        lr: the learning rate.
+        momentum: the momentum factor (0: plain SGD).
+        weight_decay: L2 weight decay, added to the gradient.
+        nesterov: use nesterov momentum (needs momentum > 0).
+        classic: apply lr before the momentum buffer.
+        device: where the state lives (default: the first parameter's device).
+        fused: update all parameters as one vector.
+
+    Raises:
+        ValueError: like `LARS` (negative settings, nesterov without momentum).
+
+    Examples:
+        >>> w = Tensor([1.0, -2.0], requires_grad=True)
+        >>> opt = SGD([w], lr=0.1, momentum=0.9)
+        >>> with Tensor.train():
+        ...     for _ in range(2):
+        ...         opt.zero_grad()
+        ...         _ = w.sum().backward()  # gradient 1 everywhere
+        ...         opt.step()
+        >>> [round(x, 4) for x in w.numpy().flatten().tolist()]  # steps of 0.1, then 0.1 * (1 + 0.9)
+        [0.71, -2.29]
     """
 
     def __init__(
@@ -331,7 +484,28 @@ class Muon(LARS):
 
     Per tensor (viewed as (rows, -1)): b = momentum * b + g; u = NS(g + momentum * b if nesterov else b);
     w -= lr * u + lr * weight_decay * w. https://kellerjordan.github.io/posts/muon/, arxiv.org/pdf/2502.16982.
-    Raises ValueError like `LARS`, and for a 0-d parameter.
+
+    Args:
+        params: the tensors to update (each with at least one axis).
+        lr: the learning rate.
+        momentum: the momentum factor.
+        weight_decay: decoupled weight decay, applied after the momentum.
+        ns_steps: Newton-Schulz iterations.
+        ns_coefficients: the Newton-Schulz polynomial's coefficients.
+        nesterov: use nesterov momentum.
+        device: where the state lives (default: the first parameter's device).
+
+    Raises:
+        ValueError: like `LARS`, and for a 0-d parameter.
+
+    Examples:
+        >>> w = Tensor([[1.0, 0.0], [0.0, 1.0]], requires_grad=True)
+        >>> opt = Muon([w], lr=0.01, weight_decay=0.0)
+        >>> with Tensor.train():
+        ...     _ = (w * Tensor([[1.0, 2.0], [3.0, 4.0]])).sum().backward()
+        ...     opt.step()
+        >>> w.shape, bool((w.numpy() != [[1.0, 0.0], [0.0, 1.0]]).all())
+        ((2, 2), True)
     """
 
     def __init__(
@@ -372,8 +546,30 @@ class LAMB(Optimizer):
 
     m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; step = m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd * w;
     w -= lr * ratio * step, ratio = |w| / |step| (1 where a norm is 0, and always 1 with `adam`).
-    Paper: https://arxiv.org/abs/1904.00962. Raises ValueError for negative lr, eps or weight_decay, and for b1 or b2
-    outside [0, 1).
+    Paper: https://arxiv.org/abs/1904.00962.
+
+    Args:
+        params: the tensors to update.
+        lr: the learning rate.
+        b1: the first moment's decay, in [0, 1).
+        b2: the second moment's decay, in [0, 1).
+        eps: added to the square root of the second moment.
+        weight_decay: decoupled weight decay.
+        adam: no trust ratio (ratio 1): this is AdamW.
+        device: where the state lives (default: the first parameter's device).
+        fused: update all parameters as one vector (only with adam=True).
+
+    Raises:
+        ValueError: negative lr, eps or weight_decay, b1 or b2 outside [0, 1), or fused without adam.
+
+    Examples:
+        >>> w = Tensor([3.0, 4.0], requires_grad=True)
+        >>> opt = LAMB([w], lr=0.1)
+        >>> with Tensor.train():
+        ...     _ = w.square().sum().backward()
+        ...     opt.step()  # the first step has norm lr * |w| = 0.5, along the sign of the gradient
+        >>> [round(x, 3) for x in w.numpy().flatten().tolist()]
+        [2.646, 3.646]
     """
 
     def __init__(
@@ -428,7 +624,27 @@ class LAMB(Optimizer):
 class AdamW(LAMB):
     """Adam with decoupled weight decay: w -= lr * (adam_step + weight_decay * w). Paper: arxiv.org/abs/1711.05101v3.
 
-    Example: `AdamW(params, lr=1e-3, weight_decay=0.01)`. Raises ValueError like `LAMB`.
+    Args:
+        params: the tensors to update.
+        lr: the learning rate.
+        b1: the first moment's decay, in [0, 1).
+        b2: the second moment's decay, in [0, 1).
+        eps: added to the square root of the second moment.
+        weight_decay: decoupled weight decay.
+        device: where the state lives (default: the first parameter's device).
+        fused: update all parameters as one vector.
+
+    Raises:
+        ValueError: like `LAMB`.
+
+    Examples:
+        >>> w = Tensor([1.0, -1.0], requires_grad=True)
+        >>> opt = AdamW([w], lr=0.1, weight_decay=0.0)
+        >>> with Tensor.train():
+        ...     _ = (w * Tensor([2.0, -3.0])).sum().backward()
+        ...     opt.step()  # Adam's first step is lr * sign(g)
+        >>> [round(x, 4) for x in w.numpy().flatten().tolist()]
+        [0.9, -0.9]
     """
 
     def __init__(
@@ -448,7 +664,26 @@ class AdamW(LAMB):
 class Adam(LAMB):
     """Adam: w -= lr * m_hat / (sqrt(v_hat) + eps), with bias-corrected moments. Paper: arxiv.org/abs/1412.6980.
 
-    Example: `Adam(params, lr=1e-3)`. Raises ValueError for negative lr or eps and b1/b2 outside [0, 1).
+    Args:
+        params: the tensors to update.
+        lr: the learning rate.
+        b1: the first moment's decay, in [0, 1).
+        b2: the second moment's decay, in [0, 1).
+        eps: added to the square root of the second moment.
+        device: where the state lives (default: the first parameter's device).
+        fused: update all parameters as one vector.
+
+    Raises:
+        ValueError: negative lr or eps, b1 or b2 outside [0, 1).
+
+    Examples:
+        >>> w = Tensor([1.0, -1.0], requires_grad=True)
+        >>> opt = Adam([w], lr=0.1)
+        >>> with Tensor.train():
+        ...     _ = (w * Tensor([2.0, -3.0])).sum().backward()
+        ...     opt.step()
+        >>> [round(x, 4) for x in w.numpy().flatten().tolist()]
+        [0.9, -0.9]
     """
 
     def __init__(
