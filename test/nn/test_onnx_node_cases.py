@@ -24,8 +24,6 @@ NOT_IMPLEMENTED = {
     "MelWeightMatrix",
     # detection: RoiAlign and DeformConv sample per box / per offset
     "RoiAlign", "DeformConv",
-    # preview-domain attention with score/probability modifier sub-graphs (its _expanded cases run)
-    "FlexAttention",
     # randomness (the reference values come from numpy's generator) and the training domain's Gradient
     "Bernoulli", "RandomUniformLike", "RandomNormalLike", "RandomUniform", "RandomNormal", "Multinomial",
     "Gradient",

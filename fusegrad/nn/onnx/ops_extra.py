@@ -1,14 +1,18 @@
 """ONNX ops of newer opsets and signal helpers on fusegrad Tensors: RotaryEmbedding, SwiGLU, Hann/Hamming/Blackman
-windows. Registered into `registry.ONNX_OPS` on import."""
+windows, FlexAttention. Registered into `registry.ONNX_OPS` on import."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 from fusegrad.dtype import dtypes
 from fusegrad.nn.onnx.proto import dtype_of
-from fusegrad.nn.onnx.registry import onnx_op, scalar
+from fusegrad.nn.onnx.registry import Value, onnx_op, scalar
 from fusegrad.tensor import Tensor
+
+RunGraph = Callable[[Any, dict[str, Value]], list[Value]]
 
 
 @onnx_op("RotaryEmbedding")
@@ -207,3 +211,43 @@ def stft(
     if window is not None:
         frames = frames * window.reshape(length, 1).cast(signal.dtype)
     return dft(frames, None, Tensor(-2), onesided=onesided)
+
+
+# *** FlexAttention (ai.onnx.preview): attention with optional score and probability modifier sub-graphs ***
+
+
+def run_modifier(graph: Any, value: Tensor, run_graph: RunGraph, what: str) -> Tensor:
+    """A modifier sub-graph's one output for its one rank-4 input."""
+    result = run_graph(graph, {graph.input[0].name: value})[0]
+    if not isinstance(result, Tensor) or result.shape != value.shape:
+        raise ValueError(f"FlexAttention: {what} must map a {value.shape} tensor to one of the same shape")
+    return result
+
+
+@onnx_op("FlexAttention")
+def flex_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    run_graph: RunGraph,
+    scale: float | None = None,
+    score_mod: Any = None,
+    prob_mod: Any = None,
+    softmax_precision: int = 0,
+) -> Tensor:
+    # q (B, Hq, Tq, D), k (B, Hkv, Tkv, D), v (B, Hkv, Tkv, Dv) -> (B, Hq, Tq, Dv); query head h uses kv head h // group
+    if softmax_precision:
+        compute = dtype_of(softmax_precision, "FlexAttention")
+    else:
+        compute = dtypes.float64 if q.dtype == dtypes.float64 else dtypes.float32
+    group = q.shape[1] // k.shape[1]
+    if group > 1:
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    factor = scale if scale is not None else 1 / math.sqrt(q.shape[-1])
+    scores = (q.cast(compute) @ k.cast(compute).transpose(-1, -2)) * factor  # (B, Hq, Tq, Tkv)
+    if score_mod is not None:
+        scores = run_modifier(score_mod, scores, run_graph, "score_mod")
+    probs = scores.softmax(-1)
+    if prob_mod is not None:
+        probs = run_modifier(prob_mod, probs, run_graph, "prob_mod")
+    return (probs @ v.cast(compute)).cast(q.dtype)

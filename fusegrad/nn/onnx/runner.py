@@ -38,7 +38,8 @@ from fusegrad.nn.onnx.registry import ONNX_OPS, TensorSequence, Value, remember_
 from fusegrad.tensor import Tensor
 
 DEFAULT_DOMAINS = ("", "ai.onnx")  # the operator set whose version is "the opset"
-ONNX_DOMAINS = (*DEFAULT_DOMAINS, "ai.onnx.preview.training")  # the last one for Adagrad, Momentum, Adam
+# the preview domains: training for Adagrad, Momentum, Adam; ai.onnx.preview for FlexAttention
+ONNX_DOMAINS = (*DEFAULT_DOMAINS, "ai.onnx.preview.training", "ai.onnx.preview")
 # ops whose output is a function of their input's shape alone
 SHAPE_ONLY_OPS = ("Shape", "Size")
 # ops whose output shape is read from the values of inputs after the first (or, for NonZero/Compress, the data)
