@@ -60,8 +60,22 @@ inverse_safe_dtypes: dict[DType, str] = {v: k for k, v in safe_dtypes.items()}
 def get_state_dict(obj: Any, prefix: str = "", tensor_type: type = Tensor) -> dict[str, Tensor]:
     """Every tensor reachable from `obj` through attributes, dicts, lists and tuples, keyed by its path.
 
-    Example: a model with `self.layers = [Linear(2, 3)]` gives `{"layers.0.weight": ..., "layers.0.bias": ...}`.
     Attributes that are None or not containers are skipped; a cycle back to an enclosing object is not followed.
+
+    Args:
+        obj: a model object, or any dict, list, tuple or namedtuple of tensors and objects.
+        prefix: put before every key.
+        tensor_type: the class of the values to collect.
+
+    Returns:
+        Path -> tensor, in attribute order (`layers.0.weight` for `self.layers = [Linear(...)]`).
+
+    Examples:
+        >>> class Model:
+        ...     def __init__(self):
+        ...         self.layers = [nn.Linear(2, 3), nn.Linear(3, 1)]
+        >>> list(get_state_dict(Model()))
+        ['layers.0.weight', 'layers.0.bias', 'layers.1.weight', 'layers.1.bias']
     """
     ret: dict[str, Tensor] = {}
     _walk_state(obj, prefix, tensor_type, ret, set())
@@ -91,7 +105,19 @@ def _walk_state(obj: Any, prefix: str, tensor_type: type, out: dict[str, Tensor]
 
 
 def get_parameters(obj: Any) -> list[Tensor]:
-    """The tensors of `get_state_dict(obj)`, each once (a tensor reachable by two paths is listed once)."""
+    """The tensors of `get_state_dict(obj)`, each once (a tensor reachable by two paths is listed once).
+
+    Args:
+        obj: a model object, or any container of tensors and objects.
+
+    Returns:
+        The tensors, in state-dict order: what an optimiser takes.
+
+    Examples:
+        >>> layer = nn.Linear(2, 3)
+        >>> [t.shape for t in get_parameters({"a": layer, "tied": layer.weight})]
+        [(3, 2), (3,)]
+    """
     seen: dict[int, Tensor] = {}
     for t in get_state_dict(obj).values():
         seen.setdefault(id(t), t)
@@ -108,10 +134,28 @@ def load_state_dict(
 ) -> list[Tensor]:
     """Assign each `state_dict` entry into the model tensor with the same key, on the model's device and in its dtype.
 
-    strict: raise one ValueError listing every missing key, every unexpected key and every shape mismatch (a shape
-    mismatch raises even when not strict). verbose: print the skipped keys when not strict. consume: delete each entry
-    from state_dict once assigned. realize: run the copies now. Returns the model tensors that were assigned.
-    Example: `load_state_dict(Linear(2, 3), safe_load("linear.safetensors"))`.
+    Args:
+        model: the model (its tensors found by `get_state_dict`).
+        state_dict: key -> tensor, e.g. from `safe_load` or `torch_load`.
+        strict: raise when a key is missing or unexpected (a shape mismatch raises even when not strict).
+        verbose: print the skipped keys when not strict.
+        consume: delete each entry from state_dict once assigned (frees the loaded copy early).
+        realize: run the copies now.
+
+    Returns:
+        The model tensors that were assigned.
+
+    Raises:
+        ValueError: one error listing every missing key, every unexpected key and every shape mismatch.
+
+    Examples:
+        >>> layer = nn.Linear(2, 1)
+        >>> _ = load_state_dict(layer, {"weight": Tensor([[1.0, 2.0]]), "bias": Tensor([0.5])})
+        >>> layer(Tensor([[1.0, 1.0]])).tolist()
+        [[3.5]]
+        >>> load_state_dict(layer, {"weight": Tensor([[1.0, 2.0]])})
+        Traceback (most recent call last):
+        ValueError: load_state_dict: the state dict does not fit the model: 1 missing keys: bias
     """
     model_state = get_state_dict(model)
     missing = [k for k in model_state if k not in state_dict]
@@ -232,8 +276,23 @@ def safe_save(tensors: dict[str, Tensor], fn: PathLike, metadata: dict[str, str]
     disk (`write_atomically`), so `fn` always holds the complete old or the complete new checkpoint. Tensors loaded
     from the old file (`safe_load(fn)`) keep reading the old bytes through their open file, so they can be saved to
     `fn` itself; load again to see the new file. Data is copied in pieces of SAVE_CHUNK_BYTES: a DISK tensor larger
-    than memory is streamed from its file. Raises TypeError for a dtype safetensors lacks or non-str metadata.
-    Example: `safe_save({"w": w}, "w.safetensors")`.
+    than memory is streamed from its file.
+
+    Args:
+        tensors: name -> tensor, written in this order.
+        fn: the file to write.
+        metadata: str -> str, stored in the header's `__metadata__`.
+
+    Raises:
+        ValueError: a name that is not a str, or is "__metadata__".
+        TypeError: a dtype safetensors lacks, or metadata that is not str to str.
+
+    Examples:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "w.safetensors")
+        >>> safe_save({"w": Tensor([[1.0, 2.0]])}, path, metadata={"step": "7"})
+        >>> safe_load(path)["w"].tolist(), safe_load_metadata(path)[2]["__metadata__"]
+        ([[1.0, 2.0]], {'step': '7'})
     """
     header: dict[str, Any] = {}
     offset = 0
@@ -276,7 +335,21 @@ def write_atomically(fn: PathLike) -> Iterator[IO[bytes]]:
     (atomic on POSIX), then the folder is fsynced so the rename itself survives a power cut. An exception inside the
     block removes the temporary file and leaves fn as it was; a killed process may leave the temporary file behind
     (`.<name>.<random>.tmp`), never a damaged fn. The new file keeps the old one's permission bits; a symlink at fn
-    stays one (the file it points to is the one replaced). Example: `with write_atomically("cache.bin") as f: ...`.
+    stays one (the file it points to is the one replaced).
+
+    Args:
+        fn: the file to replace (or create).
+
+    Yields:
+        The temporary file, open for binary writing.
+
+    Examples:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "cache.bin")
+        >>> with write_atomically(path) as f:
+        ...     _ = f.write(b"complete")
+        >>> open(path, "rb").read()
+        b'complete'
     """
     path = os.path.realpath(os.fspath(fn))
     folder, name = os.path.split(path)
@@ -314,6 +387,22 @@ def safe_load_metadata(fn: Tensor | PathLike) -> tuple[Tensor, int, dict[str, An
 
     The header's entries are checked against the file: ValueError names the file and what is wrong (too short, a
     header that is not JSON, an unknown dtype, offsets that disagree with the shape, overlap or run past the end).
+
+    Args:
+        fn: a path, or a 1-d uint8 tensor of the file's bytes.
+
+    Returns:
+        (the file as a uint8 tensor, the header's length in bytes, the parsed header).
+
+    Raises:
+        ValueError: a truncated or corrupt file (from the checks this runs).
+
+    Examples:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "w.safetensors")
+        >>> safe_save({"w": Tensor([1, 2], dtype=dtypes.int16)}, path)
+        >>> safe_load_metadata(path)[2]["w"]
+        {'dtype': 'I16', 'shape': [2], 'data_offsets': [0, 4]}
     """
     file = _open(fn, "safe_load", in_memory=True)
     header = _read_header(file)
@@ -323,7 +412,23 @@ def safe_load_metadata(fn: Tensor | PathLike) -> tuple[Tensor, int, dict[str, An
 
 def safe_load(fn: Tensor | PathLike) -> dict[str, Tensor]:
     """The tensors of a safetensors file, in header order, as DISK views of the file: move them with `.to(device)`.
-    Raises ValueError for a corrupt or truncated file (see safe_load_metadata). Example: `safe_load("w.safetensors")`.
+
+    Args:
+        fn: a path, or a 1-d uint8 tensor of the file's bytes (its tensors are then copies on that tensor's device).
+
+    Returns:
+        Name -> tensor.
+
+    Raises:
+        ValueError: a corrupt or truncated file (see safe_load_metadata).
+
+    Examples:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "w.safetensors")
+        >>> safe_save({"w": Tensor([1.5, 2.5])}, path)
+        >>> w = safe_load(path)["w"]
+        >>> w.device.startswith("DISK"), w.to("CPU").tolist()
+        (True, [1.5, 2.5])
     """
     file = _open(fn, "safe_load", in_memory=True)
     header = _read_header(file)
@@ -553,7 +658,22 @@ def torch_load(fn: Tensor | PathLike) -> Any:
     Reads the zip format and the legacy pickle format. The pickle may reference only tensor rebuilding, torch storage
     types and OrderedDict: any other global (os.system, a custom class) raises ValueError naming it, and nothing
     runs. Contiguous tensors are DISK views of the file (move them with `.to(device)`); strided ones are read at once.
-    Example: `load_state_dict(model, torch_load("model.pt"))`.
+
+    Args:
+        fn: a path, or a uint8 DISK tensor of the file.
+
+    Returns:
+        The saved object, with fusegrad Tensors where it held torch tensors.
+
+    Raises:
+        ValueError: a tar checkpoint (torch < 0.4), a global the pickle may not reference, or a corrupt file.
+
+    Examples:
+        >>> import os, tempfile, torch
+        >>> path = os.path.join(tempfile.mkdtemp(), "model.pt")
+        >>> torch.save({"w": torch.tensor([[1.0, 2.0]])}, path)
+        >>> torch_load(path)["w"].to("CPU").tolist()  # then load_state_dict(model, torch_load(path))
+        [[1.0, 2.0]]
     """
     file = _open(fn, "torch_load", in_memory=False)
     if zipfile.is_zipfile(file.path):
