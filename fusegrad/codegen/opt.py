@@ -59,7 +59,7 @@ GROUP_PARTS = 16  # partial reductions of a split full reduce: enough chunks for
 GROUP_MIN_SIZE = 1 << 16  # reduce size from which the split pays for the threads
 SWAP_MIN_REDUCE = 2048  # reduce size from which the vector loads' panel no longer stays cached for the next row tile
 PACK_MAX_BYTES = 256 << 10  # a packed panel lives on the thread's stack and should stay in L2 (512 KiB a core)
-PACK_MIN_REDUCE = 256  # reduce size from which packing the vector loads' panel pays (matmul 1024: ~2.5x)
+PACK_MIN_REDUCE = 32  # reduce size from which packing pays (matmul 1024: ~2.5x; q @ k.T over 64: ~2x)
 PACK_MIN_REUSE = 4  # reuse tiles a packed panel must serve to pay for its copy
 MAX_ACC_VECTORS = 14  # accumulator registers of a vector tile: AVX2 has 16, one holds a loaded vector, one a broadcast
 
