@@ -68,7 +68,14 @@ def _canonicalize(device: str) -> str:
 class _Device:
     """The device registry (the singleton `Device`): `Device["cpu:1"]` opens (once) and returns that device.
 
-    Raises ValueError for an unknown name. Example: `Device[Device.DEFAULT].allocator`.
+    Indexing raises ValueError for an unknown name, RuntimeError for a device that cannot open (the message names
+    what is missing: a driver, a compiler) or when ALLOW_DEVICE_USAGE=0 forbids it.
+
+    Examples:
+        >>> Device["cpu"] is Device["CPU"]  # opened once, under its canonical name
+        True
+        >>> type(Device["CPU"]).__name__
+        'CPUDevice'
     """
 
     def __init__(self) -> None:
@@ -83,7 +90,21 @@ class _Device:
         return sorted(p.stem.removeprefix("ops_").upper() for p in runtime.glob("ops_*.py"))
 
     def canonicalize(self, device: str | None) -> str:
-        """The canonical name of `device` (None means Device.DEFAULT); not cached, since DEFAULT may change."""
+        """The canonical name of `device` (None means Device.DEFAULT); not cached, since DEFAULT may change.
+
+        Args:
+            device: a device name in any case, with or without an index (`"cpu"`, `"CPU:1"`), or None.
+
+        Returns:
+            The name tensors report: upper case, `:0` dropped.
+
+        Raises:
+            TypeError: device is not a str (or None).
+
+        Examples:
+            >>> Device.canonicalize("cpu:0"), Device.canonicalize("cpu:1")
+            ('CPU', 'CPU:1')
+        """
         if device is None:
             return self.DEFAULT
         if not isinstance(device, str):
@@ -108,7 +129,24 @@ class _Device:
         return device
 
     def get_class(self, ix: str) -> Callable[[str], Compiled]:
-        """The `<Name>Device` class of runtime/ops_<name>.py, importing it on first use."""
+        """The `<Name>Device` class of runtime/ops_<name>.py, importing it on first use.
+
+        Args:
+            ix: a device name (its index is ignored).
+
+        Returns:
+            The device class (a Compiled subclass), not an opened device.
+
+        Raises:
+            ValueError: an unknown device, or a runtime module without its device class.
+
+        Examples:
+            >>> Device.get_class("cpu:1").__name__
+            'CPUDevice'
+            >>> Device.get_class("TPU")
+            Traceback (most recent call last):
+            ValueError: Device: unknown device 'TPU': expected one of ...
+        """
         base = self.canonicalize(ix).split(":")[0]
         if base not in self._devices:
             raise ValueError(f"Device: unknown device {ix!r}: expected one of {', '.join(self._devices)}")
@@ -120,12 +158,28 @@ class _Device:
 
     @property
     def default(self) -> Compiled:
-        """The opened device object for `Device.DEFAULT` (its allocator, compiler and runtime)."""
+        """The opened device object for `Device.DEFAULT` (its allocator, compiler and runtime).
+
+        Examples:
+            >>> Device.default is Device[Device.DEFAULT]
+            True
+        """
         return self[self.DEFAULT]
 
     @property
     def DEFAULT(self) -> str:  # noqa: N802  # compat name
-        """DEV (e.g. `DEV=PYTHON`) when set, else the first usable device of ALL_DEVICES."""
+        """DEV (e.g. `DEV=PYTHON`) when set, else the first usable device of ALL_DEVICES.
+
+        Assigning to it raises AttributeError: set the DEV flag instead (`with Context(DEV="PYTHON"):`).
+
+        Examples:
+            >>> Tensor([1]).device == Device.DEFAULT
+            True
+            >>> from fusegrad.helpers import Context
+            >>> with Context(DEV="PYTHON"):
+            ...     Device.DEFAULT
+            'PYTHON'
+        """
         if DEV.value:
             return _canonicalize(DEV.value)
         if self._selected is None:
@@ -150,7 +204,15 @@ class _Device:
         raise RuntimeError("Device: no usable device:\n  " + "\n  ".join(failures))
 
     def get_available_devices(self) -> Iterator[str]:
-        """The devices of ALL_DEVICES that open and pass their self-check, best first."""
+        """The devices of ALL_DEVICES that open and pass their self-check, best first.
+
+        Returns:
+            An iterator of device names (it opens each device to check it).
+
+        Examples:
+            >>> "CPU" in list(Device.get_available_devices())
+            True
+        """
         for name in ALL_DEVICES:
             try:
                 self[name].check_usable()

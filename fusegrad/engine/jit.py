@@ -468,10 +468,22 @@ class TinyJit(Generic[R]):
     A constant input (Tensor.zeros, Tensor.ones) is realized into memory of its own first, then treated like any input.
     `jit_cache` lists what a replay runs: ExecItems, runs of kernels grouped into a device's graph runner.
 
-    Raises JitError (a RuntimeError and an AssertionError) for changed inputs or arguments, duplicate inputs,
-    non-Tensor results, a capture that ran no kernels, a nested TinyJit call and an input also read without being
-    passed.
-    Example: `step = TinyJit(lambda x: (x * 2).realize()); [step(Tensor.rand(3)) for _ in range(4)]`.
+    Args:
+        fxn: the function to capture (None when used as `@TinyJit(prune=True)`).
+        prune: replay only the kernels whose work changes between calls.
+        optimize: move the captured buffers into one arena per device.
+
+    Raises:
+        JitError: (a RuntimeError and an AssertionError, raised by a call) changed inputs or arguments, duplicate
+            inputs, non-Tensor results, a capture that ran no kernels, a nested TinyJit call, or an input also read
+            without being passed.
+
+    Examples:
+        >>> step = TinyJit(lambda x: (x * 2).realize())
+        >>> [step(Tensor([float(i)]).realize()).item() for i in range(4)]  # calls 3 and 4 replay the capture
+        [0.0, 2.0, 4.0, 6.0]
+        >>> len(step.jit_cache)
+        1
     """
 
     def __init__(self, fxn: Callable[..., R] | None = None, *, prune: bool = False, optimize: bool = False) -> None:
@@ -485,21 +497,54 @@ class TinyJit(Generic[R]):
             functools.update_wrapper(self, fxn, updated=())  # name and docstring; never the function's attributes
 
     def reset(self) -> None:
-        """Forget the capture: the next call runs eagerly again (then captures, then replays)."""
+        """Forget the capture: the next call runs eagerly again (then captures, then replays).
+
+        Examples:
+            >>> step = TinyJit(lambda x: (x + 1).realize())
+            >>> for _ in range(2):
+            ...     _ = step(Tensor([1.0]).realize())
+            >>> step.reset()
+            >>> step.jit_cache
+            []
+        """
         self.cnt, self.captured = 0, None
 
     def add(self, ei: ExecItem) -> None:
-        """Called by run_schedule for every ExecItem run while this JIT captures."""
+        """Called by run_schedule for every ExecItem run while this JIT captures.
+
+        Args:
+            ei: the kernel (or copy) just run, with its buffers.
+
+        Examples:
+            >>> TinyJit(lambda x: x).add  # the engine calls it: user code does not
+            <bound method TinyJit.add of ...>
+        """
         self._items.append(ei)
 
     @property
     def jit_cache(self) -> list[ExecItem]:
-        """What a replay runs (graph runners included once the first replay grouped them); [] before capture."""
+        """What a replay runs (graph runners included once the first replay grouped them); [] before capture.
+
+        Examples:
+            >>> step = TinyJit(lambda x: (x.exp() + 1).sum().realize())
+            >>> for _ in range(3):
+            ...     _ = step(Tensor([1.0, 2.0]).realize())
+            >>> len(step.jit_cache) >= 1
+            True
+        """
         return self.captured._jit_cache if self.captured is not None else []
 
     @property
     def input_replace(self) -> dict[tuple[int, int], int]:
-        """{(item in jit_cache, buffer slot): index in a call's flat input buffer list}; {} before capture."""
+        """{(item in jit_cache, buffer slot): index in a call's flat input buffer list}; {} before capture.
+
+        Examples:
+            >>> step = TinyJit(lambda x: (x * 2).realize())
+            >>> for _ in range(2):
+            ...     _ = step(Tensor([1.0]).realize())
+            >>> list(step.input_replace.values())  # the one input feeds one slot of the kernel
+            [0]
+        """
         return self.captured._input_replace if self.captured is not None else {}
 
     def __get__(self, obj: object, objtype: type | None = None) -> Callable[..., R]:
