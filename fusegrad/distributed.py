@@ -556,8 +556,11 @@ class DistributedDataParallel:
             last_use.update({id(b.base): j for b in item.bufs if b is not None})
         ready = []  # (the item after which the bucket's gradients are final, bucket index)
         for k, bucket in enumerate(self.buckets):
-            bufs = [b for t in bucket.params if (b := scheduled[id(t.grad)]) is not None]
-            ready.append((max((last_use.get(id(b.base), -1) for b in bufs), default=len(items)), k))
+            planned = [scheduled[id(t.grad)] for t in bucket.params]
+            if any(b is None for b in planned):  # a gradient without a buffer of its own: copied out after the schedule
+                ready.append((len(items), k))
+                continue
+            ready.append((max((last_use.get(id(b.base), -1) for b in planned if b is not None), default=-1), k))
         started: list[Buffer] = []
         done = 0
         for at, k in sorted(ready):  # every rank's schedule is the same: the buckets start in one order everywhere

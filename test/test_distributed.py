@@ -137,6 +137,19 @@ def run_scenario(scenario: str, out: pathlib.Path) -> None:
         distributed.barrier()
         arrays = {"summed": summed, "mean": mean, "biggest": biggest, "shared": shared, "gathered": gathered}
         np.savez(out / f"rank{info.rank}.npz", split=split.numpy(), replicated=replicated.numpy(), **arrays)
+    elif scenario == "view_grad":
+        from fusegrad.distributed import DistributedDataParallel
+
+        model = {"w": Tensor.ones(3).contiguous().realize(), "v": Tensor.ones(2).contiguous().realize()}
+        for p in model.values():
+            p.requires_grad = True
+        ddp = DistributedDataParallel(model, bucket_mb=0.00001)  # one bucket per parameter
+        # through the cat, both gradients are slices of one tensor, neither a buffer of its own
+        coefficients = Tensor([info.rank, 1.0, 2.0, 3.0, 4.0 + info.rank])
+        loss = (model["w"].cat(model["v"]).contiguous() * coefficients).sum()
+        ddp.sync_gradients(loss.backward())
+        grads = {name: p.grad.numpy() for name, p in model.items() if p.grad is not None}
+        np.savez(out / f"rank{info.rank}.npz", loss=loss.numpy(), **grads)
     elif scenario == "mismatch":
         from fusegrad.distributed import DistributedDataParallel
 
@@ -237,6 +250,15 @@ def test_collectives(tmp_path: pathlib.Path) -> None:
             np.testing.assert_array_equal(got["gathered"], [[[0, 10]], [[1, 11]]])
             np.testing.assert_allclose(got["split"], [[3.0, 6.0], [9.0, 12.0]])
             np.testing.assert_allclose(got["replicated"], [1.0, 1.0])
+
+
+def test_gradient_without_its_own_buffer_is_averaged(tmp_path: pathlib.Path) -> None:
+    check_ok(launch("view_grad", tmp_path))
+    for rank in range(2):
+        with np.load(tmp_path / f"rank{rank}.npz", allow_pickle=False) as got:
+            np.testing.assert_allclose(got["w"], [0.5, 1.0, 2.0])
+            np.testing.assert_allclose(got["v"], [3.0, 4.5])
+            np.testing.assert_allclose(got["loss"], 10.0 + 2 * rank)
 
 
 def test_mismatched_shapes_name_the_rank_and_parameter(tmp_path: pathlib.Path) -> None:
