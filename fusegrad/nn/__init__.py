@@ -78,7 +78,19 @@ class Linear:
     """y = x @ weight.T + bias: (..., in_features) -> (..., out_features).
 
     weight (out_features, in_features) and bias (out_features,) start U(-1/sqrt(in_features), 1/sqrt(in_features)).
-    Raises ValueError when the last axis of x is not in_features. Example: `Linear(3, 4)(Tensor.ones(2, 3)).shape`.
+
+    Args:
+        in_features: the size of x's last axis.
+        out_features: the size of the output's last axis.
+        bias: whether to add a bias.
+
+    Raises:
+        ValueError: (when called) the last axis of x is not in_features.
+
+    Examples:
+        >>> layer = Linear(3, 4)
+        >>> layer(Tensor.ones(2, 3)).shape, layer.weight.shape
+        ((2, 4), (4, 3))
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:
@@ -100,9 +112,27 @@ class Conv2d:
 
     weight (C_out, C_in/groups, *kernel_size), bias (C_out,), both U(-b, b) with b = 1/sqrt(C_in * prod(kernel_size))
     (the reference does not divide C_in by groups). padding: an int, one per axis, 2 per axis (F.pad order) or
-    "same"/"valid". Raises ValueError at construction for another padding string or "same" with a stride other than 1,
-    and at call on a channel or rank mismatch.
-    Example: `Conv2d(1, 4, 3)(Tensor.ones(1, 1, 5, 5)).shape == (1, 4, 3, 3)`.
+    "same"/"valid".
+
+    Args:
+        in_channels: C_in, the size of x's axis 1.
+        out_channels: C_out.
+        kernel_size: an int (2 spatial axes) or one size per spatial axis.
+        stride: an int or one per axis.
+        padding: an int, one per axis, 2 per axis (F.pad order), or "same"/"valid".
+        dilation: an int or one per axis.
+        groups: split the channels into this many independent groups (divides C_in and C_out).
+        bias: whether to add a bias.
+
+    Raises:
+        ValueError: groups that do not divide the channels, another padding string, or "same" with a stride other
+            than 1; when called, a channel or rank mismatch.
+
+    Examples:
+        >>> Conv2d(1, 4, 3)(Tensor.ones(1, 1, 5, 5)).shape
+        (1, 4, 3, 3)
+        >>> Conv2d(2, 4, 3, padding="same", groups=2)(Tensor.ones(1, 2, 5, 5)).shape
+        (1, 4, 5, 5)
     """
 
     def __init__(
@@ -145,7 +175,25 @@ def Conv1d(  # noqa: N802  # the reference spells this factory like a class
     groups: int = 1,
     bias: bool = True,
 ) -> Conv2d:
-    """A Conv2d with one spatial axis: (N, C_in, L) -> (N, C_out, L_out); weight (C_out, C_in/groups, kernel_size)."""
+    """A Conv2d with one spatial axis: (N, C_in, L) -> (N, C_out, L_out); weight (C_out, C_in/groups, kernel_size).
+
+    Args:
+        in_channels: C_in.
+        out_channels: C_out.
+        kernel_size: the kernel's length.
+        stride: the step between outputs.
+        padding: zeros added at both ends, or "same"/"valid".
+        dilation: the spacing of the kernel's taps.
+        groups: independent channel groups.
+        bias: whether to add a bias.
+
+    Returns:
+        The layer (a Conv2d over one spatial axis).
+
+    Examples:
+        >>> Conv1d(2, 3, 5)(Tensor.ones(1, 2, 10)).shape
+        (1, 3, 6)
+    """
     return Conv2d(in_channels, out_channels, (kernel_size,), stride, padding, dilation, groups, bias)
 
 
@@ -154,7 +202,24 @@ class ConvTranspose2d(Conv2d):
     + dilation*(k-1) + output_padding + 1.
 
     weight (C_in, C_out/groups, *kernel_size), bias (C_out,), both U(-b, b) with b = 1/sqrt(C_in * prod(kernel_size)).
-    Example: `ConvTranspose2d(4, 2, 3, stride=2)(Tensor.ones(1, 4, 5, 5)).shape == (1, 2, 11, 11)`.
+
+    Args:
+        in_channels: C_in.
+        out_channels: C_out.
+        kernel_size: an int (2 spatial axes) or one size per spatial axis.
+        stride: an int or one per axis.
+        padding: an int or one per axis, taken off the output's borders.
+        output_padding: added to one side of the output (picks among the sizes a stride allows).
+        dilation: an int or one per axis.
+        groups: independent channel groups.
+        bias: whether to add a bias.
+
+    Raises:
+        ValueError: like `Conv2d`.
+
+    Examples:
+        >>> ConvTranspose2d(4, 2, 3, stride=2)(Tensor.ones(1, 4, 5, 5)).shape
+        (1, 2, 11, 11)
     """
 
     def __init__(
@@ -194,7 +259,26 @@ def ConvTranspose1d(  # noqa: N802  # the reference spells this factory like a c
     groups: int = 1,
     bias: bool = True,
 ) -> ConvTranspose2d:
-    """A ConvTranspose2d with one spatial axis: (N, C_in, L) -> (N, C_out, L_out)."""
+    """A ConvTranspose2d with one spatial axis: (N, C_in, L) -> (N, C_out, L_out).
+
+    Args:
+        in_channels: C_in.
+        out_channels: C_out.
+        kernel_size: the kernel's length.
+        stride: the upsampling step.
+        padding: taken off both ends of the output.
+        output_padding: added to the output's end.
+        dilation: the spacing of the kernel's taps.
+        groups: independent channel groups.
+        bias: whether to add a bias.
+
+    Returns:
+        The layer (a ConvTranspose2d over one spatial axis).
+
+    Examples:
+        >>> ConvTranspose1d(2, 3, 4, stride=2)(Tensor.ones(1, 2, 5)).shape
+        (1, 3, 12)
+    """
     return ConvTranspose2d(
         in_channels, out_channels, (kernel_size,), stride, padding, output_padding, dilation, groups, bias
     )
@@ -206,8 +290,24 @@ class BatchNorm:
     While `Tensor.training` it normalises with the batch's mean and biased variance and, if track_running_stats,
     moves running_mean/running_var toward them by `momentum` (the variance unbiased, as torch) and counts
     num_batches_tracked. Otherwise it uses the running statistics (or the batch's, without track_running_stats).
-    weight (C,) starts at 1, bias (C,) at 0 (both None without affine). Raises ValueError when axis 1 is not C, and
-    in training when a channel has only one value. Example: `with Tensor.train(): BatchNorm(3)(Tensor.randn(4, 3))`.
+    weight (C,) starts at 1, bias (C,) at 0 (both None without affine).
+
+    Args:
+        sz: C, the number of channels (axis 1).
+        eps: added to the variance.
+        affine: learn a per-channel scale and shift.
+        track_running_stats: keep running_mean/running_var for evaluation.
+        momentum: how far each training batch moves the running statistics.
+
+    Raises:
+        ValueError: (when called) axis 1 is not C, or in training a channel has only one value.
+
+    Examples:
+        >>> norm = BatchNorm(2)
+        >>> with Tensor.train():
+        ...     y = norm(Tensor([[1.0, 10.0], [3.0, 30.0]]))
+        >>> y.numpy().round(3).tolist(), norm.running_mean.tolist()  # batch mean (2, 20), momentum 0.1
+        ([[-1.0, -1.0], [1.0, 1.0]], [0.2..., 2.0])
     """
 
     def __init__(
@@ -225,7 +325,19 @@ class BatchNorm:
         self.sz = sz
 
     def calc_stats(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """The batch's per-channel mean and biased variance, each (C,)."""
+        """The batch's per-channel mean and biased variance, each (C,).
+
+        Args:
+            x: a batch (N, C, *).
+
+        Returns:
+            (mean, variance), each (C,).
+
+        Examples:
+            >>> mean, var = BatchNorm(2).calc_stats(Tensor([[1.0, 10.0], [3.0, 30.0]]))
+            >>> mean.tolist(), var.tolist()
+            ([2.0, 20.0], [1.0, 100.0])
+        """
         axes = (0, *range(2, x.ndim))
         mean = x.mean(axes)
         # the centring uses the detached mean: d var/d mean = -2 * mean(x - mean) = 0, so this only prunes the graph
@@ -260,8 +372,19 @@ BatchNorm1d = BatchNorm2d = BatchNorm3d = BatchNorm
 class LayerNorm:
     """Normalise over the trailing axes given by normalized_shape, then scale and shift: shape kept.
 
-    weight starts at 1, bias at 0, both shaped normalized_shape (None without elementwise_affine). Raises ValueError
-    when x's trailing axes differ from normalized_shape. Example: `LayerNorm(8)(Tensor.randn(2, 8))`.
+    weight starts at 1, bias at 0, both shaped normalized_shape (None without elementwise_affine).
+
+    Args:
+        normalized_shape: the trailing axes to normalise over (an int for the last one).
+        eps: added to the variance.
+        elementwise_affine: learn a scale and shift of shape normalized_shape.
+
+    Raises:
+        ValueError: (when called) x's trailing axes differ from normalized_shape.
+
+    Examples:
+        >>> LayerNorm(2)(Tensor([[1.0, 3.0], [0.0, 10.0]])).numpy().round(3).tolist()
+        [[-1.0, 1.0], [-1.0, 1.0]]
     """
 
     def __init__(self, normalized_shape: int | tuple[int, ...], eps: float = 1e-5, elementwise_affine: bool = True):
@@ -285,7 +408,20 @@ class LayerNorm:
 
 
 class LayerNorm2d(LayerNorm):
-    """LayerNorm over the channels of (N, C, H, W) at each position: normalized_shape is C."""
+    """LayerNorm over the channels of (N, C, H, W) at each position: normalized_shape is C.
+
+    Args:
+        normalized_shape: C, the number of channels.
+        eps: added to the variance.
+        elementwise_affine: learn a per-channel scale and shift.
+
+    Raises:
+        ValueError: (when called) x is not 4-d, or its axis 1 is not C.
+
+    Examples:
+        >>> LayerNorm2d(3)(Tensor.randn(2, 3, 4, 4)).shape
+        (2, 3, 4, 4)
+    """
 
     def __call__(self, x: Tensor) -> Tensor:
         if x.ndim != 4:
@@ -296,7 +432,19 @@ class LayerNorm2d(LayerNorm):
 class RMSNorm:
     """x / sqrt(mean(x^2 over the last axis) + eps) * weight, computed in float32 and cast back: shape kept.
 
-    weight (dim,) starts at 1 (None without elementwise_affine). Example: `RMSNorm(8)(Tensor.randn(2, 8))`.
+    weight (dim,) starts at 1 (None without elementwise_affine).
+
+    Args:
+        dim: the size of the last axis.
+        eps: added to the mean square.
+        elementwise_affine: learn a scale of shape (dim,).
+
+    Raises:
+        ValueError: (when called) the last axis of x is not dim.
+
+    Examples:
+        >>> RMSNorm(2)(Tensor([[3.0, 4.0]])).tolist()  # x / 3.536 (the root mean square)
+        [[0.848..., 1.131...]]
     """
 
     def __init__(self, dim: int, eps: float = 1e-6, elementwise_affine: bool = True) -> None:
@@ -321,9 +469,21 @@ class GroupNorm:
     As in the reference (0.14), a sample's C*prod(*) values, flattened channel-major, are cut into num_groups equal
     runs and each run is normalised on its own. When num_groups divides C a run is C/num_groups whole channels
     (torch's GroupNorm); otherwise a run may split a channel or span several, e.g. GroupNorm(32, 16) on
-    (N, 16, 4, 4) normalises each half channel. Raises ValueError when num_groups < 1, when num_groups does not divide
-    a sample's C*prod(*) values, or (with affine) when axis 1 of x is not C.
-    Example: `GroupNorm(2, 4)(Tensor.randn(3, 4, 5))`.
+    (N, 16, 4, 4) normalises each half channel.
+
+    Args:
+        num_groups: how many groups to normalise separately (>= 1).
+        num_channels: C.
+        eps: added to the variance.
+        affine: learn a per-channel scale and shift.
+
+    Raises:
+        ValueError: num_groups < 1; when called, num_groups does not divide a sample's C*prod(*) values, or (with
+            affine) axis 1 of x is not C.
+
+    Examples:
+        >>> GroupNorm(2, 4)(Tensor.randn(3, 4, 5)).shape
+        (3, 4, 5)
     """
 
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True) -> None:
@@ -357,7 +517,19 @@ class GroupNorm:
 class InstanceNorm:
     """Normalise each (sample, channel) of (N, C, *) over its spatial axes, then scale and shift per channel.
     weight (C,) starts at 1, bias (C,) at 0 (None without affine; the reference's default is affine=True, torch's
-    False). Raises ValueError when axis 1 of x is not C. Example: `InstanceNorm(3)(Tensor.randn(2, 3, 4, 4))`.
+    False).
+
+    Args:
+        num_features: C.
+        eps: added to the variance.
+        affine: learn a per-channel scale and shift.
+
+    Raises:
+        ValueError: (when called) axis 1 of x is not C.
+
+    Examples:
+        >>> InstanceNorm(1)(Tensor([[[1.0, 3.0]]])).numpy().round(3).tolist()
+        [[[-1.0, 1.0]]]
     """
 
     def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = True) -> None:
@@ -383,8 +555,20 @@ class Embedding:
     """Look up rows of weight: int indices (*) -> (*, embed_size).
 
     weight (vocab_size, embed_size) starts Glorot-uniform. As in the reference, an index outside [0, vocab_size) gives
-    a row of zeros (checking would read the indices back from the device). Raises TypeError for non-integer indices.
-    Example: `Embedding(10, 4)(Tensor([[1, 2]])).shape == (1, 2, 4)`.
+    a row of zeros (checking would read the indices back from the device).
+
+    Args:
+        vocab_size: how many rows (valid indices 0..vocab_size-1).
+        embed_size: the length of each row.
+
+    Raises:
+        TypeError: (when called) indices that are not integers.
+
+    Examples:
+        >>> embedding = Embedding(10, 4)
+        >>> out = embedding(Tensor([[1, 2]]))
+        >>> out.shape, out[0, 1].tolist() == embedding.weight[2].tolist()
+        ((1, 2, 4), True)
     """
 
     def __init__(self, vocab_size: int, embed_size: int) -> None:
@@ -404,7 +588,18 @@ class LSTMCell:
 
     Gates in torch's order (input, forget, cell, output); weight_ih (4H, input_size) and weight_hh (4H, H) start
     U(-1/sqrt(H), 1/sqrt(H)), bias_ih and bias_hh (4H,) at 0 as in the reference (None without bias).
-    Raises ValueError for mis-shaped x, h or c. Example: `h, c = LSTMCell(3, 5)(Tensor.randn(2, 3))`.
+    Args:
+        input_size: the size of x's last axis.
+        hidden_size: H, the size of h and c.
+        bias: whether to add the two biases.
+
+    Raises:
+        ValueError: (when called) mis-shaped x, h or c.
+
+    Examples:
+        >>> h, c = LSTMCell(3, 5)(Tensor.randn(2, 3))
+        >>> h.shape, c.shape
+        ((2, 5), (2, 5))
     """
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True) -> None:
