@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import linecache
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 from fusegrad.dtype import dtypes
@@ -89,24 +89,42 @@ def _label(u: UOp, folded: set[UOp], kernel: KernelLink | None = None) -> str:
     return "\n".join(lines)
 
 
-def uop_to_json(x: UOp, keys: Sequence[TracingKey] | None = None) -> dict[int, dict[str, Any]]:
+def uop_to_json(
+    x: UOp, keys: Sequence[TracingKey] | None = None, memo: dict[UOp, tuple[str, str, int | None]] | None = None
+) -> dict[int, dict[str, Any]]:
     """The graph below `x` for drawing: node id -> label, sources `[(index, id)]`, colour, and `ref`: for a KERNEL
-    node, the group of `keys` (default: this process's trace) holding its codegen. Constants fold into users."""
+    node, the group of `keys` (default: this process's trace) holding its codegen. Constants fold into users.
+
+    `memo` keeps each node's (label, colour, ref) for the next graph drawn with the same `keys`: the graphs of one
+    replay share most nodes, and a node's label depends only on the node (its folded sources are its own sources).
+    """
     order = x.toposort()
     folded = {u for u in order if u.op in _FOLDED and u is not x}
-    ranges = _loop_ranges(order)
-    links = kernel_links(tracked_keys if keys is None else keys) if any(u.op is Ops.KERNEL for u in order) else {}
+    memo = {} if memo is None else memo
+    ranges: dict[UOp, frozenset[int]] | None = None
+    links: dict[UOp, KernelLink] | None = None
     graph: dict[int, dict[str, Any]] = {}
     for u in order:
         if u in folded:
             continue
+        if (drawn := memo.get(u)) is None:
+            if ranges is None:  # only when some node is new (a whole graph of known nodes needs neither)
+                ranges = _loop_ranges(order)
+                links = kernel_links(tracked_keys if keys is None else keys) if any(
+                    v.op is Ops.KERNEL for v in order) else {}  # fmt: skip
+            memo[u] = drawn = _drawn(u, folded, ranges[u], links or {})
         srcs = [(i, id(s)) for i, s in enumerate(u.src) if s not in folded]
-        kernel = kernel_identity(u.arg, links) if u.op is Ops.KERNEL else None
-        label = _label(u, folded, kernel)
-        if u.op is not Ops.RANGE and (rngs := ranges[u]):
-            label += "\nranges=" + ",".join(str(r) for r in sorted(rngs))
-        graph[id(u)] = {"label": label, "src": srcs, "color": _color(u), "ref": None if kernel is None else kernel.ref}
+        graph[id(u)] = {"label": drawn[0], "src": srcs, "color": drawn[1], "ref": drawn[2]}
     return graph
+
+
+def _drawn(u: UOp, folded: set[UOp], rngs: frozenset[int], links: dict[UOp, KernelLink]) -> tuple[str, str, int | None]:
+    """A node's label, colour and kernel group (`ref`, for a KERNEL node)."""
+    kernel = kernel_identity(u.arg, links) if u.op is Ops.KERNEL else None
+    label = _label(u, folded, kernel)
+    if u.op is not Ops.RANGE and rngs:
+        label += "\nranges=" + ",".join(str(r) for r in sorted(rngs))
+    return label, _color(u), None if kernel is None else kernel.ref
 
 
 def _loop_ranges(order: dict[UOp, None]) -> dict[UOp, frozenset[int]]:
@@ -183,20 +201,39 @@ def created_nodes(result: UOp, old_graph: UOp, new_graph: UOp) -> list[int]:
     return [id(u) for u in marked]
 
 
+class Replayed(Mapping[str, Any]):
+    """One graph of a replay, read like a dict: "graph" (`uop_to_json`), "uop" (the graph's text), "changed_nodes",
+    "diff" and "upat". The text is made on first read: the viewer never shows it, and for a big graph it costs a
+    fifth of the replay. `root` is the graph's UOp."""
+
+    def __init__(self, root: UOp, graph: dict[int, dict[str, Any]], **fields: Any) -> None:
+        self.root, self._fields = root, {"graph": graph, **fields}
+
+    def __getitem__(self, key: str) -> Any:
+        if key == "uop" and key not in self._fields:
+            self._fields["uop"] = str(self.root)
+        return self._fields[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(("graph", "uop", *(k for k in self._fields if k not in ("graph", "uop"))))
+
+    def __len__(self) -> int:
+        return len(self._fields) + ("uop" not in self._fields)
+
+
 def get_full_rewrite(
     step: TrackedGraphRewrite, fields: dict[int, tuple[Any, ...]] | None = None,
     keys: Sequence[TracingKey] | None = None,
-) -> Generator[dict[str, Any], None, None]:  # fmt: skip
+) -> Generator[Replayed, None, None]:  # fmt: skip
     """The step's input graph, then the graph after each recorded match (a failed replay shows as a NOOP node).
 
     `changed_nodes` lists what the match created (`created_nodes`); `keys` are the trace's groups, for KERNEL links.
     """
     fields = fields if fields is not None else uop_fields
-    cache = _rebuilt
+    cache, memo = _rebuilt, dict[UOp, tuple[str, str, int | None]]()
     with Context(TRACK_MATCH_STATS=0):
         graph = rebuild_uop(step.sink, fields, cache)
-        yield {"graph": uop_to_json(graph, keys), "uop": str(graph), "changed_nodes": None, "diff": None,
-               "upat": None}  # fmt: skip
+        yield Replayed(graph, uop_to_json(graph, keys, memo), changed_nodes=None, diff=None, upat=None)
         replaces: dict[UOp, UOp] = {}
         for match in step.matches:
             before = rebuild_uop(match.before, fields, cache)
@@ -210,7 +247,11 @@ def get_full_rewrite(
                 diff = list(difflib.unified_diff(str(before).splitlines(), str(result).splitlines(), lineterm=""))[2:]
             if new_graph.op is Ops.NOOP and new_graph.src == ():
                 result = new_graph  # the replay failed: the error node is what there is to see
-            yield {"graph": uop_to_json(new_graph, keys), "uop": str(new_graph), "diff": diff,
-                   "changed_nodes": created_nodes(result, graph, new_graph),
-                   "upat": (match.rule_loc, match.rule_src)}  # fmt: skip
+            yield Replayed(
+                new_graph,
+                uop_to_json(new_graph, keys, memo),
+                diff=diff,
+                changed_nodes=created_nodes(result, graph, new_graph),
+                upat=(match.rule_loc, match.rule_src),
+            )
             graph = new_graph

@@ -11,7 +11,7 @@ from __future__ import annotations
 import linecache
 import threading
 from collections import OrderedDict
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from fusegrad.uop.rewrite import RewriteTrace, TrackedGraphRewrite
 from fusegrad.viz.overview import TrackBins, kernel_totals, overview, prepare_tracks, scan_events, step_series
 from fusegrad.viz.profile import get_profile, key_name
 from fusegrad.viz.profile_file import RangeScan, scan_ranges, streaming_run_id
-from fusegrad.viz.rewrites import get_full_rewrite, get_rewrites
+from fusegrad.viz.rewrites import Replayed, get_full_rewrite, get_rewrites
 from fusegrad.viz.trace_file import (
     KernelProgram,
     TraceFileError,
@@ -49,11 +49,15 @@ def highlight_c(src: str) -> str | None:
     return str(highlight(src, CLexer(), HtmlFormatter(nowrap=True)))
 
 
-def graph_message(i: int, replay: dict[str, Any]) -> dict[str, Any]:
+def _plain(label: str) -> str:
+    return ansistrip(label) if "\x1b" in label else label  # most labels have no colour: skip the regex for them
+
+
+def graph_message(i: int, replay: Mapping[str, Any]) -> dict[str, Any]:
     """One streamed graph: nodes (labels without ANSI codes) and their order (sources first: a JSON object's integer
     keys lose it), created nodes, the rule and the diff. The page lays the graph out itself (static/layout.js, in a
     web worker), so a big graph costs the server no layout and the page's main thread none either."""
-    nodes = {str(k): {"label": ansistrip(v["label"]), "src": v["src"], "color": v["color"], "ref": v.get("ref")}
+    nodes = {str(k): {"label": _plain(v["label"]), "src": v["src"], "color": v["color"], "ref": v.get("ref")}
              for k, v in replay["graph"].items()}  # fmt: skip
     rule = None
     if replay["upat"] is not None:
@@ -223,7 +227,7 @@ class VizSession:
                 replays.close()  # here, not whenever it is collected: closing restores flags it saved
         yield {"kind": "done", "count": count}
 
-    def _next_replay(self, replays: Generator[dict[str, Any], None, None]) -> dict[str, Any] | None:
+    def _next_replay(self, replays: Generator[Replayed, None, None]) -> Replayed | None:
         """One graph of a replay. Streams run in threads and a replay flips the process-wide TRACK_MATCH_STATS, so
         one graph is made at a time, with tracking off, and the flag is restored before the lock is let go."""
         with self._replay_lock, Context(TRACK_MATCH_STATS=0):

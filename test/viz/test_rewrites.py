@@ -306,6 +306,18 @@ class TestData:
         assert all(g["upat"][0][0].endswith("symbolic.py") for g in graphs[1:])
         assert all(isinstance(g["diff"], list) for g in graphs[1:])
 
+    def test_replay_reads_like_a_dict_and_reuses_labels_correctly(self) -> None:
+        a = UOp.variable("a", 0, 10)
+        before = ((a + 0) * 1 + (a * 1)).cast(dtypes.float)
+        run_passes(before, [sym])
+        graphs = list(get_full_rewrite(tracked_ctxs[0][0]))
+        assert len(graphs) > 3
+        for g in graphs:  # labels kept from earlier graphs of the replay are the ones drawn afresh
+            assert g["graph"] == uop_to_json(g.root)
+            assert set(g) == {"graph", "uop", "changed_nodes", "diff", "upat"}
+            assert len(g) == 5
+            assert dict(g)["uop"] == str(g.root)  # made when read
+
     def test_replayed_nodes_are_the_live_nodes(self) -> None:
         c = UOp.const(dtypes.int, 1)
         node = c + 1
