@@ -107,31 +107,62 @@ class DType(metaclass=_InternedMeta):
 
     @staticmethod
     def new(priority: int, bitsize: int, name: str, fmt: str | None) -> DType:
-        """A new scalar dtype of the given priority (promotion order), bit size, name and struct format character."""
+        """A new scalar dtype of the given priority (promotion order), bit size, name and struct format character.
+
+        Args:
+            priority: the tie-break order for promotion (higher wins).
+            bitsize: bits per element.
+            name: the C spelling renderers print.
+            fmt: the struct format character (None: no Python buffer format).
+
+        Returns:
+            The dtype; equal fields give the same (interned) object.
+
+        Examples:
+            >>> DType.new(5, 32, "int", "i") is dtypes.int32
+            True
+        """
         return DType(priority, bitsize, name, fmt, 1, None)
 
     @property
     def itemsize(self) -> int:
-        """Bytes per element (bool takes one byte). Example: `dtypes.float16.itemsize == 2`."""
+        """Bytes per element (bool takes one byte).
+
+        Examples:
+            >>> dtypes.float16.itemsize, dtypes.bool.itemsize
+            (2, 1)
+        """
         return (self.bitsize + 7) // 8
 
     @property
     def base(self) -> DType:
         """The dtype itself (a pointer dtype's base is the dtype it points to).
 
-        Example: `dtypes.float.base == dtypes.float`.
+        Examples:
+            >>> dtypes.float.base, dtypes.float.ptr(16).base
+            (dtypes.float, dtypes.float)
         """
         return self
 
     @property
     def vcount(self) -> int:
-        """The number of lanes of a vector dtype (1 for a scalar). Example: `dtypes.float.vec(4).vcount == 4`."""
+        """The number of lanes of a vector dtype (1 for a scalar).
+
+        Examples:
+            >>> dtypes.float.vec(4).vcount, dtypes.float.vcount
+            (4, 1)
+        """
         return self.count
 
     def scalar(self) -> DType:
         """The scalar dtype of a vector dtype, or the dtype itself.
 
-        Example: `dtypes.float.vec(4).scalar() == dtypes.float`.
+        Returns:
+            The one-lane dtype.
+
+        Examples:
+            >>> dtypes.float.vec(4).scalar()
+            dtypes.float
         """
         return self if self._scalar is None else self._scalar
 
@@ -151,7 +182,19 @@ class DType(metaclass=_InternedMeta):
         return DType(self.priority, self.bitsize * sz, f"{INVERSE_DTYPES_DICT[self.name]}{sz}", None, sz, self)
 
     def ptr(self, size: int = -1, addrspace: AddrSpace = AddrSpace.GLOBAL) -> PtrDType:
-        """The pointer dtype to buffers of this dtype (`size` elements, -1: unknown) in `addrspace` (kernel IR)."""
+        """The pointer dtype to buffers of this dtype (`size` elements, -1: unknown) in `addrspace` (kernel IR).
+
+        Args:
+            size: how many elements the buffer holds (-1: unknown).
+            addrspace: global, local (shared) or register memory.
+
+        Returns:
+            A PtrDType whose base is this dtype.
+
+        Examples:
+            >>> dtypes.float.ptr(16)
+            dtypes.float.ptr(16)
+        """
         return PtrDType(self.priority, self.bitsize, self.name, self.fmt, self.count, None, self, addrspace, 1, size)
 
 
@@ -198,7 +241,12 @@ class PtrDType(DType):
 
 
 class dtypes:  # compat name: a namespace used as dtypes.float32
-    """The named dtypes, their groups, and predicates over them."""
+    """The named dtypes, their groups, and predicates over them.
+
+    Examples:
+        >>> dtypes.float32 is dtypes.float, dtypes.is_float(dtypes.half), dtypes.default_float
+        (True, True, dtypes.float)
+    """
 
     @staticmethod
     @functools.cache
@@ -217,12 +265,37 @@ class dtypes:  # compat name: a namespace used as dtypes.float32
 
     @staticmethod
     def is_bool(x: DType) -> builtins.bool:
-        """Whether `x` (or its scalar type) is bool. Example: `dtypes.is_bool(dtypes.bool)`."""
+        """Whether `x` (or its scalar type) is bool.
+
+        Args:
+            x: a dtype.
+
+        Returns:
+            True for bool and bool vectors.
+
+        Examples:
+            >>> dtypes.is_bool(dtypes.bool), dtypes.is_bool(dtypes.uint8)
+            (True, False)
+        """
         return x.scalar() == dtypes.bool
 
     @staticmethod
     def from_py(x: object) -> DType:
-        """The dtype a Python value gets: float -> default_float, int -> default_int; a sequence its widest element."""
+        """The dtype a Python value gets: float -> default_float, int -> default_int; a sequence its widest element.
+
+        Args:
+            x: a float, int, bool, or a (nested) list or tuple of them.
+
+        Returns:
+            The dtype `Tensor(x)` would get.
+
+        Raises:
+            TypeError: any other kind of value.
+
+        Examples:
+            >>> dtypes.from_py(1), dtypes.from_py([1, 2.0]), dtypes.from_py(True)
+            (dtypes.int, dtypes.float, dtypes.bool)
+        """
         if x.__class__ is builtins.float:
             return dtypes.default_float
         if x.__class__ is builtins.int:
@@ -235,7 +308,19 @@ class dtypes:  # compat name: a namespace used as dtypes.float32
 
     @staticmethod
     def as_const(val: _ConstValue, dtype: DType) -> _ConstValue:
-        """`val` as the Python type of `dtype` (int, float or bool); a tuple holds one value per vector lane."""
+        """`val` as the Python type of `dtype` (int, float or bool); a tuple holds one value per vector lane.
+
+        Args:
+            val: a Python number, or a tuple of one per lane.
+            dtype: the dtype whose Python type to use.
+
+        Returns:
+            The converted value (ints truncate toward zero and wrap to the dtype's range).
+
+        Examples:
+            >>> dtypes.as_const(3.7, dtypes.int32), dtypes.as_const(2, dtypes.float32), dtypes.as_const(2, dtypes.bool)
+            (3, 2.0, True)
+        """
         if isinstance(val, tuple):
             assert len(val) == dtype.count, f"as_const: wrong lane count: got {len(val)}, expected {dtype.count}"
             return tuple(_as_scalar_const(x, dtype) for x in val)
@@ -258,14 +343,36 @@ class dtypes:  # compat name: a namespace used as dtypes.float32
 
     @staticmethod
     def finfo(dtype: DType) -> tuple[builtins.int, builtins.int]:
-        """(exponent bits, mantissa bits) of a float dtype."""
+        """(exponent bits, mantissa bits) of a float dtype.
+
+        Args:
+            dtype: a float dtype.
+
+        Returns:
+            (exponent bits, mantissa bits).
+
+        Raises:
+            TypeError: dtype is not a float dtype.
+
+        Examples:
+            >>> dtypes.finfo(dtypes.half), dtypes.finfo(dtypes.bfloat16)
+            ((5, 10), (8, 7))
+        """
         if (bits := _FLOAT_BITS.get(dtype)) is None:
             raise TypeError(f"finfo: not a float dtype: got {dtype}, expected one of {dtypes.floats}")
         return bits
 
     @staticmethod
     def fields() -> dict[str, DType]:
-        """Every named dtype, aliases included ("float32" and "float")."""
+        """Every named dtype, aliases included ("float32" and "float").
+
+        Returns:
+            Name -> dtype.
+
+        Examples:
+            >>> dtypes.fields()["float32"] is dtypes.fields()["float"]
+            True
+        """
         return dict(_NAMED_DTYPES)
 
     void: Final[DType] = DType.new(-1, 0, "void", None)
