@@ -531,12 +531,27 @@ class DistributedDataParallel:
     def sync_gradients(self, *realize_with: Tensor) -> None:
         """Replace every parameter's gradient by its mean over the ranks, in place (call after backward).
 
-        Bucket by bucket, last layer first (the order backward produces them), the bucket's gradients are realized and
-        its non-blocking Iallreduce started, so the wire carries one bucket while the next is computed; all are waited
-        for at the end, before the optimiser step reads the gradients. `realize_with` (the loss, say) is realized with
-        the first bucket so the forward is not computed twice. Under TinyJit each start and the final wait are captured
-        as items of their own between the kernels: a whole train step, averaging included, replays as one jit.
-        Raises RuntimeError when a parameter has no gradient (every rank must send every bucket).
+        The gradients and `realize_with` are computed in one schedule, run in pieces: as soon as the kernels that write
+        a bucket's gradients have run, the bucket is copied into its staging array and its non-blocking Iallreduce
+        started, while the rest of the backward runs; all are waited for at the end, before the optimiser step reads
+        the gradients. Under TinyJit each start and the final wait are captured as items of their own between the
+        kernels, so a whole train step, averaging included, replays as one jit.
+
+        Args:
+            realize_with: tensors to compute in the same schedule (the loss: otherwise the forward runs twice).
+
+        Raises:
+            RuntimeError: a parameter has no gradient (every rank must send every bucket), or gradients sharded over
+                several devices of the rank are averaged inside TinyJit.
+
+        Example:
+            >>> model = nn.Linear(2, 1)
+            >>> model.weight.requires_grad = model.bias.requires_grad = True
+            >>> ddp = DistributedDataParallel(model)
+            >>> loss = model(Tensor([[1.0, 2.0]])).sum().backward()
+            >>> ddp.sync_gradients(loss)  # then opt.step(); in a world of one the gradients stay as they are
+            >>> model.weight.grad.tolist()
+            [[1.0, 2.0]]
         """
         missing = [name for name, t in zip(self.names, self.params, strict=True) if t.grad is None]
         if missing:
