@@ -12,7 +12,7 @@ from onnx import numpy_helper
 
 from fusegrad import Tensor, dtypes
 from fusegrad.nn.onnx import OnnxRunner
-from fusegrad.nn.onnx.proto import BITS_DTYPES, SUBBYTE_NUMPY
+from fusegrad.nn.onnx.proto import BITS_DTYPES, CONTAINED_NUMPY
 
 
 @functools.cache
@@ -66,7 +66,7 @@ def check_output(name: str, got: Any, want: Any, case: Any) -> None:
 def comparable(want: np.ndarray) -> np.ndarray:
     """Expected values in a dtype numpy compares: ml_dtypes' bfloat16/float8 (kind 'V' or unknown) as float32, the
     sub-byte types (int4, float4_e2m1fn...) in the container fusegrad holds them in."""
-    if (container := SUBBYTE_NUMPY.get(want.dtype.name)) is not None:
+    if (container := CONTAINED_NUMPY.get(want.dtype.name)) is not None:
         return want.astype(container)
     return want.astype(np.float32) if want.dtype.name.startswith(("bfloat16", "float8")) else want
 

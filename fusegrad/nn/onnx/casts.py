@@ -1,7 +1,7 @@
 """ONNX Cast and CastLike, and the ONNX element types fusegrad holds in a wider dtype.
 
 The sub-byte types (INT4, UINT4, INT2, UINT2, FLOAT4E2M1) have no fusegrad dtype: a value of one lives in its
-container dtype (proto.SUBBYTE_CONTAINERS: INT4 in int8, FLOAT4E2M1 in float32) holding only values the type has.
+container dtype (proto.CONTAINED_TYPES: INT4 in int8, FLOAT4E2M1 in float32) holding only values the type has.
 Casts keep that true: to an int type they truncate and wrap to its width (as ml_dtypes and the ONNX reference do),
 to FLOAT4E2M1 they round to nearest even and saturate. Float8 casts saturate by default (fusegrad's fp8 cast);
 saturate=0 gives infinity (e5m2) or NaN past the largest value instead. Entry point: `cast_to`.
@@ -68,7 +68,29 @@ def cast_fp8_unsaturated(x: Tensor, code: int) -> Tensor:
     return overflow.where(special, bits).bitcast(target)
 
 
-def cast_to(x: Tensor, code: int, saturate: bool = True) -> Tensor:
+def round_e8m0(x: Tensor, saturate: bool, round_mode: str) -> Tensor:
+    """x as FLOAT8E8M0 (2**-127 .. 2**127 and NaN; no zero), held in float32: the float32 exponent, moved up when the
+    mantissa rounds up ("up": any fraction; "nearest": half or more, ties to even; "down": never), NaN for NaN and
+    infinity; saturate keeps 2**127 from rounding past the largest."""
+    bits = x.cast(dtypes.float32).bitcast(dtypes.uint32)
+    exponent = (bits >> 23) & 0xFF
+    if round_mode == "up":
+        round_up = (bits & 0x7FFFFF) != 0
+    elif round_mode == "nearest":  # guard bit set, and a round/sticky bit or an odd (nonzero) exponent
+        round_up = ((bits & 0x400000) != 0) & (((bits & 0x3FFFFF) != 0) | (exponent != 0))
+    elif round_mode == "down":
+        round_up = exponent != exponent
+    else:
+        raise ValueError(f"Cast: round_mode must be 'up', 'nearest' or 'down': got {round_mode!r}")
+    if saturate:
+        round_up = round_up & (exponent != 0xFE)
+    code = (exponent == 0xFF).where(0xFF, exponent + round_up.cast(dtypes.uint32))
+    # 2**(code-127) as float32 bits: code 0 is the subnormal 2**-127; code 255 is NaN
+    value_bits = (code == 0).where(0x400000, (code >= 0xFF).where(0x7FC00000, code << 23))
+    return value_bits.cast(dtypes.uint32).bitcast(dtypes.float32)
+
+
+def cast_to(x: Tensor, code: int, saturate: bool = True, round_mode: str = "up") -> Tensor:
     """x as ONNX element type `code` (a TensorProto.DataType), in its fusegrad dtype or container."""
     target = dtype_of(code, "Cast")
     if target == dtypes.bool:
@@ -77,6 +99,8 @@ def cast_to(x: Tensor, code: int, saturate: bool = True) -> Tensor:
         return wrap_int(x, code)
     if code == onnx.TensorProto.FLOAT4E2M1:
         return round_float4(x)
+    if code == onnx.TensorProto.FLOAT8E8M0:
+        return round_e8m0(x, saturate, round_mode)
     if target in FP8_FORMATS and not saturate and dtypes.is_float(x.dtype):
         return cast_fp8_unsaturated(x, code)
     return x.cast(target)
@@ -84,7 +108,7 @@ def cast_to(x: Tensor, code: int, saturate: bool = True) -> Tensor:
 
 @onnx_op("Cast")
 def cast(x: Tensor, to: int, saturate: int = 1, round_mode: str = "up") -> Tensor:
-    return cast_to(x, to, bool(saturate))
+    return cast_to(x, to, bool(saturate), round_mode)
 
 
 @onnx_op("CastLike")
@@ -93,4 +117,4 @@ def cast_like(
 ) -> Tensor:
     # like's ONNX type: from the graph where it says (a sub-byte type shares its container with a wider one)
     code = input_types[1] if len(input_types) > 1 and input_types[1] else onnx_type_of(like.dtype)
-    return cast_to(x, code, bool(saturate))
+    return cast_to(x, code, bool(saturate), round_mode)

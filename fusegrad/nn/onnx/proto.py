@@ -19,14 +19,15 @@ from fusegrad.device import Device
 from fusegrad.dtype import DType, dtypes
 from fusegrad.tensor import Tensor
 
-# the sub-byte types fusegrad has no dtype for: each lives in a wider container dtype, holding only the values it has
-# (casts.py keeps them in range; an int type's range is below)
-SUBBYTE_CONTAINERS: dict[int, DType] = {
+# the types fusegrad has no dtype for (sub-byte ones, and FLOAT8E8M0, the powers of two that scale blocks): each lives
+# in a wider container dtype, holding only the values it has (casts.py keeps them so; an int type's range is below)
+CONTAINED_TYPES: dict[int, DType] = {
     onnx.TensorProto.INT4: dtypes.int8,
     onnx.TensorProto.UINT4: dtypes.uint8,
     onnx.TensorProto.INT2: dtypes.int8,
     onnx.TensorProto.UINT2: dtypes.uint8,
     onnx.TensorProto.FLOAT4E2M1: dtypes.float32,
+    onnx.TensorProto.FLOAT8E8M0: dtypes.float32,
 }
 SUBBYTE_INT_RANGES: dict[int, tuple[int, int]] = {
     onnx.TensorProto.INT4: (-8, 7),
@@ -35,11 +36,12 @@ SUBBYTE_INT_RANGES: dict[int, tuple[int, int]] = {
     onnx.TensorProto.UINT2: (0, 3),
 }
 # ml_dtypes' names of those types (numpy_helper.to_array gives their arrays) -> the numpy container dtype
-SUBBYTE_NUMPY = {"int4": np.int8, "uint4": np.uint8, "int2": np.int8, "uint2": np.uint8, "float4_e2m1fn": np.float32}
+CONTAINED_NUMPY = {"int4": np.int8, "uint4": np.uint8, "int2": np.int8, "uint2": np.uint8, "float4_e2m1fn": np.float32,
+                   "float8_e8m0fnu": np.float32}  # fmt: skip
 # fusegrad dtypes numpy lacks: arrays of them (ml_dtypes) are read as their bits
 BITS_DTYPES = (dtypes.bfloat16, *dtypes.fp8s)
 
-# TensorProto.DataType -> fusegrad dtype (STRING, COMPLEX, FLOAT8E8M0 are absent; sub-byte types map to containers)
+# TensorProto.DataType -> fusegrad dtype (STRING and COMPLEX are absent; CONTAINED_TYPES map to their containers)
 ONNX_DTYPES: dict[int, DType] = {
     onnx.TensorProto.FLOAT: dtypes.float32,
     onnx.TensorProto.UINT8: dtypes.uint8,
@@ -58,7 +60,7 @@ ONNX_DTYPES: dict[int, DType] = {
     onnx.TensorProto.FLOAT8E5M2: dtypes.fp8e5m2,
     onnx.TensorProto.FLOAT8E4M3FNUZ: dtypes.fp8e4m3fnuz,
     onnx.TensorProto.FLOAT8E5M2FNUZ: dtypes.fp8e5m2fnuz,
-    **SUBBYTE_CONTAINERS,
+    **CONTAINED_TYPES,
 }
 # fusegrad dtype -> the ONNX type it holds (a container -> the wider ONNX type of the same dtype)
 _ONNX_TYPE_OF: dict[DType, int] = {dt: code for code, dt in reversed(ONNX_DTYPES.items())}
@@ -113,7 +115,7 @@ def tensor_from_proto(proto: onnx.TensorProto, base_dir: Path | None) -> Tensor:
 def tensor_from_numpy(array: np.ndarray, dtype: DType) -> Tensor:
     """A numpy array as a Tensor of dtype; bfloat16 and float8 arrays (ml_dtypes, which fusegrad cannot read) are
     reinterpreted from their bits, sub-byte ones (int4, float4_e2m1fn...) widened to their containers."""
-    if (container := SUBBYTE_NUMPY.get(array.dtype.name)) is not None:
+    if (container := CONTAINED_NUMPY.get(array.dtype.name)) is not None:
         array = array.astype(container)
     if dtype in BITS_DTYPES and array.dtype.itemsize == dtype.itemsize:
         bits_dtype = dtypes.uint16 if dtype.itemsize == 2 else dtypes.uint8
