@@ -280,7 +280,18 @@ class RandomMixin:
         """Seed the generator and restart its call count on every device: the same seed then gives the same numbers.
 
         A TinyJit that draws numbers restarts the sequence too: its device states are brought up to date before each
-        replay. Inside a capture the states are rewritten with kernels, so every replay reseeds."""
+        replay. Inside a capture the states are rewritten with kernels, so every replay reseeds.
+
+        Args:
+            seed: any int.
+
+        Examples:
+            >>> Tensor.manual_seed(42)
+            >>> a = Tensor.rand(3).tolist()
+            >>> Tensor.manual_seed(42)
+            >>> Tensor.rand(3).tolist() == a
+            True
+        """
         from fusegrad.engine.realize import capturing
         from fusegrad.tensor import Tensor
 
@@ -301,7 +312,26 @@ class RandomMixin:
         contiguous: bool = True,
         **kwargs: Any,
     ) -> Tensor:
-        """Uniform floats in [0, 1). Example: `Tensor.rand(2, 3).shape == (2, 3)`. Raises TypeError for int dtypes."""
+        """Uniform floats in [0, 1), from a counter-based generator (threefry) seeded by `manual_seed`.
+
+        Args:
+            *shape: the shape, as ints or one tuple.
+            device: where to draw (default: Device.DEFAULT).
+            dtype: a float dtype (default: dtypes.default_float).
+            contiguous: realize the draw into its own buffer (False keeps it fused into the consumer).
+            **kwargs: passed on to the result (e.g. requires_grad).
+
+        Returns:
+            A new tensor of the shape.
+
+        Raises:
+            TypeError: a dtype that is not float.
+
+        Examples:
+            >>> x = Tensor.rand(2, 3)
+            >>> x.shape, bool(((x >= 0) & (x < 1)).all().item())
+            ((2, 3), True)
+        """
         from fusegrad.tensor import Tensor
 
         dt, shp = _float_dtype(dtype, "rand"), _shape(shape, "rand")
@@ -313,7 +343,22 @@ class RandomMixin:
     @staticmethod
     def randn(*shape: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
         """Standard normal floats by Box-Muller: (u1, u2) -> sqrt(-2 ln(1 - u1)) cos(2 pi u2). A non-float `dtype`
-        gets the float draw cast to it, as the reference does (`Tensor.randn(3, dtype=dtypes.int)`)."""
+        gets the float draw cast to it, as the reference does (`Tensor.randn(3, dtype=dtypes.int)`).
+
+        Args:
+            *shape: the shape, as ints or one tuple.
+            dtype: the result's dtype (default: dtypes.default_float).
+            **kwargs: device, contiguous, and what is passed on to the result (e.g. requires_grad).
+
+        Returns:
+            A new tensor of the shape.
+
+        Examples:
+            >>> Tensor.manual_seed(0)
+            >>> x = Tensor.randn(10000)
+            >>> abs(x.mean().item()) < 0.05, abs(x.std().item() - 1) < 0.05
+            (True, True)
+        """
         from fusegrad.tensor import Tensor
 
         dt, shp = to_dtype(dtype) if dtype is not None else dtypes.default_float, _shape(shape, "randn")
@@ -328,7 +373,27 @@ class RandomMixin:
 
     @staticmethod
     def randint(*shape: Any, low: int = 0, high: int = 10, dtype: DTypeLike = dtypes.int32, **kwargs: Any) -> Tensor:
-        """Uniform integers in [low, high): each 32-bit word w maps to low + (w * (high - low)) >> 32."""
+        """Uniform integers in [low, high): each 32-bit word w maps to low + (w * (high - low)) >> 32.
+
+        Args:
+            *shape: the shape, as ints or one tuple.
+            low: the smallest value.
+            high: one past the largest value (high - low <= 2**32).
+            dtype: an integer dtype.
+            **kwargs: device, and what is passed on to the result.
+
+        Returns:
+            A new tensor of the shape.
+
+        Raises:
+            TypeError: low or high not an int, or a dtype that is not an integer.
+            ValueError: low >= high, or a range wider than 2**32.
+
+        Examples:
+            >>> x = Tensor.randint(1000, low=-3, high=3)
+            >>> x.dtype, x.min().item() >= -3, x.max().item() <= 2
+            (dtypes.int, True, True)
+        """
         from fusegrad.tensor import Tensor
 
         dt, shp = to_dtype(dtype), _shape(shape, "randint")
@@ -348,7 +413,23 @@ class RandomMixin:
     def uniform(
         *shape: Any, low: float = 0.0, high: float = 1.0, dtype: DTypeLike | None = None, **kwargs: Any
     ) -> Tensor:
-        """Uniform values in [low, high)."""
+        """Uniform values in [low, high).
+
+        Args:
+            *shape: the shape, as ints or one tuple.
+            low: the lower bound.
+            high: the upper bound.
+            dtype: the result's dtype (default: dtypes.default_float).
+            **kwargs: device, contiguous, and what is passed on to the result.
+
+        Returns:
+            A new tensor of the shape.
+
+        Examples:
+            >>> x = Tensor.uniform(1000, low=-2.0, high=2.0)
+            >>> x.min().item() >= -2.0, x.max().item() < 2.0
+            (True, True)
+        """
         from fusegrad.tensor import Tensor
 
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
@@ -358,7 +439,22 @@ class RandomMixin:
 
     @staticmethod
     def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, **kwargs: Any) -> Tensor:
-        """Normal values with the given mean and standard deviation."""
+        """Normal values with the given mean and standard deviation.
+
+        Args:
+            *shape: the shape, as ints or one tuple.
+            mean: the distribution's mean.
+            std: its standard deviation.
+            **kwargs: dtype, device, and what is passed on to the result.
+
+        Returns:
+            A new tensor of the shape.
+
+        Examples:
+            >>> Tensor.manual_seed(0)
+            >>> abs(Tensor.normal(10000, mean=5.0, std=0.1).mean().item() - 5.0) < 0.01
+            True
+        """
         from fusegrad.tensor import Tensor
 
         requires_grad = kwargs.pop("requires_grad", None)
@@ -369,7 +465,24 @@ class RandomMixin:
     def randperm(
         n: int, device: str | tuple[str, ...] | None = None, dtype: DTypeLike = dtypes.int32, **kwargs: Any
     ) -> Tensor:
-        """A random permutation of 0..n-1: the rank of each of n random keys (ties broken by position), O(n^2)."""
+        """A random permutation of 0..n-1: the rank of each of n random keys (ties broken by position), O(n^2).
+
+        Args:
+            n: how many values.
+            device: where to draw (default: Device.DEFAULT).
+            dtype: the result's dtype.
+            **kwargs: passed on to the result.
+
+        Returns:
+            A (n,) tensor holding each of 0..n-1 once.
+
+        Raises:
+            ValueError: n is not a non-negative int.
+
+        Examples:
+            >>> sorted(Tensor.randperm(6).tolist())
+            [0, 1, 2, 3, 4, 5]
+        """
         from fusegrad.tensor import Tensor
 
         if not isinstance(n, int) or n < 0:
@@ -384,7 +497,25 @@ class RandomMixin:
 
     def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
         """Indices drawn with probability proportional to the weights in the last axis: (K,) or (B, K) ->
-        (num_samples,) or (B, num_samples), int32. Without replacement, num_samples <= K."""
+        (num_samples,) or (B, num_samples), int32. Without replacement, num_samples <= K.
+
+        Args:
+            num_samples: how many indices to draw per row.
+            replacement: whether an index may be drawn more than once.
+
+        Returns:
+            The drawn indices.
+
+        Raises:
+            SampleError: (a ValueError) weights that are not 1-d or 2-d, num_samples < 1, or more samples than
+                categories without replacement.
+
+        Examples:
+            >>> Tensor([0.0, 1.0, 0.0]).multinomial(4, replacement=True).tolist()  # all weight on index 1
+            [1, 1, 1, 1]
+            >>> sorted(Tensor([1.0, 1.0, 1.0]).multinomial(3).tolist())
+            [0, 1, 2]
+        """
         if not 1 <= self.ndim <= 2:
             raise SampleError(f"multinomial: expected a 1-d or 2-d tensor of weights, got shape {self.shape}")
         if num_samples < 1 or (not replacement and num_samples > self.shape[-1]):
@@ -397,7 +528,26 @@ class RandomMixin:
         return out.reshape(num_samples) if self.ndim == 1 else out
 
     def dropout(self: Tensor, p: float = 0.5) -> Tensor:
-        """Zero each element with probability p and scale the rest by 1/(1-p), only while `Tensor.training`."""
+        """Zero each element with probability p and scale the rest by 1/(1-p), only while `Tensor.training`.
+
+        Args:
+            p: the probability of zeroing an element, in [0, 1].
+
+        Returns:
+            The masked and scaled tensor in training; this tensor itself otherwise.
+
+        Raises:
+            ValueError: p outside [0, 1].
+
+        Examples:
+            >>> x = Tensor.ones(1000)
+            >>> x.dropout(0.5) is x  # not training: unchanged
+            True
+            >>> with Tensor.train():
+            ...     y = x.dropout(0.5)
+            >>> sorted(set(y.tolist()))  # dropped, or kept and doubled
+            [0.0, 2.0]
+        """
         if not 0 <= p <= 1:
             raise ValueError(f"dropout: probability must be in [0, 1], got {p}")
         if not type(self).training or p == 0:
@@ -409,7 +559,21 @@ class RandomMixin:
 
     @staticmethod
     def kaiming_uniform(*shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
-        """He uniform init: U(-b, b) with b = sqrt(6 / ((1 + a^2) fan_in)), fan_in = prod(shape[1:])."""
+        """He uniform init: U(-b, b) with b = sqrt(6 / ((1 + a^2) fan_in)), fan_in = prod(shape[1:]).
+
+        Args:
+            *shape: the weight's shape, (out, in, *kernel).
+            a: the negative slope of the leaky ReLU that follows.
+            **kwargs: dtype, device, and what is passed on to the result.
+
+        Returns:
+            A new tensor of the shape.
+
+        Examples:
+            >>> w = Tensor.kaiming_uniform(64, 6)  # bound sqrt(6 / 6) = 1
+            >>> w.abs().max().item() <= 1.0
+            True
+        """
         from fusegrad.tensor import Tensor
 
         shp = _shape(shape, "kaiming_uniform")
@@ -418,7 +582,21 @@ class RandomMixin:
 
     @staticmethod
     def kaiming_normal(*shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
-        """He normal init: N(0, std^2) with std = sqrt(2 / ((1 + a^2) fan_in))."""
+        """He normal init: N(0, std^2) with std = sqrt(2 / ((1 + a^2) fan_in)).
+
+        Args:
+            *shape: the weight's shape, (out, in, *kernel).
+            a: the negative slope of the leaky ReLU that follows.
+            **kwargs: dtype, device, and what is passed on to the result.
+
+        Returns:
+            A new tensor of the shape.
+
+        Examples:
+            >>> Tensor.manual_seed(0)
+            >>> abs(Tensor.kaiming_normal(4000, 2, a=0.0).std().item() - 1.0) < 0.05  # std sqrt(2 / 2)
+            True
+        """
         from fusegrad.tensor import Tensor
 
         shp = _shape(shape, "kaiming_normal")
@@ -427,7 +605,19 @@ class RandomMixin:
 
     @staticmethod
     def glorot_uniform(*shape: Any, **kwargs: Any) -> Tensor:
-        """Glorot/Xavier uniform init: U(-b, b) with b = sqrt(6 / (shape[0] + prod(shape[1:])))."""
+        """Glorot/Xavier uniform init: U(-b, b) with b = sqrt(6 / (shape[0] + prod(shape[1:]))).
+
+        Args:
+            *shape: the weight's shape.
+            **kwargs: dtype, device, and what is passed on to the result.
+
+        Returns:
+            A new tensor of the shape.
+
+        Examples:
+            >>> Tensor.glorot_uniform(3, 3).abs().max().item() <= 1.0  # bound sqrt(6 / 6)
+            True
+        """
         from fusegrad.tensor import Tensor
 
         shp = _shape(shape, "glorot_uniform")
@@ -436,7 +626,19 @@ class RandomMixin:
 
     @staticmethod
     def scaled_uniform(*shape: Any, **kwargs: Any) -> Tensor:
-        """U(-b, b) with b = prod(shape) ** -0.5."""
+        """U(-b, b) with b = prod(shape) ** -0.5.
+
+        Args:
+            *shape: the shape.
+            **kwargs: dtype, device, and what is passed on to the result.
+
+        Returns:
+            A new tensor of the shape.
+
+        Examples:
+            >>> Tensor.scaled_uniform(2, 8).abs().max().item() <= 0.25  # bound 16 ** -0.5
+            True
+        """
         from fusegrad.tensor import Tensor
 
         shp = _shape(shape, "scaled_uniform")
@@ -444,13 +646,37 @@ class RandomMixin:
         return Tensor.uniform(*shp, low=-bound, high=bound, **kwargs)
 
     def rand_like(self: Tensor, **kwargs: Any) -> Tensor:
-        """`Tensor.rand` with this tensor's shape, dtype and device (each can be overridden)."""
+        """`Tensor.rand` with this tensor's shape, dtype and device (each can be overridden).
+
+        Args:
+            **kwargs: dtype, device and the other arguments of `Tensor.rand`.
+
+        Returns:
+            A new tensor shaped like this one.
+
+        Examples:
+            >>> x = Tensor.zeros(2, 3, dtype=dtypes.half)
+            >>> x.rand_like().shape, x.rand_like().dtype
+            ((2, 3), dtypes.half)
+        """
         kwargs.setdefault("dtype", self.dtype)
         kwargs.setdefault("device", self.device)
         return type(self).rand(*self.shape, **kwargs)
 
     def randn_like(self: Tensor, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
-        """`Tensor.randn` with this tensor's shape and device; its dtype when float, else the default float."""
+        """`Tensor.randn` with this tensor's shape and device; its dtype when float, else the default float.
+
+        Args:
+            dtype: the result's dtype (default: as above).
+            **kwargs: device and the other arguments of `Tensor.randn`.
+
+        Returns:
+            A new tensor shaped like this one.
+
+        Examples:
+            >>> Tensor([1, 2, 3]).randn_like().dtype  # an int tensor: the default float
+            dtypes.float
+        """
         kwargs.setdefault("device", self.device)
         dt = dtype if dtype is not None else self.dtype if dtypes.is_float(self.dtype) else None
         return type(self).randn(*self.shape, dtype=dt, **kwargs)
