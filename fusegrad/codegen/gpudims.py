@@ -99,7 +99,8 @@ def gpu_heuristic(sink: UOp, shared_max: int) -> list[tuple[str, int, int]]:
 
 def _group_reduce(red: UOp, local_loops: list[UOp], new_axis: int, slot: int) -> UOp:
     """REDUCE(x, g, *r) with g GROUP_REDUCE loops -> each thread's partial REDUCE(x, *r) stored at its place in a
-    local array, a barrier, then every thread reduces the array's row of its work-group (in the same order)."""
+    local array, a barrier, then the partials combined: by a tree (`_tree_combine`) where their count is a power of
+    two, else every thread reduces its row of the array in order."""
     groups = sorted((r for r in red.src[1:] if r.arg[1] is AxisType.GROUP_REDUCE), key=range_key)
     others = [r for r in red.src[1:] if r.arg[1] is not AxisType.GROUP_REDUCE]
     partial = red.src[0].reduce(*others, arg=red.arg) if others else red.src[0]
@@ -107,10 +108,27 @@ def _group_reduce(red: UOp, local_loops: list[UOp], new_axis: int, slot: int) ->
     size = math.prod(int(r.src[0].arg) for r in rows + groups)
     temp = UOp(Ops.DEFINE_LOCAL, red.dtype.ptr(size, AddrSpace.LOCAL), arg=slot)
     written = temp.index(flat_index(rows + groups)).store(partial)
-    barrier = UOp(Ops.BARRIER, dtypes.void, (written,))
+    ready = UOp(Ops.AFTER, temp.dtype, (temp, UOp(Ops.BARRIER, dtypes.void, (written,))))
+    count = math.prod(int(r.src[0].arg) for r in groups)
+    if count & (count - 1) == 0:
+        return _tree_combine(ready, flat_index(rows) * count, flat_index(groups), count, red.arg)
     combine = [UOp.range(r.src[0], new_axis + i, AxisType.REDUCE) for i, r in enumerate(groups)]
-    ready = UOp(Ops.AFTER, temp.dtype, (temp, barrier))
     return ready.index(flat_index(rows + combine)).load().reduce(*combine, arg=red.arg)
+
+
+def _tree_combine(ready: UOp, row: UOp, position: UOp, count: int, op: Ops) -> UOp:
+    """The `count` partials at temp[row:row+count] combined in log2(count) halving steps, a barrier after each: in the
+    step of stride s, threads at position p < s set temp[row+p] = temp[row+p] <op> temp[row+p+s]. Every thread then
+    reads temp[row]. O(count) work per work-group, where each thread combining all partials in order is O(count^2)."""
+    temp = ready.src[0]
+    stride = count // 2
+    while stride >= 1:
+        active = position.alu(Ops.CMPLT, UOp.const(position.dtype, stride))
+        mine = ready.index(row + position, active)
+        updated = mine.load().alu(op, ready.index(row + position + stride, active).load())
+        ready = UOp(Ops.AFTER, temp.dtype, (temp, UOp(Ops.BARRIER, dtypes.void, (mine.store(updated),))))
+        stride //= 2
+    return ready.index(row).load()
 
 
 def _gate_store(store: UOp, groups: list[UOp]) -> UOp:

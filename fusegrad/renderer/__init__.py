@@ -84,7 +84,11 @@ class Estimates:
         ops: sint = 0
         lds: sint = 0
         touched: dict[UOp, sint] = {}  # DEFINE_GLOBAL -> bytes accessed
-        trips: list[sint] = [1]
+        threads: sint = 1  # GPU launch indexes (SPECIAL): every thread runs the whole program
+        for u in uops:
+            if u.op is Ops.SPECIAL:
+                threads = _mul(threads, _trip_count(u))
+        trips: list[sint] = [threads]
         gating = {g for u in uops if u.op is Ops.INDEX and len(u.src) > 2 for g in u.src[2].toposort()}
         indexing = index_arithmetic(uops)
         for u in uops:
