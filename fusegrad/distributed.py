@@ -403,10 +403,14 @@ def allgather(t: Tensor) -> Tensor:
         if signature != signatures[0]:
             raise ValueError(f"distributed.allgather: rank {rank} has shape {tuple(signature[0])} {signature[1]}, "
                              f"rank 0 has {tuple(signatures[0][0])} {signatures[0][1]}")  # fmt: skip
-    out = np.empty((info.world_size, values.size), dtype=values.dtype)
+    device = t.device if isinstance(t.device, str) else t.device[0]
+    result = Tensor.empty(info.world_size, *t.shape, device=device, dtype=t.dtype).realize()
+    out, in_place = host_view(result, "allgather")  # host memory: MPI writes the result tensor itself
     with _span("allgather", out.nbytes):
         comm.Allgather(values, out)
-    return Tensor(out.reshape(info.world_size, *t.shape), device=t.device, dtype=t.dtype)
+    if not in_place:
+        write_back(result, out)
+    return result if isinstance(t.device, str) else result.to(t.device)  # sharded t: replicated on its devices
 
 
 def barrier() -> None:

@@ -132,11 +132,14 @@ def run_scenario(scenario: str, out: pathlib.Path) -> None:
         devices = ("CPU:0", "CPU:1")  # in-process sharding inside each rank
         split = distributed.allreduce(Tensor([[1.0, 2.0], [3.0, 4.0]]).shard(devices, axis=0) * (info.rank + 1))
         replicated = distributed.broadcast(Tensor([float(info.rank)] * 2).shard(devices), src=1)
+        stacked = distributed.allgather(Tensor([1.0, 2.0]).shard(devices, axis=0) * (info.rank + 1))
+        assert stacked.device == split.device, stacked.device  # replicated on the devices t was sharded over
         assert isinstance(split.device, tuple), split.device
         assert (split.uop.axis, replicated.uop.axis) == (0, None)
         distributed.barrier()
         arrays = {"summed": summed, "mean": mean, "biggest": biggest, "shared": shared, "gathered": gathered}
-        np.savez(out / f"rank{info.rank}.npz", split=split.numpy(), replicated=replicated.numpy(), **arrays)
+        arrays |= {"split": split.numpy(), "replicated": replicated.numpy(), "stacked": stacked.numpy()}
+        np.savez(out / f"rank{info.rank}.npz", **arrays)
     elif scenario == "view_grad":
         from fusegrad.distributed import DistributedDataParallel
 
@@ -240,6 +243,7 @@ def test_collectives(tmp_path: pathlib.Path) -> None:
             "allgather",
             "allreduce",
             "broadcast",
+            "allgather",
             "barrier",
         ]
         with np.load(tmp_path / f"rank{rank}.npz", allow_pickle=False) as got:
@@ -250,6 +254,7 @@ def test_collectives(tmp_path: pathlib.Path) -> None:
             np.testing.assert_array_equal(got["gathered"], [[[0, 10]], [[1, 11]]])
             np.testing.assert_allclose(got["split"], [[3.0, 6.0], [9.0, 12.0]])
             np.testing.assert_allclose(got["replicated"], [1.0, 1.0])
+            np.testing.assert_allclose(got["stacked"], [[1.0, 2.0], [2.0, 4.0]])
 
 
 def test_gradient_without_its_own_buffer_is_averaged(tmp_path: pathlib.Path) -> None:
