@@ -112,8 +112,26 @@ class NNMixin:
 
         (B, C_in, *in) with weight (C_out, C_in/groups, *k) -> (B, C_out, *out); bias (C_out,). `padding` is an int,
         one int per spatial axis, 2 per axis ordered (left, right, top, bottom, ...) as F.pad, or "valid"/"same".
-        `dtype` is the accumulation dtype. Raises ValueError when the channels or ranks don't match.
-        Example: `Tensor.ones(1, 1, 3, 3).conv2d(Tensor.ones(1, 1, 2, 2)).shape == (1, 1, 2, 2)`.
+        `dtype` is the accumulation dtype.
+
+        Args:
+            weight: (C_out, C_in/groups, *k).
+            bias: (C_out,), or None.
+            groups: independent channel groups.
+            stride: an int or one per spatial axis.
+            dilation: an int or one per spatial axis.
+            padding: an int, one per axis, 2 per axis (F.pad order), or "valid"/"same".
+            dtype: the accumulation dtype (default: the inputs').
+
+        Returns:
+            (B, C_out, *out).
+
+        Raises:
+            ValueError: the channels or ranks don't match.
+
+        Examples:
+            >>> Tensor.ones(1, 1, 3, 3).conv2d(Tensor.ones(1, 1, 2, 2)).tolist()  # each output sums a 2x2 window
+            [[[[4.0, 4.0], [4.0, 4.0]]]]
         """
         _check_conv("conv2d", self, weight, bias, groups, transposed=False)
         k_ = weight.shape[2:]
@@ -166,7 +184,22 @@ class NNMixin:
 
         (B, C_in, *in) with weight (C_in, C_out/groups, *k) -> (B, C_out, *out),
         out = (in-1)*stride - pad_before - pad_after + dilation*(k-1) + output_padding + 1.
-        Example: `Tensor.ones(1, 1, 2, 2).conv_transpose2d(Tensor.ones(1, 1, 2, 2)).shape == (1, 1, 3, 3)`.
+
+        Args:
+            weight: (C_in, C_out/groups, *k).
+            bias: (C_out,), or None.
+            groups: independent channel groups.
+            stride: an int or one per spatial axis.
+            dilation: an int or one per spatial axis.
+            padding: taken off the output's borders (an int, one per axis or 2 per axis).
+            output_padding: added to the output's far side.
+
+        Returns:
+            (B, C_out, *out).
+
+        Examples:
+            >>> Tensor.ones(1, 1, 2, 2).conv_transpose2d(Tensor.ones(1, 1, 2, 2)).tolist()
+            [[[[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]]]]
         """
         _check_conv("conv_transpose2d", self, weight, bias, groups, transposed=True)
         c_in, c_group_out, *k = weight.shape
@@ -200,7 +233,22 @@ class NNMixin:
     ) -> Tensor:
         """Average over windows of the trailing len(kernel_size) axes (an int kernel means 2 axes); stride defaults
         to the kernel. Zero padding counts toward the average when count_include_pad; windows that ceil_mode adds past
-        the padding never do. Example: `Tensor.ones(1, 1, 4, 4).avg_pool2d().shape == (1, 1, 2, 2)`.
+        the padding never do.
+
+        Args:
+            kernel_size: the window, an int (2 axes) or one size per axis.
+            stride: the step between windows (default: the kernel).
+            dilation: the spacing of a window's taps.
+            padding: zeros added around (an int, one per axis or 2 per axis).
+            ceil_mode: add a last, partial window where the input does not divide evenly.
+            count_include_pad: count padding zeros in the average.
+
+        Returns:
+            The pooled tensor.
+
+        Examples:
+            >>> Tensor.arange(16).reshape(1, 1, 4, 4).float().avg_pool2d().tolist()
+            [[[[2.5, 4.5], [10.5, 12.5]]]]
         """
         k_, s_, d_, user, pads = self._pool_args("avg_pool2d", kernel_size, stride, dilation, padding, ceil_mode)
         axes = tuple(range(-len(k_), 0))
@@ -228,7 +276,25 @@ class NNMixin:
         """Maximum over windows of the trailing len(kernel_size) axes (an int kernel means 2 axes).
 
         With return_indices, also the int32 flat index of each maximum within its input plane (the first one on ties),
-        as torch's max_pool2d. Example: `Tensor.ones(1, 1, 4, 4).max_pool2d().shape == (1, 1, 2, 2)`.
+        as torch's max_pool2d.
+
+        Args:
+            kernel_size: the window, an int (2 axes) or one size per axis.
+            stride: the step between windows (default: the kernel).
+            dilation: the spacing of a window's taps.
+            padding: -inf added around (an int, one per axis or 2 per axis).
+            ceil_mode: add a last, partial window where the input does not divide evenly.
+            return_indices: also return where each maximum came from.
+
+        Returns:
+            The pooled tensor, or (pooled, indices) with return_indices.
+
+        Examples:
+            >>> x = Tensor.arange(16).reshape(1, 1, 4, 4).float()
+            >>> x.max_pool2d().tolist()
+            [[[[5.0, 7.0], [13.0, 15.0]]]]
+            >>> x.max_pool2d(return_indices=True)[1].tolist()
+            [[[[5, 7], [13, 15]]]]
         """
         k_, s_, d_, _, pads = self._pool_args("max_pool2d", kernel_size, stride, dilation, padding, ceil_mode)
         axes, lead = tuple(range(-len(k_), 0)), [None] * (self.ndim - len(k_))
@@ -256,7 +322,26 @@ class NNMixin:
         """The partial inverse of max_pool2d: (B, C, *pooled) values scattered to their `indices`, zeros elsewhere.
 
         The output size is the pooling's input size (or the trailing entries of `output_size`).
-        Example: `Tensor.max_unpool2d(*Tensor.ones(1, 1, 4, 4).max_pool2d(return_indices=True)).shape == (1, 1, 4, 4)`.
+
+        Args:
+            indices: max_pool2d's indices (return_indices=True).
+            kernel_size: the pooling's window.
+            stride: the pooling's stride (default: the kernel).
+            dilation: the pooling's dilation.
+            padding: the pooling's padding.
+            output_size: the size to restore (default: computed from the pooling's arguments).
+
+        Returns:
+            (B, C, *unpooled).
+
+        Raises:
+            TypeError: indices that are not integers.
+            ValueError: indices or output_size whose shape does not fit.
+
+        Examples:
+            >>> pooled, indices = Tensor([[[[1.0, 2.0], [3.0, 4.0]]]]).max_pool2d(return_indices=True)
+            >>> pooled.max_unpool2d(indices).tolist()
+            [[[[0.0, 0.0], [0.0, 4.0]]]]
         """
         if indices.shape != self.shape:
             raise ValueError(f"max_unpool2d: indices shape {indices.shape} does not match values shape {self.shape}")
@@ -313,8 +398,22 @@ class NNMixin:
     @traced
     def interpolate(self: Tensor, size: tuple[int, ...], mode: str = "linear", align_corners: bool = False) -> Tensor:
         """Resample the trailing len(size) axes to `size`: mode "linear" (bilinear, trilinear for 2 or 3 axes),
-        "nearest" or "nearest-exact", as torch's F.interpolate. Raises ValueError for a bad size or mode.
-        Example: `Tensor([[1.0, 3.0]]).interpolate((4,)).tolist() == [[1.0, 1.5, 2.5, 3.0]]`.
+        "nearest" or "nearest-exact", as torch's F.interpolate.
+
+        Args:
+            size: the new sizes of the trailing axes.
+            mode: "linear", "nearest" or "nearest-exact".
+            align_corners: (linear) map the corner samples onto each other.
+
+        Returns:
+            The resampled tensor.
+
+        Raises:
+            ValueError: a size longer than the tensor's rank, or an unknown mode.
+
+        Examples:
+            >>> Tensor([[1.0, 3.0]]).interpolate((4,)).tolist()
+            [[1.0, 1.5, 2.5, 3.0]]
         """
         if (
             not isinstance(size, (tuple, list))
@@ -390,7 +489,18 @@ class NNMixin:
     @traced
     def layernorm(self: Tensor, axis: int | tuple[int, ...] = -1, eps: float = 1e-5) -> Tensor:
         """(x - mean) / sqrt(var + eps) over `axis` (biased variance), without weight or bias.
-        Example: `Tensor.randn(2, 8).layernorm().mean(-1)` is about 0."""
+
+        Args:
+            axis: the axes to normalise over.
+            eps: added to the variance.
+
+        Returns:
+            A tensor of the same shape.
+
+        Examples:
+            >>> Tensor([[1.0, 3.0]]).layernorm().tolist()
+            [[-0.99999..., 0.99999...]]
+        """
         centred = self - self.mean(axis, keepdim=True)
         return centred * ((centred * centred).mean(axis, keepdim=True) + eps).sqrt().reciprocal()
 
@@ -404,7 +514,22 @@ class NNMixin:
         axis: int | tuple[int, ...] = 1,
     ) -> Tensor:
         """(x - mean) * weight * invstd + bias, the statistics laid along `axis` (channels of NCHW by default).
-        Example: `x.batchnorm(None, None, x.mean((0, 2, 3)), (x.var((0, 2, 3)) + 1e-5).rsqrt())`."""
+
+        Args:
+            weight: the per-channel scale, or None.
+            bias: the per-channel shift, or None.
+            mean: the per-channel mean.
+            invstd: the per-channel 1 / sqrt(var + eps).
+            axis: the axis (or axes) the statistics lie along.
+
+        Returns:
+            A tensor of the same shape.
+
+        Examples:
+            >>> x = Tensor([[1.0, 10.0], [3.0, 30.0]])  # (N, C)
+            >>> x.batchnorm(None, None, Tensor([2.0, 20.0]), Tensor([1.0, 0.1])).tolist()
+            [[-1.0, -1.0], [1.0, 1.0]]
+        """
         axes = self._resolve_axes(axis, "batchnorm")
         shape = tuple(s if a in axes else 1 for a, s in enumerate(self.shape))
         x = self - mean.reshape(shape)
@@ -427,6 +552,27 @@ class NNMixin:
 
         A bool mask keeps True; a float mask is added. is_causal masks the upper triangle (not with attn_mask).
         enable_gqa repeats the key/value heads (axis -3) to the query's. Scores accumulate in at least float32.
+
+        Args:
+            key: (..., S, E).
+            value: (..., S, Ev).
+            attn_mask: a bool mask (True keeps) or a float mask (added), broadcast to (..., L, S).
+            dropout_p: the dropout probability of the attention weights (in training).
+            is_causal: mask the upper triangle (position i attends to 0..i).
+            enable_gqa: allow fewer key/value heads than query heads.
+
+        Returns:
+            (..., L, Ev).
+
+        Raises:
+            OpValueError: (a ValueError) is_causal together with attn_mask.
+            ValueError: shapes that do not fit (heads, E, S).
+
+        Examples:
+            >>> q = Tensor.ones(1, 2, 4)
+            >>> v = Tensor([[[1.0, 0, 0, 0], [0, 1.0, 0, 0]]])
+            >>> q.scaled_dot_product_attention(q, v, is_causal=True).tolist()  # row 0 sees only position 0
+            [[[1.0, 0.0, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0]]]
         """
         if not 0.0 <= dropout_p <= 1.0:
             raise ValueError(f"scaled_dot_product_attention: dropout_p must be in [0, 1], got {dropout_p}")
@@ -456,8 +602,20 @@ class NNMixin:
     ) -> Tensor:
         """Cross entropy of logits (N, C, ...) (or (C,)) against class indices (N, ...) or probabilities (N, C, ...).
 
-        Raises OpValueError (a ValueError and RuntimeError) when Y fits neither shape.
-        Example: `Tensor([[1.0, 2.0]]).cross_entropy(Tensor([1]))`.
+        Args:
+            Y: class indices (N, ...) or probabilities (N, C, ...).
+            reduction: "mean", "sum" or "none".
+            label_smoothing: mix this much of the uniform distribution into the targets.
+
+        Returns:
+            The loss (a scalar, or per sample with reduction="none").
+
+        Raises:
+            OpValueError: (a ValueError and RuntimeError) Y fits neither shape.
+
+        Examples:
+            >>> round(Tensor([[1.0, 2.0]]).cross_entropy(Tensor([1])).item(), 4)  # log(1 + e^-1)
+            0.3133
         """
         _check_smoothing("cross_entropy", label_smoothing)
         class_axis = 0 if self.ndim == 1 else 1
@@ -480,6 +638,22 @@ class NNMixin:
         """Cross entropy of logits (..., C) (classes last, unlike torch) against int labels (...).
 
         Labels equal to ignore_index (other than the default -1) are left out of the loss and of the mean's count.
+
+        Args:
+            Y: int labels (...).
+            ignore_index: a label to leave out.
+            label_smoothing: mix this much of the uniform distribution into the targets.
+            reduction: "mean", "sum" or "none".
+
+        Returns:
+            The loss.
+
+        Raises:
+            ValueError: an unknown reduction, or labels whose shape does not fit.
+
+        Examples:
+            >>> round(Tensor([[1.0, 2.0, 3.0]]).sparse_categorical_crossentropy(Tensor([2])).item(), 4)
+            0.4076
         """
         _check_smoothing("sparse_categorical_crossentropy", label_smoothing)
         if Y.shape != self.shape[:-1]:
@@ -506,7 +680,23 @@ class NNMixin:
         """Negative log likelihood of log-probabilities (N, C, ...) (or (C,)) at int labels (N, ...), as torch.
 
         `weight` (C,) scales each class; labels equal to ignore_index count for nothing. "mean" divides by the total
-        weight. Example: `Tensor([[-1.0, -2.0]]).nll_loss(Tensor([1])).item() == 2.0`.
+        weight.
+
+        Args:
+            Y: int labels (N, ...).
+            weight: (C,) per-class weights, or None.
+            ignore_index: a label that counts for nothing, or None.
+            reduction: "mean", "sum" or "none".
+
+        Returns:
+            The loss.
+
+        Raises:
+            ValueError: an unknown reduction, or shapes that do not fit.
+
+        Examples:
+            >>> Tensor([[-1.0, -2.0]]).nll_loss(Tensor([1])).item()
+            2.0
         """
         class_axis = 0 if self.ndim == 1 else 1
         classes = self.shape[class_axis]
@@ -527,14 +717,38 @@ class NNMixin:
     @traced
     def binary_crossentropy(self: Tensor, Y: Tensor, reduction: ReductionStr = "mean") -> Tensor:
         """-(Y log p + (1-Y) log(1-p)) for probabilities p = self, as torch's BCELoss without its log clamp.
-        Example: `Tensor([0.5]).binary_crossentropy(Tensor([1.0]))`."""
+
+        Args:
+            Y: targets in [0, 1], the same shape.
+            reduction: "mean", "sum" or "none".
+
+        Returns:
+            The loss.
+
+        Examples:
+            >>> round(Tensor([0.5]).binary_crossentropy(Tensor([1.0])).item(), 4)  # log 2
+            0.6931
+        """
         return _reduce_loss("binary_crossentropy", -Y * self.log() - (1 - Y) * (1 - self).log(), reduction)
 
     @traced
     def binary_crossentropy_logits(
         self: Tensor, Y: Tensor, reduction: ReductionStr = "mean", pos_weight: Tensor | None = None
     ) -> Tensor:
-        """binary_crossentropy of sigmoid(self), computed stably from the logits; pos_weight scales the Y=1 term."""
+        """binary_crossentropy of sigmoid(self), computed stably from the logits; pos_weight scales the Y=1 term.
+
+        Args:
+            Y: targets in [0, 1], the same shape.
+            reduction: "mean", "sum" or "none".
+            pos_weight: a weight for the positive term, broadcast to Y (None: 1).
+
+        Returns:
+            The loss.
+
+        Examples:
+            >>> round(Tensor([0.0, 100.0]).binary_crossentropy_logits(Tensor([1.0, 1.0]), reduction="sum").item(), 4)
+            0.6931
+        """
         positive = Y * self.logsigmoid()
         if pos_weight is not None:
             positive = positive * pos_weight
@@ -550,9 +764,25 @@ class NNMixin:
         Letters of size 1 broadcast; operands may be passed as one list; `dtype` is the accumulation dtype.
 
         One fused kernel: every operand is laid out over all the formula's letters and the broadcast product is summed
-        over the letters missing from the output. Raises OpValueError (a ValueError and RuntimeError) for a malformed
-        formula, a wrong operand count or rank, or sizes that differ for one letter.
-        Example: `Tensor.einsum("ij,j->i", a, v)` is `a @ v`.
+        over the letters missing from the output.
+
+        Args:
+            formula: the subscripts, e.g. "ij,jk->ik".
+            *operands: one tensor per operand term (or one list of them).
+            dtype: the accumulation dtype.
+
+        Returns:
+            The result, with the output letters' axes.
+
+        Raises:
+            OpValueError: (a ValueError and RuntimeError) a malformed formula, a wrong operand count or rank, or sizes
+                that differ for one letter.
+            TypeError: an operand that is not a Tensor.
+
+        Examples:
+            >>> a, v = Tensor([[1.0, 2.0], [3.0, 4.0]]), Tensor([1.0, 1.0])
+            >>> Tensor.einsum("ij,j->i", a, v).tolist(), Tensor.einsum("ii", a).item()
+            ([3.0, 7.0], 5.0)
         """
         from fusegrad.tensor import Tensor
 
@@ -583,14 +813,37 @@ class NNMixin:
     @traced
     def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None, dtype: DTypeLike | None = None) -> Tensor:
         """self @ weight + bias (weight (in, out), unlike torch's (out, in)); a 1-d weight scales elementwise.
-        Example: `Tensor([[1.0, 2.0]]).linear(Tensor([[1.0], [1.0]])).tolist() == [[3.0]]`."""
+
+        Args:
+            weight: (in, out), or (in,) to scale elementwise.
+            bias: added, or None.
+            dtype: the accumulation dtype.
+
+        Returns:
+            (..., out).
+
+        Examples:
+            >>> Tensor([[1.0, 2.0]]).linear(Tensor([[1.0], [1.0]]), Tensor([0.5])).tolist()
+            [[3.5]]
+        """
         if dtype is not None:
             return self.cast(dtype).linear(weight.cast(dtype), None if bias is None else bias.cast(dtype))
         x = self * weight if weight.ndim == 1 else self.dot(weight)
         return x if bias is None else x + bias
 
     def sequential(self: Tensor, ll: list[Callable[[Tensor], Tensor]]) -> Tensor:
-        """Apply each function of `ll` in turn. Example: `x.sequential([lambda t: t * 2, Tensor.relu])`."""
+        """Apply each function of `ll` in turn.
+
+        Args:
+            ll: functions (or layers) from Tensor to Tensor.
+
+        Returns:
+            The last function's result.
+
+        Examples:
+            >>> Tensor([-1.0, 2.0]).sequential([lambda t: t * 2, Tensor.relu]).tolist()
+            [0.0, 4.0]
+        """
         x = self
         for fn in ll:
             x = fn(x)
