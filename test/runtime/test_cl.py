@@ -179,3 +179,20 @@ def test_heuristic_groups_a_long_reduce() -> None:
     assert spec.local_size is not None
     assert int(spec.local_size[0]) > 1
     np.testing.assert_array_equal(out.numpy(), np.full(8, 4096.0, np.float32))
+
+
+@pytest.mark.parametrize("second", ["LOCAL", "GROUP"])
+def test_upcast_with_gpu_opts(second: str) -> None:
+    # UPCAST keeps a loop in each thread; a GROUP's partials, barriers and combine then run once per upcast lane
+    from fusegrad.codegen.opt import Opt, OptOps
+
+    a = np.random.default_rng(4).standard_normal((16, 64)).astype(np.float32)
+    t = Tensor(a, device="CL").realize()
+    out = (t * t).sum(1)
+    loop, red = _axis_of(out, "LOOP"), _axis_of(out, "REDUCE")
+    opts = (
+        Opt(OptOps.UPCAST, loop, 4),
+        Opt(OptOps[second], loop if second == "LOCAL" else red, 2 if second == "LOCAL" else 8),
+    )
+    _, got = _run_with_opts(out, opts)
+    np.testing.assert_allclose(got, (a * a).sum(1), rtol=1e-5, atol=1e-4)
