@@ -225,13 +225,35 @@ class ReduceMixin:
     @traced
     def any(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
         """True where any element along `axis` (all axes when None) is nonzero; False for empty axes.
-        Example: `Tensor([[0, 1], [0, 0]]).any(1)` -> [True, False]."""
+
+        Args:
+            axis: an axis, a tuple of axes, or None for all.
+            keepdim: keep the reduced axes with size 1.
+
+        Returns:
+            A bool tensor.
+
+        Examples:
+            >>> Tensor([[0, 1], [0, 0]]).any(1).tolist()
+            [True, False]
+        """
         return self.bool().max(axis, keepdim)
 
     @traced
     def all(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
         """True where every element along `axis` is nonzero; True for empty axes.
-        Example: `Tensor([[1, 1], [0, 1]]).all(1)` -> [True, False]."""
+
+        Args:
+            axis: an axis, a tuple of axes, or None for all.
+            keepdim: keep the reduced axes with size 1.
+
+        Returns:
+            A bool tensor.
+
+        Examples:
+            >>> Tensor([[1, 1], [0, 1]]).all(1).tolist()
+            [True, False]
+        """
         return self.logical_not().any(axis, keepdim).logical_not()
 
     # *** arg reductions ***
@@ -239,13 +261,43 @@ class ReduceMixin:
     @traced
     def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
         """The index (int32) of the first maximum along `axis`, of the flattened tensor when None; NaN counts as the
-        maximum. Raises ValueError for an empty axis. Example: `Tensor([[1, 3, 3]]).argmax(1)` -> [1]."""
+        maximum.
+
+        Args:
+            axis: the axis to search (None: the flattened tensor).
+            keepdim: keep the reduced axis with size 1.
+
+        Returns:
+            An int32 tensor of indices.
+
+        Raises:
+            ValueError: an empty axis.
+
+        Examples:
+            >>> Tensor([[1, 3, 3]]).argmax(1).tolist(), Tensor([[1, 3], [4, 0]]).argmax().item()
+            ([1], 2)
+        """
         return self._arg_extreme(axis, keepdim, "argmax")
 
     @traced
     def argmin(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
         """The index (int32) of the first minimum along `axis`, of the flattened tensor when None; NaN counts as the
-        minimum. Raises ValueError for an empty axis. Example: `Tensor([[2, 1, 1]]).argmin(1)` -> [1]."""
+        minimum.
+
+        Args:
+            axis: the axis to search (None: the flattened tensor).
+            keepdim: keep the reduced axis with size 1.
+
+        Returns:
+            An int32 tensor of indices.
+
+        Raises:
+            ValueError: an empty axis.
+
+        Examples:
+            >>> Tensor([[2, 1, 1]]).argmin(1).tolist()
+            [1]
+        """
         return self._arg_extreme(axis, keepdim, "argmin")
 
     def _arg_extreme(self: Tensor, axis: int | None, keepdim: bool, name: str) -> Tensor:
@@ -265,7 +317,20 @@ class ReduceMixin:
     @traced
     def var(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1) -> Tensor:
         """Variance sum((x - mean)^2) / max(N - correction, 0) along `axis`; float32 for integer inputs. NaN for one
-        element with correction 1 (like torch). Example: `Tensor([1.0, 2.0, 3.0]).var()` -> 1.0."""
+        element with correction 1 (like torch).
+
+        Args:
+            axis: an axis, a tuple of axes, or None for all.
+            keepdim: keep the reduced axes with size 1.
+            correction: subtracted from the count (1: the unbiased sample variance, 0: the population's).
+
+        Returns:
+            The variance.
+
+        Examples:
+            >>> Tensor([1.0, 2.0, 3.0]).var().item(), Tensor([1.0, 2.0, 3.0]).var(correction=0).item()
+            (1.0, 0.666...)
+        """
         out_dt = self.dtype if dtypes.is_float(self.dtype) else dtypes.float32
         x = self.cast(least_upper_dtype(least_upper_float(self.dtype), dtypes.float32))  # float16 sums in float32
         axes = self._resolve_axes(axis, "var")
@@ -278,7 +343,20 @@ class ReduceMixin:
     @traced
     def std(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1) -> Tensor:
         """Standard deviation: sqrt of `var`; its gradient is 0 where every element is equal (as torch's), not the
-        NaN of inf * 0 from sqrt at 0. Example: `Tensor([1.0, 3.0]).std()` -> 1.4142."""
+        NaN of inf * 0 from sqrt at 0.
+
+        Args:
+            axis: an axis, a tuple of axes, or None for all.
+            keepdim: keep the reduced axes with size 1.
+            correction: subtracted from the count (1: unbiased).
+
+        Returns:
+            The standard deviation.
+
+        Examples:
+            >>> round(Tensor([1.0, 3.0]).std().item(), 4)
+            1.4142
+        """
         variance = self.var(axis, keepdim, correction)
         constant = variance == 0
         return constant.where(0, constant.where(1, variance).sqrt())
@@ -287,20 +365,57 @@ class ReduceMixin:
     def var_mean(
         self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1
     ) -> tuple[Tensor, Tensor]:
-        """(var, mean), like torch.var_mean."""
+        """(var, mean), like torch.var_mean.
+
+        Args:
+            axis: an axis, a tuple of axes, or None for all.
+            keepdim: keep the reduced axes with size 1.
+            correction: subtracted from the count (1: unbiased).
+
+        Returns:
+            (variance, mean).
+
+        Examples:
+            >>> [t.item() for t in Tensor([1.0, 2.0, 3.0]).var_mean()]
+            [1.0, 2.0]
+        """
         return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
 
     @traced
     def std_mean(
         self: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1
     ) -> tuple[Tensor, Tensor]:
-        """(std, mean), like torch.std_mean."""
+        """(std, mean), like torch.std_mean.
+
+        Args:
+            axis: an axis, a tuple of axes, or None for all.
+            keepdim: keep the reduced axes with size 1.
+            correction: subtracted from the count (1: unbiased).
+
+        Returns:
+            (standard deviation, mean).
+
+        Examples:
+            >>> [t.item() for t in Tensor([1.0, 2.0, 3.0]).std_mean()]
+            [1.0, 2.0]
+        """
         return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
 
     @traced
     def logsumexp(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
         """log(sum(exp(x))) along `axis` without overflow; -inf for empty axes.
-        Example: `Tensor([0.0, 0.0]).logsumexp()` -> 0.6931."""
+
+        Args:
+            axis: an axis, a tuple of axes, or None for all.
+            keepdim: keep the reduced axes with size 1.
+
+        Returns:
+            The log of the sum of exponentials.
+
+        Examples:
+            >>> round(Tensor([0.0, 0.0]).logsumexp().item(), 4), Tensor([1000.0, 1000.0]).logsumexp().item() > 1000
+            (0.6931, True)
+        """
         axes = self._resolve_axes(axis, "logsumexp")
         x = self.cast(least_upper_dtype(least_upper_float(self.dtype), dtypes.float32))
         m = x.max(axis, keepdim=True).detach()
@@ -310,7 +425,19 @@ class ReduceMixin:
 
     @traced
     def softmin(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
-        """softmax(-self) along `axis`, computed in `dtype` when given. Example: `Tensor([0.0, 0.0]).softmin()`."""
+        """softmax(-self) along `axis`, computed in `dtype` when given.
+
+        Args:
+            axis: the axis to normalise over.
+            dtype: the dtype to compute in.
+
+        Returns:
+            Weights that sum to 1 along axis, the largest where self is smallest.
+
+        Examples:
+            >>> Tensor([0.0, 0.0]).softmin().tolist()
+            [0.5, 0.5]
+        """
         x = -self.cast(least_upper_float(self.dtype))
         return (x if dtype is None else x.cast(dtype)).softmax(axis)
 
@@ -319,26 +446,67 @@ class ReduceMixin:
     @traced
     def cumsum(self: Tensor, axis: int = 0) -> Tensor:
         """Running sum along `axis`; integers and bools accumulate in at least int32, float16 in float32.
-        Example: `Tensor([1, 2, 3]).cumsum()` -> [1, 3, 6]."""
+
+        Args:
+            axis: the axis to accumulate along.
+
+        Returns:
+            A tensor of the same shape.
+
+        Examples:
+            >>> Tensor([1, 2, 3]).cumsum().tolist()
+            [1, 3, 6]
+        """
         out_dt = self.dtype if self.dtype in (dtypes.float16, dtypes.bfloat16) else sum_acc_dtype(self.dtype)
         return _scan(self.cast(sum_acc_dtype(self.dtype)), axis, _SCAN_ADD, "cumsum").cast(out_dt)
 
     @traced
     def cumprod(self: Tensor, axis: int) -> Tensor:
-        """Running product along `axis`, in self's dtype. Example: `Tensor([1, 2, 3]).cumprod(0)` -> [1, 2, 6]."""
+        """Running product along `axis`, in self's dtype.
+
+        Args:
+            axis: the axis to accumulate along.
+
+        Returns:
+            A tensor of the same shape.
+
+        Examples:
+            >>> Tensor([1, 2, 3]).cumprod(0).tolist()
+            [1, 2, 6]
+        """
         x = self.cast(sum_acc_dtype(self.dtype)) if dtypes.is_float(self.dtype) else self
         return _scan(x, axis, _SCAN_MUL, "cumprod").cast(self.dtype)
 
     @traced
     def cummax(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
         """(running max, int32 index of it) along `axis`; ties and NaNs take the latest index, like torch.
-        Example: `Tensor([1, 3, 2, 3]).cummax()` -> ([1, 3, 3, 3], [0, 1, 1, 3])."""
+
+        Args:
+            axis: the axis to accumulate along.
+
+        Returns:
+            (running maximum, its int32 index).
+
+        Examples:
+            >>> [t.tolist() for t in Tensor([1, 3, 2, 3]).cummax()]
+            [[1, 3, 3, 3], [0, 1, 1, 3]]
+        """
         return self._cumulative_extreme(axis, _SCAN_MAX, "cummax")
 
     @traced
     def cummin(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
         """(running min, int32 index of it) along `axis`; ties and NaNs take the latest index, like torch.
-        Example: `Tensor([3, 1, 2, 1]).cummin()` -> ([3, 1, 1, 1], [0, 1, 1, 3])."""
+
+        Args:
+            axis: the axis to accumulate along.
+
+        Returns:
+            (running minimum, its int32 index).
+
+        Examples:
+            >>> [t.tolist() for t in Tensor([3, 1, 2, 1]).cummin()]
+            [[3, 1, 1, 1], [0, 1, 1, 3]]
+        """
         return self._cumulative_extreme(axis, _SCAN_MIN, "cummin")
 
     def _cumulative_extreme(self: Tensor, axis: int, op: _Scan, name: str) -> tuple[Tensor, Tensor]:
@@ -358,7 +526,17 @@ class ReduceMixin:
     @traced
     def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:
         """log(cumsum(exp(x))) along `axis` without overflow or underflow.
-        Example: `Tensor([0.0, 0.0]).logcumsumexp()` -> [0., 0.6931]."""
+
+        Args:
+            axis: the axis to accumulate along.
+
+        Returns:
+            A tensor of the same shape.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, 0.0]).logcumsumexp().tolist()]
+            [0.0, 0.6931]
+        """
         x = self.cast(least_upper_dtype(least_upper_float(self.dtype), dtypes.float32))
         return _scan(x, axis, _SCAN_LSE, "logcumsumexp").cast(least_upper_float(self.dtype))
 
@@ -367,7 +545,19 @@ class ReduceMixin:
     @traced
     def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
         """(sorted values, int32 indices) along `dim`; stable (equal elements keep their order), NaN sorts as the
-        largest value. Example: `Tensor([3, 1, 2]).sort()` -> ([1, 2, 3], [1, 2, 0])."""
+        largest value.
+
+        Args:
+            dim: the axis to sort.
+            descending: largest first.
+
+        Returns:
+            (sorted values, their int32 indices in self).
+
+        Examples:
+            >>> [t.tolist() for t in Tensor([3, 1, 2]).sort()]
+            [[1, 2, 3], [1, 2, 0]]
+        """
         ax = self._axis(dim, "sort")
         if self.ndim == 0 or self.shape[ax] <= 1 or self.numel() == 0:
             return self, self.full_like(0, dtype=dtypes.int32)
@@ -377,14 +567,42 @@ class ReduceMixin:
 
     @traced
     def argsort(self: Tensor, dim: int = -1, descending: bool = False) -> Tensor:
-        """The int32 indices that sort `dim` (stable). Example: `Tensor([3, 1, 2]).argsort()` -> [1, 2, 0]."""
+        """The int32 indices that sort `dim` (stable).
+
+        Args:
+            dim: the axis to sort.
+            descending: largest first.
+
+        Returns:
+            The indices, the same shape as self.
+
+        Examples:
+            >>> Tensor([3, 1, 2]).argsort().tolist(), Tensor([3, 1, 2]).argsort(descending=True).tolist()
+            ([1, 2, 0], [0, 2, 1])
+        """
         return self.sort(dim, descending)[1]
 
     @traced
     def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Tensor, Tensor]:
         """(the k largest (or smallest) values, their int32 indices) along `dim`, in sorted order (also when
         `sorted_` is False); equal values keep their order. Raises ValueError unless 0 <= k <= size of `dim`.
-        Example: `Tensor([1, 3, 2]).topk(2)` -> ([3, 2], [1, 2])."""
+
+        Args:
+            k: how many to keep.
+            dim: the axis to search.
+            largest: the largest values (False: the smallest).
+            sorted_: accepted for compatibility; the result is always sorted.
+
+        Returns:
+            (values, int32 indices), each with k entries along dim.
+
+        Raises:
+            ValueError: k outside 0..size of dim.
+
+        Examples:
+            >>> [t.tolist() for t in Tensor([1, 3, 2]).topk(2)]
+            [[3, 2], [1, 2]]
+        """
         ax = self._axis(dim, "topk")
         size = self.shape[ax] if self.ndim else 1
         if not 0 <= k <= size:
