@@ -196,3 +196,16 @@ def test_upcast_with_gpu_opts(second: str) -> None:
     )
     _, got = _run_with_opts(out, opts)
     np.testing.assert_allclose(got, (a * a).sum(1), rtol=1e-5, atol=1e-4)
+
+
+def test_profile_records_device_time() -> None:
+    from fusegrad.helpers import Context, ProfileRangeEvent, cpu_events
+
+    t = Tensor(np.arange(256, dtype=np.float32), device="CL").realize()
+    before = len(cpu_events)
+    with Context(PROFILE=1):
+        (t * 3).realize()
+    ranges = [e for e in cpu_events[before:] if isinstance(e, ProfileRangeEvent) and e.device == "CL"]
+    assert ranges, "no CL kernel on the profile"
+    assert all(e.en is not None and e.en >= e.st for e in ranges)
+    del cpu_events[before:]
