@@ -129,8 +129,20 @@ class LinalgMixin:
     @traced
     def qr(self: Tensor) -> tuple[Tensor, Tensor]:
         """Q, R with self = Q @ R, Q orthogonal and R upper triangular: (..., m, n) -> Q (..., m, m), R (..., m, n)
-        (numpy's mode="complete"; signs as LAPACK's). Raises ValueError for fewer than 2 dims, TypeError for a
-        non-float dtype. Example: `q, r = Tensor([[3.0, 1.0], [4.0, 2.0]]).qr()`."""
+        (numpy's mode="complete"; signs as LAPACK's).
+
+        Returns:
+            (Q, R).
+
+        Raises:
+            ValueError: fewer than 2 dims.
+            TypeError: a dtype that is not float.
+
+        Examples:
+            >>> q, r = Tensor([[3.0, 1.0], [4.0, 2.0]]).qr()
+            >>> np.allclose((q @ r).numpy(), [[3.0, 1.0], [4.0, 2.0]], atol=1e-5), abs(r[1, 0].item()) < 1e-6
+            (True, True)
+        """
         m, n = _check_matrix(self, "qr")
         q, r = _eye_like(self, m), self
         for k in range(min(m - 1, n)):
@@ -141,8 +153,23 @@ class LinalgMixin:
     def svd(self: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]:
         """U, S, Vh with self = U[..., :k] @ diag(S) @ Vh[..., :k, :], k = min(m, n), S descending:
         (..., m, n) -> U (..., m, m), S (..., k), Vh (..., n, n); full_matrices=False: U (..., m, k), Vh (..., k, n).
-        Like numpy.linalg.svd up to the signs of paired singular vectors. Raises ValueError for fewer than 2 dims,
-        TypeError for a non-float dtype. Example: `u, s, vh = Tensor.randn(4, 3).svd()`."""
+        Like numpy.linalg.svd up to the signs of paired singular vectors.
+
+        Args:
+            full_matrices: square U and Vh (False: only the k columns/rows that multiply S).
+
+        Returns:
+            (U, S, Vh).
+
+        Raises:
+            ValueError: fewer than 2 dims.
+            TypeError: a dtype that is not float.
+
+        Examples:
+            >>> u, s, vh = Tensor([[3.0, 0.0], [0.0, -2.0], [0.0, 0.0]]).svd(full_matrices=False)
+            >>> [round(v, 4) for v in s.tolist()], u.shape, vh.shape
+            ([3.0, 2.0], (3, 2), (2, 2))
+        """
         m, n = _check_matrix(self, "svd")
         if m >= n:
             return _svd_tall(self, full_matrices)
@@ -154,7 +181,23 @@ class LinalgMixin:
         """Newton-Schulz iteration of an odd matrix polynomial: X <- sum_i params[i] (X X^T)^i X, `steps` times,
         from X = self / |self|_F (a wide view of a tall matrix). With params (3/2, -1/2) (or Muon's quintic
         (3.4445, -4.7750, 2.0315)) it tends to the orthogonal factor U Vh of self. (..., m, n) -> (..., m, n).
-        Raises ValueError for fewer than 2 dims. Example: `Tensor.randn(4, 4).newton_schulz(5, (2, -1.5, 0.5))`."""
+
+        Args:
+            steps: how many iterations.
+            params: the polynomial's coefficients, lowest power first.
+            eps: added to the norm before dividing.
+
+        Returns:
+            (..., m, n), close to orthogonal after enough steps.
+
+        Raises:
+            ValueError: fewer than 2 dims.
+
+        Examples:
+            >>> x = Tensor([[2.0, 0.0], [0.0, 0.5]]).newton_schulz(20, (1.5, -0.5))
+            >>> [round(v, 3) for v in x.flatten().tolist()]  # the orthogonal factor: the identity
+            [1.0, 0.0, 0.0, 1.0]
+        """
         m, n = _check_matrix(self, "newton_schulz")
         if m > n:  # iterate on the wide shape: X X^T is then the smaller Gram matrix
             return LinalgMixin.newton_schulz(self.transpose(-2, -1), steps, params, eps).transpose(-2, -1)

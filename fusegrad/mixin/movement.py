@@ -196,7 +196,22 @@ class MovementMixin:
 
     @traced
     def repeat(self: Tensor, repeats: Any, *args: int) -> Tensor:
-        """Tile along each axis: (2, 3).repeat(2, 1, 2) -> (2, 4, 6). Leading repeats add axes."""
+        """Tile along each axis: (2, 3).repeat(2, 1, 2) -> (2, 4, 6). Leading repeats add axes.
+
+        Args:
+            repeats: the count for each axis (ints or one tuple).
+            *args: more counts, when repeats is an int.
+
+        Returns:
+            The tiled tensor.
+
+        Raises:
+            ValueError: fewer counts than axes, or a negative count.
+
+        Examples:
+            >>> Tensor([1, 2]).repeat(2).tolist(), Tensor([1, 2]).repeat(2, 1).tolist()
+            ([1, 2, 1, 2], [[1, 2], [1, 2]])
+        """
         reps = tuple(argfix(repeats, *args))
         if len(reps) < self.ndim or any(r < 0 for r in reps):
             raise ValueError(
@@ -209,7 +224,22 @@ class MovementMixin:
 
     @traced
     def repeat_interleave(self: Tensor, repeats: int, dim: int | None = None) -> Tensor:
-        """Repeat each element `repeats` times along dim (flattened first when dim is None): [1 2] -> [1 1 2 2]."""
+        """Repeat each element `repeats` times along dim (flattened first when dim is None): [1 2] -> [1 1 2 2].
+
+        Args:
+            repeats: how many times (>= 0).
+            dim: the axis (None: the flattened tensor).
+
+        Returns:
+            The repeated tensor.
+
+        Raises:
+            ValueError: a negative repeats.
+
+        Examples:
+            >>> Tensor([[1, 2]]).repeat_interleave(2).tolist()
+            [1, 1, 2, 2]
+        """
         if not isinstance(repeats, int) or repeats < 0:
             raise ValueError(f"repeat_interleave: repeats must be a non-negative int, got {repeats!r}")
         x = self.flatten() if dim is None else self
@@ -220,7 +250,23 @@ class MovementMixin:
 
     @traced
     def pad_to(self: Tensor, shape: Any, *args: int | None, value: ConstType = 0) -> Tensor:
-        """Pad at the end of each axis up to `shape` (None keeps an axis). Raises ValueError when shrinking."""
+        """Pad at the end of each axis up to `shape` (None keeps an axis).
+
+        Args:
+            shape: the new sizes (ints or None, or one tuple).
+            *args: more sizes, when shape is an int or None.
+            value: the fill value.
+
+        Returns:
+            The padded tensor.
+
+        Raises:
+            ValueError: a size smaller than the axis, or the wrong number of sizes.
+
+        Examples:
+            >>> Tensor([[1, 2]]).pad_to(2, 3).tolist()
+            [[1, 2, 0], [0, 0, 0]]
+        """
         target = tuple(argfix(shape, *args))
         if len(target) != self.ndim or any(t is not None and t < s for t, s in zip(target, self.shape, strict=True)):
             raise ValueError(f"pad_to: cannot pad shape {self.shape} to {target}")
@@ -256,7 +302,21 @@ class MovementMixin:
     @traced
     def roll(self: Tensor, shifts: int | tuple[int, ...], dims: int | tuple[int, ...] | None = None) -> Tensor:
         """Shift elements circularly along dims (the flattened tensor when None): [1 2 3].roll(1) -> [3 1 2].
-        Raises OpValueError (a ValueError and RuntimeError) unless there is one shift per dim (one without dims)."""
+
+        Args:
+            shifts: one shift per dim (negative: toward the start).
+            dims: the axes (None: the flattened tensor, with one shift).
+
+        Returns:
+            The rolled tensor, the same shape.
+
+        Raises:
+            OpValueError: (a ValueError and RuntimeError) not one shift per dim.
+
+        Examples:
+            >>> Tensor([1, 2, 3]).roll(1).tolist(), Tensor([[1, 2], [3, 4]]).roll(1, 0).tolist()
+            ([3, 1, 2], [[3, 4], [1, 2]])
+        """
         shift_list = (shifts,) if isinstance(shifts, int) else tuple(shifts)
         if dims is None:
             if len(shift_list) != 1:
@@ -278,7 +338,24 @@ class MovementMixin:
 
     @traced
     def cat(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:
-        """Join tensors along an existing axis; dtypes promote. (2, 3).cat((4, 3)) -> (6, 3)."""
+        """Join tensors along an existing axis; dtypes promote. (2, 3).cat((4, 3)) -> (6, 3).
+
+        Args:
+            *args: the tensors to append.
+            dim: the axis to join along.
+
+        Returns:
+            The joined tensor.
+
+        Raises:
+            TypeError: an argument that is not a Tensor.
+            ValueError: shapes that differ outside dim, or tensors on different devices.
+            IndexError: 0-d tensors (they have no axis to join along).
+
+        Examples:
+            >>> Tensor([[1, 2]]).cat(Tensor([[3, 4]]), dim=0).tolist(), Tensor([1]).cat(Tensor([2.5])).tolist()
+            ([[1, 2], [3, 4]], [1.0, 2.5])
+        """
         from fusegrad.tensor import Tensor
 
         tensors = [self, *args]
@@ -310,8 +387,23 @@ class MovementMixin:
     @traced
     def stack(self: Tensor | Sequence[Tensor], *args: Tensor, dim: int = 0) -> Tensor:
         """Join equal-shaped tensors along a new axis: three (2, 3) tensors stacked at dim 1 -> (2, 3, 3).
-        Takes `a.stack(b, c)`, `Tensor.stack(a, b, c)` or `Tensor.stack([a, b, c])`; ValueError for a sequence
-        followed by more tensors or for shapes that differ, IndexError for a dim out of range."""
+        Takes `a.stack(b, c)`, `Tensor.stack(a, b, c)` or `Tensor.stack([a, b, c])`.
+
+        Args:
+            *args: the other tensors.
+            dim: where the new axis goes.
+
+        Returns:
+            The stacked tensor.
+
+        Raises:
+            ValueError: a sequence followed by more tensors, or shapes that differ.
+            IndexError: dim out of range.
+
+        Examples:
+            >>> Tensor.stack([Tensor([1, 2]), Tensor([3, 4])], dim=1).tolist()
+            [[1, 3], [2, 4]]
+        """
         from fusegrad.tensor import Tensor
 
         if not isinstance(self, Tensor) and args:
@@ -329,7 +421,24 @@ class MovementMixin:
 
     @traced
     def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
-        """Pieces of `sizes` elements along dim (an int: equal pieces, the last may be smaller)."""
+        """Pieces of `sizes` elements along dim (an int: equal pieces, the last may be smaller).
+
+        Args:
+            sizes: the size of each piece, or one size for all.
+            dim: the axis to split.
+
+        Returns:
+            The pieces, views of self.
+
+        Raises:
+            ValueError: sizes that do not add up to the axis, or a size < 1.
+
+        Examples:
+            >>> [t.tolist() for t in Tensor([1, 2, 3, 4, 5]).split(2)]
+            [[1, 2], [3, 4], [5]]
+            >>> [t.tolist() for t in Tensor([1, 2, 3]).split([1, 2])]
+            [[1], [2, 3]]
+        """
         d = self._axis(dim, "split")
         size = self.shape[d]
         if isinstance(sizes, int):
@@ -343,7 +452,22 @@ class MovementMixin:
 
     @traced
     def chunk(self: Tensor, chunks: int, dim: int = 0) -> list[Tensor]:
-        """At most `chunks` pieces of ceil(size / chunks) elements along dim (the last may be smaller)."""
+        """At most `chunks` pieces of ceil(size / chunks) elements along dim (the last may be smaller).
+
+        Args:
+            chunks: how many pieces at most (>= 1).
+            dim: the axis to split.
+
+        Returns:
+            The pieces, views of self.
+
+        Raises:
+            ValueError: chunks < 1.
+
+        Examples:
+            >>> [t.tolist() for t in Tensor([1, 2, 3, 4, 5]).chunk(2)]
+            [[1, 2, 3], [4, 5]]
+        """
         if chunks <= 0:
             raise ValueError(f"chunk: number of chunks must be positive, got {chunks}")
         d = self._axis(dim, "chunk")
@@ -352,7 +476,24 @@ class MovementMixin:
 
     @traced
     def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:
-        """Sliding windows: dim becomes (size - window) // step + 1 windows and a new last axis holds each window."""
+        """Sliding windows: dim becomes (size - window) // step + 1 windows and a new last axis holds each window.
+
+        Args:
+            dim: the axis to slide along.
+            size: the window's length.
+            step: the distance between windows (>= 1).
+
+        Returns:
+            The windows, a view of self.
+
+        Raises:
+            OpValueError: (a ValueError) size outside 0..the axis's length, or step < 1.
+            ValueError: a 0-d tensor.
+
+        Examples:
+            >>> Tensor([1, 2, 3, 4, 5]).unfold(0, 2, 2).tolist()
+            [[1, 2], [3, 4]]
+        """
         if self.ndim == 0:
             raise ValueError("unfold: needs at least a 1-d tensor")
         d = self._axis(dim, "unfold")
@@ -370,7 +511,19 @@ class MovementMixin:
 
     @traced
     def unflatten(self: Tensor, dim: int, sizes: tuple[int, ...]) -> Tensor:
-        """Split one axis into `sizes` (one may be -1): (2, 12).unflatten(1, (3, 4)) -> (2, 3, 4)."""
+        """Split one axis into `sizes` (one may be -1): (2, 12).unflatten(1, (3, 4)) -> (2, 3, 4).
+
+        Args:
+            dim: the axis to split.
+            sizes: the new axes' sizes (their product is the axis size; one may be -1).
+
+        Returns:
+            A view with the new shape.
+
+        Examples:
+            >>> Tensor.zeros(2, 12).unflatten(1, (3, -1)).shape
+            (2, 3, 4)
+        """
         d = self._axis(dim, "unflatten")
         return self.reshape(*self.shape[:d], *sizes, *self.shape[d + 1 :])
 
@@ -378,9 +531,23 @@ class MovementMixin:
     def rearrange(self: Tensor, formula: str, **sizes: int) -> Tensor:
         """Reshape, permute, split and merge axes by an einops formula: names for axes, `(a b)` for merged axes,
         `...` for the axes not named, `()` or `1` for a unit axis; `sizes` fixes names a split cannot infer.
-        `(2, 12)` with `"b (h d) -> h b d", h=3` -> `(3, 2, 4)`. Raises RearrangeError (a ValueError and an
-        AssertionError, the reference's type) naming the formula for a malformed one, names that do not match
-        across the arrow, or sizes that do not divide. Example: `x.rearrange("b c h w -> b (c h w)")`."""
+        `(2, 12)` with `"b (h d) -> h b d", h=3` -> `(3, 2, 4)`.
+
+        Args:
+            formula: "input axes -> output axes".
+            **sizes: sizes of split axes that cannot be inferred.
+
+        Returns:
+            The rearranged tensor.
+
+        Raises:
+            RearrangeError: (a ValueError and an AssertionError, the reference's type) a malformed formula, names that
+                do not match across the arrow, or sizes that do not divide.
+
+        Examples:
+            >>> Tensor.zeros(2, 12).rearrange("b (h d) -> h b d", h=3).shape
+            (3, 2, 4)
+        """
         left, right = _parse_formula(formula, sizes)
         dims = _bind_axes(left, self.shape, formula, sizes)  # name -> size, in left order
         names = list(dims)
@@ -401,17 +568,50 @@ class MovementMixin:
 
     @traced
     def tril(self: Tensor, diagonal: int = 0) -> Tensor:
-        """Zero the elements above `diagonal` of the last two axes (column - row > diagonal)."""
+        """Zero the elements above `diagonal` of the last two axes (column - row > diagonal).
+
+        Args:
+            diagonal: which diagonal to keep up to (0: the main one, 1: one above).
+
+        Returns:
+            The lower triangle, the same shape.
+
+        Examples:
+            >>> Tensor.ones(2, 3).tril().tolist()
+            [[1.0, 0.0, 0.0], [1.0, 1.0, 0.0]]
+        """
         return self._triangle(False, diagonal, "tril")
 
     @traced
     def triu(self: Tensor, diagonal: int = 0) -> Tensor:
-        """Zero the elements below `diagonal` of the last two axes (column - row < diagonal)."""
+        """Zero the elements below `diagonal` of the last two axes (column - row < diagonal).
+
+        Args:
+            diagonal: which diagonal to keep from (0: the main one, 1: one above).
+
+        Returns:
+            The upper triangle, the same shape.
+
+        Examples:
+            >>> Tensor.ones(2, 3).triu(1).tolist()
+            [[0.0, 1.0, 1.0], [0.0, 0.0, 1.0]]
+        """
         return self._triangle(True, diagonal, "triu")
 
     @traced
     def diag(self: Tensor) -> Tensor:
-        """A 1-d tensor (n,) -> the (n, n) matrix with it on the diagonal."""
+        """A 1-d tensor (n,) -> the (n, n) matrix with it on the diagonal.
+
+        Returns:
+            The (n, n) matrix.
+
+        Raises:
+            ValueError: self is not 1-d.
+
+        Examples:
+            >>> Tensor([1, 2]).diag().tolist()
+            [[1, 0], [0, 2]]
+        """
         if self.ndim != 1:
             raise ValueError(f"diag: expected a 1-d tensor, got shape {self.shape}")
         n = self.shape[0]
@@ -420,7 +620,24 @@ class MovementMixin:
 
     @traced
     def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
-        """The diagonal of the (dim1, dim2) planes as a new last axis; offset > 0 is above the main diagonal."""
+        """The diagonal of the (dim1, dim2) planes as a new last axis; offset > 0 is above the main diagonal.
+
+        Args:
+            offset: which diagonal (> 0 above the main one, < 0 below).
+            dim1: the plane's first axis.
+            dim2: the plane's second axis.
+
+        Returns:
+            The diagonal, with dim1 and dim2 replaced by a last axis.
+
+        Raises:
+            ValueError: dim1 equal to dim2.
+
+        Examples:
+            >>> m = Tensor([[1, 2], [3, 4]])
+            >>> m.diagonal().tolist(), m.diagonal(offset=1).tolist()
+            ([1, 4], [2])
+        """
         a, b = self._axis(dim1, "diagonal"), self._axis(dim2, "diagonal")
         if a == b:
             raise ValueError(f"diagonal: dim1 and dim2 must differ, got {dim1} and {dim2}")
@@ -439,7 +656,23 @@ class MovementMixin:
 
     @traced
     def meshgrid(self: Tensor, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
-        """Coordinate grids of 0-d/1-d tensors; 'xy' swaps the first two output axes (Cartesian)."""
+        """Coordinate grids of 0-d/1-d tensors; 'xy' swaps the first two output axes (Cartesian).
+
+        Args:
+            *args: the other coordinate tensors.
+            indexing: "ij" (matrix) or "xy" (Cartesian).
+
+        Returns:
+            One grid per input, each of every input's length.
+
+        Raises:
+            OpValueError: (a ValueError) an unknown indexing.
+            ValueError: an input with more than one axis.
+
+        Examples:
+            >>> [g.tolist() for g in Tensor([1, 2]).meshgrid(Tensor([3, 4, 5]))]
+            [[[1, 1, 1], [2, 2, 2]], [[3, 4, 5], [3, 4, 5]]]
+        """
         if indexing not in ("ij", "xy"):
             raise OpValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
         tensors = [self, *args]
@@ -461,7 +694,25 @@ class MovementMixin:
     def linspace(
         start: int | float, stop: int | float, steps: int, dtype: DTypeLike | None = None, **kwargs: Any
     ) -> Tensor:
-        """`steps` evenly spaced values from start to stop inclusive; both ends are exact (computed from each end)."""
+        """`steps` evenly spaced values from start to stop inclusive; both ends are exact (computed from each end).
+
+        Args:
+            start: the first value.
+            stop: the last value.
+            steps: how many values (>= 0).
+            dtype: the result's dtype (default: the default float).
+            **kwargs: device, and what is passed on to the result.
+
+        Returns:
+            A (steps,) tensor.
+
+        Raises:
+            ValueError: a negative steps, or a bool dtype.
+
+        Examples:
+            >>> Tensor.linspace(0, 1, 5).tolist()
+            [0.0, 0.25, 0.5, 0.75, 1.0]
+        """
         from fusegrad.tensor import Tensor
 
         if not isinstance(steps, int) or steps < 0:
@@ -480,7 +731,24 @@ class MovementMixin:
     @staticmethod
     @traced
     def eye(n: int, m: int | None = None, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
-        """The (n, m) identity: ones on the main diagonal. Example: `Tensor.eye(2).tolist() == [[1, 0], [0, 1]]`."""
+        """The (n, m) identity: ones on the main diagonal.
+
+        Args:
+            n: rows.
+            m: columns (default: n).
+            dtype: the result's dtype (default: the default float).
+            **kwargs: device, and what is passed on to the result.
+
+        Returns:
+            An (n, m) tensor.
+
+        Raises:
+            ValueError: a negative n or m.
+
+        Examples:
+            >>> Tensor.eye(2, 3, dtype=dtypes.int).tolist()
+            [[1, 0, 0], [0, 1, 0]]
+        """
         from fusegrad.tensor import Tensor
 
         cols = n if m is None else m
@@ -497,8 +765,20 @@ class MovementMixin:
     def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
         """out[..., i, ...] = self[..., index[..., i, ...], ...] along dim; out has index's shape.
 
-        Raises TypeError for a non-integer index, OpValueError (a ValueError and RuntimeError) when index is larger
-        than self outside dim.
+        Args:
+            dim: the axis to index.
+            index: integer indices, no larger than self outside dim.
+
+        Returns:
+            A tensor of index's shape.
+
+        Raises:
+            TypeError: a non-integer index.
+            OpValueError: (a ValueError and RuntimeError) index larger than self outside dim.
+
+        Examples:
+            >>> Tensor([[1, 2], [3, 4]]).gather(1, Tensor([[1, 0], [0, 0]])).tolist()
+            [[2, 1], [3, 3]]
         """
         if self.ndim == 0:
             return self.reshape(1).gather(0, index.reshape(1)).reshape(())
@@ -525,8 +805,25 @@ class MovementMixin:
     ) -> Tensor:
         """Write src into self at index along dim (out[..., index[i], ...] = src[i]); duplicates: the last wins.
 
-        With reduce "add" or "multiply" the scalar src combines with self instead (TypeError for a tensor src, as in
-        the reference: use `scatter_reduce`). Returns a new tensor.
+        With reduce "add" or "multiply" the scalar src combines with self instead (use `scatter_reduce` for a tensor
+        src).
+
+        Args:
+            dim: the axis to index.
+            index: integer positions along dim.
+            src: the values (a tensor at least index's shape, or a scalar).
+            reduce: None (write), "add" or "multiply" (scalar src only).
+
+        Returns:
+            A new tensor.
+
+        Raises:
+            TypeError: a tensor src with reduce "add" or "multiply".
+            ValueError: an unknown reduce.
+
+        Examples:
+            >>> Tensor.zeros(3, dtype=dtypes.int).scatter(0, Tensor([2, 0]), Tensor([7, 8])).tolist()
+            [8, 0, 7]
         """
         from fusegrad.tensor import Tensor
 
@@ -561,6 +858,24 @@ class MovementMixin:
         """Combine every src value scattered to a position with `reduce` (and self's value when include_self).
 
         Positions no index hits keep self's value. "mean" divides (true division: integers give floats).
+
+        Args:
+            dim: the axis to index.
+            index: integer positions along dim.
+            src: the values, at least index's shape.
+            reduce: "sum", "prod", "mean", "amax" or "amin".
+            include_self: combine self's value too.
+
+        Returns:
+            A new tensor.
+
+        Raises:
+            TypeError: src is not a Tensor.
+            OpValueError: (a ValueError) an unknown reduce.
+
+        Examples:
+            >>> Tensor([1, 1, 1]).scatter_reduce(0, Tensor([0, 0, 2]), Tensor([5, 6, 7]), "sum").tolist()
+            [12, 1, 8]
         """
         from fusegrad.tensor import Tensor
 
@@ -591,7 +906,19 @@ class MovementMixin:
 
     @traced
     def masked_fill(self: Tensor, mask: Tensor, value: Tensor | ConstType) -> Tensor:
-        """`value` where mask is True, self elsewhere (broadcasting; dtypes promote as in `where`)."""
+        """`value` where mask is True, self elsewhere (broadcasting; dtypes promote as in `where`).
+
+        Args:
+            mask: a bool tensor, broadcast to self.
+            value: the fill value (a scalar or tensor).
+
+        Returns:
+            A new tensor.
+
+        Examples:
+            >>> Tensor([1, 2, 3]).masked_fill(Tensor([True, False, True]), 0).tolist()
+            [0, 2, 0]
+        """
         return mask.where(value, self)
 
     @traced
@@ -600,6 +927,19 @@ class MovementMixin:
 
         Without `size`, the mask is realized to count them; with `size` the result has exactly that length
         (padded with fill_value or truncated) and nothing runs. Ranks are a prefix count: O(numel^2) work.
+
+        Args:
+            mask: a bool tensor, broadcast to self.
+            size: the result's length (None: the count of True, read from the device).
+            fill_value: what pads a result longer than the count.
+
+        Returns:
+            A 1-d tensor.
+
+        Examples:
+            >>> x, mask = Tensor([1, 2, 3]), Tensor([True, False, True])
+            >>> x.masked_select(mask).tolist(), x.masked_select(mask, size=3, fill_value=-1).tolist()
+            ([1, 3], [1, 3, -1])
         """
         from fusegrad.tensor import Tensor
 
@@ -624,8 +964,19 @@ class MovementMixin:
     def nonzero(self: Tensor, size: int | None = None, fill_value: ConstType = 0) -> Tensor:
         """The indices of the non-zero elements, row-major: (d0, .., dk) -> int32 (count, k + 1), like torch.nonzero.
         Without `size` the count is read from the device (so it does not run in a TinyJit); with `size` the result
-        has exactly `size` rows, padded with `fill_value` or truncated. Example: `Tensor([1, 0, 2]).nonzero()` ->
-        [[0], [2]]."""
+        has exactly `size` rows, padded with `fill_value` or truncated.
+
+        Args:
+            size: the number of rows (None: the count, read from the device).
+            fill_value: what pads the extra rows.
+
+        Returns:
+            An int32 (count, ndim) tensor.
+
+        Examples:
+            >>> Tensor([1, 0, 2]).nonzero().tolist(), Tensor([[0, 3], [4, 0]]).nonzero().tolist()
+            ([[0], [2]], [[0, 1], [1, 0]])
+        """
         from fusegrad.tensor import Tensor
 
         if self.ndim == 0:
@@ -640,7 +991,22 @@ class MovementMixin:
 
     @traced
     def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
-        """(...,) integer classes -> (..., num_classes) of int32 0/1; -1 means max + 1 (realizes the max)."""
+        """(...,) integer classes -> (..., num_classes) of int32 0/1; -1 means max + 1 (realizes the max).
+
+        Args:
+            num_classes: the length of the new last axis (-1: the largest class + 1).
+
+        Returns:
+            The one-hot tensor.
+
+        Raises:
+            TypeError: classes that are not integers.
+            ValueError: a negative num_classes other than -1, or -1 with an empty tensor.
+
+        Examples:
+            >>> Tensor([0, 2]).one_hot(3).tolist()
+            [[1, 0, 0], [0, 0, 1]]
+        """
         if not dtypes.is_int(self.dtype):
             raise TypeError(f"one_hot: expected an integer tensor, got {self.dtype}")
         if num_classes == -1:
