@@ -214,8 +214,19 @@ class ElementwiseMixin:
 
     @traced
     def isinf(self: Tensor, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
-        """True where self is +inf (if `detect_positive`) or -inf (if `detect_negative`). Example:
-        `Tensor([math.inf, -math.inf, 1.0]).isinf(detect_negative=False)` -> [T, F, F]."""
+        """True where self is +inf (if `detect_positive`) or -inf (if `detect_negative`).
+
+        Args:
+            detect_positive: count +inf.
+            detect_negative: count -inf.
+
+        Returns:
+            A bool tensor of self's shape.
+
+        Examples:
+            >>> Tensor([float("inf"), float("-inf"), 1.0]).isinf(detect_negative=False).tolist()
+            [True, False, False]
+        """
         ret = self.full_like(False, dtype=dtypes.bool)
         if not dtypes.is_float(self.dtype):
             return ret
@@ -238,7 +249,20 @@ class ElementwiseMixin:
         self: Tensor, other: Tensor | ConstType, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False
     ) -> Tensor:
         """|self - other| <= atol + rtol * |other| elementwise (infs are close only to themselves), broadcasting.
-        Example: `Tensor([1.0, 2.0]).isclose(Tensor([1.0 + 1e-7, 2.1]))` -> [T, F]."""
+
+        Args:
+            other: a tensor or number, broadcast with self.
+            rtol: the relative tolerance.
+            atol: the absolute tolerance.
+            equal_nan: count NaN as close to NaN.
+
+        Returns:
+            A bool tensor of the broadcast shape.
+
+        Examples:
+            >>> Tensor([1.0, 2.0]).isclose(Tensor([1.0 + 1e-7, 2.1])).tolist()
+            [True, False]
+        """
         a, b = self._broadcasted(other, "isclose")
         if a.dtype == dtypes.bool:
             return a == b
@@ -250,7 +274,21 @@ class ElementwiseMixin:
     def allclose(
         self: Tensor, other: Tensor, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False
     ) -> Tensor:
-        """True (a 0-d bool tensor, like tinygrad) if every element is close; see `isclose`."""
+        """True (a 0-d bool tensor, like tinygrad) if every element is close; see `isclose`.
+
+        Args:
+            other: a tensor, broadcast with self.
+            rtol: the relative tolerance.
+            atol: the absolute tolerance.
+            equal_nan: count NaN as close to NaN.
+
+        Returns:
+            A 0-d bool tensor.
+
+        Examples:
+            >>> Tensor([1.0, 2.0]).allclose(Tensor([1.0, 2.0 + 1e-6])).item()
+            True
+        """
         return self.isclose(other, rtol=rtol, atol=atol, equal_nan=equal_nan).all()
 
     def is_floating_point(self: Tensor) -> bool:
@@ -263,7 +301,17 @@ class ElementwiseMixin:
     def bitwise_not(self: Tensor) -> Tensor:
         """~self for integer tensors, logical not for bools; `~t` calls it. Raises OpTypeError (a TypeError and
         RuntimeError) for floats.
-        Example: `Tensor([0, -3]).bitwise_not()` -> [-1, 2]."""
+
+        Returns:
+            A tensor of self's shape and dtype.
+
+        Raises:
+            OpTypeError: (a TypeError and RuntimeError) a float tensor.
+
+        Examples:
+            >>> Tensor([0, -3]).bitwise_not().tolist(), Tensor([True, False]).bitwise_not().tolist()
+            ([-1, 2], [False, True])
+        """
         if self.dtype == dtypes.bool:
             return self.logical_not()
         if not dtypes.is_int(self.dtype):
@@ -274,13 +322,35 @@ class ElementwiseMixin:
     def lshift(self: Tensor, x: Tensor | int, reverse: bool = False) -> Tensor:
         """self << x for integer tensors (shifts by the bit width or more are undefined). Raises TypeError for floats
         and bools.
-        Example: `Tensor([1, 3]).lshift(2)` -> [4, 12]."""
+
+        Args:
+            x: the shift, a tensor or int.
+            reverse: compute x << self instead.
+
+        Returns:
+            An integer tensor.
+
+        Examples:
+            >>> Tensor([1, 3]).lshift(2).tolist()
+            [4, 12]
+        """
         return _shift(self, Ops.SHL, x, "lshift", reverse)
 
     @traced
     def rshift(self: Tensor, x: Tensor | int, reverse: bool = False) -> Tensor:
         """self >> x for integer tensors, arithmetic for signed ones. Raises TypeError for floats and bools.
-        Example: `Tensor([-8, 13]).rshift(2)` -> [-2, 3]."""
+
+        Args:
+            x: the shift, a tensor or int.
+            reverse: compute x >> self instead.
+
+        Returns:
+            An integer tensor.
+
+        Examples:
+            >>> Tensor([-8, 13]).rshift(2).tolist()
+            [-2, 3]
+        """
         return _shift(self, Ops.SHR, x, "rshift", reverse)
 
     def __invert__(self: Tensor) -> Tensor:
@@ -436,7 +506,18 @@ class ElementwiseMixin:
     @traced
     def copysign(self: Tensor, other: Tensor | ConstType) -> Tensor:
         """The magnitude of self with the sign of `other` (including -0.0); the dtype follows broadcasting, so two
-        integer tensors give an integer result (torch always returns float). Example: `Tensor([1, 2]).copysign(-1)`."""
+        integer tensors give an integer result (torch always returns float).
+
+        Args:
+            other: the signs, a tensor or number.
+
+        Returns:
+            A tensor of the broadcast shape.
+
+        Examples:
+            >>> Tensor([1, 2]).copysign(-1).tolist()
+            [-1, -2]
+        """
         a, b = self._broadcasted(other, "copysign")
         negative = _is_negative(b) if dtypes.is_float(b.dtype) else b < 0
         magnitude = a.abs()  # differentiable: d|a| = sign(a), so the gradient is sign(a) * sign(other), as torch's
@@ -448,7 +529,18 @@ class ElementwiseMixin:
 
     @traced
     def logaddexp(self: Tensor, other: Tensor | ConstType) -> Tensor:
-        """log(exp(self) + exp(other)) without overflow. Example: `Tensor([0.0]).logaddexp(0.0)` -> [0.6931]."""
+        """log(exp(self) + exp(other)) without overflow.
+
+        Args:
+            other: a tensor or number.
+
+        Returns:
+            A tensor of the broadcast shape.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0]).logaddexp(0.0).tolist()]
+            [0.6931]
+        """
         a, b = self._broadcasted(other, "logaddexp")
 
         def logaddexp(x: Tensor) -> Tensor:
@@ -462,7 +554,18 @@ class ElementwiseMixin:
     @traced
     def lerp(self: Tensor, end: Tensor, weight: Tensor | ConstType) -> Tensor:
         """self + weight * (end - self); weight 1 gives `end` exactly, like torch.
-        Example: `Tensor([1.0]).lerp(Tensor([3.0]), 0.5)` -> [2.]."""
+
+        Args:
+            end: the other end point.
+            weight: how far toward end (a tensor or number).
+
+        Returns:
+            A tensor of the broadcast shape.
+
+        Examples:
+            >>> Tensor([1.0]).lerp(Tensor([3.0]), 0.5).tolist()
+            [2.0]
+        """
         if isinstance(weight, (int, float)):
             return self + (end - self) * weight if weight < 0.5 else end - (end - self) * (1 - weight)
         from_start = self + (end - self) * weight
@@ -475,7 +578,22 @@ class ElementwiseMixin:
     def pow(self: Tensor, x: Tensor | ConstType, reverse: bool = False) -> Tensor:
         """self ** x (or x ** self with `reverse`). Integer tensors stay integer (wrapping like torch) and need
         non-negative Python exponents (OpTypeError, a TypeError and RuntimeError, otherwise); a negative float base
-        needs an integer exponent (else NaN); 0 ** 0 is 1. Example: `Tensor([-2.0, 3.0]).pow(2)` -> [4., 9.]."""
+        needs an integer exponent (else NaN); 0 ** 0 is 1.
+
+        Args:
+            x: the exponent (or the base with reverse), a tensor or number.
+            reverse: compute x ** self instead.
+
+        Returns:
+            A tensor of the broadcast shape.
+
+        Raises:
+            OpTypeError: (a TypeError and RuntimeError) an integer tensor with a negative or non-integer exponent.
+
+        Examples:
+            >>> Tensor([-2.0, 3.0]).pow(2).tolist(), Tensor([2]).pow(3, reverse=True).tolist()
+            ([4.0, 9.0], [9])
+        """
         if not reverse and isinstance(x, (int, float)):
             exponent = int(x) if isinstance(x, bool) else x
             dt = least_upper_dtype(self.dtype, self._to_tensor_like(exponent).dtype)
@@ -500,7 +618,21 @@ class ElementwiseMixin:
     @traced
     def clamp(self: Tensor, min_: Tensor | ConstType | None = None, max_: Tensor | ConstType | None = None) -> Tensor:
         """Limit values to [min_, max_] (either may be None, not both: OpValueError); NaN stays NaN.
-        Example: `Tensor([-2.0, 0.5, 3.0]).clamp(-1, 1)` -> [-1., 0.5, 1.]."""
+
+        Args:
+            min_: the lower bound (a tensor or number), or None.
+            max_: the upper bound (a tensor or number), or None.
+
+        Returns:
+            A tensor of the broadcast shape.
+
+        Raises:
+            OpValueError: (a ValueError) both bounds None.
+
+        Examples:
+            >>> Tensor([-2.0, 0.5, 3.0]).clamp(-1, 1).tolist()
+            [-1.0, 0.5, 1.0]
+        """
         if min_ is None and max_ is None:
             raise OpValueError("clamp: at least one of min_ and max_ must be given, got None for both")
         ret = self if min_ is None else (self < min_).where(min_, self)
@@ -508,7 +640,19 @@ class ElementwiseMixin:
 
     @traced
     def clip(self: Tensor, min_: Tensor | ConstType | None = None, max_: Tensor | ConstType | None = None) -> Tensor:
-        """Alias of `clamp`."""
+        """Alias of `clamp`.
+
+        Args:
+            min_: the lower bound, or None.
+            max_: the upper bound, or None.
+
+        Returns:
+            A tensor of the broadcast shape.
+
+        Examples:
+            >>> Tensor([-2.0, 0.5, 3.0]).clip(max_=0).tolist()
+            [-2.0, 0.0, 0.0]
+        """
         return self.clamp(min_, max_)
 
     # *** division variants ***
@@ -544,7 +688,17 @@ class ElementwiseMixin:
     @traced
     def fmod(self: Tensor, x: Tensor | ConstType) -> Tensor:
         """C remainder (the sign of the dividend), for integers and floats.
-        Example: `Tensor([-7, 7]).fmod(3)` -> [-1, 1]."""
+
+        Args:
+            x: the divisor, a tensor or number.
+
+        Returns:
+            A tensor of the broadcast shape.
+
+        Examples:
+            >>> Tensor([-7, 7]).fmod(3).tolist()
+            [-1, 1]
+        """
         a, b = self._broadcasted(x, "fmod")
         if dtypes.is_int(a.dtype):
             return a._mod_trunc(b)
@@ -560,7 +714,18 @@ class ElementwiseMixin:
     @traced
     def hardtanh(self: Tensor, min_val: float = -1, max_val: float = 1) -> Tensor:
         """Clamp to [min_val, max_val] with zero gradient at the bounds, like torch; NaN stays NaN.
-        Example: `Tensor([-2.0, 0.5]).hardtanh()` -> [-1., 0.5]."""
+
+        Args:
+            min_val: the lower bound.
+            max_val: the upper bound.
+
+        Returns:
+            A tensor of self's shape.
+
+        Examples:
+            >>> Tensor([-2.0, 0.5]).hardtanh().tolist()
+            [-1.0, 0.5]
+        """
         at_min = (self < min_val) | (self == min_val)  # not <=: Tensor.le is `not >`, True for NaN
         at_max = (self > max_val) | (self == max_val)
         return at_min.where(min_val, at_max.where(max_val, self))
@@ -568,31 +733,87 @@ class ElementwiseMixin:
     @traced
     def leaky_relu(self: Tensor, neg_slope: float = 0.01) -> Tensor:
         """self where positive, neg_slope * self elsewhere.
-        Example: `Tensor([-2.0, 2.0]).leaky_relu()` -> [-0.02, 2.]."""
+
+        Args:
+            neg_slope: the slope below zero.
+
+        Returns:
+            A tensor of self's shape.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([-2.0, 2.0]).leaky_relu().tolist()]
+            [-0.02, 2.0]
+        """
         return (self > 0).where(self, self * neg_slope)
 
     @traced
     def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
-        """self where positive, alpha * (exp(self) - 1) elsewhere. Example: `Tensor([-1.0]).elu()` -> [-0.6321]."""
+        """self where positive, alpha * (exp(self) - 1) elsewhere.
+
+        Args:
+            alpha: the scale of the negative part.
+
+        Returns:
+            A tensor of self's shape.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([-1.0, 2.0]).elu().tolist()]
+            [-0.6321, 2.0]
+        """
         negative = (self > 0).where(0, self)  # exp of a large positive input would overflow (NaN gradient)
         return (self > 0).where(self, alpha * _in_float(negative, _expm1))
 
     @traced
     def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
         """self where positive, alpha * (exp(self / alpha) - 1) elsewhere.
-        Example: `Tensor([-1.0]).celu()` -> [-0.6321]."""
+
+        Args:
+            alpha: the scale of the negative part.
+
+        Returns:
+            A tensor of self's shape.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([-1.0]).celu().tolist()]
+            [-0.6321]
+        """
         negative = (self > 0).where(0, self)
         return (self > 0).where(self, alpha * _in_float(negative / alpha, _expm1))
 
     @traced
     def selu(self: Tensor, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor:
-        """gamma * elu(self, alpha). Example: `Tensor([1.0]).selu()` -> [1.0507]."""
+        """gamma * elu(self, alpha).
+
+        Args:
+            alpha: elu's alpha.
+            gamma: the overall scale.
+
+        Returns:
+            A tensor of self's shape.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([1.0]).selu().tolist()]
+            [1.0507]
+        """
         return gamma * self.elu(alpha)
 
     @traced
     def gelu(self: Tensor, approximate: str = "tanh") -> Tensor:
-        """GELU; `approximate="tanh"` (the default, as in tinygrad) or `"none"` (exact, with erf). Raises ValueError
-        for other values. Example: `Tensor([1.0]).gelu()` -> [0.8412]."""
+        """GELU; `approximate="tanh"` (the default, as in tinygrad) or `"none"` (exact, with erf).
+
+        Args:
+            approximate: "tanh" or "none".
+
+        Returns:
+            A tensor of self's shape.
+
+        Raises:
+            ValueError: another approximate.
+
+        Examples:
+            >>> [round(Tensor([1.0]).gelu(approximate=a).item(), 4) for a in ("tanh", "none")]
+            [0.8412, 0.8413]
+        """
         if approximate == "tanh":
             # 0.5 * (1 + tanh(u)) == sigmoid(2u): no cancellation for negative inputs
             inner = (2 * math.sqrt(2 / math.pi)) * (self + 0.044715 * self * self * self)
@@ -628,7 +849,19 @@ class ElementwiseMixin:
 
     @traced
     def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
-        """clamp(alpha * self + beta, 0, 1). Example: `Tensor([0.0, 6.0]).hardsigmoid()` -> [0.5, 1.]."""
+        """clamp(alpha * self + beta, 0, 1).
+
+        Args:
+            alpha: the slope.
+            beta: the value at 0.
+
+        Returns:
+            A tensor of self's shape.
+
+        Examples:
+            >>> Tensor([0.0, 6.0]).hardsigmoid().tolist()
+            [0.5, 1.0]
+        """
         return (alpha * self + beta).hardtanh(0, 1)
 
     @traced
@@ -638,7 +871,18 @@ class ElementwiseMixin:
 
     @traced
     def softplus(self: Tensor, beta: float = 1.0) -> Tensor:
-        """log(1 + exp(beta * self)) / beta without overflow. Example: `Tensor([0.0]).softplus()` -> [0.6931]."""
+        """log(1 + exp(beta * self)) / beta without overflow.
+
+        Args:
+            beta: the sharpness.
+
+        Returns:
+            A tensor of self's shape.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, 100.0]).softplus().tolist()]
+            [0.6931, 100.0]
+        """
 
         return _in_float(self, lambda x: _softplus(x * beta) * (1 / beta))
 
