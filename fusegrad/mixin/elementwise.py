@@ -169,7 +169,14 @@ class ElementwiseMixin:
     @traced
     def sign(self: Tensor) -> Tensor:
         """-1, 0 or 1 in self's dtype; NaN gives 0, like torch (tinygrad gives 1).
-        Example: `Tensor([-2.0, 0.0, 3.0]).sign()` -> [-1., 0., 1.]."""
+
+        Returns:
+            A tensor of self's shape and dtype.
+
+        Examples:
+            >>> Tensor([-2.0, 0.0, 3.0]).sign().tolist()
+            [-1.0, 0.0, 1.0]
+        """
         if self.dtype == dtypes.bool:
             return self
         return (self > 0).where(1, (self < 0).where(-1, 0)).cast(self.dtype)
@@ -177,7 +184,14 @@ class ElementwiseMixin:
     @traced
     def ceil(self: Tensor) -> Tensor:
         """Round toward +inf; integer and bool tensors are returned as they are.
-        Example: `Tensor([-1.5]).ceil()` -> [-1.]."""
+
+        Returns:
+            A tensor of self's shape and dtype.
+
+        Examples:
+            >>> Tensor([-1.5, 1.2]).ceil().tolist()
+            [-1.0, 2.0]
+        """
         if not dtypes.is_float(self.dtype):
             return self
         t = self.trunc()
@@ -186,7 +200,14 @@ class ElementwiseMixin:
     @traced
     def floor(self: Tensor) -> Tensor:
         """Round toward -inf; integer and bool tensors are returned as they are.
-        Example: `Tensor([-1.5]).floor()` -> [-2.]."""
+
+        Returns:
+            A tensor of self's shape and dtype.
+
+        Examples:
+            >>> Tensor([-1.5, 1.2]).floor().tolist()
+            [-2.0, 1.0]
+        """
         if not dtypes.is_float(self.dtype):
             return self
         t = self.trunc()
@@ -195,7 +216,14 @@ class ElementwiseMixin:
     @traced
     def round(self: Tensor) -> Tensor:
         """Round half to even, like torch and numpy; integer and bool tensors are returned as they are.
-        Example: `Tensor([0.5, 1.5, 2.5, -0.5]).round()` -> [0., 2., 2., -0.]."""
+
+        Returns:
+            A tensor of self's shape and dtype.
+
+        Examples:
+            >>> Tensor([0.5, 1.5, 2.5, -0.5]).round().tolist()
+            [0.0, 2.0, 2.0, -0.0]
+        """
         if not dtypes.is_float(self.dtype):
             return self
         t = self.trunc()
@@ -209,7 +237,14 @@ class ElementwiseMixin:
     @traced
     def isnan(self: Tensor) -> Tensor:
         """True where self is NaN (a bool tensor of self's shape).
-        Example: `Tensor([1.0, math.nan]).isnan()` -> [False, True]."""
+
+        Returns:
+            A bool tensor of self's shape.
+
+        Examples:
+            >>> Tensor([1.0, float("nan")]).isnan().tolist()
+            [False, True]
+        """
         return self != self
 
     @traced
@@ -239,7 +274,14 @@ class ElementwiseMixin:
     @traced
     def isfinite(self: Tensor) -> Tensor:
         """True where self is neither inf nor NaN.
-        Example: `Tensor([1.0, math.inf, math.nan]).isfinite()` -> [True, False, False]."""
+
+        Returns:
+            A bool tensor of self's shape.
+
+        Examples:
+            >>> Tensor([1.0, float("inf"), float("nan")]).isfinite().tolist()
+            [True, False, False]
+        """
         if not dtypes.is_float(self.dtype):
             return self.full_like(True, dtype=dtypes.bool)
         return self.abs() < math.inf  # NaN compares False
@@ -292,7 +334,15 @@ class ElementwiseMixin:
         return self.isclose(other, rtol=rtol, atol=atol, equal_nan=equal_nan).all()
 
     def is_floating_point(self: Tensor) -> bool:
-        """True for float dtypes. Example: `Tensor([1.0]).is_floating_point()` -> True."""
+        """True for float dtypes.
+
+        Returns:
+            Whether self's dtype is a float dtype (a Python bool).
+
+        Examples:
+            >>> Tensor([1.0]).is_floating_point(), Tensor([1]).is_floating_point()
+            (True, False)
+        """
         return dtypes.is_float(self.dtype)
 
     # *** bitwise ***
@@ -373,17 +423,40 @@ class ElementwiseMixin:
     @traced
     def cos(self: Tensor) -> Tensor:
         """Cosine, as 1 - 2 sin(x/2)^2: halving is exact, so large arguments stay accurate.
-        Example: `Tensor([0.0]).cos()` -> [1.]."""
+
+        Returns:
+            A tensor of self's shape.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, 3.14159265]).cos().tolist()]
+            [1.0, -1.0]
+        """
         return _in_float(self, lambda x: 1 - 2 * (x * 0.5).sin().square())
 
     @traced
     def tan(self: Tensor) -> Tensor:
-        """Tangent. Example: `Tensor([0.0, math.pi / 4]).tan()` -> [0., 1.]."""
+        """Tangent.
+
+        Returns:
+            A tensor of self's shape.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, 0.78539816]).tan().tolist()]
+            [0.0, 1.0]
+        """
         return _in_float(self, lambda x: x.sin() / x.cos())
 
     @traced
     def asin(self: Tensor) -> Tensor:
-        """Arcsine in [-pi/2, pi/2]; NaN outside [-1, 1]. Example: `Tensor([1.0]).asin()` -> [1.5708]."""
+        """Arcsine in [-pi/2, pi/2]; NaN outside [-1, 1].
+
+        Returns:
+            A tensor of self's shape.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([1.0]).asin().tolist()]
+            [1.5708]
+        """
 
         def asin(x: Tensor) -> Tensor:
             a = _magnitude(x)
@@ -394,7 +467,15 @@ class ElementwiseMixin:
 
     @traced
     def acos(self: Tensor) -> Tensor:
-        """Arccosine in [0, pi]; NaN outside [-1, 1]. Example: `Tensor([-1.0]).acos()` -> [3.1416]."""
+        """Arccosine in [0, pi]; NaN outside [-1, 1].
+
+        Returns:
+            A tensor of self's shape.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([-1.0]).acos().tolist()]
+            [3.1416]
+        """
 
         def acos(x: Tensor) -> Tensor:
             near_one = 2 * _asin_small(((1 - x.abs()) * 0.5).sqrt())  # acos(|x|) without cancellation near |x| = 1
@@ -405,7 +486,15 @@ class ElementwiseMixin:
 
     @traced
     def atan(self: Tensor) -> Tensor:
-        """Arctangent in (-pi/2, pi/2). Example: `Tensor([1.0]).atan()` -> [0.7854]."""
+        """Arctangent in (-pi/2, pi/2).
+
+        Returns:
+            A tensor of self's shape.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([1.0]).atan().tolist()]
+            [0.7854]
+        """
 
         def atan(x: Tensor) -> Tensor:
             a = _magnitude(x)
@@ -422,7 +511,15 @@ class ElementwiseMixin:
 
     @traced
     def sinh(self: Tensor) -> Tensor:
-        """Hyperbolic sine. Example: `Tensor([1.0]).sinh()` -> [1.1752]."""
+        """Hyperbolic sine.
+
+        Returns:
+            A tensor of self's shape.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([1.0]).sinh().tolist()]
+            [1.1752]
+        """
 
         def sinh(x: Tensor) -> Tensor:
             h = (x.abs() * _LOG2E - 1).exp2()  # e^|x| / 2 without overflowing before the result does
@@ -433,7 +530,15 @@ class ElementwiseMixin:
 
     @traced
     def cosh(self: Tensor) -> Tensor:
-        """Hyperbolic cosine. Example: `Tensor([0.0]).cosh()` -> [1.]."""
+        """Hyperbolic cosine.
+
+        Returns:
+            A tensor of self's shape.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, 1.0]).cosh().tolist()]
+            [1.0, 1.5431]
+        """
 
         def cosh(x: Tensor) -> Tensor:
             h = (x.abs() * _LOG2E - 1).exp2()
@@ -443,7 +548,15 @@ class ElementwiseMixin:
 
     @traced
     def atanh(self: Tensor) -> Tensor:
-        """Inverse hyperbolic tangent; +-inf at +-1, NaN outside. Example: `Tensor([0.5]).atanh()` -> [0.5493]."""
+        """Inverse hyperbolic tangent; +-inf at +-1, NaN outside.
+
+        Returns:
+            A tensor of self's shape.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.5]).atanh().tolist()]
+            [0.5493]
+        """
 
         def atanh(x: Tensor) -> Tensor:
             a = _magnitude(x)  # on |x|: 2x / (1 - x) loses every digit near x = -1
@@ -454,7 +567,15 @@ class ElementwiseMixin:
 
     @traced
     def asinh(self: Tensor) -> Tensor:
-        """Inverse hyperbolic sine. Example: `Tensor([1.0]).asinh()` -> [0.8814]."""
+        """Inverse hyperbolic sine.
+
+        Returns:
+            A tensor of self's shape.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([1.0]).asinh().tolist()]
+            [0.8814]
+        """
 
         def asinh(x: Tensor) -> Tensor:
             a = _magnitude(x)
@@ -468,7 +589,15 @@ class ElementwiseMixin:
 
     @traced
     def acosh(self: Tensor) -> Tensor:
-        """Inverse hyperbolic cosine; NaN below 1. Example: `Tensor([2.0]).acosh()` -> [1.317]."""
+        """Inverse hyperbolic cosine; NaN below 1.
+
+        Returns:
+            A tensor of self's shape.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([2.0]).acosh().tolist()]
+            [1.317]
+        """
 
         def acosh(x: Tensor) -> Tensor:
             huge = x > 1e10
@@ -482,17 +611,41 @@ class ElementwiseMixin:
 
     @traced
     def rsqrt(self: Tensor) -> Tensor:
-        """1 / sqrt(self). Example: `Tensor([4.0]).rsqrt()` -> [0.5]."""
+        """1 / sqrt(self).
+
+        Returns:
+            A tensor of self's shape.
+
+        Examples:
+            >>> Tensor([4.0]).rsqrt().tolist()
+            [0.5]
+        """
         return self.sqrt().reciprocal()
 
     @traced
     def log10(self: Tensor) -> Tensor:
-        """Base-10 logarithm. Example: `Tensor([100.0]).log10()` -> [2.]."""
+        """Base-10 logarithm.
+
+        Returns:
+            A tensor of self's shape.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([100.0]).log10().tolist()]
+            [2.0]
+        """
         return self.log2() * math.log10(2)
 
     @traced
     def erf(self: Tensor) -> Tensor:
-        """The error function. Example: `Tensor([0.0, 1.0]).erf()` -> [0., 0.8427]."""
+        """The error function.
+
+        Returns:
+            A tensor of self's shape.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, 1.0]).erf().tolist()]
+            [0.0, 0.8427]
+        """
 
         def erf(x: Tensor) -> Tensor:
             a = x.abs()
@@ -708,7 +861,15 @@ class ElementwiseMixin:
 
     @traced
     def relu6(self: Tensor) -> Tensor:
-        """min(max(self, 0), 6). Example: `Tensor([-1.0, 3.0, 9.0]).relu6()` -> [0., 3., 6.]."""
+        """min(max(self, 0), 6).
+
+        Returns:
+            A tensor of self's shape.
+
+        Examples:
+            >>> Tensor([-1.0, 3.0, 9.0]).relu6().tolist()
+            [0.0, 3.0, 6.0]
+        """
         return self.hardtanh(0, 6)
 
     @traced
@@ -824,22 +985,54 @@ class ElementwiseMixin:
 
     @traced
     def quick_gelu(self: Tensor) -> Tensor:
-        """self * sigmoid(1.702 * self). Example: `Tensor([1.0]).quick_gelu()` -> [0.8458]."""
+        """self * sigmoid(1.702 * self).
+
+        Returns:
+            A tensor of self's shape.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([1.0]).quick_gelu().tolist()]
+            [0.8458]
+        """
         return self * _sigmoid(self * 1.702)
 
     @traced
     def silu(self: Tensor) -> Tensor:
-        """self * sigmoid(self). Example: `Tensor([1.0]).silu()` -> [0.7311]."""
+        """self * sigmoid(self).
+
+        Returns:
+            A tensor of self's shape.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([1.0]).silu().tolist()]
+            [0.7311]
+        """
         return self * _sigmoid(self._as_float())
 
     @traced
     def swish(self: Tensor) -> Tensor:
-        """Alias of `silu`."""
+        """Alias of `silu`.
+
+        Returns:
+            A tensor of self's shape.
+
+        Examples:
+            >>> Tensor([1.0]).swish().tolist() == Tensor([1.0]).silu().tolist()
+            True
+        """
         return self.silu()
 
     @traced
     def mish(self: Tensor) -> Tensor:
-        """self * tanh(softplus(self)). Example: `Tensor([1.0]).mish()` -> [0.8651]."""
+        """self * tanh(softplus(self)).
+
+        Returns:
+            A tensor of self's shape.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([1.0]).mish().tolist()]
+            [0.8651]
+        """
 
         def mish(x: Tensor) -> Tensor:
             m = _expm1(-2 * x.softplus())  # tanh(s) = -expm1(-2s) / (2 + expm1(-2s)), exact for small s >= 0
@@ -866,7 +1059,15 @@ class ElementwiseMixin:
 
     @traced
     def hardswish(self: Tensor) -> Tensor:
-        """self * relu6(self + 3) / 6. Example: `Tensor([1.0]).hardswish()` -> [0.6667]."""
+        """self * relu6(self + 3) / 6.
+
+        Returns:
+            A tensor of self's shape.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([1.0]).hardswish().tolist()]
+            [0.6667]
+        """
         return self * (self + 3).relu6() * (1 / 6)
 
     @traced
@@ -888,12 +1089,28 @@ class ElementwiseMixin:
 
     @traced
     def softsign(self: Tensor) -> Tensor:
-        """self / (1 + |self|). Example: `Tensor([1.0]).softsign()` -> [0.5]."""
+        """self / (1 + |self|).
+
+        Returns:
+            A tensor of self's shape.
+
+        Examples:
+            >>> Tensor([1.0, -3.0]).softsign().tolist()
+            [0.5, -0.75]
+        """
         return self / (1 + self.abs())
 
     @traced
     def logsigmoid(self: Tensor) -> Tensor:
-        """log(sigmoid(self)) without overflow. Example: `Tensor([0.0]).logsigmoid()` -> [-0.6931]."""
+        """log(sigmoid(self)) without overflow.
+
+        Returns:
+            A tensor of self's shape.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, -100.0]).logsigmoid().tolist()]
+            [-0.6931, -100.0]
+        """
         return _in_float(self, lambda x: -_softplus(-x))
 
     # *** in-place operators (write into self like tinygrad; see Tensor.assign) ***
