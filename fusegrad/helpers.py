@@ -54,7 +54,19 @@ def getenv(key: str, default: int = 0) -> int: ...
 @overload
 def getenv(key: str, default: str) -> str: ...
 def getenv(key: str, default: int | str = 0) -> int | str:
-    """os.environ[key] converted to type(default) ("0"/"1" for bools); default when unset. Not cached: reads now."""
+    """os.environ[key] converted to type(default) ("0"/"1" for bools); default when unset. Not cached: reads now.
+
+    Args:
+        key: the environment variable.
+        default: the value when unset; its type is the result's.
+
+    Returns:
+        The converted value, or default.
+
+    Examples:
+        >>> getenv("FUSEGRAD_DOCS_UNSET_EXAMPLE", 3)
+        3
+    """
     raw = os.environ.get(key)
     if raw is None or isinstance(default, str):
         return default if raw is None else raw
@@ -62,7 +74,24 @@ def getenv(key: str, default: int | str = 0) -> int | str:
 
 
 class ContextVar(Generic[FlagT]):
-    """A named, process-wide flag. Starts from env var `key` (else the default); `.value` may be set at any time."""
+    """A named, process-wide flag. Starts from env var `key` (else the default); `.value` may be set at any time.
+
+    Every flag is declared once, in helpers.py (the environment flags page lists them); compare it like a number.
+
+    Args:
+        key: the flag's name (and environment variable).
+        default_value: an int or str default; its type is the flag's.
+
+    Raises:
+        RuntimeError: a second declaration of the same key.
+
+    Examples:
+        >>> DEBUG.key, isinstance(DEBUG.value, int)
+        ('DEBUG', True)
+        >>> with Context(DEBUG=2):
+        ...     DEBUG >= 2
+        True
+    """
 
     _cache: ClassVar[dict[str, ContextVar[int] | ContextVar[str]]] = {}
     value: FlagT
@@ -94,7 +123,19 @@ class ContextVar(Generic[FlagT]):
 
 
 class Context(contextlib.ContextDecorator):
-    """`with Context(DEBUG=2, VIZ=1):` sets flags for the block and restores them on exit, exceptions included."""
+    """`with Context(DEBUG=2, VIZ=1):` sets flags for the block and restores them on exit, exceptions included.
+
+    Args:
+        **kwargs: flag name -> value for the block.
+
+    Examples:
+        >>> before = BEAM.value
+        >>> with Context(BEAM=2):
+        ...     BEAM.value
+        2
+        >>> BEAM.value == before
+        True
+    """
 
     def __init__(self, **kwargs: int | str) -> None:
         self.kwargs = kwargs
@@ -178,12 +219,34 @@ cache_dir: str = os.path.dirname(_default_cache_db())
 
 
 def prod(xs: Iterable[T]) -> T | int:
-    """Product of xs; int 1 when empty."""
+    """Product of xs; int 1 when empty.
+
+    Args:
+        xs: numbers (or symbolic sizes).
+
+    Returns:
+        The product.
+
+    Examples:
+        >>> prod((2, 3, 4)), prod(())
+        (24, 1)
+    """
     return functools.reduce(operator.mul, xs, 1)
 
 
 def dedup(xs: Iterable[T]) -> list[T]:
-    """Drop repeats, keeping first-seen order."""
+    """Drop repeats, keeping first-seen order.
+
+    Args:
+        xs: hashable items.
+
+    Returns:
+        A list of the distinct items.
+
+    Examples:
+        >>> dedup([3, 1, 3, 2, 1])
+        [3, 1, 2]
+    """
     return list(dict.fromkeys(xs))
 
 
@@ -211,7 +274,18 @@ def argsort(x: list[Any] | tuple[Any, ...]) -> list[int] | tuple[int, ...]:
 
 
 def all_same(items: Sequence[object]) -> bool:
-    """Whether every item equals the first (True for an empty sequence). Example: `all_same([1, 1])`."""
+    """Whether every item equals the first (True for an empty sequence).
+
+    Args:
+        items: a sequence.
+
+    Returns:
+        True when all items are equal.
+
+    Examples:
+        >>> all_same([1, 1]), all_same([1, 2]), all_same([])
+        (True, False, True)
+    """
     return all(x == items[0] for x in items)
 
 
@@ -224,7 +298,25 @@ _COLORS = ["black", "red", "green", "yellow", "blue", "magenta", "cyan", "white"
 
 
 def colored(st: str, color: str | None, background: bool = False) -> str:
-    """Wrap st in an ANSI color: lowercase name = normal, UPPERCASE = bright; None returns st unchanged."""
+    """Wrap st in an ANSI color: lowercase name = normal, UPPERCASE = bright; None returns st unchanged.
+
+    Args:
+        st: the text.
+        color: a color name (black, red, green, yellow, blue, magenta, cyan, white; upper case for bright), or None.
+        background: color the background instead of the text.
+
+    Returns:
+        The text with the escape codes around it.
+
+    Raises:
+        ValueError: an unknown color name.
+
+    Examples:
+        >>> colored("ok", "green")
+        '\\x1b[32mok\\x1b[0m'
+        >>> ansistrip(colored("ok", "RED"))
+        'ok'
+    """
     if color is None:
         return st
     if color.lower() not in _COLORS:
@@ -259,7 +351,18 @@ def make_tuple(x: int | Sequence[int], cnt: int) -> tuple[int, ...]:
 
 
 def flatten(nested: Iterable[Iterable[T]]) -> list[T]:
-    """The items of the inner iterables in one list. Example: `flatten([[1], [2, 3]]) == [1, 2, 3]`."""
+    """The items of the inner iterables in one list.
+
+    Args:
+        nested: an iterable of iterables.
+
+    Returns:
+        One list.
+
+    Examples:
+        >>> flatten([[1], [2, 3]])
+        [1, 2, 3]
+    """
     return [item for sub in nested for item in sub]
 
 
@@ -285,12 +388,36 @@ def strip_parens(fst: str) -> str:
 
 
 def ceildiv(num: int, amt: int) -> int:
-    """num / amt rounded up, for ints. Example: `ceildiv(7, 2) == 4`."""
+    """num / amt rounded up, for ints.
+
+    Args:
+        num: the dividend.
+        amt: the divisor.
+
+    Returns:
+        The rounded-up quotient.
+
+    Examples:
+        >>> ceildiv(7, 2), ceildiv(8, 2)
+        (4, 4)
+    """
     return -(num // -amt)
 
 
 def round_up(num: int, amt: int) -> int:
-    """`num` rounded up to a multiple of `amt`. Example: `round_up(7, 4) == 8`."""
+    """`num` rounded up to a multiple of `amt`.
+
+    Args:
+        num: the value.
+        amt: the multiple.
+
+    Returns:
+        The smallest multiple of amt that is >= num.
+
+    Examples:
+        >>> round_up(7, 4), round_up(8, 4)
+        (8, 8)
+    """
     return (num + amt - 1) // amt * amt
 
 
@@ -502,7 +629,18 @@ def is_numpy_ndarray(x: object) -> bool:
 
 
 class Timing(contextlib.ContextDecorator):
-    """`with Timing("step "):` prints the block's wall time in ms."""
+    """`with Timing("step "):` prints the block's wall time in ms.
+
+    Args:
+        prefix: printed before the time.
+        on_exit: a function of the elapsed nanoseconds whose string is printed after the time.
+        enabled: print at all.
+
+    Examples:
+        >>> with Timing("sum: "):
+        ...     _ = Tensor([1, 2]).sum().item()
+        sum: ... ms
+    """
 
     def __init__(self, prefix: str = "", on_exit: Callable[[int], str] | None = None, enabled: bool = True) -> None:
         self.prefix, self.on_exit, self.enabled = prefix, on_exit, enabled
@@ -544,8 +682,30 @@ def fetch(
     is returned as it is. `gunzip` stores the decompressed bytes, `sha256` checks them (a cached file that fails it is
     fetched again), `extract` unpacks a tar into "<file>.extract" and returns that folder. `allow_caching=False` (or
     DISABLE_HTTP_CACHE=1) downloads even when a copy exists. Writes go to a temporary file renamed into place, so no
-    reader sees a half-written file. Raises FetchError (an OSError) naming the URL when the download fails and
-    RuntimeError on a sha256 mismatch. Example: `fetch("https://example.com/w.bin", subdir="weights")`.
+    reader sees a half-written file.
+
+    Args:
+        url: what to download (http(s)), or a local path returned as it is.
+        name: the file name in the cache (default: the md5 of the URL), or a path to use instead.
+        subdir: a folder under downloads_dir().
+        gunzip: store the decompressed bytes.
+        allow_caching: use a cached copy when there is one.
+        headers: extra HTTP headers.
+        sha256: the expected digest of the stored bytes.
+        extract: unpack a tar and return its folder.
+
+    Returns:
+        The local path.
+
+    Raises:
+        FetchError: (an OSError) the download failed, naming the URL.
+        RuntimeError: a sha256 mismatch.
+
+    Examples:
+        >>> fetch(".")  # a local path comes back as a Path
+        PosixPath('.')
+
+        A download: `fetch("https://example.com/w.bin", subdir="weights")`.
     """
     if url.startswith(("/", ".")):
         return pathlib.Path(url)
@@ -717,7 +877,14 @@ class TracingKey:
 
 
 class GlobalCounters:
-    """Process-wide tallies, updated as kernels run and buffers are allocated."""
+    """Process-wide tallies, updated as kernels run and buffers are allocated.
+
+    Examples:
+        >>> GlobalCounters.reset()
+        >>> _ = (Tensor([1.0, 2.0]) + 1).realize()
+        >>> GlobalCounters.kernel_count >= 1
+        True
+    """
 
     global_ops: ClassVar[int] = 0
     global_mem: ClassVar[int] = 0
@@ -728,7 +895,13 @@ class GlobalCounters:
 
     @staticmethod
     def reset() -> None:
-        """Set every counter (ops, memory, kernel time, kernel count) back to zero."""
+        """Set every counter (ops, memory, kernel time, kernel count) back to zero.
+
+        Examples:
+            >>> GlobalCounters.reset()
+            >>> GlobalCounters.kernel_count, GlobalCounters.global_ops
+            (0, 0)
+        """
         GlobalCounters.global_ops, GlobalCounters.global_mem = 0, 0
         GlobalCounters.time_sum_s, GlobalCounters.kernel_count = 0.0, 0
 
