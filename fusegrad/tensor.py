@@ -233,7 +233,21 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         **kwargs: Any,
     ) -> Tensor:
         """A tensor of `shape` filled with `fill_value` (a constant: no memory until realized or written).
-        Example: `Tensor.full((2, 3), 7, dtypes.int32)`."""
+
+        Args:
+            shape: the shape.
+            fill_value: the value.
+            dtype: the dtype (default: from the value).
+            device: the device (default: Device.DEFAULT).
+            **kwargs: requires_grad.
+
+        Returns:
+            A constant tensor.
+
+        Examples:
+            >>> Tensor.full((2, 2), 7, dtypes.int32).tolist()
+            [[7, 7], [7, 7]]
+        """
         shp = _shape_arg((shape,) if isinstance(shape, int) else tuple(shape))
         dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
         return Tensor(UOp.const_tensor(dt, fill_value, _canonical_device(device), shp), **kwargs)
@@ -243,7 +257,16 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         """A tensor of `shape` (ints or one tuple) filled with 0, float32 unless `dtype=` says otherwise; takes
         `device=`.
 
-        Example: `Tensor.zeros(2, 3).shape == (2, 3)`.
+        Args:
+            *shape: the shape, as ints or one tuple.
+            **kwargs: dtype, device, requires_grad.
+
+        Returns:
+            A constant tensor (no memory until realized or written).
+
+        Examples:
+            >>> Tensor.zeros(2, 3).shape, Tensor.zeros(2, dtype=dtypes.int32).tolist()
+            ((2, 3), [0, 0])
         """
         kwargs.setdefault("dtype", dtypes.default_float)
         return Tensor.full(_shape_arg(shape), 0, **kwargs)
@@ -253,7 +276,16 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         """A tensor of `shape` (ints or one tuple) filled with 1, float32 unless `dtype=` says otherwise; takes
         `device=`.
 
-        Example: `Tensor.ones(2).tolist() == [1.0, 1.0]`.
+        Args:
+            *shape: the shape, as ints or one tuple.
+            **kwargs: dtype, device, requires_grad.
+
+        Returns:
+            A constant tensor (no memory until realized or written).
+
+        Examples:
+            >>> Tensor.ones(2).tolist()
+            [1.0, 1.0]
         """
         kwargs.setdefault("dtype", dtypes.default_float)
         return Tensor.full(_shape_arg(shape), 1, **kwargs)
@@ -266,7 +298,26 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         dtype: DTypeLike | None = None,
         **kwargs: Any,
     ) -> Tensor:
-        """Evenly spaced values in [start, stop); computed on the device (a cumulative sum of ones)."""
+        """Evenly spaced values in [start, stop); computed on the device (a cumulative sum of ones).
+
+        Args:
+            start: the first value (the stop, when stop is None).
+            stop: one past the last value.
+            step: the distance between values (not 0).
+            dtype: the dtype (default: int for int arguments, else the default float).
+            **kwargs: device, requires_grad.
+
+        Returns:
+            A 1-d tensor.
+
+        Raises:
+            ValueError: step 0.
+            ArangeOverflowError: (a ValueError) values that overflow the dtype.
+
+        Examples:
+            >>> Tensor.arange(4).tolist(), Tensor.arange(1, 2, 0.25).tolist()
+            ([0, 1, 2, 3], [1.0, 1.25, 1.5, 1.75])
+        """
         if stop is None:
             start, stop = 0, start
         if step == 0:
@@ -358,7 +409,21 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     def realize(self, *lst: Tensor, do_update_stats: bool = True) -> Tensor:
         """Compute this tensor (and `lst`) now; `Tensor.realize(a, b)` computes both in one schedule. A realize shaped
-        like an earlier one (same ops, shapes, dtypes, devices and constants) reruns its schedule (SCHEDULE_CACHE)."""
+        like an earlier one (same ops, shapes, dtypes, devices and constants) reruns its schedule (SCHEDULE_CACHE).
+
+        Args:
+            *lst: more tensors to compute in the same schedule.
+            do_update_stats: count the kernels in GlobalCounters.
+
+        Returns:
+            self, now backed by a buffer.
+
+        Examples:
+            >>> a, b = Tensor([1, 2]) + 1, Tensor([3]) * 2
+            >>> _ = Tensor.realize(a, b)
+            >>> a.tolist(), b.tolist()
+            ([2, 3], [6])
+        """
         from fusegrad.schedule.cache import realize_tensors
 
         realize_tensors([self, *lst], do_update_stats=do_update_stats)
@@ -423,7 +488,19 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         return t.uop.buffer.ensure_allocated()
 
     def numpy(self) -> Any:
-        """The values as a numpy array (a copy). Raises SymbolicError (an AssertionError) for a symbolic shape."""
+        """The values as a numpy array (a copy).
+
+        Returns:
+            A numpy array of the tensor's shape (bfloat16 and fp8 as float32).
+
+        Raises:
+            SymbolicError: (an AssertionError) a symbolic shape.
+            TypeError: a dtype numpy cannot hold.
+
+        Examples:
+            >>> Tensor([[1, 2]]).numpy()
+            array([[1, 2]], dtype=int32)
+        """
         import numpy as np
 
         check_concrete(self.shape, "numpy")
@@ -438,14 +515,27 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def tolist(self) -> Any:
         """The values as nested Python lists (a number for a 0-d tensor).
 
-        Example: `Tensor([[1, 2]]).tolist() == [[1, 2]]`.
+        Returns:
+            Nested lists of Python numbers.
+
+        Examples:
+            >>> Tensor([[1, 2]]).tolist(), Tensor(3).tolist()
+            ([[1, 2]], 3)
         """
         return self.numpy().tolist()
 
     def item(self) -> ConstType:
         """The value of a one-element tensor as a Python number (runs the graph if needed).
 
-        Raises ValueError unless the tensor has exactly one element. Example: `Tensor([[3]]).item() == 3`.
+        Returns:
+            An int, float or bool.
+
+        Raises:
+            ValueError: the tensor does not have exactly one element.
+
+        Examples:
+            >>> Tensor([[3]]).item(), Tensor(2.5).item()
+            (3, 2.5)
         """
         if self.numel() != 1:
             raise ValueError(f"item: only a tensor with one element has an item, got shape {self.shape}")
@@ -495,7 +585,18 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         return self
 
     def to(self, device: str | tuple[str, ...] | None) -> Tensor:
-        """This tensor on `device`; a tuple of devices replicates it on each, one device gathers a multi-device one."""
+        """This tensor on `device`; a tuple of devices replicates it on each, one device gathers a multi-device one.
+
+        Args:
+            device: a device name, a tuple of them, or None for Device.DEFAULT.
+
+        Returns:
+            The tensor on that device (self when it is there already).
+
+        Examples:
+            >>> Tensor([1, 2]).to("CPU:1").device
+            'CPU:1'
+        """
         dev = _canonical_device(device)
         return self if dev == self.device else Tensor(self.uop.copy_to_device(dev))
 
@@ -596,9 +697,21 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def backward(self, gradient: Tensor | None = None) -> Tensor:
         """Add d(self)/d(t) to `t.grad` for every tensor `t` with requires_grad=True that self depends on.
 
-        `gradient` is d(loss)/d(self); it may be omitted only for a one-element self (ValueError otherwise). Raises
-        RuntimeError when no such tensor is found. Example: `w = Tensor([2.0], requires_grad=True)`,
-        `(w * w).sum().backward()` leaves `w.grad.tolist() == [4.0]`. Returns self.
+        Args:
+            gradient: d(loss)/d(self); may be omitted only for a one-element self.
+
+        Returns:
+            self.
+
+        Raises:
+            ValueError: no gradient for a self with more than one element.
+            RuntimeError: nothing self depends on requires a gradient.
+
+        Examples:
+            >>> w = Tensor([2.0], requires_grad=True)
+            >>> _ = (w * w).sum().backward()
+            >>> w.grad.tolist()
+            [4.0]
         """
         root_grad = self._root_gradient(gradient, "backward")
         in_graph = self.uop.toposort()
@@ -939,8 +1052,18 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def cast(self, dtype: DTypeLike) -> Tensor:
         """The tensor converted to `dtype` (a DType or its name); returns self when the dtype is already that.
 
-        Raises TypeError (AttributeError too) for an unknown dtype name. Example:
-        `Tensor([1.7]).cast(dtypes.int32).item() == 1`.
+        Args:
+            dtype: a DType or its name ("float16").
+
+        Returns:
+            The converted tensor (self when the dtype is already that).
+
+        Raises:
+            TypeError: (AttributeError too) an unknown dtype name.
+
+        Examples:
+            >>> Tensor([1.7, -1.7]).cast(dtypes.int32).tolist(), Tensor([1]).cast("float16").dtype
+            ([1, -1], dtypes.half)
         """
         dt = to_dtype(dtype)
         return self if dt == self.dtype else Tensor(self.uop.cast(dt))
@@ -1049,7 +1172,21 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         keepdim: builtins.bool = False,
         dtype: DTypeLike | None = None,
     ) -> Tensor:
-        """Sum over `axis` (all axes when None). Integers and bools accumulate in at least int32."""
+        """Sum over `axis` (all axes when None). Integers and bools accumulate in at least int32.
+
+        Args:
+            axis: an axis, a tuple of axes, or None for all.
+            keepdim: keep the reduced axes with size 1.
+            dtype: the accumulation (and result) dtype.
+
+        Returns:
+            The sum.
+
+        Examples:
+            >>> x = Tensor([[1, 2], [3, 4]])
+            >>> x.sum().item(), x.sum(axis=0).tolist(), x.sum(axis=1, keepdim=True).tolist()
+            (10, [4, 6], [[3], [7]])
+        """
         acc = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
         ret = self.cast(acc)._reduce(Ops.ADD, axis, keepdim, "sum")
         return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
@@ -1070,7 +1207,19 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def max(self, axis: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Tensor:
         """The largest element over `axis` (an int, a sequence, or None for all axes), dropping it unless `keepdim`.
 
-        Raises IndexError for an axis out of range. Example: `Tensor([[1, 4], [3, 2]]).max(axis=1).tolist() == [4, 3]`.
+        Args:
+            axis: an axis, a sequence of axes, or None for all.
+            keepdim: keep the reduced axes with size 1.
+
+        Returns:
+            The maximum.
+
+        Raises:
+            IndexError: an axis out of range.
+
+        Examples:
+            >>> Tensor([[1, 4], [3, 2]]).max(axis=1).tolist(), Tensor([[1, 4], [3, 2]]).max().item()
+            ([4, 3], 4)
         """
         return self._reduce(Ops.MAX, axis, keepdim, "max")
 
@@ -1078,7 +1227,19 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def min(self, axis: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Tensor:
         """The smallest element over `axis` (an int, a sequence, or None for all axes), dropping it unless `keepdim`.
 
-        Raises IndexError for an axis out of range. Example: `Tensor([[1, 4], [3, 2]]).min(axis=0).tolist() == [1, 2]`.
+        Args:
+            axis: an axis, a sequence of axes, or None for all.
+            keepdim: keep the reduced axes with size 1.
+
+        Returns:
+            The minimum.
+
+        Raises:
+            IndexError: an axis out of range.
+
+        Examples:
+            >>> Tensor([[1, 4], [3, 2]]).min(axis=0).tolist()
+            [1, 2]
         """
         self._resolve_axes(axis, "min")
         return self._order_inverse().max(axis, keepdim)._order_inverse()
@@ -1095,8 +1256,19 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def mean(self, axis: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Tensor:
         """The mean over `axis` (None: all axes), dropping it unless `keepdim`; ints give float32.
 
-        Raises IndexError for an axis out of range. Example: `Tensor([[1, 2], [3, 4]]).mean(axis=0).tolist() == [2.0,
-        3.0]`.
+        Args:
+            axis: an axis, a tuple of axes, or None for all.
+            keepdim: keep the reduced axes with size 1.
+
+        Returns:
+            The mean.
+
+        Raises:
+            IndexError: an axis out of range.
+
+        Examples:
+            >>> Tensor([[1, 2], [3, 4]]).mean(axis=0).tolist()
+            [2.0, 3.0]
         """
         out_dt = self.dtype if dtypes.is_float(self.dtype) else dtypes.float32
         axes = self._resolve_axes(axis, "mean")
@@ -1118,14 +1290,38 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     @_traced
     def softmax(self, axis: builtins.int = -1, dtype: DTypeLike | None = None) -> Tensor:
-        """exp(x) / sum(exp(x)) along `axis`, shifted by the max; in `dtype` when given (a float dtype)."""
+        """exp(x) / sum(exp(x)) along `axis`, shifted by the max; in `dtype` when given (a float dtype).
+
+        Args:
+            axis: the axis to normalise over.
+            dtype: the dtype to compute in.
+
+        Returns:
+            Weights that sum to 1 along axis.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, 0.6931472]).softmax().tolist()]  # e^0 : e^ln2 = 1 : 2
+            [0.3333, 0.6667]
+        """
         from fusegrad.mixin.reduce import softmax
 
         return softmax(self, axis, dtype)
 
     @_traced
     def log_softmax(self, axis: builtins.int = -1, dtype: DTypeLike | None = None) -> Tensor:
-        """log(softmax(x)) along `axis` without underflow; in `dtype` when given (a float dtype)."""
+        """log(softmax(x)) along `axis` without underflow; in `dtype` when given (a float dtype).
+
+        Args:
+            axis: the axis to normalise over.
+            dtype: the dtype to compute in.
+
+        Returns:
+            Log-probabilities along axis.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, 0.0]).log_softmax().tolist()]
+            [-0.6931, -0.6931]
+        """
         from fusegrad.mixin.reduce import log_softmax
 
         return log_softmax(self, axis, dtype)
@@ -1133,7 +1329,23 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     @_traced
     def dot(self, w: Tensor, dtype: DTypeLike | None = None) -> Tensor:
         """Matrix product as broadcast-multiply-sum (one fused kernel). (n,k)@(k,m) -> (n,m); batches broadcast.
-        With `dtype`, both operands are cast to it first (e.g. accumulate a half matmul in float32)."""
+        With `dtype`, both operands are cast to it first (e.g. accumulate a half matmul in float32).
+
+        Args:
+            w: the right operand.
+            dtype: the dtype both operands are cast to first.
+
+        Returns:
+            The matrix product.
+
+        Raises:
+            ValueError: 0-d operands.
+            OpValueError: (a ValueError and RuntimeError) inner sizes that differ.
+
+        Examples:
+            >>> Tensor([1, 2]).dot(Tensor([3, 4])).item(), Tensor.ones(5, 2, 3).dot(Tensor.ones(3, 4)).shape
+            (11, (5, 2, 4))
+        """
         if dtype is not None:
             return self.cast(dtype).dot(w.cast(dtype))
         if self.ndim == 0 or w.ndim == 0:
@@ -1151,7 +1363,20 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     @_traced
     def matmul(self, x: Tensor, reverse: builtins.bool = False, dtype: DTypeLike | None = None) -> Tensor:
-        """self @ x (x @ self when `reverse`); see `dot`."""
+        """self @ x (x @ self when `reverse`); see `dot`.
+
+        Args:
+            x: the other operand.
+            reverse: compute x @ self.
+            dtype: the dtype both operands are cast to first.
+
+        Returns:
+            The matrix product.
+
+        Examples:
+            >>> (Tensor([[1, 2], [3, 4]]) @ Tensor([[1], [1]])).tolist()
+            [[3], [7]]
+        """
         return x.dot(self, dtype=dtype) if reverse else self.dot(x, dtype=dtype)
 
     # *** movement ***
@@ -1160,7 +1385,23 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def reshape(self, shape: Any = (), *args: Any) -> Tensor:
         """A view with a new shape, `x.reshape(2, 3)`, `x.reshape((2, 3))` or `x.reshape(shape=(2, 3))`; one axis may be
         -1 (inferred) and None keeps the axis (`x.reshape(None, -1)`); no shape at all (`x.reshape(*[])`) means 0-d.
-        Raises ValueError when sizes differ (OpValueError, also a RuntimeError, for more than one -1)."""
+
+        Args:
+            shape: the new shape (ints, None or -1), or its first entry.
+            *args: the other entries.
+
+        Returns:
+            A view with the new shape.
+
+        Raises:
+            ValueError: the sizes' products differ.
+            OpValueError: (a ValueError and RuntimeError) more than one -1.
+            IndexError: None for an axis the tensor does not have.
+
+        Examples:
+            >>> Tensor.arange(6).reshape(2, -1).tolist()
+            [[0, 1, 2], [3, 4, 5]]
+        """
         given = argfix(shape, *args)
         if any(s is None for s in given[self.ndim :]):
             raise IndexError(f"reshape: None keeps an axis, but {tuple(given)} has more axes than shape {self.shape}")
@@ -1189,7 +1430,22 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     @_traced
     def permute(self, order: Any = (), *args: Any) -> Tensor:
-        """Reorder the axes: `x.permute(1, 0)`, `x.permute((1, 0))` or `x.permute(order=(1, 0))`."""
+        """Reorder the axes: `x.permute(1, 0)`, `x.permute((1, 0))` or `x.permute(order=(1, 0))`.
+
+        Args:
+            order: the new order of the axes, or its first entry.
+            *args: the other entries.
+
+        Returns:
+            A view with the axes reordered.
+
+        Raises:
+            OpValueError: (a ValueError and RuntimeError) not a permutation of the axes.
+
+        Examples:
+            >>> Tensor.zeros(2, 3, 4).permute(2, 0, 1).shape
+            (4, 2, 3)
+        """
         axes = [self._axis(a, "permute") for a in argfix(order, *args)]
         if sorted(axes) != list(range(self.ndim)):
             raise OpValueError(f"permute: {tuple(argfix(order, *args))} is not a permutation of {self.ndim} axes")
@@ -1197,7 +1453,22 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     @_traced
     def expand(self, shape: Any = (), *args: Any) -> Tensor:
-        """Broadcast size-1 axes (and new leading ones) to `shape`; -1 keeps an axis: `(3, 1) -> expand(2, 3, 4)`."""
+        """Broadcast size-1 axes (and new leading ones) to `shape`; -1 keeps an axis: `(3, 1) -> expand(2, 3, 4)`.
+
+        Args:
+            shape: the new shape, or its first entry.
+            *args: the other entries.
+
+        Returns:
+            A view (no copy).
+
+        Raises:
+            ValueError: an axis whose size is neither 1 nor the new size.
+
+        Examples:
+            >>> Tensor([[1], [2]]).expand(2, 3).tolist()
+            [[1, 1, 1], [2, 2, 2]]
+        """
         shp = _shape_arg((shape, *args), allow_neg=True)
         if len(shp) < self.ndim:
             raise ValueError(f"expand: cannot expand {self.shape} to fewer dims {shp}")
@@ -1211,7 +1482,22 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     @_traced
     def pad(self, padding: Sequence[Any], mode: str | ConstType = "constant", value: ConstType = 0.0) -> Tensor:
         """Pad each axis by (before, after) (or a flat torch-style tuple) with `value`, or in `mode` "reflect",
-        "replicate" or "circular"; negative pads shrink. Example: `Tensor.ones(2).pad(((1, 0),)).tolist() == [0, 1, 1]`.
+        "replicate" or "circular"; negative pads shrink.
+
+        Args:
+            padding: one (before, after) per axis (None: none), or a flat torch-style tuple for the last axes.
+            mode: "constant", "reflect", "replicate" or "circular".
+            value: the fill value for "constant".
+
+        Returns:
+            The padded tensor.
+
+        Raises:
+            ValueError: a padding of the wrong length, an unknown mode, or a reflect pad wider than the axis.
+
+        Examples:
+            >>> Tensor.ones(2).pad(((1, 0),)).tolist(), Tensor([1, 2, 3]).pad((1, 1), mode="reflect").tolist()
+            ([0.0, 1.0, 1.0], [2, 1, 2, 3, 2])
         """
         if not isinstance(mode, str):  # the older `pad(padding, value)` call shape
             return self.pad(padding, "constant", mode)
@@ -1259,7 +1545,22 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     @_traced
     def flip(self, axis: builtins.int | Sequence[builtins.int], *args: builtins.int) -> Tensor:
         """Reverse the order along the given axes: `x.flip(0)`, `x.flip(0, 1)` or `x.flip((0, 1))`.
-        Raises IndexError for an axis out of range, OpValueError (a ValueError and RuntimeError) for a repeated one."""
+
+        Args:
+            axis: an axis or a tuple of them.
+            *args: more axes.
+
+        Returns:
+            A view with those axes reversed.
+
+        Raises:
+            IndexError: an axis out of range.
+            OpValueError: (a ValueError and RuntimeError) a repeated axis.
+
+        Examples:
+            >>> Tensor([[1, 2], [3, 4]]).flip(1).tolist()
+            [[2, 1], [4, 3]]
+        """
         given = [self._axis(a, "flip") for a in argfix(axis, *args)]
         if len(set(given)) != len(given):
             raise OpValueError(f"flip: each axis can appear once, got {tuple(argfix(axis, *args))}")
@@ -1274,7 +1575,19 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def transpose(self, dim0: builtins.int = 1, dim1: builtins.int = 0) -> Tensor:
         """The view with axes `dim0` and `dim1` swapped.
 
-        Raises IndexError for an axis out of range. Example: `Tensor.ones(2, 3, 4).transpose(0, 2).shape == (4, 3, 2)`.
+        Args:
+            dim0: one axis.
+            dim1: the other.
+
+        Returns:
+            A view.
+
+        Raises:
+            IndexError: an axis out of range.
+
+        Examples:
+            >>> Tensor.ones(2, 3, 4).transpose(0, 2).shape
+            (4, 3, 2)
         """
         order = list(range(self.ndim))
         a, b = self._axis(dim0, "transpose"), self._axis(dim1, "transpose")
@@ -1292,7 +1605,19 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def flatten(self, start_dim: builtins.int = 0, end_dim: builtins.int = -1) -> Tensor:
         """Axes `start_dim`..`end_dim` (inclusive) merged into one; a 0-d tensor becomes shape (1,).
 
-        Raises IndexError for an axis out of range. Example: `Tensor.ones(2, 3, 4).flatten(1).shape == (2, 12)`.
+        Args:
+            start_dim: the first axis to merge.
+            end_dim: the last axis to merge (inclusive).
+
+        Returns:
+            A view.
+
+        Raises:
+            IndexError: an axis out of range.
+
+        Examples:
+            >>> Tensor.ones(2, 3, 4).flatten(1).shape, Tensor.ones(2, 3, 4).flatten().shape
+            ((2, 12), (24,))
         """
         if self.ndim == 0:
             return self.reshape(1)
@@ -1302,7 +1627,18 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def unsqueeze(self, dim: builtins.int) -> Tensor:
         """A new axis of size 1 inserted at `dim` (negative counts from the end of the result).
 
-        Raises IndexError for a dim outside -ndim-1..ndim. Example: `Tensor.ones(3).unsqueeze(0).shape == (1, 3)`.
+        Args:
+            dim: where the new axis goes.
+
+        Returns:
+            A view.
+
+        Raises:
+            IndexError: a dim outside -ndim-1..ndim.
+
+        Examples:
+            >>> Tensor.ones(3).unsqueeze(0).shape, Tensor.ones(3).unsqueeze(-1).shape
+            ((1, 3), (3, 1))
         """
         d = dim if dim >= 0 else dim + self.ndim + 1
         if not 0 <= d <= self.ndim:
@@ -1314,7 +1650,18 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def squeeze(self, dim: builtins.int | None = None) -> Tensor:
         """The tensor without axis `dim` if its size is 1 (unchanged otherwise), or without every size-1 axis for None.
 
-        Raises IndexError for an axis out of range. Example: `Tensor.ones(1, 3, 1).squeeze().shape == (3,)`.
+        Args:
+            dim: the axis to drop, or None for every size-1 axis.
+
+        Returns:
+            A view.
+
+        Raises:
+            IndexError: an axis out of range.
+
+        Examples:
+            >>> Tensor.ones(1, 3, 1).squeeze().shape, Tensor.ones(1, 3, 1).squeeze(0).shape
+            ((3,), (3, 1))
         """
         if dim is None:
             return self.reshape(*[s for s in self.shape if s != 1])
