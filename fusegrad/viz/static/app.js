@@ -152,6 +152,8 @@ async function selectStep(ctx, idx, want, found = "") {
   if (rw.abort) rw.abort.abort();
   dropQueuedLayouts();
   const abort = (rw.abort = new AbortController());
+  for (const msg of rw.graphs) delete msg.parts; // its elements belong to the step's rw.nodes, dropped here
+  preparing.queue.length = 0;
   Object.assign(rw, { ctx, idx, header: null, graphs: [], match: 0, want, view: null, picked: null, found, failed: false,
     nodes: new Map() });
   markSelected(`${ctx}:${idx}`);
@@ -178,6 +180,7 @@ function showCachedStep(key, cached) {
   $("slider").max = cached.graphs.length - 1;
   showMatch(Math.min(rw.want, cached.graphs.length - 1));
   setStatus(`${cached.graphs.length} graphs`, "rewrites");
+  for (const msg of cached.graphs) layOut(msg).then(() => prepareLater(msg)); // this step's elements are new again
 }
 
 function keepStep() {
@@ -192,7 +195,7 @@ function onStepMessage(msg) {
     renderStepHead(msg);
   } else if (msg.kind === "graph") {
     rw.graphs.push(msg);
-    layOut(msg); // queued at once: by the time ←/→ reaches it, it is placed
+    layOut(msg).then(() => prepareLater(msg)); // queued at once: by the time ←/→ reaches it, it is placed and built
     const last = rw.graphs.length - 1;
     $("slider").max = last;
     if (last === Math.min(rw.want, rw.header.match_count)) showMatch(last);
@@ -300,9 +303,12 @@ function graphLayers() {
   return [$("edge-layer"), $("node-layer")];
 }
 
-function drawGraph(msg) {
-  const [edgeLayer, nodeLayer] = graphLayers();
-  const { boxes, edges } = msg.layout, want = new Map(), inputs = {};
+// every element a graph shows, by key (made now where this step has none yet; kept in rw.nodes), and its nodes as
+// [key, id, box, label]. Done once per graph: when its layout comes back (in idle time, for the graphs not shown), so
+// a ←/→ step only moves, attaches and removes elements
+function prepareGraph(msg) {
+  if (msg.parts && msg.parts.nodes === rw.nodes) return msg.parts;
+  const { boxes, edges } = msg.layout, want = new Map(), inputs = {}, nodes = [];
   if (edges.length > MERGED_EDGES) { // one path for all: thousands of elements cost more than the picture is worth
     const d = edges.map((e) => curve(e[3])).join(""), key = `all|${d}`;
     want.set(key, rw.nodes.get(key) || svg("path", { class: "edge", d }));
@@ -321,30 +327,59 @@ function drawGraph(msg) {
       want.set(ikey, text);
     }
   }
-  const changed = new Set(msg.changed.map(String));
-  rw.boxes = [];
   for (const [id, box] of Object.entries(boxes)) {
     const node = msg.graph[id];
     const note = msg.layout.labels ? msg.layout.labels[id] : undefined; // e.g. a repeated subgraph drawn once
     const label = note || (node ? node.label : `${msg.layout.hidden} more nodes\n(graph too big to draw)`);
     const key = `n|${id}|${box[2]}|${box[3]}|${node ? node.color : ""}|${node ? node.ref : ""}|${label}`;
-    const g = rw.nodes.get(key) || makeNode(id, box, node, label);
+    want.set(key, rw.nodes.get(key) || makeNode(id, box, node, label));
+    nodes.push([key, id, box, label]);
+  }
+  for (const [key, element] of want) rw.nodes.set(key, element);
+  return (msg.parts = { want, nodes: rw.nodes, drawn: nodes });
+}
+
+// the graphs of the shown step whose layouts are back, prepared in idle periods, nearest the shown match first. A
+// graph is one task: past PREPARE_MAX boxes it would hold up the next frame (a 3,000-node one takes ~100 ms), so big
+// graphs are built when shown
+const preparing = { queue: [], handle: 0 }, PREPARE_MAX = 1500;
+
+function prepareLater(msg) {
+  if (Object.keys(msg.layout.boxes).length > PREPARE_MAX) return;
+  preparing.queue.push(msg);
+  if (!preparing.handle) preparing.handle = requestIdleCallback(prepareQueued);
+}
+
+function prepareQueued(deadline) {
+  preparing.handle = 0;
+  while (preparing.queue.length && deadline.timeRemaining() > 1) {
+    const far = (m) => Math.abs(rw.graphs.indexOf(m) - rw.match); // the shown match's neighbours first: ←/→ go there
+    const next = preparing.queue.reduce((best, m, i) => (far(m) < far(preparing.queue[best]) ? i : best), 0);
+    const [msg] = preparing.queue.splice(next, 1);
+    if (msg.layout && rw.graphs.includes(msg)) prepareGraph(msg); // not one of a step left since
+  }
+  if (preparing.queue.length) preparing.handle = requestIdleCallback(prepareQueued);
+}
+
+function drawGraph(msg) {
+  if (!rw.view) rw.view = fitView(msg); // before the elements change: reading the pane's size then lays out nothing
+  const [edgeLayer, nodeLayer] = graphLayers();
+  const { want, drawn } = prepareGraph(msg);
+  const changed = new Set(msg.changed.map(String));
+  rw.boxes = [];
+  for (const [key, id, box, label] of drawn) {
+    const g = want.get(key);
     const at = `translate(${box[0]},${box[1]})`;
     if (g.vizAt !== at) g.setAttribute("transform", (g.vizAt = at));
     g.vizBox = box;
     g.classList.toggle("changed", changed.has(id));
     g.classList.toggle("found", Boolean(rw.found) && label.toLowerCase().replace(/\n/g, " ").includes(rw.found));
     g.classList.toggle("picked", id === rw.picked);
-    want.set(key, g);
     rw.boxes.push(g);
   }
   for (const [key, element] of rw.shown) if (!want.has(key)) element.remove();
-  for (const [key, element] of want) {
-    rw.nodes.set(key, element);
-    if (!rw.shown.has(key)) (key[0] === "n" ? nodeLayer : edgeLayer).append(element);
-  }
+  for (const [key, element] of want) if (!rw.shown.has(key)) (key[0] === "n" ? nodeLayer : edgeLayer).append(element);
   rw.shown = want;
-  if (!rw.view) rw.view = fitView(msg);
   applyView();
 }
 
