@@ -792,7 +792,19 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def add(self, x: Any, reverse: bool = False) -> Tensor:
         """self + x, broadcast to a common shape and promoted to a common dtype (`reverse=True`: x + self).
 
-        Raises ValueError when the shapes do not broadcast. Example: `Tensor([1, 2]).add(1).tolist() == [2, 3]`.
+        Args:
+            x: a tensor or number.
+            reverse: compute x + self.
+
+        Returns:
+            The sum, of the broadcast shape.
+
+        Raises:
+            ValueError: shapes that do not broadcast.
+
+        Examples:
+            >>> Tensor([1, 2]).add(1).tolist(), (Tensor([[1], [2]]) + Tensor([10, 20])).tolist()
+            ([2, 3], [[11, 21], [12, 22]])
         """
         return self._binop(Ops.ADD, x, "add", reverse)
 
@@ -800,7 +812,16 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def mul(self, x: Any, reverse: bool = False) -> Tensor:
         """self * x, broadcast and promoted like `add` (`reverse=True`: x * self).
 
-        Example: `Tensor([2]).mul(3).item() == 6`.
+        Args:
+            x: a tensor or number.
+            reverse: compute x * self.
+
+        Returns:
+            The product, of the broadcast shape.
+
+        Examples:
+            >>> Tensor([2]).mul(3).item(), Tensor([2]).mul(0.5).dtype
+            (6, dtypes.float)
         """
         return self._binop(Ops.MUL, x, "mul", reverse)
 
@@ -808,19 +829,49 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def sub(self, x: Any, reverse: bool = False) -> Tensor:
         """self - x, broadcast and promoted like `add` (`reverse=True`: x - self).
 
-        Example: `Tensor([3]).sub(1).item() == 2`.
+        Args:
+            x: a tensor or number.
+            reverse: compute x - self.
+
+        Returns:
+            The difference, of the broadcast shape.
+
+        Examples:
+            >>> Tensor([3]).sub(1).item(), Tensor([3]).sub(1, reverse=True).item()
+            (2, -2)
         """
         lhs, other = self._broadcasted(x, "sub", reverse)
         return Tensor(lhs.uop + other.uop.alu(Ops.MUL, other.uop.const_like(-1)))
 
     @_traced
     def neg(self) -> Tensor:
-        """-self (for a bool tensor, logical not). Example: `Tensor([1, -2]).neg().tolist() == [-1, 2]`."""
+        """-self (for a bool tensor, logical not).
+
+        Returns:
+            A tensor of self's shape and dtype.
+
+        Examples:
+            >>> Tensor([1, -2]).neg().tolist(), Tensor([True]).neg().tolist()
+            ([-1, 2], [False])
+        """
         return self.logical_not() if self.dtype == dtypes.bool else self * -1
 
     @_traced
     def div(self, x: Any, reverse: bool = False, rounding_mode: Literal["trunc", "floor"] | None = None) -> Tensor:
-        """True division (integers are promoted to float first); `rounding_mode` "trunc" or "floor" rounds it."""
+        """True division (integers are promoted to float first); `rounding_mode` "trunc" or "floor" rounds it.
+
+        Args:
+            x: the divisor (or the dividend with reverse), a tensor or number.
+            reverse: compute x / self.
+            rounding_mode: None, "trunc" or "floor".
+
+        Returns:
+            The quotient (integer tensors keep their dtype when rounded).
+
+        Examples:
+            >>> Tensor([7]).div(2).tolist(), Tensor([-7]).div(2, rounding_mode="floor").tolist()
+            ([3.5], [-4])
+        """
         if rounding_mode is not None:
             return self._div_rounded(x, reverse, rounding_mode)
         lhs, other = self._broadcasted(x, "div", reverse)
@@ -830,7 +881,22 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     @_traced
     def idiv(self, y: Any, reverse: bool = False) -> Tensor:
-        """Integer division rounding toward zero (C semantics)."""
+        """Integer division rounding toward zero (C semantics).
+
+        Args:
+            y: the divisor (or the dividend with reverse), a tensor or int.
+            reverse: compute y // self.
+
+        Returns:
+            An integer tensor.
+
+        Raises:
+            TypeError: tensors that are not integers.
+
+        Examples:
+            >>> Tensor([-7, 7]).idiv(2).tolist()
+            [-3, 3]
+        """
         x, other = self._broadcasted(y, "idiv", reverse)
         if not dtypes.is_int(x.dtype):
             raise TypeError(f"idiv: expected integer tensors, got {x.dtype}")
@@ -839,7 +905,19 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     @_traced
     def mod(self, x: Any, reverse: bool = False) -> Tensor:
         """The remainder with the sign of the divisor, like `%` in Python and torch, for integers and floats:
-        `Tensor([-7, 7]).mod(3)` -> [2, 1]. `fmod` keeps the sign of the dividend instead."""
+        `fmod` keeps the sign of the dividend instead.
+
+        Args:
+            x: the divisor (or the dividend with reverse), a tensor or number.
+            reverse: compute x % self.
+
+        Returns:
+            The remainder, of the broadcast shape.
+
+        Examples:
+            >>> Tensor([-7, 7]).mod(3).tolist()
+            [2, 1]
+        """
         return self._mod_floor(x, reverse)
 
     def _mod_trunc(self, x: Any) -> Tensor:
@@ -849,12 +927,34 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     @_traced
     def maximum(self, x: Any) -> Tensor:
-        """Elementwise max(self, x), broadcast like `add`. Example: `Tensor([1, 5]).maximum(3).tolist() == [3, 5]`."""
+        """Elementwise max(self, x), broadcast like `add`.
+
+        Args:
+            x: a tensor or number.
+
+        Returns:
+            A tensor of the broadcast shape.
+
+        Examples:
+            >>> Tensor([1, 5]).maximum(3).tolist()
+            [3, 5]
+        """
         return self._binop(Ops.MAX, x, "maximum")
 
     @_traced
     def minimum(self, x: Any) -> Tensor:
-        """Elementwise min(self, x), broadcast like `add`. Example: `Tensor([1, 5]).minimum(3).tolist() == [1, 3]`."""
+        """Elementwise min(self, x), broadcast like `add`.
+
+        Args:
+            x: a tensor or number.
+
+        Returns:
+            A tensor of the broadcast shape.
+
+        Examples:
+            >>> Tensor([1, 5]).minimum(3).tolist()
+            [1, 3]
+        """
         lhs, other = self._broadcasted(x, "minimum")
         return lhs._order_inverse().maximum(other._order_inverse())._order_inverse()
 
@@ -866,7 +966,15 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def lt(self, y: Any) -> Tensor:
         """Elementwise self < x as a bool tensor, broadcast like `add`.
 
-        Example: `Tensor([1, 2]).lt(2).tolist() == [True, False]`.
+        Args:
+            y: a tensor or number.
+
+        Returns:
+            A bool tensor of the broadcast shape.
+
+        Examples:
+            >>> Tensor([1, 2]).lt(2).tolist()
+            [True, False]
         """
         return self._cmp(Ops.CMPLT, y, "lt")
 
@@ -874,7 +982,15 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def gt(self, y: Any) -> Tensor:
         """Elementwise self > x as a bool tensor, broadcast like `add`.
 
-        Example: `Tensor([1, 3]).gt(2).tolist() == [False, True]`.
+        Args:
+            y: a tensor or number.
+
+        Returns:
+            A bool tensor of the broadcast shape.
+
+        Examples:
+            >>> Tensor([1, 3]).gt(2).tolist()
+            [False, True]
         """
         return self._cmp(Ops.CMPLT, y, "gt", reverse=True)
 
@@ -882,7 +998,15 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def eq(self, x: Any) -> Tensor:
         """Elementwise self == x as a bool tensor, broadcast like `add`.
 
-        Example: `Tensor([1, 2]).eq(2).tolist() == [False, True]`.
+        Args:
+            x: a tensor or number.
+
+        Returns:
+            A bool tensor of the broadcast shape.
+
+        Examples:
+            >>> Tensor([1, 2]).eq(2).tolist()
+            [False, True]
         """
         return self._cmp(Ops.CMPEQ, x, "eq")
 
@@ -890,21 +1014,45 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def ne(self, x: Any) -> Tensor:
         """Elementwise self != x as a bool tensor, broadcast like `add`.
 
-        Example: `Tensor([1, 2]).ne(2).tolist() == [True, False]`.
+        Args:
+            x: a tensor or number.
+
+        Returns:
+            A bool tensor of the broadcast shape.
+
+        Examples:
+            >>> Tensor([1, 2]).ne(2).tolist()
+            [True, False]
         """
         return self._cmp(Ops.CMPNE, x, "ne")
 
     def ge(self, y: Any) -> Tensor:
         """Elementwise self >= x as a bool tensor, broadcast like `add`.
 
-        Example: `Tensor([1, 2]).ge(2).tolist() == [False, True]`.
+        Args:
+            y: a tensor or number.
+
+        Returns:
+            A bool tensor of the broadcast shape.
+
+        Examples:
+            >>> Tensor([1, 2]).ge(2).tolist()
+            [False, True]
         """
         return self._cmp(Ops.CMPLT, y, "ge").logical_not()
 
     def le(self, y: Any) -> Tensor:
         """Elementwise self <= x as a bool tensor, broadcast like `add`.
 
-        Example: `Tensor([1, 3]).le(2).tolist() == [True, False]`.
+        Args:
+            y: a tensor or number.
+
+        Returns:
+            A bool tensor of the broadcast shape.
+
+        Examples:
+            >>> Tensor([1, 3]).le(2).tolist()
+            [True, False]
         """
         return self._cmp(Ops.CMPLT, y, "le", reverse=True).logical_not()
 
@@ -912,7 +1060,12 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def logical_not(self) -> Tensor:
         """Elementwise not, as a bool tensor (nonzero is True).
 
-        Example: `Tensor([0, 2]).logical_not().tolist() == [True, False]`.
+        Returns:
+            A bool tensor of self's shape.
+
+        Examples:
+            >>> Tensor([0, 2]).logical_not().tolist()
+            [True, False]
         """
         return self.cast(dtypes.bool)._cmp(Ops.CMPNE, True, "logical_not")
 
@@ -926,7 +1079,19 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def bitwise_and(self, x: Any, reverse: bool = False) -> Tensor:
         """Elementwise self & x for int and bool tensors, broadcast like `add`.
 
-        Raises TypeError for float dtypes. Example: `Tensor([6]).bitwise_and(3).item() == 2`.
+        Args:
+            x: a tensor or int.
+            reverse: compute x & self.
+
+        Returns:
+            A tensor of the broadcast shape.
+
+        Raises:
+            TypeError: float dtypes.
+
+        Examples:
+            >>> Tensor([6]).bitwise_and(3).item()
+            2
         """
         return self._bitwise(Ops.AND, x, "bitwise_and", reverse)
 
@@ -934,7 +1099,19 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def bitwise_or(self, x: Any, reverse: bool = False) -> Tensor:
         """Elementwise self | x for int and bool tensors, broadcast like `add`.
 
-        Raises TypeError for float dtypes. Example: `Tensor([4]).bitwise_or(1).item() == 5`.
+        Args:
+            x: a tensor or int.
+            reverse: compute x | self.
+
+        Returns:
+            A tensor of the broadcast shape.
+
+        Raises:
+            TypeError: float dtypes.
+
+        Examples:
+            >>> Tensor([4]).bitwise_or(1).item()
+            5
         """
         return self._bitwise(Ops.OR, x, "bitwise_or", reverse)
 
@@ -942,13 +1119,40 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def bitwise_xor(self, x: Any, reverse: bool = False) -> Tensor:
         """Elementwise self ^ x for int and bool tensors, broadcast like `add`.
 
-        Raises TypeError for float dtypes. Example: `Tensor([6]).bitwise_xor(3).item() == 5`.
+        Args:
+            x: a tensor or int.
+            reverse: compute x ^ self.
+
+        Returns:
+            A tensor of the broadcast shape.
+
+        Raises:
+            TypeError: float dtypes.
+
+        Examples:
+            >>> Tensor([6]).bitwise_xor(3).item()
+            5
         """
         return self._bitwise(Ops.XOR, x, "bitwise_xor", reverse)
 
     @_traced
     def where(self, x: Any, y: Any) -> Tensor:
-        """Elementwise `x if self else y`, broadcasting all three."""
+        """Elementwise `x if self else y`, broadcasting all three.
+
+        Args:
+            x: the values where self is True (a tensor or number).
+            y: the values where self is False (a tensor or number).
+
+        Returns:
+            A tensor of the broadcast shape, in x's and y's promoted dtype.
+
+        Raises:
+            ValueError: the condition and the values on different devices.
+
+        Examples:
+            >>> Tensor([True, False]).where(1, 2).tolist()
+            [1, 2]
+        """
         xt = x if isinstance(x, Tensor) else None
         yt = y if isinstance(y, Tensor) else None
         ref = xt if xt is not None else yt if yt is not None else self
@@ -974,75 +1178,175 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     @_traced
     def exp2(self) -> Tensor:
-        """Elementwise 2**x. Example: `Tensor([3.0]).exp2().item() == 8.0`."""
+        """Elementwise 2**x.
+
+        Returns:
+            A float tensor of self's shape.
+
+        Examples:
+            >>> Tensor([3.0]).exp2().item()
+            8.0
+        """
         return self._unary(Ops.EXP2)
 
     @_traced
     def log2(self) -> Tensor:
-        """Elementwise base-2 log; 0 gives -inf and negatives NaN. Example: `Tensor([8.0]).log2().item() == 3.0`."""
+        """Elementwise base-2 log; 0 gives -inf and negatives NaN.
+
+        Returns:
+            A float tensor of self's shape.
+
+        Examples:
+            >>> Tensor([8.0, 0.0]).log2().tolist()
+            [3.0, -inf]
+        """
         return self._unary(Ops.LOG2)
 
     @_traced
     def exp(self) -> Tensor:
-        """Elementwise e**x (ints are cast to float first). Example: `Tensor([0.0]).exp().item() == 1.0`."""
+        """Elementwise e**x (ints are cast to float first).
+
+        Returns:
+            A float tensor of self's shape.
+
+        Examples:
+            >>> Tensor([0]).exp().tolist()
+            [1.0]
+        """
         return (self._as_float() * (1 / math.log(2))).exp2()
 
     @_traced
     def log(self) -> Tensor:
-        """Elementwise natural log; 0 gives -inf and negatives NaN. Example: `Tensor([1.0]).log().item() == 0.0`."""
+        """Elementwise natural log; 0 gives -inf and negatives NaN.
+
+        Returns:
+            A float tensor of self's shape.
+
+        Examples:
+            >>> Tensor([1.0]).log().item()
+            0.0
+        """
         return self.log2() * math.log(2)
 
     @_traced
     def sqrt(self) -> Tensor:
-        """Elementwise square root; negatives give NaN. Example: `Tensor([4.0]).sqrt().item() == 2.0`."""
+        """Elementwise square root; negatives give NaN.
+
+        Returns:
+            A float tensor of self's shape.
+
+        Examples:
+            >>> Tensor([4.0]).sqrt().item()
+            2.0
+        """
         return self._unary(Ops.SQRT)
 
     @_traced
     def sin(self) -> Tensor:
-        """Elementwise sine (radians). Example: `Tensor([0.0]).sin().item() == 0.0`."""
+        """Elementwise sine (radians).
+
+        Returns:
+            A float tensor of self's shape.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, 1.5707963]).sin().tolist()]
+            [0.0, 1.0]
+        """
         return self._unary(Ops.SIN)
 
     @_traced
     def reciprocal(self) -> Tensor:
-        """Elementwise 1/x; 0 gives inf. Example: `Tensor([4.0]).reciprocal().item() == 0.25`."""
+        """Elementwise 1/x; 0 gives inf.
+
+        Returns:
+            A float tensor of self's shape.
+
+        Examples:
+            >>> Tensor([4.0, 0.0]).reciprocal().tolist()
+            [0.25, inf]
+        """
         return self._unary(Ops.RECIPROCAL)
 
     @_traced
     def trunc(self) -> Tensor:
         """Elementwise rounding toward zero (ints are returned unchanged).
 
-        Example: `Tensor([-1.7]).trunc().item() == -1.0`.
+        Returns:
+            A tensor of self's shape and dtype.
+
+        Examples:
+            >>> Tensor([-1.7, 1.7]).trunc().tolist()
+            [-1.0, 1.0]
         """
         return self._unary(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
 
     @_traced
     def relu(self) -> Tensor:
-        """Elementwise max(x, 0). Example: `Tensor([-1.0, 2.0]).relu().tolist() == [0.0, 2.0]`."""
+        """Elementwise max(x, 0); NaN stays NaN (as torch), the gradient at 0 is 0.
+
+        Returns:
+            A tensor of self's shape and dtype.
+
+        Examples:
+            >>> Tensor([-1.0, 2.0]).relu().tolist()
+            [0.0, 2.0]
+        """
         return (self > 0).where(self, 0)
 
     @_traced
     def abs(self) -> Tensor:
         """|x|; -0.0 gives 0.0 and NaN stays NaN. Its gradient is sign(x), 0 at 0 (as torch's).
-        Example: `Tensor([-2.0, 0.0, 3.0]).abs()` -> [2., 0., 3.]."""
+
+        Returns:
+            A tensor of self's shape and dtype.
+
+        Examples:
+            >>> Tensor([-2.0, 0.0, 3.0]).abs().tolist()
+            [2.0, 0.0, 3.0]
+        """
         if self.dtype == dtypes.bool:
             return self
         return (self < 0).where(-self, (self == 0).where(0, self))
 
     @_traced
     def sigmoid(self) -> Tensor:
-        """1 / (1 + exp(-x)), computed from exp(-|x|) so that neither it nor its gradient overflows."""
+        """1 / (1 + exp(-x)), computed from exp(-|x|) so that neither it nor its gradient overflows.
+
+        Returns:
+            A float tensor of self's shape.
+
+        Examples:
+            >>> Tensor([0.0, 100.0]).sigmoid().tolist()
+            [0.5, 1.0]
+        """
         from fusegrad.mixin.elementwise import _sigmoid
 
         return _sigmoid(self._as_float())
 
     @_traced
     def tanh(self) -> Tensor:
-        """Elementwise hyperbolic tangent. Example: `Tensor([0.0]).tanh().item() == 0.0`."""
+        """Elementwise hyperbolic tangent.
+
+        Returns:
+            A float tensor of self's shape.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, 1.0]).tanh().tolist()]
+            [0.0, 0.7616]
+        """
         return 2.0 * (2.0 * self._as_float()).sigmoid() - 1.0
 
     @_traced
     def square(self) -> Tensor:
-        """Elementwise x * x. Example: `Tensor([-3]).square().item() == 9`."""
+        """Elementwise x * x.
+
+        Returns:
+            A tensor of self's shape and dtype.
+
+        Examples:
+            >>> Tensor([-3]).square().item()
+            9
+        """
         return self * self
 
     def _as_float(self) -> Tensor:
