@@ -373,6 +373,31 @@ def open_dag_step(page: Page, url: str, matches: int) -> None:
     page.wait_for_selector("#viewport g.node")
 
 
+def test_graphs_of_a_step_are_built_before_they_are_shown(browser_page: tuple[Page, list[str]]) -> None:
+    """Once laid out, every graph of the step gets its elements in idle time, so a ←/→ step makes none: the node
+    elements shown after stepping through all matches are ones made before the first step."""
+    page, errors = browser_page
+    server, url = start_in_thread(VizSession(dag_trace(400, 4)))
+    try:
+        open_dag_step(page, url, 4)
+        page.wait_for_function("() => window.vizProbe.graphsBuilt() === 5")
+        made = (
+            "() => { window.made = 0; const real = document.createElementNS.bind(document); "
+            "document.createElementNS = (ns, tag) => { window.made += tag === 'g'; return real(ns, tag); }; }"
+        )
+        page.evaluate(made)
+        for _ in range(4):
+            page.evaluate(STEP_KEY)
+        assert page.inner_text("#match-label").startswith("match 4 / 4")
+        assert page.evaluate("() => window.made") == 0
+        page.click("#groups .step")  # picked again (from the page's cache): its elements are made again, in idle time
+        page.wait_for_function("() => window.vizProbe.graphsBuilt() === 5")
+        assert errors == []
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_stepping_through_matches_keeps_the_unchanged_nodes(browser_page: tuple[Page, list[str]]) -> None:
     """At 1,000 nodes a ←/→ step moves the nodes that stay (same elements) instead of drawing the graph again; a step
     picked again is shown from the page's cache, without asking the server."""

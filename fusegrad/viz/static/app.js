@@ -1149,6 +1149,7 @@ window.vizProbe = {
   setView: (t0, t1) => { prof.t0 = t0; prof.t1 = t1; draw(); },
   selectKernel: (name) => selectKernel(name),
   layoutsPending: () => layouts.waiting.size, // graphs sent to the layout worker and not back yet
+  graphsBuilt: () => rw.graphs.filter((m) => m.parts && m.parts.nodes === rw.nodes).length, // elements made (idle)
   kernelPoint(name) {
     for (const row of prof.rows) {
       const tr = row.track;
