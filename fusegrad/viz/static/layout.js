@@ -1,5 +1,6 @@
 // Layered drawing of a rewrite graph (Sugiyama style, left to right, sink on the right), run in a web worker so a
-// big graph never blocks the page: the page posts {key, graph, order} and gets {key, layout} back.
+// big graph never blocks the page: the page posts {key, graph, order} (or {key, text}: the /ctxs line holding them)
+// and gets {key, layout} back.
 // graph: {id: {label, src: [[index, id]]}} (the server's /ctxs message), order: the ids sources first. layout: boxes by
 // id as [x, y, width, height] from the top left, edges [src, dst, index, points], width, height, hidden (nodes not
 // drawn), labels (what a merged repeat shows instead). The steps, in order: collapse a graph past MAX_NODES, layers by
@@ -294,8 +295,8 @@ function layoutGraph(graph, order, maxNodes = MAX_NODES) {
 }
 
 if (typeof WorkerGlobalScope !== "undefined" && self instanceof WorkerGlobalScope) {
-  self.onmessage = (e) => {
-    const { key, graph, order, maxNodes } = e.data;
+  self.onmessage = (e) => { // {key, graph, order, maxNodes}, or {key, text}: the server's graph message as it came
+    const { key, graph, order, maxNodes } = e.data.text ? { ...JSON.parse(e.data.text), key: e.data.key } : e.data;
     self.postMessage({ key, layout: layoutGraph(graph, order, maxNodes) });
   };
 }
