@@ -97,6 +97,16 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         """Training mode for a block or function: `with Tensor.train(): opt.step()`; `Tensor.train(False)` for eval.
 
         Sets `Tensor.training` (read by dropout, batchnorm and the optimisers) and restores it on exit.
+
+        Args:
+            mode: True for training, False for evaluation.
+
+        Examples:
+            >>> with Tensor.train():
+            ...     Tensor.training
+            True
+            >>> Tensor.training
+            False
         """
 
         def __init__(self, mode: bool = True) -> None:
@@ -111,7 +121,17 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             Tensor.training = self.previous.pop()
 
     class test(train):  # noqa: N801
-        """Evaluation mode for a block: `with Tensor.test(): model(x)`."""
+        """Evaluation mode for a block: `with Tensor.test(): model(x)`.
+
+        Args:
+            mode: False sets training mode instead.
+
+        Examples:
+            >>> with Tensor.train():
+            ...     with Tensor.test():
+            ...         Tensor.training
+            False
+        """
 
         def __init__(self, mode: bool = False) -> None:
             super().__init__(mode)
@@ -137,46 +157,94 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def shape(self) -> tuple[int, ...]:
         """The size of each axis, as a tuple (an entry may be a bound symbolic size).
 
-        Example: `Tensor.ones(2, 3).shape == (2, 3)`.
+        Examples:
+            >>> Tensor.ones(2, 3).shape
+            (2, 3)
         """
         return self.uop.shape
 
     @property
     def dtype(self) -> DType:
-        """The element type, a DType such as `dtypes.float32`. Example: `Tensor([1]).dtype == dtypes.int32`."""
+        """The element type, a DType such as `dtypes.float32`.
+
+        Examples:
+            >>> Tensor([1]).dtype, Tensor([1.0]).dtype
+            (dtypes.int, dtypes.float)
+        """
         return self.uop.dtype
 
     @property
     def device(self) -> str | tuple[str, ...]:
         """The device name (`"CPU"`), or a tuple of names for a tensor sharded over several devices.
 
-        Example: `Tensor([1], device="PYTHON").device == "PYTHON"`.
+        Examples:
+            >>> Tensor([1], device="PYTHON").device, Tensor([1, 2]).shard(("CPU", "CPU:1")).device
+            ('PYTHON', ('CPU', 'CPU:1'))
         """
         return self.uop.device
 
     @property
     def ndim(self) -> int:
-        """The number of axes. Example: `Tensor.ones(2, 3).ndim == 2`."""
+        """The number of axes.
+
+        Examples:
+            >>> Tensor.ones(2, 3).ndim, Tensor(1).ndim
+            (2, 0)
+        """
         return len(self.shape)
 
     def numel(self) -> int:
         """The number of elements (the product of the shape; 1 for a 0-d tensor).
 
-        Example: `Tensor.ones(2, 3).numel() == 6`.
+        Returns:
+            The element count.
+
+        Examples:
+            >>> Tensor.ones(2, 3).numel(), Tensor(1).numel()
+            (6, 1)
         """
         return prod(self.shape)
 
     def size(self, dim: int | None = None) -> int | tuple[int, ...]:
         """The shape, or the length of axis `dim` (negative counts from the end), like torch.
-        Raises IndexError for an axis out of range. Example: `Tensor.zeros(2, 3).size(-1) == 3`."""
+
+        Args:
+            dim: an axis, or None for the whole shape.
+
+        Returns:
+            The shape tuple, or one size.
+
+        Raises:
+            IndexError: an axis out of range.
+
+        Examples:
+            >>> Tensor.zeros(2, 3).size(), Tensor.zeros(2, 3).size(-1)
+            ((2, 3), 3)
+        """
         return self.shape if dim is None else self.shape[self._axis(dim, "size")]
 
     def element_size(self) -> int:
-        """Bytes per element: `Tensor([1], dtype=dtypes.int16).element_size() == 2`."""
+        """Bytes per element.
+
+        Returns:
+            The dtype's itemsize.
+
+        Examples:
+            >>> Tensor([1], dtype=dtypes.int16).element_size()
+            2
+        """
         return self.dtype.itemsize
 
     def nbytes(self) -> int:
-        """Bytes of all elements: `Tensor([8, 9], dtype=dtypes.float).nbytes() == 8`."""
+        """Bytes of all elements.
+
+        Returns:
+            numel() * element_size().
+
+        Examples:
+            >>> Tensor([8, 9], dtype=dtypes.float).nbytes()
+            8
+        """
         return self.numel() * self.element_size()
 
     def __len__(self) -> int:
@@ -345,7 +413,21 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         device: str | tuple[str, ...] | None = None,
         **kwargs: Any,
     ) -> Tensor:
-        """A tensor shaped like this one filled with `fill_value`; dtype and device default to this one's."""
+        """A tensor shaped like this one filled with `fill_value`; dtype and device default to this one's.
+
+        Args:
+            fill_value: the value.
+            dtype: the dtype (default: this one's).
+            device: the device (default: this one's).
+            **kwargs: requires_grad.
+
+        Returns:
+            A constant tensor.
+
+        Examples:
+            >>> Tensor([1, 2]).full_like(7).tolist()
+            [7, 7]
+        """
         dt, dev = dtype if dtype is not None else self.dtype, device if device is not None else self.device
         return Tensor.full(self.shape, fill_value, dt, dev, **kwargs)
 
@@ -357,14 +439,30 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def zeros_like(self, **kwargs: Any) -> Tensor:
         """Zeros with this tensor's shape, dtype and device (override with `dtype=`, `device=`).
 
-        Example: `Tensor([1, 2]).zeros_like().tolist() == [0, 0]`.
+        Args:
+            **kwargs: dtype, device, requires_grad.
+
+        Returns:
+            A constant tensor.
+
+        Examples:
+            >>> Tensor([1, 2]).zeros_like().tolist(), Tensor([1, 2]).zeros_like(dtype=dtypes.float).tolist()
+            ([0, 0], [0.0, 0.0])
         """
         return self.full_like(0, **kwargs)
 
     def ones_like(self, **kwargs: Any) -> Tensor:
         """Ones with this tensor's shape, dtype and device (override with `dtype=`, `device=`).
 
-        Example: `Tensor([1, 2]).ones_like().tolist() == [1, 1]`.
+        Args:
+            **kwargs: dtype, device, requires_grad.
+
+        Returns:
+            A constant tensor.
+
+        Examples:
+            >>> Tensor([1, 2]).ones_like().tolist()
+            [1, 1]
         """
         return self.full_like(1, **kwargs)
 
@@ -658,12 +756,35 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     # Gradients need that graph, so call backward() before realizing the loss or the activations it is built from.
 
     def requires_grad_(self, requires_grad: builtins.bool = True) -> Tensor:
-        """Mark this tensor (leaf or intermediate) to receive `.grad` from `backward()`; returns self."""
+        """Mark this tensor (leaf or intermediate) to receive `.grad` from `backward()`; returns self.
+
+        Args:
+            requires_grad: True to receive gradients, False to stop.
+
+        Returns:
+            self.
+
+        Examples:
+            >>> w = Tensor([3.0]).requires_grad_()
+            >>> _ = (w * w).sum().backward()
+            >>> w.grad.tolist()
+            [6.0]
+        """
         self.requires_grad = requires_grad
         return self
 
     def detach(self) -> Tensor:
-        """The same values, cut off from the graph: no gradient flows through the result."""
+        """The same values, cut off from the graph: no gradient flows through the result.
+
+        Returns:
+            A tensor that does not require grad.
+
+        Examples:
+            >>> w = Tensor([2.0], requires_grad=True)
+            >>> _ = (w * w.detach()).sum().backward()  # d/dw of w * const
+            >>> w.grad.tolist()
+            [2.0]
+        """
         return Tensor(self.uop.detach(), requires_grad=False)
 
     def gradient(
@@ -1414,35 +1535,99 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         return Tensor.stack(*split, dim=-1).reshape(*self.shape[:-1], -1).bitcast(dt)
 
     def float(self) -> Tensor:
-        """`cast(dtypes.float32)`. Example: `Tensor([1]).float().dtype == dtypes.float32`."""
+        """`cast(dtypes.float32)`.
+
+        Returns:
+            A float32 tensor.
+
+        Examples:
+            >>> Tensor([1]).float().tolist()
+            [1.0]
+        """
         return self.cast(dtypes.float32)
 
     def double(self) -> Tensor:
-        """`cast(dtypes.float64)`. Example: `Tensor([1.0]).double().dtype == dtypes.float64`."""
+        """`cast(dtypes.float64)`.
+
+        Returns:
+            A float64 tensor.
+
+        Examples:
+            >>> Tensor([1.0]).double().dtype
+            dtypes.double
+        """
         return self.cast(dtypes.float64)
 
     def bfloat16(self) -> Tensor:
-        """`cast(dtypes.bfloat16)`. Example: `Tensor([1.0]).bfloat16().dtype == dtypes.bfloat16`."""
+        """`cast(dtypes.bfloat16)`.
+
+        Returns:
+            A bfloat16 tensor.
+
+        Examples:
+            >>> Tensor([1.0]).bfloat16().dtype
+            dtypes.bfloat16
+        """
         return self.cast(dtypes.bfloat16)
 
     def long(self) -> Tensor:
-        """`cast(dtypes.int64)`. Example: `Tensor([1]).long().dtype == dtypes.int64`."""
+        """`cast(dtypes.int64)`.
+
+        Returns:
+            An int64 tensor.
+
+        Examples:
+            >>> Tensor([1]).long().dtype
+            dtypes.long
+        """
         return self.cast(dtypes.int64)
 
     def short(self) -> Tensor:
-        """`cast(dtypes.int16)`. Example: `Tensor([1]).short().dtype == dtypes.int16`."""
+        """`cast(dtypes.int16)`.
+
+        Returns:
+            An int16 tensor.
+
+        Examples:
+            >>> Tensor([1]).short().dtype
+            dtypes.short
+        """
         return self.cast(dtypes.int16)
 
     def half(self) -> Tensor:
-        """`cast(dtypes.float16)`. Example: `Tensor([1.0]).half().dtype == dtypes.float16`."""
+        """`cast(dtypes.float16)`.
+
+        Returns:
+            A float16 tensor.
+
+        Examples:
+            >>> Tensor([1.0]).half().dtype
+            dtypes.half
+        """
         return self.cast(dtypes.float16)
 
     def int(self) -> Tensor:
-        """`cast(dtypes.int32)` (floats truncate toward zero). Example: `Tensor([1.9]).int().item() == 1`."""
+        """`cast(dtypes.int32)` (floats truncate toward zero).
+
+        Returns:
+            An int32 tensor.
+
+        Examples:
+            >>> Tensor([1.9, -1.9]).int().tolist()
+            [1, -1]
+        """
         return self.cast(dtypes.int32)
 
     def bool(self) -> Tensor:
-        """`cast(dtypes.bool)` (nonzero is True). Example: `Tensor([0, 3]).bool().tolist() == [False, True]`."""
+        """`cast(dtypes.bool)` (nonzero is True).
+
+        Returns:
+            A bool tensor.
+
+        Examples:
+            >>> Tensor([0, 3]).bool().tolist()
+            [False, True]
+        """
         return self.cast(dtypes.bool)
 
     # *** reductions ***
@@ -1502,7 +1687,20 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         keepdim: builtins.bool = False,
         dtype: DTypeLike | None = None,
     ) -> Tensor:
-        """Product along `axis` (all axes when None), in this dtype or cast to `dtype` first; 1 over empty axes."""
+        """Product along `axis` (all axes when None), in this dtype or cast to `dtype` first; 1 over empty axes.
+
+        Args:
+            axis: an axis, a tuple of axes, or None for all.
+            keepdim: keep the reduced axes with size 1.
+            dtype: the dtype to cast to first.
+
+        Returns:
+            The product.
+
+        Examples:
+            >>> Tensor([[1, 2], [3, 4]]).prod().item(), Tensor([[1, 2], [3, 4]]).prod(axis=1).tolist()
+            (24, [2, 12])
+        """
         from fusegrad.mixin.reduce import prod as prod_in
 
         return prod_in(self, axis, keepdim, dtype)
@@ -1729,7 +1927,19 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         return Tensor(self.uop.reshape(tuple(shp)))
 
     def view(self, shape: Any, *args: Any) -> Tensor:
-        """Same as `reshape`: `x.view(2, -1)`."""
+        """Same as `reshape`: `x.view(2, -1)`.
+
+        Args:
+            shape: the new shape, or its first entry.
+            *args: the other entries.
+
+        Returns:
+            A view with the new shape.
+
+        Examples:
+            >>> Tensor.arange(6).view(2, -1).shape
+            (2, 3)
+        """
         return self.reshape(shape, *args)
 
     @_traced
@@ -1902,7 +2112,9 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def T(self) -> Tensor:
         """The tensor with its first two axes swapped (`transpose()`); for a matrix, its transpose.
 
-        Example: `Tensor.ones(2, 3).T.shape == (3, 2)`.
+        Examples:
+            >>> Tensor([[1, 2, 3]]).T.tolist()
+            [[1], [2], [3]]
         """
         return self.transpose()
 
