@@ -65,17 +65,19 @@ async function readLines(url, signal, onMessage) {
   if (!res.ok) throw new Error(`${url}: HTTP ${res.status}`);
   const reader = res.body.getReader();
   const decoder = new TextDecoder();
-  let pending = "";
+  let pending = []; // the pieces of a line not ended yet: a 1 MB line comes in many reads, each looked at once
   for (;;) {
     const { value, done } = await reader.read();
     if (done) break;
-    pending += decoder.decode(value, { stream: true });
-    let nl;
-    while ((nl = pending.indexOf("\n")) >= 0) {
-      const line = pending.slice(0, nl);
-      pending = pending.slice(nl + 1);
+    let chunk = decoder.decode(value, { stream: true }), nl;
+    while ((nl = chunk.indexOf("\n")) >= 0) {
+      pending.push(chunk.slice(0, nl));
+      chunk = chunk.slice(nl + 1);
+      const line = pending.join("");
+      pending = [];
       if (line) onMessage(JSON.parse(line), line);
     }
+    if (chunk) pending.push(chunk);
   }
 }
 
