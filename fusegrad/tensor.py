@@ -85,9 +85,21 @@ def _broadcast_shape(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
 
 
 class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin, LinalgMixin):
-    """A lazily evaluated n-d array on a device. Example: `(Tensor([1, 2]) * 2).tolist() == [2, 4]`.
+    """A lazily evaluated n-d array on a device: ops build a graph, and it runs when a value is read.
 
-    Raises ValueError for shape mismatches (naming the op and both shapes), TypeError for unsupported dtypes.
+    Ops raise ValueError for shape mismatches (naming the op and both shapes), TypeError for unsupported dtypes.
+
+    Args:
+        data: a number, a (nested) list, a numpy array, bytes (as uint8), or a UOp.
+        device: where it lives (default: Device.DEFAULT).
+        dtype: its element type (default: from the data).
+        requires_grad: whether backward() fills its `.grad` (None: when an optimiser takes it).
+
+    Examples:
+        >>> (Tensor([1, 2]) * 2).tolist()
+        [2, 4]
+        >>> Tensor([[1.5]], dtype=dtypes.half).dtype, Tensor(np.arange(3)).shape
+        (dtypes.half, (3,))
     """
 
     __slots__ = ("__weakref__", "_ctx", "grad", "requires_grad", "uop")
@@ -433,7 +445,19 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     def const_like(self, b: ConstType, dtype: DTypeLike | None = None) -> Tensor:
         """A constant tensor of value `b` with this tensor's shape and device (and dtype, unless given); it takes no
-        memory until used. Example: `x.const_like(0.5)`."""
+        memory until used.
+
+        Args:
+            b: the value.
+            dtype: the dtype (default: this one's).
+
+        Returns:
+            A constant tensor.
+
+        Examples:
+            >>> Tensor([1.0, 2.0]).const_like(0.5).tolist()
+            [0.5, 0.5]
+        """
         return self.full_like(b, dtype=dtype if dtype is not None else self.dtype)
 
     def zeros_like(self, **kwargs: Any) -> Tensor:
@@ -530,7 +554,16 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def contiguous(self) -> Tensor:
         """This tensor's values in memory of its own, row-major. A realized buffer is returned as it is; otherwise each
         call makes a distinct node, so two `Tensor.ones(3).contiguous()` realized together still get two buffers and
-        an assign into one never shows in the other. Example: `w = Tensor.zeros(4).contiguous().realize()`."""
+        an assign into one never shows in the other.
+
+        Returns:
+            The tensor backed by (or to be backed by) a buffer of its own.
+
+        Examples:
+            >>> w = Tensor.zeros(4).contiguous().realize()  # a constant made writable
+            >>> w.assign(Tensor.ones(4)).tolist()
+            [1.0, 1.0, 1.0, 1.0]
+        """
         if self.uop.op is Ops.BUFFER:
             return self
         return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,), arg=next(_contiguous_ids)))
@@ -538,7 +571,20 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def clone(self, device: str | tuple[str, ...] | None = None) -> Tensor:
         """A copy of this tensor in a buffer of its own (on `device` if given), same shape and dtype; its `.grad`, if
         any, is cloned too. Gradients flow through it like `contiguous()`.
-        Example: `b = a.clone(); b.assign(b + 1)` leaves `a` unchanged."""
+
+        Args:
+            device: where the copy goes (default: this tensor's device).
+
+        Returns:
+            The copy.
+
+        Examples:
+            >>> a = Tensor([1, 2]).realize()
+            >>> b = a.clone()
+            >>> _ = b.assign(b + 1).realize()
+            >>> a.tolist(), b.tolist()
+            ([1, 2], [2, 3])
+        """
         from fusegrad.schedule.views import is_storage_device
 
         src = self if device is None or _canonical_device(device) == self.device else self.to(device)
@@ -648,8 +694,24 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         return self._buffer().as_memoryview()  # type: ignore[no-any-return]
 
     def assign(self, x: Tensor | ConstType | Any) -> Tensor:
-        """Write `x` into this tensor's memory (in place); returns self. x: a Tensor, a number (filled everywhere), or
-        data `Tensor()` takes (a numpy array, a list) made on this tensor's device in its dtype."""
+        """Write `x` into this tensor's memory (in place); returns self.
+
+        Args:
+            x: a Tensor of the same shape, a number (filled everywhere), or data `Tensor()` takes (a numpy array, a
+                list), made on this tensor's device in its dtype.
+
+        Returns:
+            self, lazily holding the new values.
+
+        Raises:
+            ValueError: a shape that differs.
+            TypeError: a dtype or device that differs.
+
+        Examples:
+            >>> w = Tensor.zeros(3).contiguous().realize()
+            >>> w.assign(Tensor([1.0, 2.0, 3.0])).tolist(), w.assign(7).tolist()
+            ([1.0, 2.0, 3.0], [7.0, 7.0, 7.0])
+        """
         if isinstance(x, Tensor):
             xt = x
         elif isinstance(x, (bool, int, float)):
@@ -702,8 +764,21 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         """Split along `axis` into equal blocks, block d on `devices[d]` (axis None: replicate, like `to`).
 
         The result is one logical tensor of the same shape whose device is the tuple; ops on it run on every device.
-        Raises ValueError when the axis does not divide evenly, IndexError for a bad axis.
-        Example: `Tensor.ones(4, 2).shard(("CPU:0", "CPU:1"), axis=0)`.
+        Args:
+            devices: the device names, one block each.
+            axis: the axis to split, or None to replicate.
+
+        Returns:
+            The sharded tensor.
+
+        Raises:
+            ValueError: the axis does not divide evenly.
+            IndexError: an axis out of range.
+
+        Examples:
+            >>> x = Tensor.ones(4, 2).shard(("CPU", "CPU:1"), axis=0)
+            >>> x.device, x.shape, x.sum().item()
+            (('CPU', 'CPU:1'), (4, 2), 8.0)
         """
         dev = _canonical_device(tuple(devices))
         if not isinstance(dev, tuple) or axis is None:
@@ -796,7 +871,24 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         derivative is zero everywhere (`x.sign()`, a comparison, a detached path) and an empty target get zeros, like
         torch. Raises ValueError for a missing or mis-shaped `gradient`, TypeError for non-float tensors, and
         RuntimeError for a target outside the result's graph unless `materialize_grads` (then its gradient is zeros).
-        Example: `x = Tensor([3.0]); (x * x).sum().gradient(x)[0].tolist() == [6.0]`.
+
+        Args:
+            *targets: the tensors to differentiate with respect to.
+            gradient: d(loss)/d(self) (default: ones).
+            materialize_grads: give zeros for targets outside the graph instead of raising.
+
+        Returns:
+            One gradient per target.
+
+        Raises:
+            ValueError: a missing or mis-shaped gradient.
+            TypeError: tensors that are not float.
+            RuntimeError: a target outside the result's graph (without materialize_grads).
+
+        Examples:
+            >>> x = Tensor([3.0])
+            >>> (x * x).sum().gradient(x)[0].tolist()
+            [6.0]
         """
         from fusegrad.gradient import compute_gradient
 
