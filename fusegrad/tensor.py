@@ -1252,7 +1252,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             >>> Tensor([1, 2]).ge(2).tolist()
             [False, True]
         """
-        return self._cmp(Ops.CMPLT, y, "ge").logical_not()
+        return self._cmp_or_equal(y, "ge", reverse=True)
 
     def le(self, y: Any) -> Tensor:
         """Elementwise self <= x as a bool tensor, broadcast like `add`.
@@ -1267,7 +1267,16 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             >>> Tensor([1, 3]).le(2).tolist()
             [True, False]
         """
-        return self._cmp(Ops.CMPLT, y, "le", reverse=True).logical_not()
+        return self._cmp_or_equal(y, "le")
+
+    def _cmp_or_equal(self, y: Any, name: str, reverse: bool = False) -> Tensor:
+        """x <= y (or y <= x with `reverse`). Integers use not(y < x); floats use (x < y) | (x == y), because
+        NaN compares false both ways and not(<) would call NaN >= 1 true (numpy, torch and IEEE say false)."""
+        x, other = self._broadcasted(y, name)
+        lo, hi = (other, x) if reverse else (x, other)
+        if not dtypes.is_float(x.dtype):
+            return Tensor(hi.uop.alu(Ops.CMPLT, lo.uop)).logical_not()
+        return Tensor(lo.uop.alu(Ops.CMPLT, hi.uop)) | Tensor(lo.uop.alu(Ops.CMPEQ, hi.uop))
 
     @_traced
     def logical_not(self) -> Tensor:

@@ -567,3 +567,42 @@ def test_gradients_at_edge_inputs_match_torch(name: str) -> None:
     assert tx.grad is not None
     check(out, want.detach(), dtypes.float32, rtol=1e-5, atol=1e-6)
     check(x.grad, tx.grad, dtypes.float32, rtol=1e-4, atol=1e-6)
+
+
+_NAN_EDGES = [math.nan, -math.inf, -1.0, -0.0, 0.0, 1.0, math.inf]
+
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+@pytest.mark.parametrize("op", ["lt", "gt", "le", "ge", "eq", "ne"])
+def test_compare_with_nan_is_ieee(device: str, op: str) -> None:
+    """NaN compares false with everything (ne: true), both ways and against Python scalars; >= and <= once read
+    not(<), which called NaN >= 1 true."""
+    a, b = np.array(np.meshgrid(_NAN_EDGES, _NAN_EDGES), dtype=np.float32).reshape(2, -1)
+    fn = {"lt": np.less, "gt": np.greater, "le": np.less_equal, "ge": np.greater_equal, "eq": np.equal,
+          "ne": np.not_equal}[op]  # fmt: skip
+    ta, tb = Tensor(a, device=device), Tensor(b, device=device)
+    np.testing.assert_array_equal(getattr(ta, op)(tb).numpy(), fn(a, b))
+    np.testing.assert_array_equal(getattr(ta, op)(1.0).numpy(), fn(a, np.float32(1.0)))
+    dunder = {"lt": "__lt__", "gt": "__gt__", "le": "__le__", "ge": "__ge__", "eq": "__eq__", "ne": "__ne__"}[op]
+    np.testing.assert_array_equal(getattr(ta, dunder)(tb).numpy(), fn(a, b))
+
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_int_le_ge_unchanged(device: str) -> None:
+    a = np.array([-(2**31), -1, 0, 1, 2**31 - 1], dtype=np.int32)
+    t = Tensor(a, device=device)
+    np.testing.assert_array_equal((t >= 0).numpy(), a >= 0)
+    np.testing.assert_array_equal((t <= 0).numpy(), a <= 0)
+    np.testing.assert_array_equal((0 >= t).numpy(), 0 >= a)
+
+
+def test_relu_keeps_nan_like_torch() -> None:
+    x = np.array([math.nan, -math.inf, -1.0, -0.0, 0.0, 2.0, math.inf], dtype=np.float32)
+    t = Tensor(x, requires_grad=True)
+    tt = torch.tensor(x, requires_grad=True)
+    out, tout = t.relu(), torch.relu(tt)
+    out.sum().backward()
+    tout.sum().backward()
+    np.testing.assert_array_equal(out.numpy(), tout.detach().numpy())
+    assert t.grad is not None and tt.grad is not None
+    np.testing.assert_array_equal(t.grad.numpy(), tt.grad.numpy())
