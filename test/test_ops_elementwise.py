@@ -593,7 +593,7 @@ def test_int_le_ge_unchanged(device: str) -> None:
     t = Tensor(a, device=device)
     np.testing.assert_array_equal((t >= 0).numpy(), a >= 0)
     np.testing.assert_array_equal((t <= 0).numpy(), a <= 0)
-    np.testing.assert_array_equal((0 >= t).numpy(), 0 >= a)
+    np.testing.assert_array_equal((0 >= t).numpy(), 0 >= a)  # noqa: SIM300  # the reflected form on purpose
 
 
 def test_relu_keeps_nan_like_torch() -> None:
@@ -604,5 +604,6 @@ def test_relu_keeps_nan_like_torch() -> None:
     out.sum().backward()
     tout.sum().backward()
     np.testing.assert_array_equal(out.numpy(), tout.detach().numpy())
-    assert t.grad is not None and tt.grad is not None
+    assert t.grad is not None
+    assert tt.grad is not None
     np.testing.assert_array_equal(t.grad.numpy(), tt.grad.numpy())
