@@ -57,6 +57,9 @@ _contiguous_ids = itertools.count()  # makes each Tensor.contiguous() node disti
 
 # every live Tensor, so realized results can be swapped into all of them (weak: never keeps a Tensor alive)
 _all_tensors: dict[weakref.ReferenceType[Tensor], None] = {}
+# the live Tensors whose node was not a realized buffer when set (the `uop` setter adds them): the only ones a realize
+# can repoint, so _apply_map visits these instead of every live tensor (weights, gradients, optimiser state)
+_lazy_tensors: dict[weakref.ReferenceType[Tensor], None] = {}
 
 
 def _canonical_device(device: str | tuple[str, ...] | None) -> str | tuple[str, ...]:
@@ -102,7 +105,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         (dtypes.half, (3,))
     """
 
-    __slots__ = ("__weakref__", "_ctx", "grad", "requires_grad", "uop")
+    __slots__ = ("__weakref__", "_ctx", "_ref", "_uop", "grad", "requires_grad")
     training: ClassVar[bool] = False
 
     class train(contextlib.ContextDecorator):  # noqa: N801  # the reference spells it as a method-like name
@@ -156,14 +159,31 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         uop = data if isinstance(data, UOp) else _uop_from_data(data, _canonical_device(device), dt)
         if dt is not None and uop.dtype != dt:
             uop = uop.cast(dt)
-        self.uop: UOp = uop
+        self._ref: weakref.ReferenceType[Tensor] = weakref.ref(self, _forget)
+        _all_tensors[self._ref] = None
+        self.uop = uop
         self.requires_grad = requires_grad
         self.grad: Tensor | None = None
-        _all_tensors[weakref.ref(self, _forget)] = None
         if (meta := _METADATA.get()) is not None and uop not in all_metadata:
             all_metadata[uop] = (meta,)
 
     # *** properties ***
+
+    @property
+    def uop(self) -> UOp:
+        """This tensor's node in the lazy graph: a view of a realized buffer, or what computes it.
+
+        Examples:
+            >>> (Tensor([1.0, 2.0]) + 1).uop.op
+            Ops.ADD
+        """
+        return self._uop
+
+    @uop.setter
+    def uop(self, value: UOp) -> None:
+        self._uop: UOp = value
+        if not _is_plain_buffer(value):
+            _lazy_tensors[self._ref] = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -2522,7 +2542,11 @@ def settle_assigns(assigns: Sequence[UOp]) -> None:
     _apply_map({u: u.src[0] for u in assigns})
 
 
-def _forget(ref: weakref.ReferenceType[Tensor], forget: Callable[..., Any] = _all_tensors.pop) -> None:
+def _forget(
+    ref: weakref.ReferenceType[Tensor],
+    forget: Callable[..., Any] = _all_tensors.pop,
+    forget_lazy: Callable[..., Any] = _lazy_tensors.pop,
+) -> None:
     """The weakref callback of a dead tensor. `forget` is bound when this is defined: at interpreter exit the module's
     globals may already be None when the last tensors die."""
     forget(ref, None)
@@ -2650,6 +2674,7 @@ def _infer_list_dtype(data: Any) -> DType:
         return dtypes.bool
     if all(isinstance(x, (bool, int)) for x in flat):
         return dtypes.default_int
+    forget_lazy(ref, None)
     return dtypes.default_float
 
 
@@ -2697,16 +2722,20 @@ def _is_plain_buffer(u: UOp) -> bool:
 
 
 def _apply_map(becomes: dict[UOp, UOp]) -> None:
-    """Point every live tensor whose graph contains a key of `becomes` at the replacement."""
+    """Point every live tensor whose graph contains a key of `becomes` at the replacement (only lazy tensors can:
+    a realized buffer's graph holds nothing to replace; those that became one leave the lazy set here)."""
     if not becomes:
         return
-    live = [t for ref in list(_all_tensors) if (t := ref()) is not None]
-    done: set[int] = set()
-    for t in live:
-        if t.uop in becomes:
-            t.uop = becomes[t.uop]
-            done.add(id(t))
-    others = [t for t in live if id(t) not in done and not _is_plain_buffer(t.uop)]
+    others: list[Tensor] = []
+    for ref in list(_lazy_tensors):
+        if (t := ref()) is None:
+            continue
+        if (u := t._uop) in becomes:
+            t.uop = u = becomes[u]
+        elif not _is_plain_buffer(u):
+            others.append(t)
+        if _is_plain_buffer(u):
+            del _lazy_tensors[ref]
     if not others:
         return
     sink = UOp.sink(*[t.uop for t in others])

@@ -112,22 +112,22 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class Template:
-    """A value of the becomes map with its BUFFER nodes replaced by placeholders (NOOP nodes numbered by
-    parameter), in sources-first order: instantiated with a realize's buffers, it is what a tensor reads after."""
+    """A value of the becomes map as a recipe: per node, sources first, (op, dtype, arg, tag, source positions), with
+    each BUFFER as the parameter it stands for (an int). Built with a realize's buffers, it is what a tensor reads
+    afterwards. No UOp is kept: a kept node would outlive its graph, and with it its Tensor-call label, which a later
+    node of the same value would then inherit (hash-consing)."""
 
-    nodes: tuple[UOp, ...]
+    nodes: tuple[int | tuple[Any, ...], ...]
 
     def instantiate(self, params: list[UOp]) -> UOp:
-        made: dict[UOp, UOp] = {}
+        made: list[UOp] = []
         for node in self.nodes:
-            if node.op is Ops.NOOP:
-                made[node] = params[node.arg]
-            elif node.src:
-                srcs = tuple([made[s] for s in node.src])
-                made[node] = node if srcs == node.src else node.replace(src=srcs)
+            if isinstance(node, int):
+                made.append(params[node])
             else:
-                made[node] = node
-        return made[self.nodes[-1]]
+                op, dtype, arg, tag, srcs = node
+                made.append(UOp(op, dtype, tuple([made[i] for i in srcs]), arg, tag))
+        return made[-1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,18 +147,23 @@ schedule_cache: dict[tuple[Any, ...], CachedSchedule] = {}  # mutated in place, 
 cache_counts: dict[str, int] = {"hit": 0, "miss": 0, "off": 0}
 
 
-def _placeholder(dtype: DType, param: int) -> UOp:
-    return UOp(Ops.NOOP, dtype, (), param)
-
-
 def _template(value: UOp, param_of: dict[UOp, int]) -> Template | None:
-    """`value` with parameter placeholders for its BUFFER nodes; None if it holds a buffer that is no parameter."""
+    """`value` as a recipe over the parameters; None if it holds a buffer that is no parameter."""
+    position: dict[UOp, int] = {}
+    nodes: list[int | tuple[Any, ...]] = []
     for u in value.toposort():
-        if (u.op is Ops.BUFFER and u not in param_of) or u.op in _UNCACHEABLE:
+        if u.op is Ops.BUFFER:
+            if u not in param_of:
+                return None
+            nodes.append(param_of[u])
+        elif u.op in _UNCACHEABLE or any(s not in position for s in u.src):
             return None
-    placeholders = {buf: _placeholder(buf.dtype, i) for buf, i in param_of.items()}
-    shaped = value.substitute(placeholders) if any(b in placeholders for b in value.toposort()) else value
-    return Template(tuple(shaped.toposort()))
+        elif u.op is Ops.UNIQUE:
+            continue  # a BUFFER's identity: the BUFFER is a parameter
+        else:
+            nodes.append((u.op, u.dtype, u.arg, u.tag, tuple(position[s] for s in u.src)))
+        position[u] = len(nodes) - 1
+    return Template(tuple(nodes))
 
 
 def _steps(items: list[ExecItem], slot_of: dict[int, int]) -> tuple[Step, ...] | None:

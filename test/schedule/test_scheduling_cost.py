@@ -64,3 +64,23 @@ def test_a_second_round_still_runs_when_a_walk_inlined_a_split_reduce(monkeypatc
     assert len([i for i in first.schedule(second) if i.ast.op.name == "SINK"]) == 3
     assert len(walks) > 3  # the walks of the first round, then a second round
     np.testing.assert_allclose([first.item(), second.item()], [a.sum() + 1, a.sum() * 2])
+
+
+def test_a_realize_visits_lazy_tensors_only() -> None:
+    """Realized tensors (weights, optimiser state) leave the set a realize repoints; assigning makes one lazy again,
+    and the realize still repoints it and every lazy tensor reading it."""
+    import numpy as np
+
+    from fusegrad import tensor
+
+    weights = [Tensor.ones(3).contiguous().realize() for _ in range(200)]
+    (weights[0] + 1).realize()
+    lazy = {ref() for ref in tensor._lazy_tensors}
+    assert not any(w in lazy for w in weights)
+    weights[1].assign(weights[1] * 3)
+    reader = weights[1] + 1
+    assert weights[1] in {ref() for ref in tensor._lazy_tensors}
+    weights[1].realize()
+    np.testing.assert_array_equal(weights[1].numpy(), [3.0, 3.0, 3.0])
+    np.testing.assert_array_equal(reader.numpy(), [4.0, 4.0, 4.0])
+    assert weights[1] not in {ref() for ref in tensor._lazy_tensors}
