@@ -298,7 +298,21 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def empty(
         *shape: Any, device: str | tuple[str, ...] | None = None, dtype: DTypeLike | None = None, **kwargs: Any
     ) -> Tensor:
-        """An uninitialised tensor: memory is allocated on first use and never written."""
+        """An uninitialised tensor: memory is allocated on first use and never written.
+
+        Args:
+            *shape: the shape, as ints or one tuple.
+            device: where it lives (default: Device.DEFAULT).
+            dtype: its dtype (default: the default float).
+            **kwargs: requires_grad.
+
+        Returns:
+            A tensor whose values are whatever the memory held.
+
+        Examples:
+            >>> Tensor.empty(2, 3, dtype=dtypes.int32).shape
+            (2, 3)
+        """
         shp = _shape_arg(shape)
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         if is_symbolic(shp):  # memory for the largest size, viewed as its first prod(shape) elements
@@ -513,7 +527,20 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def empty_like(
         self, dtype: DTypeLike | None = None, device: str | tuple[str, ...] | None = None, **kwargs: Any
     ) -> Tensor:
-        """Uninitialised memory shaped like this one; dtype and device default to this one's."""
+        """Uninitialised memory shaped like this one; dtype and device default to this one's.
+
+        Args:
+            dtype: the dtype (default: this one's).
+            device: the device (default: this one's).
+            **kwargs: requires_grad.
+
+        Returns:
+            An uninitialised tensor.
+
+        Examples:
+            >>> Tensor([[1, 2]]).empty_like().shape
+            (1, 2)
+        """
         dt, dev = dtype if dtype is not None else self.dtype, device if device is not None else self.device
         return Tensor.empty(self.shape, dtype=dt, device=dev, **kwargs)
 
@@ -621,7 +648,21 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     def replace(self, x: Tensor) -> Tensor:
         """Point this tensor at `x`'s data (dtype and device may differ; shapes must match) and return self.
-        Raises ValueError on a shape mismatch. Example: `w.replace(w.cast(dtypes.half))` converts a weight in place."""
+
+        Args:
+            x: the tensor whose data this one takes (same shape).
+
+        Returns:
+            self.
+
+        Raises:
+            ValueError: a shape mismatch.
+
+        Examples:
+            >>> w = Tensor([1.0, 2.0])
+            >>> w.replace(w.cast(dtypes.half)).dtype  # converts a weight in place
+            dtypes.half
+        """
         if self.shape != x.shape:
             raise ValueError(f"replace: shape mismatch: got {x.shape}, expected {self.shape}")
         self.uop = x.uop
@@ -813,11 +854,36 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         return Tensor(UOp(Ops.COPY, self.dtype, (self.uop, UOp(Ops.DEVICE, arg=dev)), a))
 
     def to_(self, device: str | tuple[str, ...] | None) -> Tensor:
-        """In place: this tensor (and its gradient) now lives on `device`; returns self."""
+        """In place: this tensor (and its gradient) now lives on `device`; returns self.
+
+        Args:
+            device: a device name, or a tuple of them.
+
+        Returns:
+            self.
+
+        Examples:
+            >>> t = Tensor([1, 2])
+            >>> t.to_("CPU:1") is t, t.device
+            (True, 'CPU:1')
+        """
         return self._moved_in_place(self.to(device), None if self.grad is None else self.grad.to(device))
 
     def shard_(self, devices: tuple[str, ...] | list[str], axis: builtins.int | None = None) -> Tensor:
-        """In place: this tensor (and its gradient) is now sharded like `shard(devices, axis)`; returns self."""
+        """In place: this tensor (and its gradient) is now sharded like `shard(devices, axis)`; returns self.
+
+        Args:
+            devices: the device names.
+            axis: the axis to split, or None to replicate.
+
+        Returns:
+            self.
+
+        Examples:
+            >>> t = Tensor([1, 2, 3, 4])
+            >>> t.shard_(("CPU", "CPU:1"), axis=0).device
+            ('CPU', 'CPU:1')
+        """
         grad = None if self.grad is None else self.grad.shard(devices, axis)
         return self._moved_in_place(self.shard(devices, axis), grad)
 
@@ -1619,7 +1685,21 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         """The same bytes read as `dtype`. A different element size regroups the last axis' bytes (little-endian):
         (..., n) of `old` bytes -> (..., n * old / new). Raises ValueError when those bytes don't divide evenly (or the
         tensor is 0-d). On a device that runs no kernels (DISK) the result views the same memory, which must be one run
-        of bytes (RuntimeError if not). Example: `Tensor([1.0]).bitcast(dtypes.uint16).tolist() == [0, 16256]`."""
+        of bytes (RuntimeError if not).
+
+        Args:
+            dtype: the dtype to read the bytes as.
+
+        Returns:
+            A tensor of dtype over the same bytes.
+
+        Raises:
+            ValueError: bytes that do not divide evenly into the new element size, or a 0-d tensor.
+
+        Examples:
+            >>> Tensor([1.0]).bitcast(dtypes.uint16).tolist()
+            [0, 16256]
+        """
         dt = to_dtype(dtype)
         old, new = self.dtype.itemsize, dt.itemsize
         if dt == self.dtype or old == new:
@@ -1904,7 +1984,20 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     @_traced
     def normalize(self, p: builtins.float = 2.0, dim: builtins.int = 1, eps: builtins.float = 1e-12) -> Tensor:
         """self / max(|self|_p, eps) with the p-norm taken over `dim` (kept), like torch.nn.functional.normalize;
-        p=0 counts the non-zeros. Same shape as self. Example: `Tensor([[3.0, 4.0]]).normalize()` -> [[0.6, 0.8]]."""
+        p=0 counts the non-zeros.
+
+        Args:
+            p: the norm's order.
+            dim: the axis the norm is taken over.
+            eps: the smallest norm divided by.
+
+        Returns:
+            A tensor of self's shape.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([[3.0, 4.0]]).normalize()[0].tolist()]
+            [0.6, 0.8]
+        """
         if p == 0:
             norm = (self != 0).sum(dim, keepdim=True).cast(self.dtype)
         else:
@@ -2158,8 +2251,18 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def shrink(self, arg: Sequence[tuple[builtins.int, builtins.int] | None]) -> Tensor:
         """The view keeping `[start, end)` of each axis; `arg` has one pair (or None: the whole axis) per axis.
 
-        Raises ValueError for a wrong number of pairs or a range outside the axis. Example: `Tensor([1, 2,
-        3]).shrink(((1, 3),)).tolist() == [2, 3]`.
+        Args:
+            arg: one (start, end) pair or None per axis.
+
+        Returns:
+            A view.
+
+        Raises:
+            ValueError: a wrong number of pairs or a range outside the axis.
+
+        Examples:
+            >>> Tensor([1, 2, 3]).shrink(((1, 3),)).tolist(), Tensor([[1, 2], [3, 4]]).shrink((None, (0, 1))).tolist()
+            ([2, 3], [[1], [3]])
         """
         if len(arg) != self.ndim:
             raise ValueError(f"shrink: expected {self.ndim} (start, end) pairs for shape {self.shape}, got {len(arg)}")
@@ -2174,7 +2277,21 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     def shrink_to(self, shape: Any, *args: builtins.int | None) -> Tensor:
         """Keep the first `shape[i]` entries of each axis (None keeps it): `(4, 8) -> shrink_to(2, None) -> (2, 8)`.
-        Raises ValueError unless one entry is given per axis, each within the axis. Example: `t.shrink_to(2, 2)`."""
+
+        Args:
+            shape: the sizes to keep (None keeps an axis), or the first of them.
+            *args: the other sizes.
+
+        Returns:
+            A view.
+
+        Raises:
+            ValueError: not one entry per axis, or a size larger than its axis.
+
+        Examples:
+            >>> Tensor.zeros(4, 8).shrink_to(2, None).shape
+            (2, 8)
+        """
         return self.shrink(tuple(None if s is None else (0, s) for s in argfix(shape, *args)))
 
     @_traced
