@@ -53,8 +53,9 @@ def _const_ranges(sink: UOp, axis_type: AxisType) -> list[UOp]:
 
 def actions(sink: UOp) -> list[Opt]:
     """The opts that may extend `sink`'s current ones: UPCAST of each constant output loop by a divisor (the upcast
-    loops' sizes multiplying to at most MAX_UPCAST) unless a reduce is grouped, GROUP of each constant reduce axis by
-    a divisor unless there are upcasts, SWAP of each pair of output loops. Candidates only: apply_opts still decides
+    loops' sizes multiplying to at most MAX_UPCAST) unless a reduce is grouped or packed, GROUP of each constant
+    reduce axis by a divisor unless there are upcasts, SWAP of each pair of output loops, PACK of each buffer a reduce
+    loads across each constant output loop that load doesn't depend on. Candidates only: apply_opts still decides
     whether one fits (ValueError: it doesn't)."""
     upcast = math.prod(int(r.src[0].arg) for r in _const_ranges(sink, AxisType.UPCAST))
     loops, reduces = _const_ranges(sink, AxisType.LOOP), _const_ranges(sink, AxisType.REDUCE)
@@ -67,7 +68,22 @@ def actions(sink: UOp) -> list[Opt]:
     for r in [] if upcast > 1 else reduces:
         ret += [Opt(OptOps.GROUP, r.arg[0], a) for a in GROUP_AMOUNTS if int(r.src[0].arg) % a == 0]
     ret += [Opt(OptOps.SWAP, a.arg[0], b.arg[0]) for i, a in enumerate(loops) for b in loops[i + 1 :]]
-    return ret
+    return ret + pack_actions(sink, loops)
+
+
+def pack_actions(sink: UOp, loops: list[UOp]) -> list[Opt]:
+    """PACK(loop, slot) for each global load inside a reduce and each output loop its index doesn't depend on (the
+    loop its panel is copied outside of, then reused across): opt.py packs only such a load."""
+    # loops a store's address depends on: not a PACK's copy loops (a panel placed by another's copy is no reuse)
+    stored = {r for st in sink.src if st.op is Ops.STORE for r in st.src[0].toposort()}
+    loops = [r for r in loops if r in stored]
+    nodes = sink.toposort()
+    reduced = {r for u in nodes if u.op is Ops.REDUCE for r in u.src[1:]}
+    indexes = [u.src[0] for u in nodes if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
+    indexes = [x for x in indexes if x.src[0].op is Ops.DEFINE_GLOBAL and reduced & set(x.toposort())]
+    # once packed, the load indexes the panel's copy loops, not a reduce range: the same PACK is not proposed again
+    ret = [Opt(OptOps.PACK, r.arg[0], int(x.src[0].arg)) for x in indexes for r in loops if r not in x.toposort()]
+    return dedup(ret)
 
 
 def extensions(sink: UOp, opts: tuple[Opt, ...]) -> list[tuple[Opt, ...]]:

@@ -20,7 +20,7 @@ from fusegrad.helpers import Context
 from fusegrad.uop import AxisType, Ops
 from fusegrad.uop.ops import UOp
 
-UPCAST, GROUP, SWAP = OptOps.UPCAST, OptOps.GROUP, OptOps.SWAP
+UPCAST, GROUP, SWAP, PACK = OptOps.UPCAST, OptOps.GROUP, OptOps.SWAP, OptOps.PACK
 
 
 @pytest.fixture(autouse=True)
@@ -78,13 +78,17 @@ def test_actions_of_a_matmul() -> None:
         Opt(UPCAST, 0, 2), Opt(UPCAST, 0, 4),
         Opt(UPCAST, 1, 2), Opt(UPCAST, 1, 4), Opt(UPCAST, 1, 8), Opt(UPCAST, 1, 16),
         Opt(GROUP, 2, 2), Opt(GROUP, 2, 4), Opt(GROUP, 2, 8),
-        Opt(SWAP, 0, 1)]  # fmt: skip
+        Opt(SWAP, 0, 1),
+        Opt(PACK, 1, 1), Opt(PACK, 0, 2)]  # fmt: skip  # a's rows serve every column, b's columns every row
     # after an upcast: no GROUP (gcc compiles such kernels very slowly), the upcast budget caps the next amounts
     after = extensions(sink, (Opt(UPCAST, 1, 16),))
     assert (Opt(UPCAST, 1, 16), Opt(UPCAST, 0, 4)) in after
     assert all(o[-1].op is not GROUP for o in after)
-    # axis 1 is gone (upcast whole): no swap of it; axis 0's 12 rows split by powers of two (no 3: see UPCAST_AMOUNTS)
-    assert [o[-1] for o in after] == [Opt(UPCAST, 0, 2), Opt(UPCAST, 0, 4)]
+    # axis 1 is gone (upcast whole): no swap of it, no packing of a across it; axis 0's 12 rows split by powers of two
+    # (no 3: see UPCAST_AMOUNTS)
+    assert [o[-1] for o in after] == [Opt(UPCAST, 0, 2), Opt(UPCAST, 0, 4), Opt(PACK, 0, 2)]
+    # once packed: no upcast (opt.py refuses to split a loop the panel's copy is placed by), no second PACK of b
+    assert [o[-1] for o in extensions(sink, (Opt(PACK, 0, 2),))] == [Opt(PACK, 1, 1)]
 
 
 def test_beam_picks_the_fastest_and_stops_when_nothing_is_faster(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -98,6 +102,37 @@ def test_beam_picks_the_fastest_and_stops_when_nothing_is_faster(monkeypatch: py
     assert timed[:2] == [(), (Opt(UPCAST, 0, 4), Opt(UPCAST, 1, 16))]
     assert fastest in timed
     assert all(len(opts) <= 3 for opts in timed)
+
+
+def test_beam_considers_pack_and_its_choice_is_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    fastest = (Opt(UPCAST, 0, 4), Opt(UPCAST, 1, 16), Opt(PACK, 0, 2))  # the heuristic's tile, then b packed
+    timed = fake_clock(monkeypatch, fastest)
+    checked: dict[tuple[Opt, ...], float | None] = {}
+    real_time = Bench.time
+
+    def time(self: Bench, opts: tuple[Opt, ...]) -> float | None:
+        checked[opts] = real_time(self, opts)
+        return checked[opts]
+
+    monkeypatch.setattr(Bench, "time", time)
+    # integer-valued floats: every summation order gives the same bits, so any difference is a wrong value read
+    rng = np.random.default_rng(1)
+    x, y = (rng.integers(-4, 5, (16, 16)).astype(np.float32) for _ in range(2))
+    ei = (Tensor(x).realize() @ Tensor(y).realize()).schedule()[-1]
+    with Context(BEAM=2, IGNORE_BEAM_CACHE=1):
+        assert applied(ei) == fastest
+    packed = [opts for opts in timed if opts and opts[-1].op is PACK]
+    # from no opts: a packed across the columns, b across the rows; from the heuristic's tile: b across its row tiles
+    assert {(Opt(PACK, 1, 1),), (Opt(PACK, 0, 2),), fastest} <= set(packed)
+    assert all(checked[opts] is not None for opts in packed)  # each ran and matched the unoptimised kernel
+    ei.run()
+    chosen = ei.bufs[0].numpy().copy()
+    method_cache.clear()
+    with Context(NOOPT=1):
+        ExecItem(ei.ast, ei.bufs).run()
+    plain = ei.bufs[0].numpy()
+    assert chosen.tobytes() == plain.tobytes()
+    np.testing.assert_array_equal(chosen.reshape(16, 16), x @ y)
 
 
 def test_beam_never_picks_a_wrong_candidate(monkeypatch: pytest.MonkeyPatch) -> None:
