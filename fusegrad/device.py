@@ -7,6 +7,7 @@ Entry points: `Device[name]` opens a device; `Buffer(device, size, dtype).alloca
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import decimal
 import errno
@@ -665,14 +666,35 @@ class Allocator(Generic[H]):
         return None
 
 
+HUGEPAGE_BYTES = 2 << 20  # allocations this large ask for transparent huge pages (x86-64 and arm64 PMD size)
+
+
+def host_mmap(size: int) -> mmap.mmap:
+    """A page-aligned, zero-filled anonymous mapping of `size` bytes, private to this process where the OS allows.
+
+    Python's mmap maps shared memory by default; on Linux that is shmem, which gets no transparent huge pages unless
+    shmem_enabled says so (it rarely does), and memory-bound kernels on it ran ~30% below numpy arrays. Nothing
+    shares host buffers across processes (MPI copies through its own transport, the fuzz pool talks over pipes), so a
+    private mapping loses nothing; a fork child gets a copy-on-write view, as with numpy's memory.
+    """
+    if not hasattr(mmap, "MAP_PRIVATE"):  # Windows: anonymous memory is private already
+        return mmap.mmap(-1, size, access=mmap.ACCESS_WRITE)
+    mem = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)  # fileno -1: CPython adds MAP_ANONYMOUS itself
+    if size >= HUGEPAGE_BYTES and hasattr(mmap, "MADV_HUGEPAGE"):
+        with contextlib.suppress(OSError):  # EINVAL where the kernel has no THP: small pages still work
+            mem.madvise(mmap.MADV_HUGEPAGE)
+    return mem
+
+
 class MallocAllocator(Allocator[memoryview]):
-    """Host memory: each allocation is a page-aligned, zero-filled anonymous mmap, handled as a byte memoryview."""
+    """Host memory: each allocation is a page-aligned, zero-filled private anonymous mmap (`host_mmap`), handled as a
+    byte memoryview; 2 MB and larger ones are advised to use transparent huge pages."""
 
     def _alloc(self, size: int, options: BufferSpec) -> memoryview:
         if options.external_ptr is not None:
             return to_mv(options.external_ptr, size)
         try:
-            return memoryview(mmap.mmap(-1, size, access=mmap.ACCESS_WRITE))
+            return memoryview(host_mmap(size))
         except OSError as err:
             if err.errno == errno.ENOMEM:
                 raise MemoryError(f"mmap of {size} bytes failed on {self.dev.device}: {err}") from err

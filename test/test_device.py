@@ -4,6 +4,8 @@ GlobalCounters), the LRU allocator with its retry on MemoryError, MAX_BUFFER_SIZ
 from __future__ import annotations
 
 import gc
+import mmap
+import os
 import pickle
 import subprocess
 import sys
@@ -14,6 +16,7 @@ import numpy as np
 import pytest
 
 from fusegrad.device import (
+    HUGEPAGE_BYTES,
     Allocator,
     Buffer,
     BufferSpec,
@@ -379,6 +382,37 @@ def test_memory_error_twice_names_size_device_and_cache(
     monkeypatch.setattr(allocator, "_alloc", always_fail)
     with pytest.raises(MemoryError, match=r"out of memory on CPU: 100 bytes requested.*\(2 cached buffers, 48 bytes\)"):
         allocator.alloc(100)
+
+
+def smaps_entry(address: int) -> tuple[str, list[str]]:
+    """The permissions and VmFlags of the mapping holding `address`, from /proc/self/smaps."""
+    perms, flags, inside = "", [], False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if "-" in head[0] and not head[0].endswith(":"):
+                start, end = (int(x, 16) for x in head[0].split("-"))
+                inside, perms = start <= address < end, head[1]
+            elif inside and head[0] == "VmFlags:":
+                flags = head[1:]
+                break
+    assert flags, f"no mapping holds {address:#x}"
+    return perms, flags
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads the mapping from /proc/self/smaps")
+@pytest.mark.parametrize("size", [4096 * 3 + 5, 4 << 20])
+def test_host_memory_is_private_zeroed_and_advised_huge(allocator: MallocAllocator, size: int) -> None:
+    mem = allocator.alloc(size)
+    address = mv_address(mem)
+    assert address % mmap.PAGESIZE == 0
+    assert len(mem) == size
+    assert not any(mem)
+    perms, flags = smaps_entry(address)
+    assert perms == "rw-p", f"host memory should be a private read-write mapping, got {perms}"
+    assert "sh" not in flags
+    thp = hasattr(mmap, "MADV_HUGEPAGE") and os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled")
+    assert ("hg" in flags) == (thp and size >= HUGEPAGE_BYTES), f"VmFlags {flags}"
 
 
 def test_allocator_base_needs_a_runtime() -> None:
