@@ -1599,7 +1599,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             >>> Tensor([-1.0, 2.0]).relu().tolist()
             [0.0, 2.0]
         """
-        return (self > 0).where(self, 0)
+        return (self <= 0).where(0, self)
 
     @_traced
     def abs(self) -> Tensor:
@@ -2667,6 +2667,7 @@ def _forget(
     """The weakref callback of a dead tensor. `forget` is bound when this is defined: at interpreter exit the module's
     globals may already be None when the last tensors die."""
     forget(ref, None)
+    forget_lazy(ref, None)
 
 
 def _size(x: Any) -> Any:
@@ -2791,7 +2792,6 @@ def _infer_list_dtype(data: Any) -> DType:
         return dtypes.bool
     if all(isinstance(x, (bool, int)) for x in flat):
         return dtypes.default_int
-    forget_lazy(ref, None)
     return dtypes.default_float
 
 
