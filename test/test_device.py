@@ -71,7 +71,8 @@ def test_canonicalize_device_tuples() -> None:
 
 
 def test_unknown_device_lists_the_available_ones() -> None:
-    with pytest.raises(ValueError, match=r"unknown device 'FOO:1': expected one of CPU, DISK, NPY, NULL, PYTHON"):
+    expected = r"unknown device 'FOO:1': expected one of CL, CPU, CUDA, DISK, NPY, NULL, PYTHON"
+    with pytest.raises(ValueError, match=expected):
         Device["foo:1"]
 
 
@@ -95,9 +96,11 @@ def test_default_falls_back_to_python_without_a_c_compiler() -> None:
 
 
 def test_enumerate_devices_reports_pass_and_fail() -> None:
-    lines = list(enumerate_devices_str())
-    assert len(lines) == 3
-    assert all("PASS" in line for line in lines), lines
+    lines = {line.split(":")[0].strip(" *"): line for line in enumerate_devices_str()}
+    assert sorted(lines) == ["CL", "CPU", "CUDA", "NULL", "PYTHON"]
+    assert all("PASS" in lines[name] for name in ("CPU", "NULL", "PYTHON")), lines
+    # the GPU backends pass where their driver is, else fail with the reason (CUDA names libcuda without one)
+    assert all("PASS" in lines[name] or ("FAIL" in lines[name] and "Error:" in lines[name]) for name in ("CL", "CUDA"))
     with Context(CPU_CC="/nonexistent/cc"):
         cpu_line = next(line for line in enumerate_devices_str() if " CPU " in line)
     assert "FAIL" in cpu_line
@@ -107,8 +110,9 @@ def test_enumerate_devices_reports_pass_and_fail() -> None:
 def test_python_dash_m_lists_devices() -> None:
     proc = subprocess.run([sys.executable, "-m", "fusegrad.device"], capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr
-    assert [line.split(":")[0].strip(" *") for line in proc.stdout.splitlines()] == ["CPU", "NULL", "PYTHON"]
-    assert proc.stdout.count("PASS") == 3
+    names = [line.split(":")[0].strip(" *") for line in proc.stdout.splitlines()]
+    assert names == ["CL", "CPU", "CUDA", "NULL", "PYTHON"]
+    assert proc.stdout.count("PASS") + proc.stdout.count("FAIL") == 5
 
 
 def test_compiled_without_parts_raises() -> None:
