@@ -182,7 +182,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     @uop.setter
     def uop(self, value: UOp) -> None:
         self._uop: UOp = value
-        if not _is_plain_buffer(value):
+        if not _is_settled(value):
             _lazy_tensors[self._ref] = None
 
     @property
@@ -2838,6 +2838,12 @@ def _is_plain_buffer(u: UOp) -> bool:
     return u.base.op in (Ops.BUFFER, Ops.CONST, Ops.IOTA)
 
 
+def _is_settled(u: UOp) -> bool:
+    """A realized buffer, a view of one or a constant: no realize can repoint it. An IOTA (arange) is not: nothing
+    below it can be replaced, but a realize replaces the IOTA itself with its buffer."""
+    return u.base.op in (Ops.BUFFER, Ops.CONST)
+
+
 def _apply_map(becomes: dict[UOp, UOp]) -> None:
     """Point every live tensor whose graph contains a key of `becomes` at the replacement (only lazy tensors can:
     a realized buffer's graph holds nothing to replace; those that became one leave the lazy set here)."""
@@ -2851,7 +2857,7 @@ def _apply_map(becomes: dict[UOp, UOp]) -> None:
             t.uop = u = becomes[u]
         elif not _is_plain_buffer(u):
             others.append(t)
-        if _is_plain_buffer(u):
+        if _is_settled(u):
             del _lazy_tensors[ref]
     if not others:
         return

@@ -359,3 +359,14 @@ def test_contiguous_results_realized_together_do_not_share_memory():
 def test_contiguous_of_a_realized_buffer_is_itself():
     a = Tensor([1.0, 2.0]).contiguous().realize()
     assert a.contiguous() is a
+
+
+def test_realized_arange_is_backed_by_its_buffer() -> None:
+    """An arange (IOTA) is replaced by its buffer when realized: the tensor must be repointed like any lazy one (the
+    lazy-tensor set once skipped IOTA, so a realize computed it and the tensor kept recomputing it; schedule() was
+    empty)."""
+    items, _ = Tensor.arange(65535).schedule_with_vars()
+    assert len(items) == 1
+    t = Tensor.arange(5).realize()
+    assert t.uop.base.op is Ops.BUFFER
+    assert t.tolist() == [0, 1, 2, 3, 4]
