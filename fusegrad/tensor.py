@@ -752,7 +752,13 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         Raises an error for a tensor of symbolic shape. Example: `Tensor([1, 2]).data().tolist() == [1, 2]`.
         """
         check_concrete(self.shape, "data")
-        return self._buffer().as_memoryview()  # type: ignore[no-any-return]
+        fmt = self.dtype.fmt
+        if fmt is None or (fmt == "e" and sys.version_info < (3, 12)):
+            why = "Python's memoryview has no format for it" if fmt is None else "memoryview casts to half need 3.12+"
+            raise OpTypeError(f"data: a {self.dtype} tensor has no typed memoryview ({why}); use .numpy() instead")
+        if 0 in self.shape:
+            return memoryview(bytearray(0)).cast(fmt)
+        return self._buffer().as_memoryview().cast(fmt, self.shape)  # type: ignore[no-any-return]
 
     def assign(self, x: Tensor | ConstType | Any) -> Tensor:
         """Write `x` into this tensor's memory (in place); returns self.

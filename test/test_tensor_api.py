@@ -345,3 +345,16 @@ def test_arange_outside_its_dtype_raises(args: tuple[int, ...], dtype: object) -
 def test_arange_up_to_its_dtype_limits() -> None:
     assert Tensor.arange(0, 2**31, dtype=dtypes.int32).shape == (2**31,)  # the last value is 2**31 - 1
     assert Tensor.arange(250, 256, dtype=dtypes.uint8).tolist() == [250, 251, 252, 253, 254, 255]
+
+
+def test_data_is_a_typed_memoryview_like_the_reference() -> None:
+    """Tensor.data() is the values as a memoryview in the dtype's format and the tensor's shape (0.14's meaning; it
+    once returned the raw bytes, so Tensor([1, 2]).data().tolist() read [1, 0, 0, 0, 2, 0, 0, 0])."""
+    d = Tensor([1, 2]).data()
+    assert (d.format, d.shape, d.tolist()) == ("i", (2,), [1, 2])
+    assert Tensor([[1.5, 2.0], [3.0, 4.0]]).data().tolist() == [[1.5, 2.0], [3.0, 4.0]]
+    assert Tensor([True, False]).data().tolist() == [True, False]
+    assert Tensor.ones(0, 3).data().tolist() == []
+    assert bytes(Tensor([1, 2], dtype=dtypes.uint8).data()) == b"\x01\x02"
+    with pytest.raises(TypeError, match=r"data: a dtypes\.bfloat16 tensor has no typed memoryview"):
+        Tensor([1.0]).cast(dtypes.bfloat16).data()

@@ -72,7 +72,7 @@ MODEL_KEYS = [
 def as_numpy(t: Tensor) -> np.ndarray:
     """Values of t (on any device); bfloat16 as its raw uint16 bits, which numpy can hold."""
     if t.dtype == dtypes.bfloat16:
-        return np.frombuffer(bytes(t.to("CPU").data()), np.uint16).reshape(t.shape)
+        return t.to("CPU").bitcast(dtypes.uint16).numpy()
     return np.asarray(t.to("CPU").numpy())
 
 
