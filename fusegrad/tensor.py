@@ -2734,6 +2734,8 @@ def _uop_from_data(data: Any, device: str | tuple[str, ...], dtype: DType | None
     elif isinstance(data, (list, tuple)):
         dt = dtype if dtype is not None else _infer_list_dtype(data)
         np_dt = _to_np_dtype(dt)
+        if np_dt is None and dtypes.is_float(dt):  # bfloat16, fp8: numpy has no such type; made in float32, then cast
+            return _uop_from_data(data, device, dtypes.float32).cast(dt)
         if np_dt is None:
             raise TypeError(f"Tensor: cannot build a {dt} tensor from a list")
         arr = _list_to_numpy(data, np_dt)

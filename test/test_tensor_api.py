@@ -358,3 +358,13 @@ def test_data_is_a_typed_memoryview_like_the_reference() -> None:
     assert bytes(Tensor([1, 2], dtype=dtypes.uint8).data()) == b"\x01\x02"
     with pytest.raises(TypeError, match=r"data: a dtypes\.bfloat16 tensor has no typed memoryview"):
         Tensor([1.0]).cast(dtypes.bfloat16).data()
+
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_list_to_a_float_dtype_numpy_lacks(device: str) -> None:
+    """bfloat16 and fp8 tensors build from lists (via float32, then a rounding cast; the values 0.14 gives)."""
+    t = Tensor([1.0, 2.5, -3.3, 1e5], dtype=dtypes.bfloat16, device=device)
+    assert t.dtype == dtypes.bfloat16
+    assert t.numpy().tolist() == [1.0, 2.5, -3.296875, 99840.0]
+    assert Tensor([1.0, -3.3, 1e5], dtype=dtypes.fp8e4m3, device=device).numpy().tolist() == [1.0, -3.25, 448.0]
+    assert Tensor([1.0, -3.3, 1e5], dtype=dtypes.fp8e5m2, device=device).numpy().tolist() == [1.0, -3.5, 57344.0]
