@@ -746,7 +746,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             raise ValueError(f"item: only a tensor with one element has an item, got shape {self.shape}")
         return self.numpy().reshape(()).item()  # type: ignore[no-any-return]
 
-    def data(self) -> memoryview:
+    def data(self) -> memoryview[Any]:
         """The realized contents as a memoryview of the device buffer, in C order (runs the graph if needed).
 
         Raises an error for a tensor of symbolic shape. Example: `Tensor([1, 2]).data().tolist() == [1, 2]`.
@@ -757,7 +757,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             why = "Python's memoryview has no format for it" if fmt is None else "memoryview casts to half need 3.12+"
             raise OpTypeError(f"data: a {self.dtype} tensor has no typed memoryview ({why}); use .numpy() instead")
         if 0 in self.shape:
-            return memoryview(bytearray(0)).cast(fmt)
+            return memoryview(bytearray(0)).cast(fmt)  # type: ignore[call-overload,no-any-return]  # a struct code
         return self._buffer().as_memoryview().cast(fmt, self.shape)  # type: ignore[no-any-return]
 
     def assign(self, x: Tensor | ConstType | Any) -> Tensor:

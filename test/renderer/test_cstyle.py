@@ -224,7 +224,10 @@ def test_type_names() -> None:
             "unsigned long long", "_Float16", "long long", "double"]  # fmt: skip
     assert CLANG.render_dtype(dtypes.bfloat16) == "float"  # held in float, stored as bits (test_emulated_floats.py)
     # float vectors are GCC vector types (codegen/vectorize.py makes them); other vectors have no C spelling here
-    assert [CLANG.render_dtype(dtypes.float32.vec(8)), CLANG.render_dtype(dtypes.float64.vec(4))] == ["float8", "double4"]
+    assert [CLANG.render_dtype(dtypes.float32.vec(8)), CLANG.render_dtype(dtypes.float64.vec(4))] == [
+        "float8",
+        "double4",
+    ]
     with pytest.raises(NotImplementedError, match="vector"):
         CLANG.render_dtype(dtypes.int32.vec(4))
 
