@@ -244,12 +244,15 @@ def _can_merge(dt: DType, f0: UOp | None, f1: UOp | None) -> bool:
 
 
 def combine_like_terms(x: UOp) -> UOp | None:
-    """x*c0 + x*c1 -> x*(c0+c1), also with the first term one level down: (y + x*c0) + x*c1 -> y + x*(c0+c1)."""
+    """x*c0 + x*c1 -> x*(c0+c1), also with the first term one level down: (y + x*c0) + x*c1 -> y + x*(c0+c1) (not for
+    floats: (1 + 2**-53) + 2**-53 is 1 in float64, 1 + 2**-53*2 is not)."""
     if x.dtype.scalar() is dtypes.bool:
         return None
     (left_base, left_f), (right_base, right_f) = _scaled(x.src[0]), _scaled(x.src[1])
     if left_base is right_base and left_base.op not in _CONSTS:
         return _merge(left_base, left_f, right_f) if _can_merge(x.dtype, left_f, right_f) else None
+    if dtypes.is_float(x.dtype):
+        return None  # regrouping floats changes overflow too: (max + -max) + -max is -max, max + -max*2 is -inf
     for side, base, f in ((x.src[0], right_base, right_f), (x.src[1], left_base, left_f)):
         if side.op is Ops.ADD and base.op not in _CONSTS:  # constants fold, they don't combine
             for y, other in (side.src, side.src[::-1]):

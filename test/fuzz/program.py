@@ -250,19 +250,55 @@ def np_reduce(op: str, x: np.ndarray, axis: int | None, out_dtype: str) -> np.nd
         return np.asarray(_NP_REDUCE[op](x, axis=axis)).astype(out_dtype)
 
 
+class OrderOverflowError(ValueError):
+    """A reduction in the program overflows (or a product underflows) in some summation orders and not in others."""
+
+
+def _finite_magnitudes(op: str, x: np.ndarray) -> tuple[np.ndarray, int]:
+    """A reduction's terms as magnitudes in long double (wide enough that nothing here overflows), non-finite terms 0:
+    inf and NaN inputs give the same inf or NaN in every order. With the axis the terms run along."""
+    with np.errstate(all="ignore"):
+        wide = x.astype(np.longdouble)
+        if op == "matmul":  # the products: BLAS may fuse them into the sum (FMA), so they never round to inf there
+            wide = wide[:, None, :] * wide[None, :, :]
+        return np.where(np.isfinite(wide), np.abs(wide), 0), -1
+
+
+def order_decides_overflow(op: str, x: np.ndarray, axis: int | None, out_dtype: str) -> bool:
+    """Whether a float reduction (or matmul) may overflow, or a product underflow, in one order and not in another: its
+    inf/-inf/NaN then depends on the order (and, for numpy's BLAS matmul, on fused multiply-adds, whose products never
+    round to inf). Where it is False, every order gives the same inf/NaN and differs only by rounding."""
+    if not is_float(out_dtype) or op not in ("sum", "prod", "cumsum", "mean", "matmul") or x.size == 0:
+        return False
+    terms, k_axis = _finite_magnitudes(op, x)
+    along = k_axis if op == "matmul" else axis
+    info = np.finfo(out_dtype)
+    if op == "prod":  # partial products range from the product of the factors below 1 to that of those above
+        high = np.prod(np.where(terms > 1, terms, 1), axis=along)
+        low = np.prod(np.where((terms < 1) & (terms > 0), terms, 1), axis=along)
+        # an underflow matters where a factor above 1 may scale it back up (tiny results compare absolutely)
+        return bool(np.any(high > info.max) or np.any((low < info.smallest_normal) & (high > 1)))
+    return bool(np.any(np.sum(terms, axis=along) > info.max))  # the largest partial sum in any order
+
+
 def run_numpy(program: Program, out_dtypes: list[str]) -> np.ndarray | None:
-    """The program's result by numpy; `out_dtypes` are the dtypes fusegrad gave each value (for reductions)."""
+    """The program's result by numpy; `out_dtypes` are the dtypes fusegrad gave each value (for reductions). None:
+    numpy defines a step differently (or not at all). Raises OrderOverflowError where numpy's order is no reference:
+    neither is any one order of fusegrad's (the C renderer lets OpenMP split a sum into SIMD lanes, PYTHON adds in
+    loop order), so the configurations then agree only where their results are finite."""
     values: list[np.ndarray] = [np.array(i["values"], dtype=i["dtype"]).reshape(i["shape"]) for i in program["inputs"]]
     for k, (op, refs, params) in enumerate(program["steps"]):
         args = [values[r] for r in refs]
+        out = out_dtypes[len(program["inputs"]) + k]
+        if op in ("matmul", *_NP_REDUCE) and order_decides_overflow(op, args[0], params.get("axis"), out):
+            raise OrderOverflowError(f"step {k} ({op}) overflows in some orders")
         if op == "matmul":
-            out = out_dtypes[len(program["inputs"]) + k]
             with np.errstate(all="ignore"):
                 ret = args[0].astype(out) @ args[0].astype(out).T
         elif op in _NP_REDUCE:
             if op == "prod" and args[0].dtype.kind == "b":
                 return None
-            ret = np_reduce(op, args[0], params["axis"], out_dtypes[len(program["inputs"]) + k])
+            ret = np_reduce(op, args[0], params["axis"], out)
         else:
             ret = np_step(op, args, params)
         if ret is None:

@@ -7,6 +7,7 @@ Long runs: `python -m test.fuzz --minutes N`.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -16,8 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from fusegrad import Tensor
+from test.fuzz.__main__ import load_programs, replay
 from test.fuzz.pool import Pool, _same, _tolerance, report
-from test.fuzz.program import Program, fg_dtype, np_cast, run_numpy
+from test.fuzz.program import OrderOverflowError, Program, fg_dtype, np_cast, order_decides_overflow, run_numpy
 from test.fuzz.strategies import float_edges, int_edges, programs
 
 EXAMPLES = 200  # ~40 s alone on 2 cores (5 programs/s), ~70 s beside another fuzz run
@@ -200,18 +202,40 @@ def test_an_int_through_a_float_into_an_int_converts_like_the_float(
     np.testing.assert_equal(got, np_cast(values.astype(middle), target))
 
 
+F64_MAX = float(np.finfo(np.float64).max)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_float_sums_are_not_regrouped_to_combine_like_terms(device: str, dt: str) -> None:
+    """(y + x) + x became y + x*2 for floats: x % 1.0 + x (y = -floor(x)) gave -inf at x = -max, and (1 + u) + u
+    with u half an ulp of 1 gave 1 + 2u where each addition rounds back to 1 (fuzz run 3, program 7679)."""
+    big, half_ulp = float(np.finfo(dt).max), float(np.finfo(dt).eps) / 2
+    x = np.array([-big, -5.5, 3.25], dtype=dt)
+    got = (Tensor(x, device=device) % 1.0 + Tensor(x, device=device)).numpy()
+    np.testing.assert_array_equal(got, (x - np.floor(x)) + x)
+    one, u = Tensor(np.ones(4, dtype=dt), device=device), Tensor(np.full(4, half_ulp, dtype=dt), device=device)
+    np.testing.assert_array_equal(((one + u) + u).numpy(), np.ones(4, dtype=dt))
+    np.testing.assert_array_equal((one + (u + u)).numpy(), np.full(4, 1 + 2 * half_ulp, dtype=dt))
+
+
 def test_the_recorded_findings_agree_on_every_configuration(pool: Pool) -> None:
     """The fuzz programs behind the fixes above, run as the fuzzer runs them (CPU and PYTHON, NOOPT=0/1, numpy)."""
     grid = {"dtype": "int32", "shape": [3, 4], "values": list(range(12))}
     row = {"dtype": "uint8", "shape": [4], "values": [1, 2, 3, 4]}
     seven = {"value": 5, "tensor": [7], "shape": [1]}  # a tensor value, broadcast
     big = {"dtype": "uint32", "shape": [32], "values": [0] * 31 + [4294967294]}
+    edge = {"dtype": "float64", "shape": [1, 4], "values": [-F64_MAX, -2.8e-85, 65535.5, F64_MAX]}
+    overflowing = {"dtype": "float64", "shape": [2, 2], "values": [math.inf, -F64_MAX, -F64_MAX, -F64_MAX]}
     findings = [
         {"inputs": [grid], "steps": [["gather", [0], {"index": [-5, 1, -1]}], ["gather", [1], {"index": [-5]}]]},
         {"inputs": [row], "steps": [["setitem", [0], {"start": 3, "stop": 1, "value": 5}]]},
         {"inputs": [row], "steps": [["setitem", [0], {"start": 2, "stop": 2, **seven}]]},
         {"inputs": [row], "steps": [["setitem", [0], {"start": 0, "stop": 2, "value": 9}], ["add", [0, 1], {}]]},
         {"inputs": [big], "steps": [["cast", [0], {"dtype": "float64"}], ["cast", [1], {"dtype": "int8"}]]},
+        {"inputs": [edge], "steps": [["mod", [0], {"const": 1.0}], ["add", [1, 0], {}]]},
+        # numpy's BLAS gives -inf at [0, 1] (a fused multiply-add keeps max*max finite), fusegrad inf + -inf = NaN
+        {"inputs": [overflowing], "steps": [["matmul", [0], {}], ["cumsum", [1], {"axis": 0}]]},
     ]
     for program in findings:
         problems = pool.check(program)
@@ -261,6 +285,21 @@ def test_crash_reports_show_the_kernel_source() -> None:
         assert "CRASH_REPORT: running" in p.children[0].stderr_tail()
     finally:
         p.close()
+
+
+def test_replay_reads_json_programs_and_fuzz_logs(
+    pool: Pool, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    program = {"inputs": [{"dtype": "int8", "shape": [2], "values": [5, -7]}], "steps": [["neg", [0], {}]]}
+    (one := tmp_path / "one.json").write_text(json.dumps(program))
+    log = tmp_path / "fuzz.log"
+    log.write_text(f"=== failure 1 (program 3)\n{report(program, ['CPU: crash'])}\n200 programs, 1 failures\n")
+    assert load_programs(one) == load_programs(log) == [program]
+    assert replay(pool, [one, log]) == 0
+    assert capsys.readouterr().out.count("agrees (compared, checked against numpy)") == 2
+    (empty := tmp_path / "empty.log").write_text("200 programs, 0 failures\n")
+    with pytest.raises(ValueError, match="no JSON program"):
+        load_programs(empty)
 
 
 def test_report_names_the_problem_and_the_program() -> None:
@@ -315,3 +354,34 @@ def test_edge_values_cover_each_types_limits() -> None:
     assert any(math.isnan(v) for v in f32)
     assert -0.0 in f32
     assert any(v != 0 and abs(v) < 1e-38 for v in f32)  # a denormal
+
+
+def test_numpy_is_no_reference_where_the_order_decides_an_overflow() -> None:
+    """Where a reduction's partial sums (or products) may overflow in one order and not another, numpy's result is no
+    reference (its BLAS matmul fuses multiply-adds, its sum is pairwise, fusegrad's CPU sums in SIMD lanes); inf and NaN
+    inputs alone give the same result in every order and are still compared."""
+    m = F64_MAX
+    assert order_decides_overflow("matmul", np.array([[math.inf, -m], [-m, -m]]), None, "float64")
+    assert order_decides_overflow("sum", np.array([m, m, -m]), None, "float64")
+    assert order_decides_overflow("cumsum", np.array([[m, 1.0], [m, 1.0]]), 0, "float64")
+    assert order_decides_overflow("prod", np.array([1e300, 1e300, 1e-300]), None, "float64")
+    assert order_decides_overflow("prod", np.array([1e-200, 1e-200, 1e300]), None, "float64")  # 0 * 1e300 or 1e-100
+    assert not order_decides_overflow("sum", np.array([m, math.inf, -math.inf, math.nan]), None, "float64")
+    assert order_decides_overflow("sum", np.array([3e38, 3e38], dtype=np.float32), None, "float32")
+    assert not order_decides_overflow("sum", np.array([3e38, 3e38], dtype=np.float32), None, "float64")
+    assert not order_decides_overflow("cumsum", np.array([[m, 1.0], [m, 1.0]]), 1, "float64")
+    assert not order_decides_overflow("prod", np.array([1e-200, 1e-200, 0.5]), None, "float64")  # tiny either way
+    assert not order_decides_overflow("sum", np.array([2**62, 2**62], dtype=np.int64), None, "int64")  # ints wrap
+    program = {
+        "inputs": [{"dtype": "float64", "shape": [3], "values": [m, m, -m]}],
+        "steps": [["sum", [0], {"axis": None}]],
+    }
+    with pytest.raises(OrderOverflowError):
+        run_numpy(program, ["float64", "float64"])
+
+
+def test_an_order_dependent_overflow_compares_configurations_where_finite() -> None:
+    a = np.array([1.0, math.inf, math.nan, 2.0])
+    assert _same(a, np.array([1.0, math.nan, -math.inf, 2.0]), 1e-9, finite_only=True)
+    assert not _same(a, np.array([1.0, math.nan, -math.inf, 2.5]), 1e-9, finite_only=True)
+    assert not _same(a, np.array([1.0, math.nan, -math.inf, 2.0]), 1e-9)
