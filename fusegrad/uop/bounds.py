@@ -66,10 +66,12 @@ def _mod(a: Bounds, b: Bounds) -> Bounds | None:
     return max(a[0], -m), min(a[1], m)
 
 
-def _shift(op: Ops, a: Bounds, b: Bounds) -> Bounds | None:
+def _shift(op: Ops, a: Bounds, b: Bounds, bits: int) -> Bounds | None:
     if b[0] != b[1] or b[0] < 0 or a[0] < 0:
         return None
     k = int(b[0])
+    if k >= bits:  # a count past the width gives the defined 0; a << k would build a k-bit Python int (k up to 2**64)
+        return None
     return (int(a[0]) << k, int(a[1]) << k) if op is Ops.SHL else (int(a[0]) >> k, int(a[1]) >> k)
 
 
@@ -115,7 +117,7 @@ def _binary(u: UOp) -> Bounds | None:
         case Ops.CMPLT | Ops.CMPNE | Ops.CMPEQ:
             return _compare(u.op, a, b)
         case Ops.SHL | Ops.SHR:
-            return _shift(u.op, a, b) if dtypes.is_int(u.dtype) else None
+            return _shift(u.op, a, b, u.dtype.scalar().itemsize * 8) if dtypes.is_int(u.dtype) else None
         case Ops.AND | Ops.OR | Ops.XOR:
             return _logic(u.op, a, b, u.dtype.scalar() == dtypes.bool)
     return None

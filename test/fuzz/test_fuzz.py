@@ -219,6 +219,16 @@ def test_float_sums_are_not_regrouped_to_combine_like_terms(device: str, dt: str
     np.testing.assert_array_equal((one + (u + u)).numpy(), np.full(4, 1 + 2 * half_ulp, dtype=dt))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_shift_by_a_huge_count_is_zero_without_building_the_number(device: str) -> None:
+    """x << 70549176937 on a uint64: the value bounds computed hi << count as a Python int, 8.8 GB, and the worker was
+    killed for memory (fuzz, seed 4242). A count past the width gives the defined 0."""
+    x = Tensor(np.array([5, 2**63], dtype=np.uint64), device=device)
+    np.testing.assert_array_equal((x << 70549176937).numpy(), [0, 0])
+    np.testing.assert_array_equal((x >> 70549176937).numpy(), [0, 0])
+    np.testing.assert_array_equal((x << 1).numpy(), [10, 0])
+
+
 def test_the_recorded_findings_agree_on_every_configuration(pool: Pool) -> None:
     """The fuzz programs behind the fixes above, run as the fuzzer runs them (CPU and PYTHON, NOOPT=0/1, numpy)."""
     grid = {"dtype": "int32", "shape": [3, 4], "values": list(range(12))}
