@@ -11,6 +11,7 @@ import math
 import pathlib
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 
@@ -590,3 +591,24 @@ def test_random_kernels_run_like_numpy(rows: int, cols: int, transpose: bool, op
     with tempfile.TemporaryDirectory() as tmp:
         run(ast, pathlib.Path(tmp), out, a)
     np.testing.assert_allclose(out, expected.reshape(-1), rtol=1e-5, atol=1e-5)
+
+
+_ODD_TILE = """
+import numpy as np
+from test.codegen.test_opt import matmul, run, with_opts
+from fusegrad.codegen.opt import Opt, OptOps
+from fusegrad.dtype import dtypes
+ast, inputs, expected = matmul(8, 5, 12, dtypes.int32)
+opts = (Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 3), Opt(OptOps.SWAP, 0, 1))
+print(np.array_equal(run(with_opts(ast, opts), inputs, expected.size, dtypes.int32, "CPU"), expected))
+"""
+
+
+def test_odd_upcast_tile_compiles_to_code_that_runs() -> None:
+    """A 4x3 int32 matmul tile: gcc 12.2 turned `omp simd` on its 3-long set-up loop into code that segfaulted (the
+    CI run's crashed worker), so short loops of 3, 5, 6 or 7 get no `omp simd`. Run in a child: a crash fails here."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    cmd = [sys.executable, "-c", _ODD_TILE]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=root, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "True"
