@@ -154,7 +154,22 @@ class Context(contextlib.ContextDecorator):
 
 
 def temp(x: str, append_user: bool = False) -> str:
-    """Path of x in the system temp dir (x.<user> with append_user, so users on one machine don't collide)."""
+    """Path of `x` in the system temp folder (`x.<user>` with append_user, so users of one machine don't collide).
+
+    Args:
+        x: the file name.
+        append_user: add "." and the current user's name.
+
+    Returns:
+        The path, with forward slashes.
+
+    Examples:
+        >>> import tempfile
+        >>> temp("a.db") == (pathlib.Path(tempfile.gettempdir()) / "a.db").as_posix()
+        True
+        >>> temp("a.db", append_user=True).endswith("a.db." + getpass.getuser())
+        True
+    """
     import tempfile  # with shutil, lzma and random, ~10 ms of import: only when asked
 
     name = f"{x}.{getpass.getuser()}" if append_user else x
@@ -254,7 +269,22 @@ def dedup(xs: Iterable[T]) -> list[T]:
 def argfix(*x: Any) -> tuple[Any, ...]:
     """Arguments given as `f(2, 3)` or `f((2, 3))` as one tuple.
 
-    Raises ValueError for a sequence followed by more arguments. Example: `argfix((2, 3)) == argfix(2, 3) == (2, 3)`.
+    Args:
+        *x: the values, or one tuple or list holding them.
+
+    Returns:
+        The values as a tuple.
+
+    Raises:
+        ValueError: a tuple or list followed by more arguments.
+
+    Examples:
+        >>> argfix((2, 3)), argfix([2, 3]), argfix(2, 3)
+        ((2, 3), (2, 3), (2, 3))
+        >>> argfix((2, 3), 4)
+        Traceback (most recent call last):
+        ...
+        ValueError: argfix: a sequence must be the only argument: got ((2, 3), 4)
     """
     if x and x[0].__class__ in (tuple, list):
         if len(x) != 1:
@@ -268,7 +298,18 @@ def argsort(x: list[Any]) -> list[int]: ...
 @overload
 def argsort(x: tuple[Any, ...]) -> tuple[int, ...]: ...
 def argsort(x: list[Any] | tuple[Any, ...]) -> list[int] | tuple[int, ...]:
-    """Indices that sort x, as the same sequence type (`argsort((3, 1, 2)) == (1, 2, 0)`)."""
+    """Indices that sort `x`, as the same sequence type (a stable sort: equal items keep their order).
+
+    Args:
+        x: a list or tuple of comparable items.
+
+    Returns:
+        The indices, a tuple for a tuple and a list for a list.
+
+    Examples:
+        >>> argsort((3, 1, 2)), argsort([3, 1, 2])
+        ((1, 2, 0), [1, 2, 0])
+    """
     order = sorted(range(len(x)), key=x.__getitem__)
     return tuple(order) if isinstance(x, tuple) else order
 
@@ -290,7 +331,18 @@ def all_same(items: Sequence[object]) -> bool:
 
 
 def all_int(t: Sequence[object]) -> TypeGuard[tuple[int, ...]]:
-    """Whether every entry of `t` is a Python int (no symbolic sizes). Example: `all_int((2, 3))`."""
+    """Whether every entry of `t` is a Python int (no symbolic sizes); narrows the type for mypy.
+
+    Args:
+        t: a sequence, usually a shape.
+
+    Returns:
+        True when all entries are ints (also for an empty sequence).
+
+    Examples:
+        >>> all_int((2, 3)), all_int((2, 3.0)), all_int(())
+        (True, False, True)
+    """
     return all(isinstance(s, int) for s in t)
 
 
@@ -326,7 +378,18 @@ def colored(st: str, color: str | None, background: bool = False) -> str:
 
 
 def colorize_float(x: float) -> str:
-    """A speed ratio, green when clearly faster (<0.75x), red when clearly slower (>1.15x)."""
+    """A speed ratio as "  0.50x", green when clearly faster (< 0.75), red when clearly slower (> 1.15), else yellow.
+
+    Args:
+        x: the ratio (new time / old time).
+
+    Returns:
+        The ratio, 7 characters wide with 2 decimals and an "x", in ANSI colour.
+
+    Examples:
+        >>> colorize_float(0.5) == colored("   0.50x", "green"), ansistrip(colorize_float(2.0))
+        (True, '   2.00x')
+    """
     if x < 0.75:
         return colored(f"{x:7.2f}x", "green")
     return colored(f"{x:7.2f}x", "red" if x > 1.15 else "yellow")
@@ -336,17 +399,51 @@ _ANSI_RE = re.compile("\x1b\\[(K|.*?m)")
 
 
 def ansistrip(s: str) -> str:
-    """`s` without its ANSI colour escape codes. Example: `ansistrip(colored("x", "red")) == "x"`."""
+    """`s` without its ANSI colour escape codes (and erase-line codes).
+
+    Args:
+        s: the text.
+
+    Returns:
+        The text as it reads when printed.
+
+    Examples:
+        >>> ansistrip(colored("x", "red") + "y")
+        'xy'
+    """
     return _ANSI_RE.sub("", s)
 
 
 def ansilen(s: str) -> int:
-    """Printed width of s, ignoring ANSI escapes."""
+    """Printed width of `s`: its length without the ANSI escape codes.
+
+    Args:
+        s: the text.
+
+    Returns:
+        The number of characters that print.
+
+    Examples:
+        >>> ansilen(colored("abc", "blue")), len(colored("abc", "blue"))
+        (3, 12)
+    """
     return len(ansistrip(s))
 
 
 def make_tuple(x: int | Sequence[int], cnt: int) -> tuple[int, ...]:
-    """`x` repeated `cnt` times if it is an int, else `x` as a tuple. Example: `make_tuple(3, 2) == (3, 3)`."""
+    """`x` repeated `cnt` times if it is an int, else `x` as a tuple (whatever its length).
+
+    Args:
+        x: an int or a sequence of ints (a kernel size, a stride).
+        cnt: how many times to repeat an int.
+
+    Returns:
+        A tuple of ints.
+
+    Examples:
+        >>> make_tuple(3, 2), make_tuple([1, 2], 2)
+        ((3, 3), (1, 2))
+    """
     return (x,) * cnt if isinstance(x, int) else tuple(x)
 
 
@@ -368,9 +465,19 @@ def flatten(nested: Iterable[Iterable[T]]) -> list[T]:
 
 # Any: nested Python lists / numpy arrays of scalars of any type, as given to Tensor(...)
 def fully_flatten(nested: Any) -> list[Any]:
-    """Every leaf of arbitrarily nested sequences (numpy arrays too; strings are leaves) in one list.
+    """Every leaf of arbitrarily nested sequences (numpy arrays too; strings and bytes are leaves) in one list.
 
-    Example: `fully_flatten([[1, [2]], 3]) == [1, 2, 3]`.
+    Args:
+        nested: a scalar, or nested lists, tuples or numpy arrays.
+
+    Returns:
+        The leaves in order (a scalar gives a list of one).
+
+    Examples:
+        >>> fully_flatten([[1, [2]], 3]), fully_flatten(5), fully_flatten(["ab", b"c"])
+        ([1, 2, 3], [5], ['ab', b'c'])
+        >>> [int(v) for v in fully_flatten(np.array([[1, 2], [3, 4]]))]
+        [1, 2, 3, 4]
     """
     if hasattr(nested, "__len__") and hasattr(nested, "__getitem__") and not isinstance(nested, str | bytes):
         if getattr(nested, "shape", None) == ():
@@ -380,7 +487,18 @@ def fully_flatten(nested: Any) -> list[Any]:
 
 
 def strip_parens(fst: str) -> str:
-    """'(a+b)' -> 'a+b', but '(a)+(b)' is left alone: the outer parens must match each other."""
+    """One pair of outer parentheses removed, when they match each other: "(a+b)" -> "a+b", "(a)+(b)" is left alone.
+
+    Args:
+        fst: an expression as text.
+
+    Returns:
+        The expression without its enclosing parentheses, or unchanged.
+
+    Examples:
+        >>> strip_parens("(a+b)"), strip_parens("(a)+(b)"), strip_parens("a")
+        ('a+b', '(a)+(b)', 'a')
+    """
     inner = fst[1:-1]
     if fst[:1] == "(" and fst[-1:] == ")" and inner.find("(") <= inner.find(")"):
         return inner
@@ -422,17 +540,51 @@ def round_up(num: int, amt: int) -> int:
 
 
 def round_down(num: int, amt: int) -> int:
-    """The largest multiple of amt that is <= num: round_down(7, 4) == 4, round_down(-1, 4) == -4."""
+    """The largest multiple of `amt` that is <= `num` (towards minus infinity for negative numbers).
+
+    Args:
+        num: the value.
+        amt: the multiple (positive).
+
+    Returns:
+        The rounded-down value.
+
+    Examples:
+        >>> round_down(7, 4), round_down(8, 4), round_down(-1, 4)
+        (4, 8, -4)
+    """
     return num // amt * amt
 
 
 def next_power2(x: int) -> int:
-    """The smallest power of two >= x (1 for 0): next_power2(5) == 8."""
+    """The smallest power of two >= `x` (1 for 0 and 1).
+
+    Args:
+        x: a non-negative int.
+
+    Returns:
+        A power of two.
+
+    Examples:
+        >>> next_power2(0), next_power2(5), next_power2(8)
+        (1, 8, 8)
+    """
     return 1 if x <= 1 else 1 << (x - 1).bit_length()
 
 
 def strides_for_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """Row-major strides, 0 on size-1 axes (they never move): (2, 1, 3) -> (3, 0, 1)."""
+    """Row-major (C order) element strides of a shape, 0 on size-1 axes (an index there never moves).
+
+    Args:
+        shape: the sizes.
+
+    Returns:
+        One stride per axis.
+
+    Examples:
+        >>> strides_for_shape((2, 3)), strides_for_shape((2, 1, 3)), strides_for_shape(())
+        ((3, 1), (3, 0, 1), ())
+    """
     strides, step = [], 1
     for size in reversed(shape):
         strides.append(0 if size == 1 else step)
@@ -441,7 +593,25 @@ def strides_for_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def get_shape(x: Any) -> tuple[int, ...]:
-    """The shape of nested lists/tuples (a str or scalar is 0-d): [[1, 2], [3, 4]] -> (2, 2). ValueError if ragged."""
+    """The shape of nested lists or tuples; a str or scalar (or a 0-d array) is 0-d.
+
+    Args:
+        x: nested sequences of scalars.
+
+    Returns:
+        The sizes, outermost first.
+
+    Raises:
+        ValueError: the nesting is ragged (sub-sequences of different shapes).
+
+    Examples:
+        >>> get_shape([[1, 2], [3, 4], [5, 6]]), get_shape(7), get_shape([])
+        ((3, 2), (), (0,))
+        >>> get_shape([[1, 2], [3]])
+        Traceback (most recent call last):
+        ...
+        ValueError: get_shape: inhomogeneous shape from [[1, 2], [3]]
+    """
     if isinstance(x, str) or not hasattr(x, "__len__") or getattr(x, "shape", None) == ():
         return ()
     inner = [get_shape(item) for item in x]
@@ -451,50 +621,157 @@ def get_shape(x: Any) -> tuple[int, ...]:
 
 
 def to_tuple(x: T | tuple[T, ...]) -> tuple[T, ...]:
-    """x itself if a tuple, else (x,)."""
+    """`x` itself if it is a tuple, else the tuple `(x,)`.
+
+    Args:
+        x: a value or a tuple of values.
+
+    Returns:
+        A tuple.
+
+    Examples:
+        >>> to_tuple(3), to_tuple((3, 4)), to_tuple([3])
+        ((3,), (3, 4), ([3],))
+    """
     return x if isinstance(x, tuple) else (x,)
 
 
 def flat_to_grouped(padding: Sequence[T]) -> tuple[tuple[T, T], ...]:
-    """torch's flat padding (last axis first) as (before, after) pairs, first axis first: (1, 2, 3, 4) ->
-    ((3, 4), (1, 2))."""
+    """torch's flat padding (last axis first, before and after per axis) as (before, after) pairs, first axis first.
+
+    Args:
+        padding: an even number of values: (last_before, last_after, second_last_before, ...).
+
+    Returns:
+        One (before, after) pair per padded axis.
+
+    Raises:
+        ValueError: (from zip) an odd number of values.
+
+    Examples:
+        >>> flat_to_grouped((1, 2, 3, 4))
+        ((3, 4), (1, 2))
+    """
     return tuple(zip(padding[-2::-2], padding[::-2], strict=True))
 
 
 def lo32(x: int) -> int:
-    """The low 32 bits of `x`. Example: `lo32((1 << 32) + 5) == 5`."""
+    """The low 32 bits of `x`.
+
+    Args:
+        x: a non-negative int.
+
+    Returns:
+        x modulo 2**32.
+
+    Examples:
+        >>> lo32((1 << 32) + 5), lo32(0xFFFFFFFF)
+        (5, 4294967295)
+    """
     return x & 0xFFFFFFFF
 
 
 def hi32(x: int) -> int:
-    """The bits of `x` above the low 32. Example: `hi32(1 << 33) == 2`."""
+    """The bits of `x` above the low 32.
+
+    Args:
+        x: a non-negative int.
+
+    Returns:
+        x shifted right by 32.
+
+    Examples:
+        >>> hi32(1 << 33), hi32(5)
+        (2, 0)
+    """
     return x >> 32
 
 
 def data64(data: int) -> tuple[int, int]:
-    """(high 32 bits, low 32 bits)."""
+    """A 64-bit value split into (high 32 bits, low 32 bits), for registers and command packets.
+
+    Args:
+        data: a non-negative int below 2**64.
+
+    Returns:
+        The (high, low) pair.
+
+    Examples:
+        >>> data64((3 << 32) + 7)
+        (3, 7)
+    """
     return (data >> 32, data & 0xFFFFFFFF)
 
 
 def data64_le(data: int) -> tuple[int, int]:
-    """(low 32 bits, high 32 bits)."""
+    """A 64-bit value split into (low 32 bits, high 32 bits), little-endian order.
+
+    Args:
+        data: a non-negative int below 2**64.
+
+    Returns:
+        The (low, high) pair.
+
+    Examples:
+        >>> data64_le((3 << 32) + 7)
+        (7, 3)
+    """
     return (data & 0xFFFFFFFF, data >> 32)
 
 
 def getbits(value: int, start: int, end: int) -> int:
-    """Bits start..end of value, both inclusive."""
+    """Bits `start`..`end` of `value` (both inclusive), shifted down to bit 0.
+
+    Args:
+        value: the int.
+        start: the lowest bit.
+        end: the highest bit.
+
+    Returns:
+        The field's value.
+
+    Examples:
+        >>> getbits(0b101100, 2, 3), getbits(0xAB, 4, 7)
+        (3, 10)
+    """
     return (value >> start) & ((1 << (end - start + 1)) - 1)
 
 
 def i2u(bits: int, value: int) -> int:
-    """Reinterpret a signed `bits`-wide int as unsigned."""
+    """A signed `bits`-wide int reinterpreted as unsigned (two's complement).
+
+    Args:
+        bits: the width.
+        value: the signed value (in range for the width).
+
+    Returns:
+        The unsigned value.
+
+    Examples:
+        >>> i2u(8, -1), i2u(32, -2), i2u(8, 5)
+        (255, 4294967294, 5)
+    """
     return value if value >= 0 else (1 << bits) + value
 
 
 def cdiv(x: int, y: int) -> int:
-    """C integer division: truncates toward zero (Python's // floors). x // 0 is 0, as kernels compute it (numpy's
-    choice; undefined in C). Unwrapped: INT_MIN // -1 is 2**(bits-1) here and wraps when truncated to the dtype.
-    The one implementation: constant folding, bounds and the PYTHON backend use it (uop/alu.py, KERNEL_IR.md §5)."""
+    """C integer division: truncates toward zero (Python's // floors).
+
+    x // 0 is 0, as kernels compute it (numpy's choice; undefined in C). Unwrapped: INT_MIN // -1 is 2**(bits-1) here
+    and wraps when truncated to the dtype. The one implementation: constant folding, bounds and the PYTHON backend use
+    it (uop/alu.py, KERNEL_IR.md section 5).
+
+    Args:
+        x: the dividend.
+        y: the divisor.
+
+    Returns:
+        The truncated quotient (0 when y is 0).
+
+    Examples:
+        >>> cdiv(7, 2), cdiv(-7, 2), -7 // 2, cdiv(5, 0)
+        (3, -3, -4, 0)
+    """
     if y == 0:
         return 0
     quotient = abs(x) // abs(y)
@@ -502,13 +779,38 @@ def cdiv(x: int, y: int) -> int:
 
 
 def cmod(x: int, y: int) -> int:
-    """C remainder: takes the sign of the dividend, so x == cdiv(x, y) * y + cmod(x, y) for y != 0. x % 0 is 0, as
-    kernels compute it (the reference's helper gives x there)."""
+    """C remainder: takes the sign of the dividend, so x == cdiv(x, y) * y + cmod(x, y) for y != 0.
+
+    x % 0 is 0, as kernels compute it (the reference's helper gives x there).
+
+    Args:
+        x: the dividend.
+        y: the divisor.
+
+    Returns:
+        The remainder (0 when y is 0).
+
+    Examples:
+        >>> cmod(7, 3), cmod(-7, 3), -7 % 3, cmod(5, 0)
+        (1, -1, 2, 0)
+    """
     return 0 if y == 0 else x - cdiv(x, y) * y
 
 
 def polyN(x: T, p: list[float]) -> T:  # noqa: N802  # compat name
-    """Horner's rule: p[0]*x**(n-1) + ... + p[-1]; works on floats and on UOps."""
+    """A polynomial by Horner's rule: p[0]*x**(n-1) + ... + p[-1]; works on floats and on UOps.
+
+    Args:
+        x: the point (a number, or a UOp to build the expression).
+        p: the coefficients, highest power first.
+
+    Returns:
+        The value (a float for a number, a UOp for a UOp).
+
+    Examples:
+        >>> polyN(2.0, [1.0, 0.0, 3.0])  # x**2 + 3
+        7.0
+    """
     acc: Any = 0.0  # Any: the accumulator takes x's type (float or UOp) after the first step
     for c in p:
         acc = acc * x + c
@@ -516,9 +818,20 @@ def polyN(x: T, p: list[float]) -> T:  # noqa: N802  # compat name
 
 
 def merge_dicts(ds: Iterable[dict[T, U]]) -> dict[T, U]:
-    """The union of the dicts (asserts that a key repeated across them has the same value).
+    """The union of the dicts; a key repeated across them must have the same value.
 
-    Example: `merge_dicts([{1: 2}, {3: 4}]) == {1: 2, 3: 4}`.
+    Args:
+        ds: the dicts.
+
+    Returns:
+        One new dict.
+
+    Raises:
+        AssertionError: a key with two different values.
+
+    Examples:
+        >>> merge_dicts([{1: 2}, {3: 4}, {1: 2}])
+        {1: 2, 3: 4}
     """
     ret: dict[T, U] = {}
     for d in ds:
@@ -529,7 +842,19 @@ def merge_dicts(ds: Iterable[dict[T, U]]) -> dict[T, U]:
 
 
 def partition(itr: Iterable[T], fxn: Callable[[T], bool]) -> tuple[list[T], list[T]]:
-    """(items where fxn is true, items where it is false), each in input order."""
+    """Split items by a predicate, keeping input order on each side.
+
+    Args:
+        itr: the items.
+        fxn: the predicate.
+
+    Returns:
+        (items where fxn is true, items where it is false).
+
+    Examples:
+        >>> partition(range(6), lambda x: x % 2 == 0)
+        ([0, 2, 4], [1, 3, 5])
+    """
     yes: list[T] = []
     no: list[T] = []
     for x in itr:
@@ -538,20 +863,65 @@ def partition(itr: Iterable[T], fxn: Callable[[T], bool]) -> tuple[list[T], list
 
 
 def unwrap(x: T | None) -> T:
-    """`x`, asserting it is not None (narrows the type for mypy). Example: `unwrap(3) == 3`."""
+    """`x`, checked not to be None (narrows `T | None` to `T` for mypy).
+
+    Args:
+        x: a value that should be there.
+
+    Returns:
+        x.
+
+    Raises:
+        AssertionError: x is None.
+
+    Examples:
+        >>> unwrap(3)
+        3
+    """
     assert x is not None, "unwrap: got None, expected a value"
     return x
 
 
 def get_single_element(x: Sequence[T]) -> T:
-    """The only element of `x` (asserts there is exactly one). Example: `get_single_element([5]) == 5`."""
+    """The only element of `x`.
+
+    Args:
+        x: a sequence of exactly one item.
+
+    Returns:
+        That item.
+
+    Raises:
+        AssertionError: x has no element or more than one.
+
+    Examples:
+        >>> get_single_element([5])
+        5
+    """
     assert len(x) == 1, f"get_single_element: got {len(x)} elements, expected 1: {x}"
     return x[0]
 
 
 # Any: walks arbitrary objects, e.g. get_child(model, "layers.0.weight")
 def get_child(obj: Any, key: str) -> Any:
-    """Follow a dotted path: numbers index sequences, names index dicts or read attributes."""
+    """Follow a dotted path into an object: numeric parts index sequences, other parts index dicts or read attributes.
+
+    Args:
+        obj: the root (a model, a dict, a list).
+        key: the path, like "layers.0.weight".
+
+    Returns:
+        The object at the end of the path.
+
+    Raises:
+        KeyError: (from indexing) a missing dict key.
+        IndexError: (from indexing) an index past a sequence's end.
+        AttributeError: (from getattr) a missing attribute.
+
+    Examples:
+        >>> get_child({"layers": [{"w": 1}, {"w": 2}]}, "layers.1.w")
+        2
+    """
     for k in key.split("."):
         if k.isnumeric():
             obj = obj[int(k)]
@@ -563,7 +933,19 @@ def get_child(obj: Any, key: str) -> Any:
 
 
 def word_wrap(x: str, wrap: int = 80) -> str:
-    """Break lines longer than `wrap` printed characters (ANSI codes don't count)."""
+    """Break lines longer than `wrap` printed characters (ANSI codes don't count), line by line.
+
+    Args:
+        x: the text (may hold newlines).
+        wrap: the widest line allowed.
+
+    Returns:
+        The text with extra newlines.
+
+    Examples:
+        >>> word_wrap("abcdefg", 3)
+        'abc\\ndef\\ng'
+    """
     if len(lines := x.splitlines()) > 1:
         return "\n".join(word_wrap(line, wrap) for line in lines)
     chunks: list[str] = []
@@ -577,7 +959,19 @@ def word_wrap(x: str, wrap: int = 80) -> str:
 
 
 def pluralize(st: str, cnt: int) -> str:
-    """`cnt` and the word, with an s unless cnt is 1. Example: `pluralize("kernel", 2) == "2 kernels"`."""
+    """`cnt` and the word, with an "s" unless cnt is 1.
+
+    Args:
+        st: the singular word.
+        cnt: the count.
+
+    Returns:
+        "<cnt> <word>[s]".
+
+    Examples:
+        >>> pluralize("kernel", 2), pluralize("kernel", 1), pluralize("kernel", 0)
+        ('2 kernels', '1 kernel', '0 kernels')
+    """
     return f"{cnt} {st}" + ("" if cnt == 1 else "s")
 
 
@@ -585,12 +979,37 @@ _IDENTIFIER_CHARS = frozenset(string.ascii_letters + string.digits + "_")
 
 
 def to_function_name(s: str) -> str:
-    """A C identifier for a kernel name: ANSI stripped, every other non [A-Za-z0-9_] char as its hex code."""
+    """A C identifier for a kernel name: ANSI codes stripped, every other char outside [A-Za-z0-9_] as its hex code.
+
+    Args:
+        s: the (possibly coloured) kernel name.
+
+    Returns:
+        The identifier.
+
+    Examples:
+        >>> to_function_name(colored("r_4", "green") + "n1")
+        'r_4n1'
+        >>> to_function_name("a.b")
+        'a2Eb'
+    """
     return "".join(c if c in _IDENTIFIER_CHARS else f"{ord(c):02X}" for c in ansistrip(s))
 
 
 def time_to_str(t: float, w: int = 8) -> str:
-    """Seconds as a fixed-width string in s, ms or us."""
+    """Seconds as a fixed-width string in s (above 10 s), ms (above 10 ms) or us.
+
+    Args:
+        t: the time in seconds.
+        w: the width of the number.
+
+    Returns:
+        The number, right-aligned with 2 decimals, and its unit.
+
+    Examples:
+        >>> time_to_str(12.0), time_to_str(0.5), time_to_str(2e-6, w=5)
+        ('   12.00s ', '  500.00ms', ' 2.00us')
+    """
     if t > 10:
         return f"{t:{w}.2f}s "
     if t > 10e-3:
@@ -599,7 +1018,18 @@ def time_to_str(t: float, w: int = 8) -> str:
 
 
 def size_to_str(nbytes: float) -> str:
-    """Bytes in decimal units: '512 B', '1.50 KB', '2.00 GB'."""
+    """A byte count in decimal units (1 KB = 1000 B).
+
+    Args:
+        nbytes: the number of bytes.
+
+    Returns:
+        "512 B", or the value with 2 decimals and KB, MB, GB or TB.
+
+    Examples:
+        >>> size_to_str(512), size_to_str(1500), size_to_str(2e9)
+        ('512 B', '1.50 KB', '2.00 GB')
+    """
     if nbytes < 1e3:
         return f"{nbytes:.0f} B"
     units = [(1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "KB")]
@@ -608,7 +1038,25 @@ def size_to_str(nbytes: float) -> str:
 
 
 def suppress_finalizing(func: Callable[P, T]) -> Callable[P, T | None]:
-    """For __del__ and finalizers: errors while the interpreter shuts down (modules half torn down) are ignored."""
+    """Decorator for __del__ and finalizers: errors at interpreter shutdown (modules half torn down) are ignored.
+
+    At any other time the error propagates as usual.
+
+    Args:
+        func: the finalizer.
+
+    Returns:
+        A wrapper returning func's result, or None for an error during interpreter shutdown.
+
+    Examples:
+        >>> @suppress_finalizing
+        ... def close():
+        ...     raise OSError("gone")
+        >>> close()  # the interpreter is not shutting down: the error shows
+        Traceback (most recent call last):
+        ...
+        OSError: gone
+    """
     is_finalizing = sys.is_finalizing  # bound now: at shutdown this module's globals (`sys` too) may already be None
 
     @functools.wraps(func)
@@ -624,7 +1072,18 @@ def suppress_finalizing(func: Callable[P, T]) -> Callable[P, T | None]:
 
 
 def is_numpy_ndarray(x: object) -> bool:
-    """Without importing numpy (it may not be installed)."""
+    """Whether `x` is a numpy array, checked without importing numpy (it may not be installed).
+
+    Args:
+        x: any object.
+
+    Returns:
+        True for a numpy.ndarray.
+
+    Examples:
+        >>> is_numpy_ndarray(np.zeros(2)), is_numpy_ndarray([0.0, 0.0])
+        (True, False)
+    """
     return str(type(x)) == "<class 'numpy.ndarray'>"
 
 
@@ -658,11 +1117,30 @@ class Timing(contextlib.ContextDecorator):
 
 
 class FetchError(OSError):
-    """fetch() could not download a URL (no network, refused, HTTP error, cut short); the message names the URL."""
+    """fetch() could not download a URL (no network, refused, HTTP error, cut short); the message names the URL.
+
+    An OSError, so `except OSError` catches it too.
+
+    Examples:
+        >>> try:
+        ...     fetch("bogus://example")
+        ... except FetchError as e:
+        ...     print(isinstance(e, OSError), e)
+        True fetch: cannot download bogus://example: unknown url type: bogus
+    """
 
 
 def downloads_dir() -> pathlib.Path:
-    """Where fetch() caches files: $DOWNLOADS_DIR, else <cache_dir>/downloads."""
+    """Where fetch() caches files: $DOWNLOADS_DIR, else <cache_dir>/downloads.
+
+    Returns:
+        The folder (it may not exist yet).
+
+    Examples:
+        >>> with Context(DOWNLOADS_DIR="/tmp/dl"):
+        ...     downloads_dir()
+        PosixPath('/tmp/dl')
+    """
     return pathlib.Path(DOWNLOADS_DIR.value or os.path.join(cache_dir, "downloads"))
 
 
@@ -824,25 +1302,75 @@ def _extract_tar(path: pathlib.Path) -> pathlib.Path:
 
 
 def mv_address(mv: memoryview) -> int:
-    """Address of a writable memoryview's first byte."""
+    """Address of a writable memoryview's first byte.
+
+    Args:
+        mv: a memoryview over writable memory (a bytearray, a ctypes array).
+
+    Returns:
+        The address, as an int.
+
+    Raises:
+        TypeError: (from ctypes) a read-only memoryview.
+
+    Examples:
+        >>> buf = bytearray(b"hi")
+        >>> to_mv(mv_address(memoryview(buf)), 2).tobytes()
+        b'hi'
+    """
     return ctypes.addressof(ctypes.c_char.from_buffer(mv))
 
 
 def to_mv(ptr: int, sz: int) -> memoryview:
-    """A byte memoryview over sz bytes at raw address ptr (no copy; the caller keeps the memory alive)."""
+    """A byte memoryview over `sz` bytes at raw address `ptr` (no copy; the caller keeps the memory alive).
+
+    Args:
+        ptr: the address.
+        sz: the number of bytes.
+
+    Returns:
+        A writable memoryview of format "B".
+
+    Examples:
+        >>> arr = (ctypes.c_uint8 * 3)(1, 2, 3)
+        >>> to_mv(ctypes.addressof(arr), 3).tolist()
+        [1, 2, 3]
+    """
     return memoryview(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_uint8 * sz)).contents).cast("B")
 
 
 def flat_mv(mv: memoryview) -> memoryview:
-    """The memoryview as flat bytes (format "B", one dimension).
+    """The memoryview as flat bytes (format "B", one dimension), over the same memory.
 
-    Example: `len(flat_mv(memoryview(bytes(4)).cast("I"))) == 4`.
+    Args:
+        mv: a C-contiguous memoryview of any format and shape.
+
+    Returns:
+        A byte memoryview of mv.nbytes items (mv itself when empty).
+
+    Examples:
+        >>> mv = memoryview(bytearray(8)).cast("I", shape=(2, 1))
+        >>> flat = flat_mv(mv)
+        >>> flat.format, len(flat)
+        ('B', 8)
     """
     return mv if len(mv) == 0 else mv.cast("B", shape=(mv.nbytes,))
 
 
 def init_c_var(ctypes_var: T, creat_cb: Callable[[T], object]) -> T:
-    """Let a C call fill ctypes_var, then return it: `init_c_var(c_int(), lambda x: lib.get(byref(x)))`."""
+    """Let a C call fill `ctypes_var`, then return it: `init_c_var(c_int(), lambda x: lib.get(byref(x)))`.
+
+    Args:
+        ctypes_var: the ctypes object to fill.
+        creat_cb: called with ctypes_var (its result is ignored).
+
+    Returns:
+        ctypes_var, filled.
+
+    Examples:
+        >>> init_c_var(ctypes.c_int(), lambda x: setattr(x, "value", 7)).value
+        7
+    """
     creat_cb(ctypes_var)
     return ctypes_var
 
@@ -852,7 +1380,18 @@ def init_c_var(ctypes_var: T, creat_cb: Callable[[T], object]) -> T:
 
 @dataclass(frozen=True)
 class Metadata:
-    """Which Tensor call (and user line) produced a UOp; shown by VIZ and DEBUG."""
+    """Which Tensor call (and user line) produced a UOp; shown by VIZ and DEBUG.
+
+    Attributes:
+        name: the Tensor method ("add", "matmul").
+        caller: the user's file and line (TRACEMETA=2), else "".
+        backward: whether the op belongs to a backward pass.
+
+    Examples:
+        >>> m = Metadata("matmul", "train.py:12", backward=True)
+        >>> str(m), repr(m)
+        ('matmul bw', 'matmul bw - train.py:12')
+    """
 
     name: str
     caller: str
@@ -870,6 +1409,19 @@ _METADATA: contextvars.ContextVar[Metadata | None] = contextvars.ContextVar("_ME
 
 @dataclass(frozen=True)
 class TracingKey:
+    """The name and keys of a traced step (a rewrite, a kernel) that VIZ lists and finds it by.
+
+    Attributes:
+        display_name: the name VIZ shows for this trace.
+        keys: related objects (UOps, kernel names) used to find this trace.
+        ret: the traced function's result, kept for VIZ.
+        fmt: an optional format string for display_name.
+
+    Examples:
+        >>> TracingKey("schedule", keys=("k1",)).display_name
+        'schedule'
+    """
+
     display_name: str  # the name VIZ shows for this trace
     keys: tuple[Any, ...] = ()  # Any: related objects (UOps, kernel names) used to find this trace
     ret: Any = None  # Any: the traced function's result, kept for VIZ
@@ -907,16 +1459,45 @@ class GlobalCounters:
 
 
 def perf_counter_us() -> decimal.Decimal:
-    """Monotonic time in microseconds, exact (Decimal), the unit of every profile event."""
+    """Monotonic time in microseconds, exact (a Decimal), the unit of every profile event.
+
+    Returns:
+        The time since an arbitrary start.
+
+    Examples:
+        >>> a = perf_counter_us()
+        >>> isinstance(a, decimal.Decimal), perf_counter_us() >= a
+        (True, True)
+    """
     return decimal.Decimal(time.perf_counter_ns()) / 1000
 
 
 class ProfileEvent:
-    """Base of every profile event; device.py adds device and graph events."""
+    """Base of every profile event; device.py adds device and graph events.
+
+    Examples:
+        >>> isinstance(ProfilePointEvent("TINY", "marker", None), ProfileEvent)
+        True
+    """
 
 
 @dataclass(frozen=True)
 class ProfileRangeEvent(ProfileEvent):
+    """A span of time on a device's timeline (a kernel, a copy, a cpu_profile block), times in microseconds.
+
+    Attributes:
+        device: the timeline's device ("TINY" for host-side work).
+        name: what ran.
+        st: the start (perf_counter_us()).
+        en: the end, None while it runs.
+        is_copy: whether it is a transfer between devices.
+
+    Examples:
+        >>> e = ProfileRangeEvent("CPU", "E_4", decimal.Decimal(1), decimal.Decimal(3))
+        >>> e.en - e.st
+        Decimal('2')
+    """
+
     device: str
     name: str | TracingKey
     st: decimal.Decimal
@@ -926,6 +1507,20 @@ class ProfileRangeEvent(ProfileEvent):
 
 @dataclass(frozen=True)
 class ProfilePointEvent(ProfileEvent):
+    """A point on a timeline: a marker, a buffer allocation or free.
+
+    Attributes:
+        device: the timeline's device.
+        name: the kind of point ("marker", "alloc", ...).
+        key: identifies the object the point refers to (a buffer id, None for markers).
+        arg: a JSON-able payload for VIZ.
+        ts: when, in microseconds (now by default).
+
+    Examples:
+        >>> ProfilePointEvent("TINY", "marker", None, {"name": "epoch 1"}).arg
+        {'name': 'epoch 1'}
+    """
+
     device: str
     name: str
     key: Any  # Any: identifies the object the point refers to (a buffer id, None for markers)
@@ -942,7 +1537,22 @@ PROFILE_CHUNK = 8192
 
 @dataclass
 class ProfileTimer:
-    """What cpu_profile yields: st is set on entry, en on exit."""
+    """What cpu_profile yields: st is set on entry, en on exit (microseconds).
+
+    Attributes:
+        device: the timeline's device.
+        name: the block's name.
+        st: the start time.
+        en: the end time, None inside the block.
+        is_copy: whether the block is a transfer.
+
+    Examples:
+        >>> with cpu_profile("step") as timer:
+        ...     timer.en is None
+        True
+        >>> timer.en >= timer.st
+        True
+    """
 
     device: str
     name: str | TracingKey
@@ -955,7 +1565,25 @@ class ProfileTimer:
 def cpu_profile(
     name: str | TracingKey, device: str = "TINY", is_copy: bool = False, display: bool = True
 ) -> Iterator[ProfileTimer]:
-    """Time the block; when PROFILE is on (checked at exit) append a ProfileRangeEvent, even if the block raised."""
+    """Time the block; when PROFILE is on (checked at exit) append a ProfileRangeEvent to cpu_events, even if it raised.
+
+    Args:
+        name: the block's name on the timeline.
+        device: the timeline to put it on.
+        is_copy: mark the event as a transfer.
+        display: record the event at all (the timer is filled either way).
+
+    Yields:
+        The ProfileTimer, whose `en` is set when the block ends.
+
+    Examples:
+        >>> cpu_events.clear()
+        >>> with Context(PROFILE=1), cpu_profile("load") as timer:
+        ...     pass
+        >>> [(e.name, e.st == timer.st) for e in cpu_events]
+        [('load', True)]
+        >>> cpu_events.clear()
+    """
     timer = ProfileTimer(device, name, perf_counter_us(), is_copy=is_copy)
     try:
         yield timer
@@ -968,7 +1596,19 @@ def cpu_profile(
 
 
 def profile_marker(name: str, color: str = "gray") -> None:
-    """A named point on the VIZ timeline."""
+    """A named point on the VIZ timeline (appended to cpu_events whatever PROFILE says).
+
+    Args:
+        name: the label.
+        color: its colour in VIZ.
+
+    Examples:
+        >>> cpu_events.clear()
+        >>> profile_marker("epoch 1")
+        >>> cpu_events[0].arg
+        {'name': 'epoch 1', 'color': 'gray'}
+        >>> cpu_events.clear()
+    """
     cpu_events.append(ProfilePointEvent("TINY", "marker", None, {"name": name, "color": color}))
 
 
@@ -976,26 +1616,87 @@ def profile_marker(name: str, color: str = "gray") -> None:
 
 
 def diskcache_get(table: str, key: CacheKey) -> CacheValue | None:
-    """The cached value, or None when missing or when CACHELEVEL is 0."""
+    """The value stored under (`table`, `key`) in the persistent compile cache.
+
+    Args:
+        table: the cache's table name.
+        key: a cache key (str, int, float, bool, None, bytes, or tuples, lists and str-keyed dicts of them).
+
+    Returns:
+        The stored value, or None when missing or when CACHELEVEL is 0.
+
+    Examples:
+        >>> import tempfile
+        >>> with Context(CACHEDB=tempfile.mkdtemp() + "/c.db"):
+        ...     diskcache_put("docs", "k", [1, 2]), diskcache_get("docs", "k"), diskcache_get("docs", "other")
+        ([1, 2], [1, 2], None)
+    """
     if CACHELEVEL.value == 0:
         return None
     return cache_get(CACHEDB.value, table, key)
 
 
 def diskcache_put(table: str, key: CacheKey, val: V) -> V:
-    """Store val (bytes, or a JSON value: str/int/float/bool/None/list/str-keyed dict) and return it."""
+    """Store `val` under (`table`, `key`) in the persistent compile cache (nothing when CACHELEVEL is 0) and return it.
+
+    Args:
+        table: the cache's table name.
+        key: a cache key (str, int, float, bool, None, bytes, or tuples, lists and str-keyed dicts of them).
+        val: bytes, or a JSON value (str, int, float, bool, None, list, str-keyed dict).
+
+    Returns:
+        val.
+
+    Examples:
+        >>> import tempfile
+        >>> with Context(CACHEDB=tempfile.mkdtemp() + "/c.db"):
+        ...     diskcache_put("docs", ("k", 1), b"\\x00"), diskcache_get("docs", ("k", 1))
+        (b'\\x00', b'\\x00')
+    """
     if CACHELEVEL.value != 0:
         cache_put(CACHEDB.value, table, key, val)
     return val
 
 
 def diskcache_clear() -> None:
-    """Delete every entry of the persistent compile cache (the sqlite file `CACHEDB` names)."""
+    """Delete every entry of the persistent compile cache (the sqlite file CACHEDB names).
+
+    Examples:
+        >>> import tempfile
+        >>> with Context(CACHEDB=tempfile.mkdtemp() + "/c.db"):
+        ...     _ = diskcache_put("docs", "k", 1)
+        ...     diskcache_clear()
+        ...     diskcache_get("docs", "k") is None
+        True
+    """
     cache_clear(CACHEDB.value)
 
 
 def diskcache(func: Callable[P, V]) -> Callable[P, V]:
-    """Memoise func on disk, keyed by its name and arguments (which must be valid cache keys, else TypeError)."""
+    """Decorator: memoise `func` on disk, keyed by its qualified name and arguments.
+
+    A None result reads back as a miss, so func runs again. Nothing is stored when CACHELEVEL is 0.
+
+    Args:
+        func: a function whose arguments are cache keys and whose result is a cache value.
+
+    Returns:
+        The caching wrapper.
+
+    Raises:
+        TypeError: (from the cache, when called) an argument that is not a valid cache key.
+
+    Examples:
+        >>> import tempfile
+        >>> @diskcache
+        ... def square(x):
+        ...     print("computing")
+        ...     return x * x
+        >>> with Context(CACHEDB=tempfile.mkdtemp() + "/c.db"):
+        ...     square(3), square(3)
+        computing
+        (9, 9)
+    """
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> V:
@@ -1008,8 +1709,20 @@ def diskcache(func: Callable[P, V]) -> Callable[P, V]:
 
 
 def report_kernel(name: str, src: str | None) -> None:
-    """CRASH_REPORT=1: say which kernel is about to run, flushed, so the last one before a crash is on stderr.
-    `src` is printed when given (a runtime passes it the first time a program runs)."""
+    """CRASH_REPORT=1: say which kernel is about to run, flushed to stderr, so the last one before a crash is there.
+
+    Args:
+        name: the kernel's name.
+        src: its source, printed first when given (a runtime passes it the first time a program runs).
+
+    Examples:
+        >>> import contextlib, io
+        >>> err = io.StringIO()
+        >>> with contextlib.redirect_stderr(err):
+        ...     report_kernel("E_4", None)
+        >>> err.getvalue()
+        'CRASH_REPORT: running E_4\\n'
+    """
     text = f"CRASH_REPORT: running {name}\n"
     if src is not None:
         text = f"CRASH_REPORT: source of {name}:\n{src.rstrip()}\n{text}"
