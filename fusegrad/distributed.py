@@ -550,13 +550,13 @@ class DistributedDataParallel:
         kernels, so a whole train step, averaging included, replays as one jit.
 
         Args:
-            realize_with: tensors to compute in the same schedule (the loss: otherwise the forward runs twice).
+            *realize_with: tensors to compute in the same schedule (the loss: otherwise the forward runs twice).
 
         Raises:
             RuntimeError: a parameter has no gradient (every rank must send every bucket), or gradients sharded over
                 several devices of the rank are averaged inside TinyJit.
 
-        Example:
+        Examples:
             >>> model = nn.Linear(2, 1)
             >>> model.weight.requires_grad = model.bias.requires_grad = True
             >>> ddp = DistributedDataParallel(model)

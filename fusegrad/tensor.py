@@ -326,9 +326,29 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         """A tensor over external memory at address `ptr` (no copy): reads see it, writes (`assign`) change it.
 
         Lifetime rule: the memory is not owned: it is never freed here, and the caller must keep it alive (and the
-        same size) for as long as this tensor, or any tensor still reading its buffer, is used. The device must
-        address host memory (CPU, NPY, ...). Example: `Tensor.from_blob(a.ctypes.data, a.shape, dtype=dtypes.float32)`.
-        Raises ValueError for a null pointer or a multi-device target.
+        same size) for as long as this tensor, or any tensor still reading its buffer, is used. The device must address
+        host memory (CPU, NPY, ...).
+
+        Args:
+            ptr: the address of the first element.
+            shape: the tensor's shape (an int for 1-d).
+            **kwargs: `Tensor.empty`'s keywords: `dtype` (the memory's element type), `device`, `requires_grad`.
+
+        Returns:
+            The tensor, backed by that memory.
+
+        Raises:
+            ValueError: a null or non-integer pointer, or a multi-device target.
+
+        Examples:
+            >>> a = np.array([1.0, 2.0], dtype=np.float32)
+            >>> t = Tensor.from_blob(a.ctypes.data, (2,), dtype=dtypes.float32, device="CPU")
+            >>> t.tolist()
+            [1.0, 2.0]
+            >>> Tensor.from_blob(0, (2,))
+            Traceback (most recent call last):
+            ...
+            ValueError: from_blob: expected a non-null integer address, got 0
         """
         if not isinstance(ptr, int) or ptr == 0:
             raise ValueError(f"from_blob: expected a non-null integer address, got {ptr!r}")
@@ -551,13 +571,39 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         return UOp.sink(*[t.uop for t in tensors])
 
     def kernelize(self, *lst: Tensor) -> Tensor:
-        """Build kernels for this tensor (and `lst`) without running them; `Tensor.kernelize(a, b)` works too."""
+        """Build kernels for this tensor (and `lst`) without running them; `Tensor.kernelize(a, b)` works too.
+
+        Args:
+            *lst: more tensors to kernelize together with this one.
+
+        Returns:
+            self, whose graph now ends in kernels (a later realize or schedule runs them).
+
+        Examples:
+            >>> t = Tensor([1, 2]) + 1
+            >>> t.kernelize() is t, t.tolist()
+            (True, [2, 3])
+        """
         _kernelize([self, *lst])
         return self
 
     def schedule(self, *lst: Tensor) -> list[Any]:
-        """The ExecItems that would compute this tensor (and `lst`), in run order. Nothing runs; once `run_schedule`
-        has run them, the tensors read their buffers, so a later schedule does not include these kernels again."""
+        """The ExecItems that would compute this tensor (and `lst`), in run order. Nothing runs.
+
+        Once `run_schedule` has run them, the tensors read their buffers, so a later schedule does not include these
+        kernels again.
+
+        Args:
+            *lst: more tensors to schedule together with this one.
+
+        Returns:
+            The list of ExecItems (kernels and copies).
+
+        Examples:
+            >>> t = Tensor([1, 2]) + 1
+            >>> len(t.schedule())
+            1
+        """
         from fusegrad.engine.schedule import create_schedule
 
         _kernelize([self, *lst])
@@ -568,8 +614,19 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         return schedule
 
     def schedule_with_vars(self, *lst: Tensor) -> tuple[list[Any], dict[str, builtins.int]]:
-        """`schedule()` and the values bound to the symbolic variables it uses (name -> int); each ExecItem also holds
-        its own in `fixedvars`. Example: `items, var_vals = t.schedule_with_vars()`."""
+        """`schedule()` and the values bound to the symbolic variables it uses (each ExecItem also holds its own).
+
+        Args:
+            *lst: more tensors to schedule together with this one.
+
+        Returns:
+            (the ExecItems in run order, variable name -> int value).
+
+        Examples:
+            >>> items, var_vals = (Tensor([1, 2]) + 1).schedule_with_vars()
+            >>> len(items), var_vals
+            (1, {})
+        """
         items = self.schedule(*lst)
         var_vals: dict[str, builtins.int] = {}
         for item in items:
@@ -669,9 +726,19 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         return self
 
     def contiguous_backward(self) -> Tensor:
-        """The same values, but the gradient flowing back through this point is realized (made contiguous) before it
-        is used: a barrier that stops the backward graph from being fused across it.
-        Example: `x.contiguous_backward()`."""
+        """The same values, but the gradient flowing back through here is made contiguous (realized) before use.
+
+        A barrier that stops the backward graph from being fused across it; the forward value is unchanged.
+
+        Returns:
+            A tensor with the same values, requires_grad as this one.
+
+        Examples:
+            >>> x = Tensor([1.0, 2.0], requires_grad=True)
+            >>> _ = (x.contiguous_backward() * 2).sum().backward()
+            >>> x.grad.tolist()
+            [2.0, 2.0]
+        """
         return Tensor(UOp(Ops.CONTIGUOUS_BACKWARD, self.dtype, (self.uop,)), requires_grad=self.requires_grad)
 
     def _buffer(self) -> Any:
@@ -749,7 +816,22 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def data(self) -> memoryview[Any]:
         """The realized contents as a memoryview of the device buffer, in C order (runs the graph if needed).
 
-        Raises an error for a tensor of symbolic shape. Example: `Tensor([1, 2]).data().tolist() == [1, 2]`.
+        The view has the dtype's struct format ("f" for float32, "i" for int32, ...) and the tensor's shape.
+
+        Returns:
+            A memoryview of format `self.dtype.fmt` and shape `self.shape` (an empty one for a tensor with no elements).
+
+        Raises:
+            OpTypeError: (a TypeError) a dtype without a buffer format (bfloat16, fp8; half before Python 3.12).
+
+        Examples:
+            >>> mv = Tensor([[1, 2], [3, 4]], dtype=dtypes.int32).data()
+            >>> mv.format, mv.shape, mv.tolist()
+            ('i', (2, 2), [[1, 2], [3, 4]])
+            >>> Tensor([1.0], dtype=dtypes.bfloat16).data()
+            Traceback (most recent call last):
+            ...
+            fusegrad.errors.OpTypeError: data: a dtypes.bfloat16 tensor has no typed memoryview ...
         """
         check_concrete(self.shape, "data")
         fmt = self.dtype.fmt
@@ -895,17 +977,53 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     def shard_like(self, y: Tensor) -> Tensor:
         """This tensor placed like `y`: on y's device, or sharded over y's devices along y's shard axis.
-        Example: `bias.shard_like(weight)`."""
+
+        Args:
+            y: the tensor whose placement to copy (a bias placed like its weight).
+
+        Returns:
+            The moved or sharded tensor.
+
+        Examples:
+            >>> w = Tensor([[1, 2], [3, 4]]).shard(("CPU", "CPU:1"), axis=0)
+            >>> Tensor([[5, 6], [7, 8]]).shard_like(w).device
+            ('CPU', 'CPU:1')
+            >>> Tensor([1]).shard_like(Tensor([2], device="CPU")).device
+            'CPU'
+        """
         if isinstance(y.device, str):
             return self.to(y.device)
         return self.shard(y.device, y.uop.axis)
 
     @staticmethod
     def from_url(url: str, gunzip: builtins.bool = False, **kwargs: Any) -> Tensor:
-        """The bytes at `url` as a 1-d uint8 tensor, downloaded once into the cache by `helpers.fetch` (`gunzip`: the
-        decompressed bytes). It lives on DISK (memory-mapped) unless `device=` moves it; other keywords go to
-        `Tensor()`. Raises FetchError (an OSError) naming the URL when the download fails.
-        Example: `Tensor.from_url(url, device="CPU")`."""
+        """The bytes at `url` as a 1-d uint8 tensor, downloaded once into the cache by `helpers.fetch`.
+
+        It lives on DISK (memory-mapped) unless `device=` moves it; other keywords go to `Tensor.empty`. A local path
+        (starting with "/" or ".") is read where it is, without copying.
+
+        Args:
+            url: what to download (http or https), or a local path.
+            gunzip: keep the decompressed bytes of a gzip download.
+            **kwargs: `device` (where to move the bytes), and `Tensor.empty`'s other keywords.
+
+        Returns:
+            A uint8 tensor of the file's size.
+
+        Raises:
+            FetchError: (an OSError, raised by fetch) the download failed; the message names the URL.
+
+        Examples:
+            >>> import tempfile
+            >>> path = tempfile.mkdtemp() + "/hi.bin"
+            >>> _ = open(path, "wb").write(b"hi")
+            >>> Tensor.from_url(path, device="CPU").tolist()
+            [104, 105]
+            >>> Tensor.from_url("bogus://example")
+            Traceback (most recent call last):
+            ...
+            fusegrad.helpers.FetchError: fetch: cannot download bogus://example: unknown url type: bogus
+        """
         from fusegrad.helpers import fetch
 
         path = fetch(url, gunzip=gunzip)
