@@ -2937,7 +2937,7 @@ def _kernelize(tensors: list[Tensor]) -> None:
 
 def _is_done(u: UOp) -> bool:
     """Nothing to schedule: memory, a constant, or a buffer whose kernel is already built."""
-    return u.base.op in (Ops.BUFFER, Ops.CONST) or _is_kernelized_view(u)
+    return _is_settled(u) or _is_kernelized_view(u)
 
 
 def _settle_base(u: UOp) -> UOp:

@@ -7,9 +7,10 @@ Loaded on first use (`lib()`), so importing this module never touches the system
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 from typing import Any
+
+from fusegrad.runtime.support import load_library
 
 # *** constants (cl.h) ***
 CL_SUCCESS = 0
@@ -91,17 +92,11 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
 @functools.cache
 def lib() -> ctypes.CDLL:
     """The ICD loader with its signatures declared. Raises RuntimeError naming the library and how to get it."""
-    name = ctypes.util.find_library("OpenCL") or "libOpenCL.so.1"
-    try:
-        dll = ctypes.CDLL(name)
-    except OSError as err:
-        raise RuntimeError(
-            f"CL: can't load the OpenCL ICD loader ({name}): {err}; install one with an OpenCL driver, e.g. "
-            "`apt-get install ocl-icd-libopencl1 pocl-opencl-icd` (PoCL runs OpenCL on the CPU)"
-        ) from err
-    for fn, (restype, argtypes) in _SIGNATURES.items():
-        getattr(dll, fn).restype, getattr(dll, fn).argtypes = restype, argtypes
-    return dll
+    missing = (
+        "CL: can't load the OpenCL ICD loader ({name}): {err}; install one with an OpenCL driver, e.g. "
+        "`apt-get install ocl-icd-libopencl1 pocl-opencl-icd` (PoCL runs OpenCL on the CPU)"
+    )
+    return load_library("OpenCL", "libOpenCL.so.1", _SIGNATURES, missing)
 
 
 def check(status: int, call: str) -> None:

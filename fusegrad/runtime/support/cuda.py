@@ -7,9 +7,10 @@ Loaded on first use (`lib()`), so importing this module never touches the system
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 from typing import Any
+
+from fusegrad.runtime.support import load_library
 
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
@@ -53,16 +54,11 @@ _SIGNATURES: dict[str, list[Any]] = {
 @functools.cache
 def lib() -> ctypes.CDLL:
     """The driver library, initialised. Raises RuntimeError saying what is missing (the NVIDIA driver, or a GPU)."""
-    name = ctypes.util.find_library("cuda") or "libcuda.so.1"
-    try:
-        dll = ctypes.CDLL(name)
-    except OSError as err:
-        raise RuntimeError(
-            f"CUDA: the NVIDIA driver library (libcuda.so.1) is not installed: {err}; CUDA needs an NVIDIA GPU and its "
-            "driver (kernels still compile to PTX without them: NVRTCCompiler)"
-        ) from err
-    for fn, argtypes in _SIGNATURES.items():
-        getattr(dll, fn).restype, getattr(dll, fn).argtypes = c_int, argtypes
+    missing = (
+        "CUDA: the NVIDIA driver library (libcuda.so.1) is not installed: {err}; CUDA needs an NVIDIA GPU and its "
+        "driver (kernels still compile to PTX without them: NVRTCCompiler)"
+    )
+    dll = load_library("cuda", "libcuda.so.1", {fn: (c_int, args) for fn, args in _SIGNATURES.items()}, missing)
     status = dll.cuInit(0)
     if status != 0:
         raise RuntimeError(f"CUDA: cuInit failed: {_error_name(dll, status)} ({status}): no usable NVIDIA GPU")
