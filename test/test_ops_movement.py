@@ -31,7 +31,8 @@ def data(shape: tuple[int, ...], dt: DType = dtypes.float32, seed: int = 0) -> n
     return np.asarray(rng.uniform(-3, 3, size=shape), dtype=np.float32)
 
 
-def tensor(arr: np.ndarray, device: str = "CPU") -> Tensor:
+def tensor(arr: np.ndarray, device: str | None = None) -> Tensor:
+    """arr as a Tensor on device (default: Device.DEFAULT, so DEV=CL runs these tests on OpenCL); 0-d kept 0-d."""
     return Tensor(arr.reshape(1), device=device).reshape(()) if arr.ndim == 0 else Tensor(arr, device=device)
 
 
