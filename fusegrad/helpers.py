@@ -203,6 +203,7 @@ RING_ALLREDUCE_THRESHOLD = ContextVar("RING_ALLREDUCE_THRESHOLD", 256_000)  # RI
 SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 1)  # 1: split very large reductions into two kernels
 CACHELEVEL = ContextVar("CACHELEVEL", 2)  # 0: disable the persistent compile cache (diskcache)
 CCACHE = ContextVar("CCACHE", 1)  # 0: recompile kernels even when the compiled binary is cached
+RUNNER_CACHE_SIZE = ContextVar("RUNNER_CACHE_SIZE", 4096)  # loaded kernels cached (entries); least recently used unload
 PARALLEL_COMPILE = ContextVar("PARALLEL_COMPILE", 0)  # compiler runs at once on new kernels; 0: one per core, 1: off
 ALLOW_DEVICE_USAGE = ContextVar("ALLOW_DEVICE_USAGE", 1)  # 0: opening a real device raises (tests that must not run)
 MAX_BUFFER_SIZE = ContextVar("MAX_BUFFER_SIZE", 0)  # >0: refuse to fuse kernels whose buffers exceed this many elements

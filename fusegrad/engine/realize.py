@@ -19,6 +19,7 @@ from fusegrad.helpers import (
     NOOPT,
     PARALLEL_COMPILE,
     PROFILE,
+    RUNNER_CACHE_SIZE,
     TRACEMETA,
     GlobalCounters,
     Metadata,
@@ -200,8 +201,31 @@ class BufferXfer(BufferCopy):
         dest_memory[: dest.nbytes] = src_memory[: src.nbytes]
 
 
-# kernels compiled so far, by (device, compiler type, ast key, (BEAM, NOOPT), is-base-device entry)
-method_cache: dict[tuple[str, type[Compiler], bytes, tuple[int, int], bool], CompiledRunner] = {}
+RunnerKey = tuple[str, type[Compiler], bytes, tuple[int, int], bool]
+
+
+class RunnerCache(dict[RunnerKey, CompiledRunner]):
+    """A dict that keeps the RUNNER_CACHE_SIZE most recently used entries: `get` and setting an entry make it the
+    newest, and setting one past the bound drops the oldest. A dropped runner's kernel unloads once nothing else
+    (a TinyJit capture, a graph, the schedule cache) holds it; get_runner builds it again from the disk compile
+    cache. Without the bound every kernel a long process ever ran stays mapped until dlopen runs out of mappings."""
+
+    def get(self, key: RunnerKey, default: CompiledRunner | None = None) -> CompiledRunner | None:  # type: ignore[override]
+        if (runner := self.pop(key, None)) is None:
+            return default
+        super().__setitem__(key, runner)  # re-inserted: dicts keep insertion order, so the end is the newest
+        return runner
+
+    def __setitem__(self, key: RunnerKey, runner: CompiledRunner) -> None:
+        self.pop(key, None)
+        super().__setitem__(key, runner)
+        while len(self) > max(1, RUNNER_CACHE_SIZE.value):
+            del self[next(iter(self))]
+
+
+# kernels compiled and loaded (the RUNNER_CACHE_SIZE most recently used), by (device, compiler type, ast key,
+# (BEAM, NOOPT), is-base-device entry)
+method_cache: dict[RunnerKey, CompiledRunner] = RunnerCache()
 
 
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
@@ -221,7 +245,6 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
     return runner
 
 
-RunnerKey = tuple[str, type[Compiler], bytes, tuple[int, int], bool]
 COMPILE_BATCH_MAX = 16  # kernels one compiler run builds at most (more batches than compilers keeps them all busy)
 
 

@@ -1,12 +1,15 @@
 """The CPU device: C kernels from the ClangRenderer, compiled by the system C compiler and called through ctypes.
 
-Memory is host memory (MallocAllocator); `CPUProgram(dev, name, lib)` loads one kernel from shared-object bytes.
+Memory is host memory (MallocAllocator); `CPUProgram(dev, name, lib)` loads one kernel from shared-object bytes and
+unloads it (dlclose) when the program object is freed, so a long process keeps only the kernels something still holds.
 """
 
 from __future__ import annotations
 
+import _ctypes
 import ctypes
 import os
+import sys
 import tempfile
 import time
 from typing import TYPE_CHECKING
@@ -21,26 +24,38 @@ if TYPE_CHECKING:
 CPUCompiler = ClangCompiler  # the name newer reference code uses
 
 
+# kernel libraries open with their own symbols (RTLD_LOCAL) and resolve them all at load (RTLD_NOW)
+_OPEN_MODE = os.RTLD_NOW | os.RTLD_LOCAL
+# OpenMP runtimes a kernel can link (gcc's, clang's, Intel's): their worker threads outlive every kernel, so once loaded
+# they are made resident (RTLD_NODELETE); unloading the last kernel linking one unmapped code its threads sleep in
+# (SIGSEGV)
+_THREAD_RUNTIMES = ["libgomp.so.1", "libomp.so", "libomp.so.5", "libiomp5.so"]
+
+
 class CPUProgram:
-    """One kernel of a shared object, called as `prg(*buffers, vals=(...), wait=True) -> seconds`."""
+    """One kernel of a shared object, called as `prg(*buffers, vals=(...), wait=True) -> seconds`.
+
+    The library stays mapped while this object lives; whoever calls the kernel (a runner, a graph holding its
+    function address) must hold the CPUProgram. Freeing it unloads the library (not at interpreter exit: the
+    process's mappings go with it)."""
+
+    _handle = 0  # the dlopen handle; 0 until loaded, so __del__ after a failed load closes nothing
 
     def __init__(self, dev: Compiled, name: str, lib: bytes) -> None:
         self.dev, self.name, self.device = dev, name, dev.device
-        # dlopen needs a file: write a uniquely named one, load it, and unlink it (the mapping stays valid)
-        fd, path = tempfile.mkstemp(prefix=f"fusegrad_{name[:64]}_", suffix=".so")
+        self._handle = _load_library(name, lib)
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(lib)
-            self.lib = ctypes.CDLL(path)
-        finally:
-            os.unlink(path)
-        try:
-            self.fxn = getattr(self.lib, name)
-        except AttributeError:
+            address = _ctypes.dlsym(self._handle, name)
+        except OSError:
             raise ValueError(f"CPUProgram: no function {name!r} in the compiled library") from None
-        self.fxn.restype = None
+        self.fxn = ctypes.CFUNCTYPE(None)(address)  # argtypes are declared at the first call
         # CRASH_REPORT: the C source, printed before the first run (None once printed, or when unknown)
         self.src = kernel_source(lib, name) if CRASH_REPORT else None
+
+    def __del__(self) -> None:
+        handle, self._handle = self._handle, 0
+        if handle and not sys.is_finalizing():  # at exit the mappings go with the process; module globals may be gone
+            _ctypes.dlclose(handle)
 
     def __call__(
         self,
@@ -51,7 +66,7 @@ class CPUProgram:
         wait: bool = False,
     ) -> float | None:
         """Run on buffers (host memoryviews or raw addresses, in slot order) and variable values (as int64)."""
-        if self.fxn.argtypes is None:  # a kernel's signature never changes: declared once, ctypes converts plain ints
+        if not self.fxn.argtypes:  # a kernel's signature never changes: declared once, ctypes converts plain ints
             self.fxn.argtypes = [ctypes.c_void_p] * len(bufs) + [ctypes.c_int64] * len(vals)
         args = [b if isinstance(b, int) else _address(b) for b in bufs]
         if CRASH_REPORT:
@@ -66,6 +81,30 @@ class CPUProgram:
             self.fxn(*args, *vals)
             elapsed = time.perf_counter() - start
         return elapsed if wait else None
+
+
+def _load_library(name: str, lib: bytes) -> int:
+    """dlopen shared-object bytes and return the handle. dlopen needs a file: write a uniquely named one, load it, and
+    unlink it (the mapping stays valid)."""
+    fd, path = tempfile.mkstemp(prefix=f"fusegrad_{name[:64]}_", suffix=".so")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(lib)
+        handle: int = _ctypes.dlopen(path, _OPEN_MODE)
+    finally:
+        os.unlink(path)
+    _pin_thread_runtimes()
+    return handle
+
+
+def _pin_thread_runtimes() -> None:
+    """Make every OpenMP runtime loaded so far resident (a no-op dlopen, RTLD_NOLOAD, of each not yet pinned)."""
+    for soname in list(_THREAD_RUNTIMES):
+        try:
+            _ctypes.dlopen(soname, _OPEN_MODE | os.RTLD_NOLOAD | os.RTLD_NODELETE)
+        except OSError:
+            continue  # not loaded (yet): asked again after the next kernel loads
+        _THREAD_RUNTIMES.remove(soname)
 
 
 def _address(mv: memoryview) -> int:

@@ -3,7 +3,8 @@ function that calls every kernel in order, so a replay costs one ctypes call ins
 
 The generated function reads three tables: kernel function pointers, buffer addresses and variable values. The source
 depends only on the batch's structure (which table entry each argument reads), so its binary is cached on disk like
-any kernel's; a replay rewrites only the entries of the call's input buffers and variables.
+any kernel's; a replay rewrites only the entries of the call's input buffers and variables. The graph holds the program
+objects behind the function table, so their libraries stay loaded as long as it can call them.
 Entry point: `CPUDevice(...).graph` is `CPUGraph`; `engine.graph.apply_graph_to_jit` builds it.
 """
 
@@ -50,6 +51,7 @@ class GraphSource:
         self.input_entries: dict[int, int] = {}  # input index -> entry, rewritten at every call
         self.values: dict[GraphValue, int] = {}
         self.functions: list[int] = []
+        self.programs: list[object] = []  # what owns each function address: held so no kernel unloads while called
         self.lines: list[str] = []
 
     def entry(self, j: int, i: int, buf: Buffer | None) -> int:
@@ -72,6 +74,7 @@ class GraphSource:
         signature = ", ".join(["void*"] * len(runner.p.globals) + ["long long"] * len(runner.p.vars)) or "void"
         self.lines.append(f"  ((void (*)({signature}))f[{len(self.functions)}])({', '.join(args)});")
         self.functions.append(ctypes.cast(fxn, ctypes.c_void_p).value or 0)
+        self.programs.append(runner._prg)
 
     def add_transfer(self, j: int, ei: ExecItem) -> None:
         dest, src = ei.bufs[0], ei.bufs[1]
@@ -109,6 +112,9 @@ class CPUGraph(MultiGraphRunner):
         self._fxn = self._program.fxn
         self._fxn.argtypes = [ctypes.c_void_p] * 3
         self._functions = (ctypes.c_void_p * max(1, len(source.functions)))(*source.functions)
+        # the table holds bare addresses: the programs behind them stay loaded while this graph lives (an evicted
+        # runner cache entry or a freed jit_cache item must not unload a kernel the generated function calls)
+        self._programs = source.programs
         self._addresses = (ctypes.c_void_p * max(1, len(source.buffer_entries) + len(source.input_entries)))()
         for entry, buf in source.fixed_buffers:
             self._addresses[entry] = buffer_address(buf)
