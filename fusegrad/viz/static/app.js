@@ -276,21 +276,10 @@ function layOut(msg, text) {
   return msg.layoutReady;
 }
 
-// a smooth left-to-right path through the layout's points
-function curve(points) {
-  let d = `M${points[0][0]},${points[0][1]}`;
-  for (let i = 1; i < points.length; i++) {
-    const [x0, y0] = points[i - 1], [x1, y1] = points[i];
-    const dx = (x1 - x0) / 2;
-    d += ` C${x0 + dx},${y0} ${x1 - dx},${y1} ${x1},${y1}`;
-  }
-  return d;
-}
-
 // a step's graphs share most nodes and edges: each element is made once per step (keyed by everything it shows) and
 // kept in place while it stays, so a ←/→ step touches only what the match changed. Zoomed out, labels are unreadable:
 // a node gets its text when the view is at TEXT_ZOOM or closer and it is on screen (level of detail)
-const TEXT_ZOOM = 0.3, MERGED_EDGES = 1500; // more edges than this are drawn as one path, without arrowheads
+const TEXT_ZOOM = 0.3; // past layout.js's MERGED_EDGES edges a graph's edges come as one path, drawn without arrowheads
 
 function graphLayers() {
   const root = $("graph");
@@ -310,32 +299,22 @@ function graphLayers() {
 
 // every element a graph shows, by key (made now where this step has none yet; kept in rw.nodes), and its nodes as
 // [key, id, box, label]. Done once per graph: when its layout comes back (in idle time, for the graphs not shown), so
-// a ←/→ step only moves, attaches and removes elements
+// a ←/→ step only moves, attaches and removes elements. The layout is typed arrays (layout.js): drawn node i is
+// node nodes[i] of the message's order, its box boxes[4i .. 4i + 3]
 function prepareGraph(msg) {
   if (msg.parts && msg.parts.nodes === rw.nodes) return msg.parts;
-  const { boxes, edges } = msg.layout, want = new Map(), inputs = {}, nodes = [];
-  if (edges.length > MERGED_EDGES) { // one path for all: thousands of elements cost more than the picture is worth
-    const d = edges.map((e) => curve(e[3])).join(""), key = `all|${d}`;
-    want.set(key, rw.nodes.get(key) || svg("path", { class: "edge", d }));
+  const L = msg.layout, want = new Map(), nodes = [], count = L.nodes.length;
+  if (L.path !== null) { // one path for all: thousands of elements cost more than the picture is worth
+    const key = `all|${L.path}`;
+    want.set(key, rw.nodes.get(key) || svg("path", { class: "edge", d: L.path }));
+  } else {
+    addEdges(L, want);
   }
-  for (const e of edges) inputs[e[1]] = (inputs[e[1]] || 0) + 1;
-  for (const [, dst, index, points] of edges.length > MERGED_EDGES ? [] : edges) {
-    const d = curve(points), key = `e|${d}`;
-    want.set(key, rw.nodes.get(key) || svg("path", { class: "edge", d, "marker-end": "url(#arrow)" }));
-    if (inputs[dst] > 1) {
-      const [x, y] = points[points.length - 1], ikey = `i|${x}|${y}|${index}`;
-      let text = rw.nodes.get(ikey);
-      if (!text) {
-        text = svg("text", { class: "edge-index", x: x - 12, y: y - 3 });
-        text.textContent = index;
-      }
-      want.set(ikey, text);
-    }
-  }
-  for (const [id, box] of Object.entries(boxes)) {
-    const node = msg.graph[id];
-    const note = msg.layout.labels ? msg.layout.labels[id] : undefined; // e.g. a repeated subgraph drawn once
-    const label = note || (node ? node.label : `${msg.layout.hidden} more nodes\n(graph too big to draw)`);
+  for (let i = 0; i < count; i++) {
+    const id = L.nodes[i] < 0 ? "-1" : String(msg.order[L.nodes[i]]), node = msg.graph[id];
+    const box = L.boxes.subarray(4 * i, 4 * i + 4);
+    const note = L.notes[i]; // e.g. a repeated subgraph drawn once
+    const label = note || (node ? node.label : `${L.hidden} more nodes\n(graph too big to draw)`);
     const key = `n|${id}|${box[2]}|${box[3]}|${node ? node.color : ""}|${node ? node.ref : ""}|${label}`;
     want.set(key, rw.nodes.get(key) || makeNode(id, box, node, label));
     nodes.push([key, id, box, label]);
@@ -344,13 +323,32 @@ function prepareGraph(msg) {
   return (msg.parts = { want, nodes: rw.nodes, drawn: nodes });
 }
 
+// each edge as its own path with an arrowhead, and the input number beside it where its node has several inputs
+function addEdges(L, want) {
+  const inputs = new Int32Array(L.nodes.length);
+  for (let e = 2; e < L.edges.length; e += 3) inputs[L.edges[e - 1]]++;
+  L.curves.forEach((d, e) => {
+    const key = `e|${d}`;
+    want.set(key, rw.nodes.get(key) || svg("path", { class: "edge", d, "marker-end": "url(#arrow)" }));
+    if (inputs[L.edges[3 * e + 1]] < 2) return;
+    const end = L.pointStart[e + 1] - 1, x = L.points[2 * end], y = L.points[2 * end + 1], index = L.edges[3 * e + 2];
+    const ikey = `i|${x}|${y}|${index}`;
+    let text = rw.nodes.get(ikey);
+    if (!text) {
+      text = svg("text", { class: "edge-index", x: x - 12, y: y - 3 });
+      text.textContent = index;
+    }
+    want.set(ikey, text);
+  });
+}
+
 // the graphs of the shown step whose layouts are back, prepared in idle periods, nearest the shown match first. A
 // graph is one task: past PREPARE_MAX boxes it would hold up the next frame (a 3,000-node one takes ~100 ms), so big
 // graphs are built when shown
 const preparing = { queue: [], handle: 0 }, PREPARE_MAX = 1500;
 
 function prepareLater(msg) {
-  if (Object.keys(msg.layout.boxes).length > PREPARE_MAX) return;
+  if (msg.layout.nodes.length > PREPARE_MAX) return;
   preparing.queue.push(msg);
   if (!preparing.handle) preparing.handle = requestIdleCallback(prepareQueued);
 }
@@ -377,15 +375,27 @@ function drawGraph(msg) {
     const at = `translate(${box[0]},${box[1]})`;
     if (g.vizAt !== at) g.setAttribute("transform", (g.vizAt = at));
     g.vizBox = box;
-    g.classList.toggle("changed", changed.has(id));
-    g.classList.toggle("found", Boolean(rw.found) && label.toLowerCase().replace(/\n/g, " ").includes(rw.found));
-    g.classList.toggle("picked", id === rw.picked);
+    setClass(g, "changed", changed.has(id));
+    setClass(g, "found", Boolean(rw.found) && label.toLowerCase().replace(/\n/g, " ").includes(rw.found));
+    setClass(g, "picked", id === rw.picked);
     rw.boxes.push(g);
   }
   for (const [key, element] of rw.shown) if (!want.has(key)) element.remove();
-  for (const [key, element] of want) if (!rw.shown.has(key)) (key[0] === "n" ? nodeLayer : edgeLayer).append(element);
+  const edges = [], nodes = []; // attached in two calls: one DOM change each, however many elements came
+  for (const [key, element] of want) if (!rw.shown.has(key)) (key[0] === "n" ? nodes : edges).push(element);
+  edgeLayer.append(...edges);
+  nodeLayer.append(...nodes);
   rw.shown = want;
   applyView();
+}
+
+// a class flag kept on the element too: most nodes keep theirs from one match to the next, and the check costs no
+// DOM call
+function setClass(g, name, on) {
+  const flags = g.vizClasses || (g.vizClasses = {});
+  if (Boolean(flags[name]) === on) return;
+  flags[name] = on;
+  g.classList.toggle(name, on);
 }
 
 function makeNode(id, box, node, label) {
