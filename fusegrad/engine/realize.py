@@ -473,3 +473,27 @@ def run_schedule(
         from fusegrad.tensor import settle_assigns  # the frontend imports this module: import on use
 
         settle_assigns(settled)
+
+
+# *** eager replays through device graphs ***
+
+
+def batch_for_graph(items: list[ExecItem], bufs: list[Buffer]) -> list[ExecItem]:
+    """`items` (lowered, each buffer one of `bufs`) with every run of consecutive kernels a device graph supports
+    grouped into one graph item (engine/graph.py). Every buffer is an input of the graph, so a later call runs it on
+    other buffers of the same layout: `item.prg(new_bufs, {})`. The schedule cache replays hot schedules this way."""
+    from fusegrad.engine.graph import apply_graph_to_jit  # graph.py builds on this module: import on use
+
+    return apply_graph_to_jit(items, bufs, {})
+
+
+def run_graph(runner: Runner, bufs: list[Buffer], kernels: int, do_update_stats: bool = True) -> None:
+    """One call of a graph item from `batch_for_graph` on `bufs` (allocated), counted as its `kernels` kernels."""
+    elapsed = runner(bufs, {}, wait=DEBUG >= 2)
+    if do_update_stats:
+        GlobalCounters.kernel_count += kernels
+        GlobalCounters.global_ops += sym_infer(runner.estimates.ops, {})
+        GlobalCounters.global_mem += sym_infer(runner.estimates.mem, {})
+        if elapsed is not None:
+            GlobalCounters.time_sum_s += elapsed
+    runner.first_run = False

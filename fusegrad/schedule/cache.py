@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from fusegrad.tensor import Tensor
 
 CACHE_SIZE = 512  # schedules kept; the oldest goes first (a graph with a fresh random draw is a new structure)
+GRAPH_AFTER_HITS = 2  # a schedule replayed this often runs its kernels through device graphs (one call per batch)
 CACHE_NODES = 1_000_000  # graph nodes in all kept keys together (~100 bytes each): a few huge graphs evict the rest
 # nodes whose graph the cache can't replay: symbolic values are kernel arguments bound per run, kernels built by an
 # earlier kernelize() are not part of a structure
@@ -131,15 +132,26 @@ class Template:
 
 
 @dataclass(frozen=True, slots=True)
+class Batch:
+    """Consecutive steps run by one device-graph call (engine/graph.py) that takes every parameter's buffer."""
+
+    runner: Runner
+    kernels: int
+
+
+@dataclass(slots=True)
 class CachedSchedule:
     """What a realize of one structure does: the kernels, the buffers it makes (device, size, dtype) numbered after
-    the graph's own, and the map of graph positions to what those tensors read afterwards."""
+    the graph's own, and the map of graph positions to what those tensors read afterwards. Mutable: it counts its
+    hits, and a schedule hit GRAPH_AFTER_HITS times gets a `plan` that runs its kernels through device graphs."""
 
     steps: tuple[Step, ...]
     new_buffers: tuple[tuple[str, int, DType], ...]
     becomes: tuple[tuple[int, Template], ...]
     kernel_count: int
     nodes: int  # the size of its key
+    hits: int = 0
+    plan: tuple[Step | Batch, ...] | None = None  # steps and graph batches, once built
 
 
 schedule_cache: dict[tuple[Any, ...], CachedSchedule] = {}  # mutated in place, never rebound: tests clear() it
@@ -205,17 +217,67 @@ def record(structure: Structure, items: list[ExecItem], made: list[UOp], becomes
 
 def replay(entry: CachedSchedule, structure: Structure, do_update_stats: bool) -> None:
     """Run a cached schedule on this graph's buffers and repoint its tensors."""
-    from fusegrad.engine.realize import ExecItem, run_schedule
+    from fusegrad.engine.realize import run_schedule
     from fusegrad.tensor import _apply_map
 
     params = [*structure.leaves, *[UOp.new_buffer(d, size, dt) for d, size, dt in entry.new_buffers]]
-    bufs: list[Buffer | None] = [p.buffer for p in params]
-    items = [
-        ExecItem(s.ast, [bufs[i] for i in s.slots], metadata=s.metadata, fixedvars=s.fixedvars, prg=s.prg)
-        for s in entry.steps
-    ]
-    run_schedule(items, do_update_stats=do_update_stats)
+    bufs = [p.buffer for p in params]
+    entry.hits += 1
+    if not _can_batch(entry):
+        run_schedule([_exec_item(s, bufs) for s in entry.steps], do_update_stats=do_update_stats)
+    else:
+        _run_plan(entry, bufs, do_update_stats)
     _apply_map({structure.nodes[pos]: template.instantiate(params) for pos, template in entry.becomes})
+
+
+def _exec_item(step: Step, bufs: list[Buffer]) -> ExecItem:
+    from fusegrad.engine.realize import ExecItem
+
+    return ExecItem(
+        step.ast, [bufs[i] for i in step.slots], metadata=step.metadata, fixedvars=step.fixedvars, prg=step.prg
+    )
+
+
+def _can_batch(entry: CachedSchedule) -> bool:
+    """Device graphs for a schedule that keeps coming back, unless each kernel must be seen: a TinyJit capturing
+    them, the profiler's per-kernel events, DEBUG=2's per-kernel lines."""
+    from fusegrad.engine.realize import capturing
+
+    if entry.hits < GRAPH_AFTER_HITS or len(entry.steps) < 2:
+        return False
+    return not capturing and not PROFILE and DEBUG.value < 2
+
+
+def _run_plan(entry: CachedSchedule, bufs: list[Buffer], do_update_stats: bool) -> None:
+    """Run the schedule's plan (built on first use): graph batches in one call each, other steps one by one."""
+    from fusegrad.engine.realize import run_graph
+
+    for b in bufs:  # a graph call allocates nothing: buffers this realize makes get their memory here
+        b.ensure_allocated()
+    if entry.plan is None:
+        entry.plan = _plan(entry.steps, bufs)
+    for item in entry.plan:
+        if isinstance(item, Batch):
+            run_graph(item.runner, bufs, item.kernels, do_update_stats)
+        else:
+            _exec_item(item, bufs).run(do_update_stats=do_update_stats)
+
+
+def _plan(steps: tuple[Step, ...], bufs: list[Buffer]) -> tuple[Step | Batch, ...]:
+    """`steps` with each run that one device graph can batch replaced by that Batch (devices without a graph, or
+    steps it can't take, stay steps)."""
+    from fusegrad.engine.realize import batch_for_graph
+
+    items = [_exec_item(s, bufs) for s in steps]
+    step_of = {id(ei): s for ei, s in zip(items, steps, strict=True)}
+    plan: list[Step | Batch] = []
+    for ei in batch_for_graph(items, bufs):
+        if (step := step_of.get(id(ei))) is not None:
+            plan.append(step)
+        else:
+            assert ei.prg is not None, "schedule cache: a graph item without its runner"
+            plan.append(Batch(ei.prg, len(getattr(ei.prg, "jit_cache", ()))))
+    return tuple(plan)
 
 
 # *** the realize ***

@@ -261,3 +261,80 @@ def test_update_loop_replays_and_keeps_values(capsys: pytest.CaptureFixture[str]
             expected = expected - np.float32(0.1) * np.float32(0.5)
     np.testing.assert_allclose(w.numpy(), expected, rtol=1e-6)
     assert "(schedule cache hit)" in capsys.readouterr().out
+
+
+# *** hot schedules run through device graphs ***
+
+
+def _layer_step(x: Tensor, w: Tensor) -> Tensor:
+    """Three kernels or more: a matmul with relu, a reduce of a view, and an in-place update of w."""
+    out = (x @ w).relu().T.sum(axis=1)  # (4,)
+    w.assign(w * 0.5 + out.reshape(1, 4).expand(4, 4).flip(1))
+    return out
+
+
+def _layer_step_numpy(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    out = np.maximum(x @ w, 0).T.sum(axis=1)
+    return out, w * np.float32(0.5) + np.broadcast_to(out.reshape(1, 4), (4, 4))[:, ::-1]
+
+
+def _batches() -> int:
+    return sum(isinstance(item, cache.Batch) for e in schedule_cache.values() for item in (e.plan or ()))
+
+
+def test_hot_schedule_runs_through_a_device_graph_on_fresh_data() -> None:
+    schedule_cache.clear()
+    rng = np.random.default_rng(3)
+    w_np = rng.uniform(-1, 1, SHAPE).astype(np.float32)
+    w = Tensor(w_np).realize()
+    counts = []
+    for _ in range(cache.GRAPH_AFTER_HITS + 3):
+        x_np = rng.uniform(-1, 1, SHAPE).astype(np.float32)
+        kernels = GlobalCounters.kernel_count
+        out = _layer_step(Tensor(x_np).realize(), w)
+        Tensor.realize(out, w)
+        counts.append(GlobalCounters.kernel_count - kernels)
+        expected, w_np = _layer_step_numpy(x_np, w_np)
+        np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(w.numpy(), w_np, rtol=1e-5, atol=1e-6)
+    assert _batches() >= 1, "a schedule replayed this often should run through the CPU graph"
+    assert len(set(counts)) == 1, f"graph runs count their kernels like single runs: {counts}"
+    assert counts[0] >= 2
+
+
+def test_hot_schedule_runs_kernel_by_kernel_while_a_jit_captures() -> None:
+    """TinyJit's capture sees every kernel of a replay even when the schedule is hot: its replays compute."""
+    from fusegrad import TinyJit
+
+    schedule_cache.clear()
+    rng = np.random.default_rng(4)
+    w_np = rng.uniform(-1, 1, SHAPE).astype(np.float32)
+    w = Tensor(w_np).realize()
+    x = Tensor.empty(*SHAPE).contiguous().realize()
+    for _ in range(cache.GRAPH_AFTER_HITS + 2):  # hot before the jit sees it
+        x_np = rng.uniform(-1, 1, SHAPE).astype(np.float32)
+        x.assign(Tensor(x_np)).realize()
+        _layer_step(x, w).realize(w)
+        w_np = _layer_step_numpy(x_np, w_np)[1]
+    assert _batches() >= 1
+    step = TinyJit(lambda x: _layer_step(x, w).realize(w))
+    for _ in range(4):
+        x_np = rng.uniform(-1, 1, SHAPE).astype(np.float32)
+        out = step(Tensor(x_np).realize())
+        expected, w_np = _layer_step_numpy(x_np, w_np)
+        np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(w.numpy(), w_np, rtol=1e-5, atol=1e-6)
+
+
+def test_hot_schedule_prints_every_kernel_at_debug_2(capsys: pytest.CaptureFixture[str]) -> None:
+    schedule_cache.clear()
+    w, x = Tensor.ones(*SHAPE).contiguous().realize(), Tensor.ones(*SHAPE).contiguous().realize()
+    with Context(DEBUG=2):  # flags are part of the key: the schedule gets hot under DEBUG=2
+        for _ in range(cache.GRAPH_AFTER_HITS + 1):
+            _layer_step(x, w).realize(w)
+        capsys.readouterr()
+        kernels = GlobalCounters.kernel_count
+        _layer_step(x, w).realize(w)
+    lines = [line for line in capsys.readouterr().out.splitlines() if "***" in line]
+    assert max(e.hits for e in schedule_cache.values()) > cache.GRAPH_AFTER_HITS
+    assert len(lines) == GlobalCounters.kernel_count - kernels >= 2
