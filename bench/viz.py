@@ -16,7 +16,13 @@ one of 1,000 nodes with 8 matches (time of a ←/→ step to the next frame, eve
 With --gpt-steps N: peak RSS of N steps of the GPT example with VIZ=-1 (the trace's save at exit included) vs
 without.
 
+With --profile FILE (and --rewrites FILE): the figures of a saved trace instead, e.g. a real run's (`VIZ=-1 python -m
+fusegrad.examples.gpt`): file bytes and bytes per event, server-ready time (first answer, and the group list once
+the rewrites file is read), the timeline's first paint and zoom/pan frames, and on the trace's own rewrite steps: the
+first paint of its biggest graph and ←/→ on the biggest step with several matches.
+
     python bench/viz.py [--sizes 10000,100000,500000] [--no-browser] [--keep DIR] [--gpt-steps N]
+    python bench/viz.py --profile run.fgprof [--rewrites run.rewrites.json.gz] [--no-browser]
 """
 
 from __future__ import annotations
@@ -267,11 +273,20 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--keep", metavar="DIR", help="keep the profile files in DIR")
     gpt_help = "also train the GPT example N steps with VIZ=-1 and without: peak RSS (minutes)"
     parser.add_argument("--gpt-steps", type=int, default=0, metavar="N", help=gpt_help)
+    parser.add_argument("--profile", metavar="FILE", help="measure this saved profile instead of synthetic ones")
+    parser.add_argument("--rewrites", metavar="FILE", help="with --profile: the run's rewrites file")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     use_browser = not args.no_browser and Path(CHROMIUM).exists()
     if not args.no_browser and not use_browser:
         print(f"no {CHROMIUM}: page figures skipped")
+    if args.rewrites and not args.profile:
+        parser.error("--rewrites needs --profile (the figures are a run's: its profile and its rewrites)")
+    if args.profile:
+        with browser_page(use_browser) as page:
+            row = measure_trace(Path(args.profile), Path(args.rewrites) if args.rewrites else None, page)
+        print(trace_report(row), flush=True)
+        return [row]
     folder = Path(args.keep or tempfile.mkdtemp(prefix="bench_viz_"))
     folder.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -294,6 +309,110 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     if not args.keep:
         shutil.rmtree(folder, ignore_errors=True)
     return rows
+
+
+# *** a saved trace ***
+
+
+def step_sizes(trace: RewriteTrace) -> list[tuple[int, int, int, int]]:
+    """(nodes, matches, group, step) of every step of `trace`: the nodes below the step's input graph's sink."""
+    fields, out = trace.uop_fields, []
+    for ctx, steps in enumerate(trace.rewrites):
+        for idx, step in enumerate(steps):
+            seen, todo = {step.sink}, [step.sink]
+            while todo:
+                for s in fields[todo.pop()][2]:
+                    if s not in seen:
+                        seen.add(s)
+                        todo.append(s)
+            out.append((len(seen), len(step.matches), ctx, idx))
+    return out
+
+
+def open_step(page: Any, url: str, ctx: int, idx: int) -> float:
+    """Seconds from clicking step `idx` of group `ctx` to its first graph's first frame; then waits until every graph
+    of the step has arrived and been laid out."""
+    page.goto(url)
+    page.wait_for_selector(f"#groups li.group[data-ctx='{ctx}'] > div")
+    page.click(f"#groups li.group[data-ctx='{ctx}'] > div")
+    start = time.perf_counter()
+    page.click(f"#groups .step[data-step='{ctx}:{idx}']")
+    page.wait_for_function("() => document.querySelectorAll('#viewport g.node').length > 0", timeout=600_000)
+    page.evaluate(FIRST_FRAME)
+    seconds = time.perf_counter() - start
+    page.wait_for_function("() => /^[0-9]+ graphs$/.test(document.getElementById('status').textContent)",
+                           timeout=600_000)  # fmt: skip
+    page.wait_for_function("() => window.vizProbe.layoutsPending() === 0", timeout=600_000)
+    return seconds
+
+
+def trace_graph_figures(page: Any, url: str, trace: RewriteTrace) -> dict[str, Any]:
+    """On the trace's own steps: the biggest input graph's first paint (and nodes drawn), and ←/→ (ms, up to 8 steps)
+    with zoom and pan frames on the biggest step that has at least 4 matches (or the most matches)."""
+    sizes = step_sizes(trace)
+    nodes, _, ctx, idx = max(sizes)
+    out: dict[str, Any] = {
+        "graph_nodes": nodes,
+        "graph_step": [ctx, idx],
+        "graph_first_s": open_step(page, url, ctx, idx),
+    }
+    out["graph_drawn"] = page.evaluate("() => document.querySelectorAll('#viewport g.node').length")
+    several = [s for s in sizes if s[1] >= 4] or [max(sizes, key=lambda s: (s[1], s[0]))]
+    nodes, matches, ctx, idx = max(several)
+    open_step(page, url, ctx, idx)
+    out |= {"step_nodes": nodes, "step_matches": matches, "step_step": [ctx, idx],
+            "step_drawn": page.evaluate("() => document.querySelectorAll('#viewport g.node').length"),
+            "step_ms": [page.evaluate(STEP_KEY) for _ in range(min(matches, 8))],
+            "graph_inputs": input_frames(page, "#graph-wrap")}  # fmt: skip
+    return out
+
+
+def measure_trace(profile: Path, rewrites: Path | None, page: Any | None) -> dict[str, Any]:
+    """A saved trace's figures (module docstring): file sizes, server ready, and with a page the timeline's and the
+    rewrite graphs' (when there is a rewrites file)."""
+    start = time.perf_counter()
+    session = open_session(rewrites, profile, background=True)  # as `python -m fusegrad.viz` opens them
+    server, url = start_in_thread(session)
+    with urlopen(url, timeout=60) as res:
+        res.read()
+    row: dict[str, Any] = {"profile": str(profile), "profile_bytes": profile.stat().st_size,
+                           "ready_ms": (time.perf_counter() - start) * 1e3}  # fmt: skip
+    with urlopen(url + "ctxs", timeout=600) as res:
+        res.read()
+    row["groups_ms"] = (time.perf_counter() - start) * 1e3  # the rewrites file read: the page lists its groups
+    row["events"] = len(session.profile_events())
+    row["bytes_per_event"] = row["profile_bytes"] / max(row["events"], 1)
+    if rewrites is not None:
+        row["rewrites_bytes"] = rewrites.stat().st_size
+    if page is not None:
+        first, full, frames, inputs = timeline_figures(page, url)
+        row |= {"first_paint_s": first, "full_s": full, "frame_max_ms": max(frames),
+                "frame_median_ms": statistics.median(frames), "inputs": inputs}  # fmt: skip
+        if session.trace is not None and session.trace.rewrites:
+            row |= trace_graph_figures(page, url, session.trace)
+    server.shutdown()
+    server.server_close()
+    return row
+
+
+def trace_report(row: dict[str, Any]) -> str:
+    """The figures of `measure_trace` as lines of text."""
+    lines = [f"{row['profile']}: {row['profile_bytes'] / 1e6:.2f} MB, {row['events']:,} events, "
+             f"{row['bytes_per_event']:.2f} bytes/event" + (f"; rewrites file {row['rewrites_bytes'] / 1e6:.2f} MB"
+             if "rewrites_bytes" in row else ""),
+             f"server ready {row['ready_ms']:.0f} ms, groups listed {row['groups_ms']:.0f} ms"]  # fmt: skip
+    if "first_paint_s" in row:
+        lines.append(f"timeline first paint {row['first_paint_s']:.2f} s (every event {row['full_s']:.2f} s), zoom "
+                     f"draws max {row['frame_max_ms']:.1f} ms / median {row['frame_median_ms']:.1f} ms; "
+                     f"{frames_text(row['inputs'])}")  # fmt: skip
+    if "graph_first_s" in row:
+        steps = row["step_ms"]
+        lines.append(f"biggest graph (step {row['graph_step']}, {row['graph_nodes']:,} nodes, {row['graph_drawn']:,} "
+                     f"drawn): first paint {row['graph_first_s']:.2f} s; ←/→ on step {row['step_step']} "
+                     f"({row['step_nodes']:,} nodes, {row['step_drawn']:,} drawn, {row['step_matches']} matches): "
+                     f"max {max(steps, default=0):.1f} ms, median {statistics.median(steps or [0]):.1f} ms; "
+                     f"{frames_text(row['graph_inputs'])}")  # fmt: skip
+    return "\n".join(lines)
 
 
 # the GPT example under a watch on this process's peak RSS, read by an exit hook registered before any of fusegrad's

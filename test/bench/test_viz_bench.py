@@ -50,3 +50,16 @@ def test_the_synthetic_step_replays(bench: ModuleType) -> None:
     assert [m["kind"] for m in messages] == ["step", "graph", "graph", "graph", "graph", "done"]
     assert len(messages[1]["graph"]) > 200  # no repeated subgraphs: the layout folds nothing away
     assert len(messages[1]["order"]) == len(messages[1]["graph"])
+
+
+def test_a_saved_trace_is_measured(bench: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--profile FILE: the figures of a saved run's profile (here a 2,000-event streamed one, without a page)."""
+    path = tmp_path / "run.fgprof"
+    bench.record(2000, path, True)
+    [row] = bench.main(["--profile", str(path), "--no-browser"])
+    assert row["events"] >= 2000  # the kernel events, and the markers between steps
+    assert row["bytes_per_event"] == row["profile_bytes"] / row["events"]
+    assert 0 < row["ready_ms"] <= row["groups_ms"]
+    assert f"{path}: " in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        bench.main(["--rewrites", str(path)])  # a rewrites file alone is not a run's trace

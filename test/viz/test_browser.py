@@ -446,6 +446,29 @@ def test_a_big_graph_gets_its_labels_when_zoomed_in(browser_page: tuple[Page, li
         server.server_close()
 
 
+def test_zoomed_out_a_graph_draws_its_edges_as_one_path(browser_page: tuple[Page, list[str]]) -> None:
+    """Level of detail: below TEXT_ZOOM the edges are one path (no arrowheads, no input numbers); zoomed in, each edge
+    is its own path with an arrowhead, and zooming out again goes back to one."""
+    page, errors = browser_page
+    server, url = start_in_thread(VizSession(dag_trace(300, 1)))
+    set_zoom = "(k) => { rw.view = { k, x: 0, y: 0 }; applyView(); }"
+    try:
+        open_dag_step(page, url, 1)
+        page.evaluate(set_zoom, 0.1)
+        assert page.locator("#viewport path.edge").count() == 1
+        assert page.locator("#viewport .edge-index").count() == 0
+        page.evaluate(set_zoom, 1)
+        edges = page.locator("#viewport path.edge[marker-end]").count()
+        assert edges > 300, edges
+        assert page.locator("#viewport path.edge").count() == edges
+        page.evaluate(set_zoom, 0.1)
+        assert page.locator("#viewport path.edge").count() == 1
+        assert errors == []
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_the_kernel_table_sorts_and_leads_to_the_timeline(browser_page: tuple[Page, list[str]]) -> None:
     page, errors = browser_page
     events: list[ProfileEvent] = []
@@ -524,7 +547,7 @@ IN_A_WORKER = """([graph, order, maxNodes]) => new Promise((resolve, reject) => 
       for (let p = L.pointStart[e]; p < L.pointStart[e + 1]; p++) points.push([L.points[2 * p], L.points[2 * p + 1]]);
       edges.push([id(L.edges[3 * e]), id(L.edges[3 * e + 1]), L.edges[3 * e + 2], points]);
     }
-    const curves = L.curves === null ? 0 : L.curves.length, path = L.path !== null;
+    const curves = L.curves === null ? 0 : L.curves.length, path = L.path === (L.curves || []).join("");
     resolve({ boxes, edges, labels, width: L.width, height: L.height, hidden: L.hidden, curves, path });
   };
   worker.onerror = (e) => reject(new Error(e.message));
@@ -557,8 +580,9 @@ def test_the_page_lays_graphs_out_as_the_python_reference_does(browser_page: tup
             for key, box in want["boxes"].items():
                 assert all(abs(a - b) <= 1 for a, b in zip(got["boxes"][key], box, strict=True)), key
             assert [e[:3] for e in got["edges"]] == [e[:3] for e in want["edges"]]
-            merged = len(want["edges"]) > 1500  # drawn as one path (layout.js's MERGED_EDGES)
-            assert (got["curves"], got["path"]) == ((0, True) if merged else (len(want["edges"]), False))
+            merged = len(want["edges"]) > 1500  # only as one path (layout.js's MERGED_EDGES)
+            assert got["curves"] == (0 if merged else len(want["edges"]))
+            assert got["path"] or merged  # the one path is every edge's
             for a, b in zip(got["edges"], want["edges"], strict=True):
                 assert all(
                     abs(p - q) <= 1 for pa, pb in zip(a[3], b[3], strict=True) for p, q in zip(pa, pb, strict=True)

@@ -156,6 +156,7 @@ async function selectStep(ctx, idx, want, found = "") {
   dropQueuedLayouts();
   const abort = (rw.abort = new AbortController());
   for (const msg of rw.graphs) delete msg.parts; // its elements belong to the step's rw.nodes, dropped here
+  rw.drawnMsg = null;
   preparing.queue.length = 0;
   Object.assign(rw, { ctx, idx, header: null, graphs: [], match: 0, want, view: null, picked: null, found, failed: false,
     nodes: new Map() });
@@ -277,9 +278,11 @@ function layOut(msg, text) {
 }
 
 // a step's graphs share most nodes and edges: each element is made once per step (keyed by everything it shows) and
-// kept in place while it stays, so a ←/→ step touches only what the match changed. Zoomed out, labels are unreadable:
-// a node gets its text when the view is at TEXT_ZOOM or closer and it is on screen (level of detail)
-const TEXT_ZOOM = 0.3; // past layout.js's MERGED_EDGES edges a graph's edges come as one path, drawn without arrowheads
+// kept in place while it stays, so a ←/→ step touches only what the match changed. Level of detail: zoomed out
+// (below TEXT_ZOOM, where 12px text is under 4px), a graph is its boxes and one path for all its edges; closer, the
+// boxes on screen get their labels and each edge its own path, arrowhead and input number (up to layout.js's
+// MERGED_EDGES edges: past that, one path always)
+const TEXT_ZOOM = 0.3;
 
 function graphLayers() {
   const root = $("graph");
@@ -297,20 +300,15 @@ function graphLayers() {
   return [$("edge-layer"), $("node-layer")];
 }
 
-// every element a graph shows, by key (made now where this step has none yet; kept in rw.nodes), and its nodes as
-// [key, id, box, label]. Done once per graph: when its layout comes back (in idle time, for the graphs not shown), so
-// a ←/→ step only moves, attaches and removes elements. The layout is typed arrays (layout.js): drawn node i is
-// node nodes[i] of the message's order, its box boxes[4i .. 4i + 3]
+// every node element a graph shows, by key (made now where this step has none yet; kept in rw.nodes), and its nodes
+// as [key, id, box, label]; its edges' elements are made per level of detail when first drawn (`edgeElements`). Done
+// once per graph: when its layout comes back (in idle time, for the graphs not shown), so a ←/→ step only moves,
+// attaches and removes elements. The layout is typed arrays (layout.js): drawn node i is node nodes[i] of the
+// message's order, its box boxes[4i .. 4i + 3]
 function prepareGraph(msg) {
-  if (msg.parts && msg.parts.nodes === rw.nodes) return msg.parts;
-  const L = msg.layout, want = new Map(), nodes = [], count = L.nodes.length;
-  if (L.path !== null) { // one path for all: thousands of elements cost more than the picture is worth
-    const key = `all|${L.path}`;
-    want.set(key, rw.nodes.get(key) || svg("path", { class: "edge", d: L.path }));
-  } else {
-    addEdges(L, want);
-  }
-  for (let i = 0; i < count; i++) {
+  if (msg.parts && msg.parts.elements === rw.nodes) return msg.parts;
+  const L = msg.layout, want = new Map(), nodes = [];
+  for (let i = 0; i < L.nodes.length; i++) {
     const id = L.nodes[i] < 0 ? "-1" : String(msg.order[L.nodes[i]]), node = msg.graph[id];
     const box = L.boxes.subarray(4 * i, 4 * i + 4);
     const note = L.notes[i]; // e.g. a repeated subgraph drawn once
@@ -320,8 +318,25 @@ function prepareGraph(msg) {
     nodes.push([key, id, box, label]);
   }
   for (const [key, element] of want) rw.nodes.set(key, element);
-  return (msg.parts = { want, nodes: rw.nodes, drawn: nodes });
+  return (msg.parts = { want, elements: rw.nodes, drawn: nodes, edges: {} });
 }
+
+// the edge elements of a prepared graph at one level of detail ("far": one path; "near": one per edge), made once
+function edgeElements(msg, lod) {
+  const parts = prepareGraph(msg), L = msg.layout;
+  if (parts.edges[lod]) return parts.edges[lod];
+  const want = (parts.edges[lod] = new Map());
+  if (lod === "far") {
+    const key = `all|${L.path}`;
+    want.set(key, rw.nodes.get(key) || svg("path", { class: "edge", d: L.path }));
+  } else {
+    addEdges(L, want);
+  }
+  for (const [key, element] of want) rw.nodes.set(key, element);
+  return want;
+}
+
+const lodOf = (msg) => (rw.view.k >= TEXT_ZOOM && msg.layout.curves !== null ? "near" : "far");
 
 // each edge as its own path with an arrowhead, and the input number beside it where its node has several inputs
 function addEdges(L, want) {
@@ -359,7 +374,7 @@ function prepareQueued(deadline) {
     const far = (m) => Math.abs(rw.graphs.indexOf(m) - rw.match); // the shown match's neighbours first: ←/→ go there
     const next = preparing.queue.reduce((best, m, i) => (far(m) < far(preparing.queue[best]) ? i : best), 0);
     const [msg] = preparing.queue.splice(next, 1);
-    if (msg.layout && rw.graphs.includes(msg)) prepareGraph(msg); // not one of a step left since
+    if (msg.layout && rw.graphs.includes(msg)) edgeElements(msg, rw.view ? lodOf(msg) : "far"); // and its nodes
   }
   if (preparing.queue.length) preparing.handle = requestIdleCallback(prepareQueued);
 }
@@ -367,7 +382,9 @@ function prepareQueued(deadline) {
 function drawGraph(msg) {
   if (!rw.view) rw.view = fitView(msg); // before the elements change: reading the pane's size then lays out nothing
   const [edgeLayer, nodeLayer] = graphLayers();
-  const { want, drawn } = prepareGraph(msg);
+  const { want: nodeWant, drawn } = prepareGraph(msg);
+  const lod = lodOf(msg), want = new Map(edgeElements(msg, lod));
+  for (const [key, element] of nodeWant) want.set(key, element);
   const changed = new Set(msg.changed.map(String));
   rw.boxes = [];
   for (const [key, id, box, label] of drawn) {
@@ -385,7 +402,7 @@ function drawGraph(msg) {
   for (const [key, element] of want) if (!rw.shown.has(key)) (key[0] === "n" ? nodes : edges).push(element);
   edgeLayer.append(...edges);
   nodeLayer.append(...nodes);
-  rw.shown = want;
+  Object.assign(rw, { shown: want, drawnMsg: msg, lod });
   applyView();
 }
 
@@ -446,7 +463,8 @@ function fitGraph() {
 
 function applyView() {
   const viewport = $("viewport");
-  const v = rw.view;
+  const v = rw.view, msg = rw.drawnMsg;
+  if (viewport && msg && msg === rw.graphs[rw.match] && lodOf(msg) !== rw.lod) return drawGraph(msg); // zoom crossed
   if (viewport && v) viewport.setAttribute("transform", `translate(${v.x},${v.y}) scale(${v.k})`);
   addVisibleText();
 }
@@ -1164,7 +1182,7 @@ window.vizProbe = {
   setView: (t0, t1) => { prof.t0 = t0; prof.t1 = t1; draw(); },
   selectKernel: (name) => selectKernel(name),
   layoutsPending: () => layouts.waiting.size, // graphs sent to the layout worker and not back yet
-  graphsBuilt: () => rw.graphs.filter((m) => m.parts && m.parts.nodes === rw.nodes).length, // elements made (idle)
+  graphsBuilt: () => rw.graphs.filter((m) => m.parts && m.parts.elements === rw.nodes).length, // elements made (idle)
   kernelPoint(name) {
     for (const row of prof.rows) {
       const tr = row.track;

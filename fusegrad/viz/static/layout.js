@@ -5,9 +5,9 @@
 // arrays (drawn node i is node `nodes[i]` of `order`, -1 for the hidden part of a collapsed graph):
 //   nodes Int32Array, boxes Int32Array [x, y, width, height] per drawn node from the top left,
 //   edges Int32Array [src, dst, index] per edge (drawn node numbers), points Int32Array [x, y, ...] and pointStart
-//   Int32Array (edge e's points are pairs pointStart[e] .. pointStart[e + 1] - 1), curves (each edge's SVG path, or
-//   past MERGED_EDGES edges null and `path`: all of them in one), width, height, hidden (nodes not drawn), notes
-//   {drawn node: label} (what a merged repeat shows instead).
+//   Int32Array (edge e's points are pairs pointStart[e] .. pointStart[e + 1] - 1), path (every edge in one SVG path:
+//   how the page draws them zoomed out), curves (each edge's own path, null past MERGED_EDGES edges), width, height,
+//   hidden (nodes not drawn), notes {drawn node: label} (what a merged repeat shows instead).
 // The steps, in order: collapse a graph past MAX_NODES, layers by longest path, dummy nodes on long edges, barycenter
 // sweeps to order each layer, then coordinates. Linear passes only, on integer node numbers and typed arrays (no
 // object per node: a 7,000-node graph is laid out without the collector running). test/viz/layout_reference.py is the
@@ -404,12 +404,11 @@ function curve(points, pointStart, e) {
   return d;
 }
 
-// each edge's path, or past MERGED_EDGES edges one path for all
+// one path for all edges, and each edge's own (up to MERGED_EDGES edges)
 function drawEdges(layout) {
   const count = layout.pointStart.length - 1, curves = [];
   for (let e = 0; e < count; e++) curves.push(curve(layout.points, layout.pointStart, e));
-  if (count > MERGED_EDGES) return { curves: null, path: curves.join("") };
-  return { curves, path: null };
+  return { curves: count > MERGED_EDGES ? null : curves, path: curves.join("") };
 }
 
 function layoutGraph(graph, order, maxNodes = MAX_NODES) {
