@@ -353,7 +353,11 @@ class CStyleLanguage(Renderer):
     unsupported_dtypes: ClassVar[frozenset[DType]] = frozenset()
     # floats the dialect lacks -> the C type their bits are stored as; values are held in float (see _bf16_helpers)
     emulated_floats: ClassVar[dict[DType, str]] = {}
-    parallel_threshold: ClassVar[int] = 1 << 16  # ops x trips of an outer loop at which threads start to pay
+    # ops x trips of an outer loop at which threads start to pay. A parallel region waits at its end for every thread:
+    # a sleeping worker's wake-up costs tens of us on an idle machine and ms when the cores are oversubscribed, so a
+    # kernel of ~1M ops (~50-300 us alone) is the least that can gain (1 << 16 put a ~10 us ONNX encoder's matmuls
+    # in regions: replays 0.16 ms, 1 in 10 over 60 ms on the loaded 2-core machine)
+    parallel_threshold: ClassVar[int] = 1 << 20
     inline_limit: ClassVar[int] = 160  # longer expressions get a variable: long chains stay readable and parse fast
     code_for_op: ClassVar[dict[Ops, Callable[..., str]]] = {
         Ops.SQRT: lambda x, dtype: f"sqrt({x})",
@@ -708,6 +712,14 @@ class ClangRenderer(CStyleLanguage):
         if dt.count > 1 and not isinstance(dt, PtrDType) and dt.scalar() in (dtypes.float32, dtypes.float64):
             return f"{super().render_dtype(dt.scalar())}{dt.count}"
         return super().render_dtype(dt)
+
+    def render_register(self, name: str, ptr: PtrDType) -> str:
+        """A half accumulator array is 32-byte aligned: gcc 12.2 with -mno-avx512fp16 (see compiler_cpu) placed one
+        in the red zone of a kernel without threads at an address 8 past a 16-byte boundary and read it with the
+        aligned `vmovdqa` (a 4x5 @ 5x1000 half matmul segfaulted); an alignment above the ABI's makes gcc realign."""
+        if ptr.base == dtypes.float16 and ptr.size > 1:
+            return f"{self.render_dtype(ptr.base)} {name}[{ptr.size}] __attribute__((aligned(32)));"
+        return super().render_register(name, ptr)
 
     def render(self, uops: list[UOp]) -> str:
         return render_vector_typedefs(uops, self) + super().render(uops)

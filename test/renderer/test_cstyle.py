@@ -147,10 +147,11 @@ def kernel_matmul_tiled() -> Case:
 
 
 def kernel_sum_grouped() -> Case:
-    r0 = rng(1 << 16, 0, AxisType.REDUCE)  # out (1,) = a (65536,).sum(): 16 partial sums in parallel, then theirs
-    total = glob(1, 1 << 16).index(r0).load().reduce(r0, arg=Ops.ADD)
+    r0 = rng(1 << 20, 0, AxisType.REDUCE)  # out (1,) = a (1M,).sum(): 16 partial sums in parallel, then theirs
+    total = glob(1, 1 << 20).index(r0).load().reduce(r0, arg=Ops.ADD)
     ast = UOp.sink(glob(0, 1).index(UOp.const(dtypes.index, 0)).store(total))
-    return ast, [floats(1 << 16)], lambda a: a.astype(np.float64).sum(keepdims=True).astype(np.float32)
+    whole = np.round(floats(1 << 20) * 4)  # small whole numbers: every summation order gives the exact sum
+    return ast, [whole], lambda a: a.astype(np.float64).sum(keepdims=True).astype(np.float32)
 
 
 CANONICAL: dict[str, Callable[[], Case]] = {f.__name__.removeprefix("kernel_"): f for f in (
@@ -612,3 +613,29 @@ def test_odd_upcast_tile_compiles_to_code_that_runs() -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=root, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "True"
+
+
+_HALF_ACCUMULATORS = """
+import numpy as np
+from test.codegen.test_opt import matmul, run
+from fusegrad.dtype import dtypes
+for cols in (40, 120, 200, 1000):  # the heuristic's 4x8 tile of half accumulators, no threads
+    ast, inputs, expected = matmul(4, 5, cols, dtypes.float16)
+    got = run(ast, inputs, expected.size, dtypes.float16, "CPU")
+    print(np.allclose(got.astype(np.float64), expected, rtol=2e-2, atol=2e-1))
+"""
+
+
+def test_half_accumulator_arrays_are_aligned_for_gcc() -> None:
+    """Half matmuls with a register tile and no threads: gcc 12.2 (-mno-avx512fp16) put the accumulator array in the
+    red zone 8 bytes off a 16-byte boundary and read it with aligned vector loads (a segfault), so half arrays are
+    declared 32-byte aligned. Run in a child: a crash fails here."""
+    from test.codegen.test_opt import matmul  # the codegen tests' case builder
+
+    src = to_program(matmul(4, 5, 1000, dtypes.float16)[0], ClangRenderer()).src
+    assert "_Float16 acc0[32] __attribute__((aligned(32)));" in src
+    root = pathlib.Path(__file__).resolve().parents[2]
+    cmd = [sys.executable, "-c", _HALF_ACCUMULATORS]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=root, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["True"] * 4

@@ -7,7 +7,7 @@ double exp2(double) __attribute__((simd("notinbranch")));
 double log2(double) __attribute__((simd("notinbranch")));
 double sin(double) __attribute__((simd("notinbranch")));
 #endif
-void r_65536(float* restrict data0, const float* restrict data1) {
+void r_1048576(float* restrict data0, const float* restrict data1) {
   float acc2;
   acc2 = 0.0f;
   float acc0[16];
@@ -15,9 +15,9 @@ void r_65536(float* restrict data0, const float* restrict data1) {
   for (long long ridx1 = 0; ridx1 < 16; ridx1++) {
     float acc1;
     acc1 = 0.0f;
-    long long alu0 = (ridx1*4096);
+    long long alu0 = (ridx1*65536);
     #pragma omp simd reduction(+:acc1)
-    for (long long ridx0 = 0; ridx0 < 4096; ridx0++) {
+    for (long long ridx0 = 0; ridx0 < 65536; ridx0++) {
       float val0 = data1[ridx0+alu0];
       acc1 = (acc1+val0);
     }
