@@ -12,11 +12,21 @@ import functools
 import math
 
 from fusegrad.codegen.linearize import flat_index, range_key
+from fusegrad.codegen.vectorize import VECTOR_BYTES, VECTOR_DTYPES, vectorize_upcast
 from fusegrad.dtype import AddrSpace, dtypes
 from fusegrad.uop import AxisType, Ops
-from fusegrad.uop.ops import UOp, sint
+from fusegrad.uop.ops import UOp, graph_rewrite, sint
+from fusegrad.uop.symbolic import sym
 
-__all__ = ["add_gpudims", "gpu_heuristic", "launch_sizes", "lower_group_reduces", "split_group", "split_local"]
+__all__ = [
+    "add_gpudims",
+    "gpu_heuristic",
+    "launch_sizes",
+    "lower_group_reduces",
+    "split_group",
+    "split_local",
+    "vector_upcast",
+]
 
 LOCAL_AXES = (AxisType.LOCAL, AxisType.GROUP_REDUCE)  # loops whose iterations are the threads of one work-group
 GLOBAL_AXES = (AxisType.GLOBAL, AxisType.LOOP)  # output loops: one work-group per iteration
@@ -71,10 +81,28 @@ def _largest_power_of_two(size: int, limit: int) -> int:
     return ret
 
 
+def vector_upcast(sink: UOp, loop: UOp) -> int | None:
+    """The vector width (VECTOR_BYTES of the stored dtype) by which UPCAST of output `loop` becomes vector loads and
+    stores (codegen/vectorize.py, which every GPU renderer spells), or None where vectorize would leave it scalar.
+    Decided by trying: vectorize keeps a kernel whose lane-dependent work has no vector form as it was."""
+    from fusegrad.codegen.opt import Opt, OptOps, upcast  # opt.py imports this module
+
+    (store,) = [s for s in sink.src if s.op is Ops.STORE]
+    if (dtype := store.src[1].dtype) not in VECTOR_DTYPES or loop.src[0].op is not Ops.CONST:
+        return None
+    width = VECTOR_BYTES // dtype.itemsize
+    if int(loop.src[0].arg) % width:
+        return None
+    new_axis = max(u.arg[0] for u in sink.toposort() if u.op is Ops.RANGE) + 1
+    trial = graph_rewrite(upcast(sink, Opt(OptOps.UPCAST, loop.arg[0], width), new_axis), sym, name="try vectors")
+    return width if vectorize_upcast(trial) is not trial else None
+
+
 def gpu_heuristic(sink: UOp, shared_max: int) -> list[tuple[str, int, int]]:
     """(op name, axis, amount) for a one-store kernel: few outputs with a long reduce get it split over a work-group
-    (GROUP), else the innermost output axis gets threads (LOCAL). A reduce inside another's loop is not split (its
-    local array would be rewritten while slower threads still read it)."""
+    (GROUP), else the innermost output axis gets threads (LOCAL), each thread taking a vector of its elements where
+    the loads and store are contiguous in it (UPCAST, then LOCAL of what is left). A reduce inside another's loop is
+    not split (its local array would be rewritten while slower threads still read it)."""
     if len([s for s in sink.src if s.op is Ops.STORE]) != 1:
         return []
     nodes = sink.toposort()
@@ -89,9 +117,14 @@ def gpu_heuristic(sink: UOp, shared_max: int) -> list[tuple[str, int, int]]:
                 if amount >= 8:
                     return [("GROUP", rng.arg[0], amount)]
     sized = [r for r in loops if r.src[0].op is Ops.CONST]
-    if sized and (amount := _largest_power_of_two(int(sized[-1].src[0].arg), LOCAL_MAX)) > 1:
-        return [("LOCAL", sized[-1].arg[0], amount)]
-    return []
+    if not sized:
+        return []
+    ret, size = [], int(sized[-1].src[0].arg)
+    if (width := vector_upcast(sink, sized[-1])) is not None:
+        ret, size = [("UPCAST", sized[-1].arg[0], width)], size // width
+    if (amount := _largest_power_of_two(size, LOCAL_MAX)) > 1:  # size 1: the upcast took the whole loop
+        ret.append(("LOCAL", sized[-1].arg[0], amount))
+    return ret
 
 
 # *** reduces across the threads of a work-group ***

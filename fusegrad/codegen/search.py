@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fusegrad.codegen import KernelInfo, get_kernel_name, to_program
-from fusegrad.codegen.opt import Opt, OptOps, apply_opts, hand_coded_opts
+from fusegrad.codegen.opt import Opt, OptOps, apply_opts, choose_opts
 from fusegrad.device import Buffer, Device
 from fusegrad.diskcache import CacheValue, JSONValue
 from fusegrad.dtype import DType, PtrDType, _to_np_dtype, dtypes
@@ -33,6 +33,9 @@ __all__ = ["actions", "beam_ast", "beam_search"]
 # inside an upcast loop of 4 (an aligned store to acc0 + 3: a crash, e.g. UPCAST 1 4 then UPCAST 0 3 of a 6x5x8 matmul)
 UPCAST_AMOUNTS = (2, 4, 8, 16)
 GROUP_AMOUNTS = (2, 4, 8, 16)  # partial reductions tried for a reduce axis
+GPU_GROUP_AMOUNTS = (8, 16, 32, 64, 128, 256)  # GPUs: threads of a work-group sharing a reduce through local memory
+LOCAL_AMOUNTS = (2, 4, 8, 16, 32, 64)  # GPUs: threads of a work-group along an output axis
+MAX_LOCAL = 256  # GPUs: threads of a work-group a candidate may reach (LOCAL and GROUP loops together)
 MAX_UPCAST = 256  # product of the upcast loops' sizes a candidate may reach (unrolled code and accumulators grow)
 TIMING_RUNS = 3  # a candidate's time is the best of at least this many runs after its checked run (page faults)
 MIN_TIMING_S, MAX_TIMING_RUNS = 2e-3, 50  # fast kernels run more often, until this much time: one run is noise
@@ -51,12 +54,13 @@ def _const_ranges(sink: UOp, axis_type: AxisType) -> list[UOp]:
                   key=lambda r: r.arg)  # fmt: skip
 
 
-def actions(sink: UOp) -> list[Opt]:
+def actions(sink: UOp, has_local: bool = False) -> list[Opt]:
     """The opts that may extend `sink`'s current ones: UPCAST of each constant output loop by a divisor (the upcast
     loops' sizes multiplying to at most MAX_UPCAST) unless a reduce is grouped or packed, GROUP of each constant
     reduce axis by a divisor unless there are upcasts, SWAP of each pair of output loops, PACK of each buffer a reduce
-    loads across each constant output loop that load doesn't depend on. Candidates only: apply_opts still decides
-    whether one fits (ValueError: it doesn't)."""
+    loads across each constant output loop that load doesn't depend on. On GPUs (`has_local`) LOCAL and GROUP
+    (`gpu_actions`) instead of GROUP and PACK. Candidates only: apply_opts still decides whether one fits
+    (ValueError: it doesn't)."""
     upcast = math.prod(int(r.src[0].arg) for r in _const_ranges(sink, AxisType.UPCAST))
     loops, reduces = _const_ranges(sink, AxisType.LOOP), _const_ranges(sink, AxisType.REDUCE)
     # GROUP and UPCAST exclude each other: gcc took 37 s to compile a 64x64 matmul tile with its reduce grouped
@@ -65,10 +69,25 @@ def actions(sink: UOp) -> list[Opt]:
     for r in [] if grouped else loops:
         size = int(r.src[0].arg)
         ret += [Opt(OptOps.UPCAST, r.arg[0], a) for a in UPCAST_AMOUNTS if size % a == 0 and upcast * a <= MAX_UPCAST]
+    if has_local:
+        return ret + gpu_actions(sink, loops, reduces, upcast > 1)
     for r in [] if upcast > 1 else reduces:
         ret += [Opt(OptOps.GROUP, r.arg[0], a) for a in GROUP_AMOUNTS if int(r.src[0].arg) % a == 0]
     ret += [Opt(OptOps.SWAP, a.arg[0], b.arg[0]) for i, a in enumerate(loops) for b in loops[i + 1 :]]
     return ret + pack_actions(sink, loops)
+
+
+def gpu_actions(sink: UOp, loops: list[UOp], reduces: list[UOp], upcast: bool) -> list[Opt]:
+    """LOCAL of each constant output loop and GROUP of each constant reduce (unless there are upcasts), by powers of
+    two, the work-group staying within MAX_LOCAL threads. No PACK: its panel is copied outside an output loop, and on
+    GPUs output loops are launch indexes (codegen/gpudims.py)."""
+    in_group = _const_ranges(sink, AxisType.LOCAL) + _const_ranges(sink, AxisType.GROUP_REDUCE)
+    threads = math.prod(int(r.src[0].arg) for r in in_group)
+    ret = [Opt(OptOps.LOCAL, r.arg[0], a) for r in loops for a in LOCAL_AMOUNTS
+           if int(r.src[0].arg) % a == 0 and threads * a <= MAX_LOCAL]  # fmt: skip
+    ret += [Opt(OptOps.GROUP, r.arg[0], a) for r in ([] if upcast else reduces) for a in GPU_GROUP_AMOUNTS
+            if int(r.src[0].arg) % a == 0 and threads * a <= MAX_LOCAL]  # fmt: skip
+    return ret
 
 
 def pack_actions(sink: UOp, loops: list[UOp]) -> list[Opt]:
@@ -86,12 +105,12 @@ def pack_actions(sink: UOp, loops: list[UOp]) -> list[Opt]:
     return dedup(ret)
 
 
-def extensions(sink: UOp, opts: tuple[Opt, ...]) -> list[tuple[Opt, ...]]:
-    """Every `opts + (action,)` that applies to the (simplified) kernel `sink` without error."""
+def extensions(sink: UOp, opts: tuple[Opt, ...], has_local: bool = False) -> list[tuple[Opt, ...]]:
+    """Every `opts + (action,)` that applies to the (simplified) kernel `sink` without error (`has_local`: on a GPU)."""
     ret = []
-    for action in actions(apply_opts(sink, opts)):
+    for action in actions(apply_opts(sink, opts, has_local), has_local):
         try:
-            apply_opts(sink, (*opts, action))
+            apply_opts(sink, (*opts, action), has_local)
         except ValueError:
             continue
         ret.append((*opts, action))
@@ -208,9 +227,10 @@ def beam_search(ast: UOp, device: str, width: int) -> tuple[Opt, ...]:
     start = time.perf_counter()
     sink = graph_rewrite(ast, sym, name="simplify indexing")
     bench = Bench.of(ast, device)
-    beam = bench.ranked(dedup([(), tuple(hand_coded_opts(sink))]))[:width]
+    renderer = Device[device].renderer  # the device's own heuristic starts the beam (GPUs: codegen/gpudims.py's)
+    beam = bench.ranked(dedup([(), choose_opts(sink, None, renderer)]))[:width]
     for round_ in range(MAX_ROUNDS):
-        candidates = dedup(ext for _, opts in beam for ext in extensions(sink, opts))
+        candidates = dedup(ext for _, opts in beam for ext in extensions(sink, opts, renderer.has_local))
         ranked = bench.ranked(candidates)
         if DEBUG >= 2:
             dropped, fastest = sum(bench.timed[c] is None for c in candidates), ranked[0][0] if ranked else math.nan

@@ -6,12 +6,12 @@ local/shared memory (DEFINE_LOCAL) and barriers. Both are exported from renderer
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar
+from typing import ClassVar, cast
 
 from fusegrad.dtype import DType, PtrDType, dtypes
 from fusegrad.helpers import strip_parens
 from fusegrad.renderer.cstyle import CStyleLanguage, RenderContext, base_rewrite
-from fusegrad.uop import Ops
+from fusegrad.uop import AxisType, Ops
 from fusegrad.uop.ops import PatternMatcher, UOp, UPat
 
 __all__ = ["CUDARenderer", "OpenCLRenderer"]
@@ -29,11 +29,54 @@ def render_local(ctx: RenderContext, x: UOp) -> str:
     return f"{ctx.lang.local_prefix}{ctx.lang.render_dtype(ptr.base)} {ctx[x]}[{ptr.size}];"  # type: ignore[attr-defined]
 
 
-# the GPU-only nodes, tried before the C rules
+def _is_vector_access(idx: UOp, value: UOp) -> bool:
+    """A vector value read from or written to a global array of scalars (codegen/vectorize.py's contiguous lanes),
+    not an accumulator array of vectors."""
+    buf = idx.src[0]
+    while buf.op is Ops.AFTER:
+        buf = buf.src[0]
+    return value.dtype.count > 1 and buf.op is Ops.DEFINE_GLOBAL
+
+
+def _gpu(ctx: RenderContext) -> GPURenderer:
+    """The dialect, as the GPU renderer the vector rules only run for."""
+    return cast("GPURenderer", ctx.lang)
+
+
+def _element_address(ctx: RenderContext, idx: UOp) -> str:
+    return f"{ctx[idx.src[0]]}+{ctx[idx.src[1]]}"
+
+
+def render_vector_load(ctx: RenderContext, x: UOp, idx: UOp) -> str | None:
+    if not _is_vector_access(idx, x):
+        return None
+    return _gpu(ctx).vector_load(x.dtype, _element_address(ctx, idx))
+
+
+def render_vector_store(ctx: RenderContext, idx: UOp, value: UOp) -> str | None:
+    if not _is_vector_access(idx, value):
+        return None
+    return _gpu(ctx).vector_store(value.dtype, _element_address(ctx, idx), ctx[value])
+
+
+def render_vectorize(ctx: RenderContext, x: UOp) -> str:
+    return _gpu(ctx).vector_literal(x.dtype, [ctx[s] for s in x.src])
+
+
+def render_gep(ctx: RenderContext, x: UOp) -> str | None:
+    """One lane of a vector (a GEP of several lanes has no spelling here)."""
+    return _gpu(ctx).vector_lane(ctx[x.src[0]], x.arg[0]) if len(x.arg) == 1 else None
+
+
+# the GPU-only nodes, tried before the C rules; the vector forms decline scalar nodes and accumulator arrays of vectors
 _gpu_rules: list[tuple[UPat, Callable[..., str | None]]] = [
     (UPat(Ops.SPECIAL, name="x"), render_special),  # gidx0 -> get_group_id(0) / blockIdx.x
     (UPat(Ops.DEFINE_LOCAL, name="x"), render_local),  # __local float temp0[16];
     (UPat(Ops.BARRIER), lambda ctx: ctx.lang.barrier),  # every thread of the work-group waits here
+    (UPat(Ops.LOAD, src=(UPat(Ops.INDEX, name="idx"),), name="x"), render_vector_load),  # vload8(0, buf+i)
+    (UPat(Ops.STORE, src=(UPat(Ops.INDEX, name="idx"), UPat.var("value"))), render_vector_store),
+    (UPat(Ops.VECTORIZE, name="x"), render_vectorize),  # (float8)(a,a,...)
+    (UPat(Ops.GEP, name="x"), render_gep),  # v.s3 / v.v[3]
 ]
 # rules return C text, not UOps (as cstyle.base_rewrite's)
 pm_render_gpu = PatternMatcher(_gpu_rules)  # type: ignore[arg-type]
@@ -44,10 +87,12 @@ def _uses(uops: list[UOp], dt: DType) -> bool:
 
 
 class GPURenderer(CStyleLanguage):
-    """What the GPU dialects share: launch dimensions, local memory, a barrier statement."""
+    """What the GPU dialects share: launch dimensions, local memory, a barrier statement, and vectors of float and
+    double (codegen/vectorize.py): each thread moves the contiguous lanes of an upcast loop as whole vectors."""
 
     has_local = True
     has_shared = True
+    supports_float4 = True
     global_max: ClassVar[tuple[int, ...] | None] = (2**31 - 1, 65535, 65535)
     local_max: ClassVar[tuple[int, ...] | None] = (1024, 1024, 64)
     shared_max: ClassVar[int] = 32768
@@ -58,6 +103,31 @@ class GPURenderer(CStyleLanguage):
     def launch_index(self, kind: str, dim: int) -> str:
         """The text of launch index `kind` ('g' work-group, 'l' thread in it) in dimension `dim`."""
         raise NotImplementedError(f"{type(self).__name__}: launch_index is not implemented")
+
+    def render_dtype(self, dt: DType) -> str:
+        if dt.count > 1 and not isinstance(dt, PtrDType) and dt.scalar() in (dtypes.float32, dtypes.float64):
+            return self.vector_type(dt)
+        return super().render_dtype(dt)
+
+    def vector_type(self, dt: DType) -> str:
+        """The dialect's name of vector dtype `dt` (a float or double vector)."""
+        raise NotImplementedError(f"{type(self).__name__}: vector dtype {dt} is not supported")
+
+    def vector_load(self, dt: DType, address: str) -> str:
+        """The vector of `dt.count` elements from `address` on (aligned to the element only)."""
+        raise NotImplementedError(f"{type(self).__name__}: vector loads are not supported")
+
+    def vector_store(self, dt: DType, address: str, value: str) -> str:
+        """The statement writing vector `value` (of `dt`) to the elements from `address` on."""
+        raise NotImplementedError(f"{type(self).__name__}: vector stores are not supported")
+
+    def vector_literal(self, dt: DType, lanes: list[str]) -> str:
+        """A vector of `dt` from the text of its lanes."""
+        raise NotImplementedError(f"{type(self).__name__}: vector values are not supported")
+
+    def vector_lane(self, vector: str, lane: int) -> str:
+        """Lane `lane` of the vector whose text is `vector`."""
+        raise NotImplementedError(f"{type(self).__name__}: vector lanes are not supported")
 
 
 class OpenCLRenderer(GPURenderer):
@@ -78,6 +148,23 @@ class OpenCLRenderer(GPURenderer):
 
     def launch_index(self, kind: str, dim: int) -> str:
         return f"get_{'group' if kind == 'g' else 'local'}_id({dim})"
+
+    # OpenCL C's own vector types (float2..float16, double2..) with element-aligned vloadn / vstoren
+    def vector_type(self, dt: DType) -> str:
+        return f"{super().render_dtype(dt.scalar())}{dt.count}"
+
+    def vector_load(self, dt: DType, address: str) -> str:
+        return f"vload{dt.count}(0, {address})"
+
+    def vector_store(self, dt: DType, address: str, value: str) -> str:
+        return f"vstore{dt.count}({value}, 0, {address});"
+
+    def vector_lane(self, vector: str, lane: int) -> str:
+        return f"{vector}.s{lane:x}"  # .s0 .. .sf
+
+    def vector_literal(self, dt: DType, lanes: list[str]) -> str:
+        # one operand broadcasts to every lane: (float8)(x)
+        return f"(({self.vector_type(dt)})({lanes[0] if len(set(lanes)) == 1 else ','.join(lanes)}))"
 
     def render_int(self, x: int, dt: DType) -> str:
         # OpenCL's 64-bit integer is `long` ("long long" is reserved): L / UL, not C's ll / ull
@@ -108,9 +195,10 @@ class OpenCLRenderer(GPURenderer):
 
     def render(self, uops: list[UOp]) -> str:
         computes_half = dtypes.float16 not in self.unsupported_dtypes and not isinstance(self, OpenCLNoHalfRenderer)
-        pragmas = (
-            "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n" if computes_half and _uses(uops, dtypes.float16) else ""
-        )
+        # a*b+c stays two rounded ops, as on the CPU: OpenCL lets drivers fuse it (PoCL does, in vector code)
+        pragmas = "#pragma OPENCL FP_CONTRACT OFF\n"
+        if computes_half and _uses(uops, dtypes.float16):
+            pragmas += "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n"
         if _uses(uops, dtypes.float64):
             pragmas += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
         return pragmas + super().render(uops)
@@ -232,6 +320,43 @@ __device__ __forceinline__ float fg_bits_half(unsigned short h) {
 """
 
 
+# CUDA's float4 has no arithmetic and needs 16-byte alignment: vectors are arrays of lanes with lane-wise operators,
+# loaded and stored 16 bytes at a time where the address allows it (a view into a buffer may start anywhere)
+_CUDA_VECTORS = """template <class T, int N> struct __align__(16) fg_vec { T v[N]; };
+#define FG_LANEWISE(op) template <class T, int N> __device__ __forceinline__ fg_vec<T, N> operator op( \\
+    fg_vec<T, N> a, fg_vec<T, N> b) { fg_vec<T, N> r; _Pragma("unroll") for (int i = 0; i < N; i++) \\
+    r.v[i] = a.v[i] op b.v[i]; return r; }
+FG_LANEWISE(+) FG_LANEWISE(-) FG_LANEWISE(*) FG_LANEWISE(/)
+template <class T, int N> __device__ __forceinline__ fg_vec<T, N> operator-(fg_vec<T, N> a) {
+  fg_vec<T, N> r; _Pragma("unroll") for (int i = 0; i < N; i++) r.v[i] = -a.v[i]; return r; }
+template <int N, class T> __device__ __forceinline__ fg_vec<T, N> fg_splat(T x) {
+  fg_vec<T, N> r; _Pragma("unroll") for (int i = 0; i < N; i++) r.v[i] = x; return r; }
+template <int N, class T> __device__ __forceinline__ fg_vec<T, N> fg_vload(const T* p) {
+  fg_vec<T, N> r;
+  if (sizeof(r) % 16 == 0 && ((unsigned long long)p & 15) == 0) {
+    _Pragma("unroll") for (int i = 0; i < (int)(sizeof(r) / 16); i++) ((uint4*)r.v)[i] = ((const uint4*)p)[i];
+  } else {
+    _Pragma("unroll") for (int i = 0; i < N; i++) r.v[i] = p[i];
+  }
+  return r;
+}
+template <int N, class T> __device__ __forceinline__ void fg_vstore(T* p, fg_vec<T, N> x) {
+  if (sizeof(x) % 16 == 0 && ((unsigned long long)p & 15) == 0) {
+    _Pragma("unroll") for (int i = 0; i < (int)(sizeof(x) / 16); i++) ((uint4*)p)[i] = ((const uint4*)x.v)[i];
+  } else {
+    _Pragma("unroll") for (int i = 0; i < N; i++) p[i] = x.v[i];
+  }
+}
+"""
+
+
+def _vector_dtypes(uops: list[UOp]) -> list[DType]:
+    """The vector value dtypes of a program (not pointers), in a stable order."""
+    found = {u.dtype for u in uops if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)}
+    found |= {u.dtype.base for u in uops if isinstance(u.dtype, PtrDType) and u.dtype.base.count > 1}
+    return sorted(found, key=lambda dt: (dt.scalar().name, dt.count))
+
+
 class CUDARenderer(HalfAsFloat, GPURenderer):
     """CUDA C++ for the CUDA device, compiled to PTX by NVRTC for the GPU's architecture (`arch`, e.g. sm_90).
     Half is stored as half and computed in float (HalfAsFloat): tensor cores come later."""
@@ -273,6 +398,28 @@ class CUDARenderer(HalfAsFloat, GPURenderer):
             return super().render_bitcast(x, src, dt)
         return f"fg_bitcast<{self.render_dtype(dt)}>({x})"
 
+    def vector_type(self, dt: DType) -> str:
+        return f"fg_{super().render_dtype(dt.scalar())}{dt.count}"  # typedef'd by render
+
+    def loop_pragmas(self, uops: list[UOp]) -> dict[UOp, str]:
+        """Upcast loops unrolled: their accumulator arrays then stay in registers (indexed in a loop, they would
+        spill to local memory)."""
+        return {u: "#pragma unroll" for u in uops if u.op is Ops.RANGE and u.arg[1] is AxisType.UPCAST}
+
+    def vector_load(self, dt: DType, address: str) -> str:
+        return f"fg_vload<{dt.count}>({address})"
+
+    def vector_store(self, dt: DType, address: str, value: str) -> str:
+        return f"fg_vstore<{dt.count}>({address}, {value});"
+
+    def vector_lane(self, vector: str, lane: int) -> str:
+        return f"{vector}.v[{lane}]"
+
+    def vector_literal(self, dt: DType, lanes: list[str]) -> str:
+        if len(set(lanes)) == 1:  # one operand broadcast to every lane
+            return f"fg_splat<{dt.count}>(({super().render_dtype(dt.scalar())}){lanes[0]})"
+        return f"{self.vector_type(dt)}{{{{{','.join(lanes)}}}}}"
+
     def render_kernel(self, function_name: str, args: list[str], body: list[str]) -> str:
         threads = getattr(self, "_threads", 1)
         head = f'extern "C" __global__ void __launch_bounds__({threads}) {function_name}({", ".join(args)}) {{'
@@ -284,4 +431,7 @@ class CUDARenderer(HalfAsFloat, GPURenderer):
         for u in uops:
             if u.op is Ops.SPECIAL and str(u.arg).startswith("l"):
                 self._threads *= int(u.src[0].arg)
-        return _CUDA_PREAMBLE + super().render(uops)
+        vectors = _vector_dtypes(uops)
+        typedefs = "".join(f"typedef fg_vec<{self.render_dtype(dt.scalar())}, {dt.count}> {self.render_dtype(dt)};\n"
+                           for dt in vectors)  # fmt: skip
+        return _CUDA_PREAMBLE + (_CUDA_VECTORS + typedefs if vectors else "") + super().render(uops)

@@ -89,7 +89,7 @@ def test_nvrtc_error_names_the_line() -> None:
 def test_opencl_source_has_work_groups() -> None:
     (ast,) = kernel_asts(Tensor.rand(4, 32, device="CPU").realize().exp2())
     spec = to_program(ast, OpenCLRenderer())
-    assert spec.src.startswith("__kernel void")
+    assert spec.src.startswith("#pragma OPENCL FP_CONTRACT OFF\n__kernel void")
     assert "get_group_id(0)" in spec.src
     assert "for (" not in spec.src
     assert spec.global_size is not None
@@ -121,3 +121,73 @@ def _info(*opts: object) -> object:
     from fusegrad.codegen import KernelInfo
 
     return KernelInfo(opts_to_apply=opts)
+
+
+# *** vectors (codegen/vectorize.py): contiguous upcast lanes as float8 on OpenCL, fg_vec on CUDA ***
+
+
+def _with_opts(ast: UOp, *specs: tuple[str, int, int]) -> UOp:
+    """`ast` with opts given as (op name, position of the output loop it applies to, outermost first; amount)."""
+    from fusegrad.codegen.linearize import range_key
+    from fusegrad.codegen.opt import Opt, OptOps
+    from fusegrad.uop import AxisType
+
+    loops = sorted((u for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] is AxisType.LOOP), key=range_key)
+    return ast.replace(arg=_info(*(Opt(OptOps[op], loops[i].arg[0], amount) for op, i, amount in specs)))
+
+
+def _vector_cases() -> list[UOp]:
+    a, b = Tensor.rand(64, 48, device="CPU").realize(), Tensor.rand(64, 48, device="CPU").realize()
+    (elementwise,) = kernel_asts(a * b + 1)
+    (column_sum,) = kernel_asts(a.sum(0))
+    (matmul,) = kernel_asts(a @ Tensor.rand(48, 64, device="CPU").realize())  # lanes along the second's rows
+    (double,) = kernel_asts(a.double().contiguous().realize() * 3)
+    return [
+        elementwise,  # the heuristic's UPCAST and LOCAL
+        _with_opts(column_sum, ("UPCAST", 0, 8)),  # a vector accumulator
+        _with_opts(matmul, ("UPCAST", 0, 2), ("UPCAST", 1, 16)),  # 2 rows x 2 vectors of accumulators
+        double,  # double4
+    ]
+
+
+def test_heuristic_upcasts_contiguous_lanes_into_vectors() -> None:
+    from fusegrad.codegen.gpudims import vector_upcast
+    from fusegrad.uop import AxisType
+
+    a = Tensor.rand(64, 48, device="CPU").realize()
+    for out, width in [(a * 2, 8), (a.T * 2, None), (a.exp2(), None), (a[:, :44] * 2, None)]:
+        (ast,) = kernel_asts(out)
+        inner = max((u for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] is AxisType.LOOP), key=lambda u: u.arg)
+        assert vector_upcast(ast, inner) == width, out.shape
+    spec = to_program(kernel_asts(a * 2)[0], OpenCLRenderer())
+    assert "vload8(0, data1+" in spec.src
+    assert "vstore8(" in spec.src
+    # 48 columns = 6 vectors of 8: 2 threads per work-group (the largest power of two dividing 6), 3 x 64 groups
+    assert [int(x) for x in (*spec.global_size, *spec.local_size)] == [3, 64, 1, 2, 1, 1]  # type: ignore[misc]
+
+
+def test_opencl_vectors_are_opencl_types() -> None:
+    sources = [to_program(ast, OpenCLRenderer()).src for ast in _vector_cases()]
+    assert "((float8)(1.0f))" in sources[0]  # a broadcast operand
+    assert "float8 acc0;" in sources[1]
+    assert "float8 acc0[4];" in sources[2]
+    assert "double4 val0 = vload4(0, data1+" in sources[3]
+    assert all("#pragma OPENCL FP_CONTRACT OFF" in src for src in sources)
+
+
+@needs_nvrtc
+def test_cuda_vectors_compile_to_128_bit_accesses() -> None:
+    from fusegrad.runtime.support.nvrtc import compile_to_ptx
+
+    for ast in _vector_cases():
+        src = to_program(ast, CUDARenderer("sm_90")).src
+        assert "fg_vload<" in src
+        ptx = compile_to_ptx(src, "sm_90").decode()
+        assert ".v4.f32" in ptx or ".v2.f64" in ptx or ".v4.u32" in ptx, src  # 16 bytes at a time where aligned
+
+
+def test_vector_lanes_and_broadcasts() -> None:
+    assert OpenCLRenderer().vector_lane("val0", 11) == "val0.sb"  # OpenCL's hex lane names, .s0 to .sf
+    assert CUDARenderer().vector_lane("val0", 11) == "val0.v[11]"
+    assert OpenCLRenderer().vector_literal(dtypes.float32.vec(8), ["x"] * 8) == "((float8)(x))"
+    assert CUDARenderer().vector_literal(dtypes.float64.vec(4), ["a", "b", "c", "d"]) == "fg_double4{{a,b,c,d}}"

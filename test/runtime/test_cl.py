@@ -209,3 +209,108 @@ def test_profile_records_device_time() -> None:
     assert ranges, "no CL kernel on the profile"
     assert all(e.en is not None and e.en >= e.st for e in ranges)
     del cpu_events[before:]
+
+
+# *** vectors: contiguous upcast lanes as float8 / double4 (vload / vstore at any element offset) ***
+
+
+def test_vector_elementwise_is_exact_at_any_offset() -> None:
+    # views start at elements 1 and 3: vload8 needs only element alignment; FP_CONTRACT OFF keeps a*b+1 two roundings
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((33, 67)).astype(np.float32), rng.standard_normal((33, 67)).astype(np.float32)
+    ta, tb = Tensor(a, device="CL").realize(), Tensor(b, device="CL").realize()
+    out = ta[1:, 3:35] * tb[:-1, 1:33] + 1
+    src = _source(out)
+    assert "vload8(" in src
+    assert "vstore8(" in src
+    np.testing.assert_array_equal(out.numpy(), a[1:, 3:35] * b[:-1, 1:33] + 1)
+    d = rng.standard_normal((16, 24))
+    out = Tensor(d, device="CL").realize() * 3 - 0.5
+    assert "double4" in _source(out)
+    np.testing.assert_array_equal(out.numpy(), d * 3 - 0.5)
+
+
+def _source(out: Tensor) -> str:
+    from fusegrad.codegen import to_program
+
+    return to_program(out.schedule()[-1].ast, Device["CL"].renderer).src
+
+
+def test_vector_accumulators_match_numpy() -> None:
+    from fusegrad.codegen.opt import Opt, OptOps
+    from fusegrad.uop import AxisType, Ops
+
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal((64, 48)).astype(np.float32), rng.standard_normal((40, 32)).astype(np.float32)
+    t = Tensor(a, device="CL").realize()
+    src, got = _run_with_opts(t.sum(0), (Opt(OptOps.UPCAST, _axis_of(t.sum(0), "LOOP"), 16),))
+    assert "float8 acc0[2];" in src
+    np.testing.assert_allclose(got, a.sum(0), rtol=1e-5, atol=1e-5)
+    out = t[:, :40] @ Tensor(b, device="CL").realize()
+    ast = out.schedule()[-1].ast
+    rows, columns = sorted(u.arg[0] for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] is AxisType.LOOP)
+    opts = (Opt(OptOps.UPCAST, rows, 4), Opt(OptOps.UPCAST, columns, 8), Opt(OptOps.LOCAL, columns, 4))
+    src, got = _run_with_opts(out, opts)
+    assert "float8 acc0[4];" in src
+    np.testing.assert_allclose(got.reshape(64, 32), a[:, :40] @ b, rtol=1e-4, atol=1e-4)
+
+
+# *** BEAM on CL: GPU actions, candidates timed by the CL runtime's profiling events ***
+
+
+def test_gpu_actions_are_local_and_group_without_pack() -> None:
+    from fusegrad.codegen.opt import Opt, OptOps
+    from fusegrad.codegen.search import actions, extensions
+    from fusegrad.dtype import dtypes
+    from fusegrad.uop import AxisType, Ops
+    from fusegrad.uop.ops import UOp
+
+    r0, r1, r2 = UOp.range(4, 0, AxisType.LOOP), UOp.range(32, 1, AxisType.LOOP), UOp.range(16, 2, AxisType.REDUCE)
+    a, b, out = (UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(512), arg=i) for i in (1, 2, 0))
+    value = (a.index(r0 * 16 + r2).load() * b.index(r2 * 32 + r1).load()).reduce(r2, arg=Ops.ADD)
+    sink = UOp.sink(out.index(r0 * 32 + r1).store(value))
+    found = actions(sink, has_local=True)
+    assert {o.op for o in found} == {OptOps.UPCAST, OptOps.LOCAL, OptOps.GROUP}
+    assert Opt(OptOps.LOCAL, 1, 32) in found
+    assert [o.arg for o in found if o.op is OptOps.GROUP] == [8, 16]
+    # a work-group of 32 x 8 threads is the most: LOCAL 32 then GROUP 8 fits, GROUP 16 does not
+    after = [o[-1] for o in extensions(sink, (Opt(OptOps.LOCAL, 1, 32),), has_local=True)]
+    assert Opt(OptOps.GROUP, 2, 8) in after
+    assert Opt(OptOps.GROUP, 2, 16) not in after
+
+
+def test_beam_searches_on_cl(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
+    from fusegrad.codegen import search
+    from fusegrad.codegen.opt import OptOps
+    from fusegrad.engine.realize import CompiledRunner, method_cache
+    from fusegrad.helpers import Context
+
+    monkeypatch.setattr(search, "MAX_ROUNDS", 1)  # one round of one-action extensions: enough to see each kind
+    benches: list[search.Bench] = []
+    monkeypatch.setattr(search.Bench, "of", _recording(search.Bench.of, benches))
+    a = np.random.default_rng(7).standard_normal((8, 64)).astype(np.float32)
+    item = Tensor(a, device="CL").realize().sum(1).schedule()[-1]
+    method_cache.clear()
+    with Context(BEAM=1, IGNORE_BEAM_CACHE=1, CACHEDB=f"{tmp_path}/cache.db", CACHELEVEL=2):
+        prg = item.lower().prg
+    assert isinstance(prg, CompiledRunner)
+    (bench,) = benches
+    kinds = {opts[-1].op for opts in bench.timed if opts}
+    assert {OptOps.LOCAL, OptOps.GROUP, OptOps.UPCAST} <= kinds
+    times = list(bench.timed.values())
+    assert all(t is not None and 0 < t < 1 for t in times), bench.timed  # every candidate ran, right, timed by events
+    chosen = bench.timed[tuple(prg.p.uops[-1].arg.applied_opts)]
+    assert chosen is not None
+    assert chosen * search.MIN_GAIN <= min(t for t in times if t is not None)  # the fastest, up to timing noise
+    item.run()
+    np.testing.assert_allclose(item.bufs[0].numpy(), a.sum(1), rtol=1e-5, atol=1e-5)  # type: ignore[union-attr]
+    method_cache.clear()
+
+
+def _recording(of: object, into: list[object]) -> object:
+    def record(ast: object, device: str) -> object:
+        bench = of(ast, device)  # type: ignore[operator]
+        into.append(bench)
+        return bench
+
+    return staticmethod(record)
