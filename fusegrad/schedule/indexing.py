@@ -64,20 +64,14 @@ def source_index(node: UOp, idx: Index, valid: UOp | None) -> tuple[Index, UOp |
 # the answer depends on the op, its arg, the shapes and the index only: a layer repeated n times (or the same view in
 # the two walks of every kernel, find_realizes' and build_kernel's) asks the same question each time
 @functools.lru_cache(maxsize=16384)
-def _source_index(  # noqa: C901  # one case per op: a dispatch table
+def _source_index(  # one case per op: a dispatch table
     op: Ops, arg: Any, in_shape: tuple[Any, ...], shape: tuple[Any, ...], idx: Index, valid: UOp | None
 ) -> tuple[Index, UOp | None]:
     match op:
         case Ops.RESHAPE:
-            flat = linearize_index(idx, shape)
-            out = []
-            for i, (s, st) in enumerate(zip(in_shape, strides_for(in_shape), strict=True)):
-                if s == 1:
-                    out.append(idx_const(0))
-                else:
-                    q = flat // st if st != 1 else flat
-                    out.append(q % s if i != 0 else q)  # the first axis needs no mod: flat < total size
-            return simplify_index(tuple(out)), valid
+            if (groups := _reshape_groups(in_shape, shape)) is not None:
+                return simplify_index(_regroup(groups, in_shape, shape, idx)), valid
+            return simplify_index(_unflatten(linearize_index(idx, shape), in_shape)), valid
         case Ops.PERMUTE:
             out_list: list[UOp] = [idx_const(0)] * len(arg)
             for out_axis, in_axis in enumerate(arg):
@@ -103,3 +97,49 @@ def _source_index(  # noqa: C901  # one case per op: a dispatch table
         case Ops.FLIP:
             return tuple((s - 1) - i if flip else i for i, s, flip in zip(idx, in_shape, arg, strict=True)), valid
     raise ValueError(f"source_index: {op} is not a movement op")
+
+
+def _unflatten(flat: UOp, shape: tuple[Any, ...]) -> Index:
+    """The index of flat position `flat` in a contiguous tensor of `shape`."""
+    out = []
+    for i, (s, st) in enumerate(zip(shape, strides_for(shape), strict=True)):
+        if s == 1:
+            out.append(idx_const(0))
+        else:
+            q = flat // st if st != 1 else flat
+            out.append(q % s if i != 0 else q)  # the first axis needs no mod: flat < total size
+    return tuple(out)
+
+
+def _reshape_groups(in_shape: tuple[Any, ...], shape: tuple[Any, ...]) -> list[tuple[list[int], list[int]]] | None:
+    """Axes of a reshape in groups of equal size, (source axes, result axes), size-1 axes left out; None for
+    symbolic shapes. A group with one source axis needs no div/mod, and a window's negative (masked) index stays in
+    its own axis instead of carrying into the others."""
+    if not all(isinstance(s, int) for s in (*in_shape, *shape)):
+        return None
+    ins = [i for i, s in enumerate(in_shape) if s != 1]
+    outs = [i for i, s in enumerate(shape) if s != 1]
+    groups: list[tuple[list[int], list[int]]] = []
+    while ins and outs:
+        group_in, group_out = [ins.pop(0)], [outs.pop(0)]
+        size_in, size_out = in_shape[group_in[0]], shape[group_out[0]]
+        while size_in != size_out:
+            if size_in < size_out:
+                group_in.append(ins.pop(0))
+                size_in *= in_shape[group_in[-1]]
+            else:
+                group_out.append(outs.pop(0))
+                size_out *= shape[group_out[-1]]
+        groups.append((group_in, group_out))
+    return groups
+
+
+def _regroup(groups: list[tuple[list[int], list[int]]], in_shape: tuple[Any, ...], shape: tuple[Any, ...],
+             idx: Index) -> Index:  # fmt: skip
+    """The source index of a reshape read at `idx`, group by group (_reshape_groups)."""
+    out = [idx_const(0)] * len(in_shape)
+    for group_in, group_out in groups:
+        flat = linearize_index(tuple(idx[i] for i in group_out), tuple(shape[i] for i in group_out))
+        for axis, i in zip(group_in, _unflatten(flat, tuple(in_shape[i] for i in group_in)), strict=True):
+            out[axis] = i
+    return tuple(out)

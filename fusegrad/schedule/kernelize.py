@@ -27,7 +27,9 @@ from fusegrad.schedule.rangeify import (
     note_reads,
     simplify_kernel,
 )
+from fusegrad.schedule.split import pm_split_reduces
 from fusegrad.schedule.views import copy_then_rearrange, storage_view_kernel, storage_write_kernel
+from fusegrad.schedule.windows import window_crops
 from fusegrad.uop import GroupOp, Ops
 from fusegrad.uop.ops import UOp, all_metadata
 from fusegrad.uop.rewrite import graph_rewrite, graph_rewrite_map, track_rewrites
@@ -127,8 +129,12 @@ def find_realizes(sink: UOp, placements: dict[UOp, Placement] | None = None) -> 
         if any(u in inlined for u in added):
             continue  # a kernel walked before that reduce was split off computed it inline: walk again
         new = [u for u in flagged if u not in realized and prod(u.shape) != 0]
-        if not new:
+        crops = window_crops(sink, realized) if not new and placements is None else {}
+        if not new and not crops:
             return realized
+        if not new:  # realize what is read of a window gradient, not the whole padded axis (windows.py)
+            realized = {crops.get(u, u): None for u in realized}
+            continue
         realized.update(dict.fromkeys(new))
 
 
@@ -141,7 +147,7 @@ def kernelize(sink: UOp) -> KernelizeResult:
     """Build the kernels for every node `sink` needs realized; see the module docstring."""
     unbound, var_vals = unbind_graph(sink)  # kernels see variables, not their values: one kernel for every value
     sink = unbound.get(sink, sink)
-    prepare_map = graph_rewrite_map(sink, pm_prepare_realize, name="prepare for realize")
+    prepare_map = graph_rewrite_map(sink, pm_prepare_realize + pm_split_reduces, name="prepare for realize")
     prepared = prepare_map[sink]
     topo = prepared.toposort()
     placements: dict[UOp, Placement] | None = None

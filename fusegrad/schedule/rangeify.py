@@ -15,6 +15,7 @@ from typing import Any
 from fusegrad.helpers import TRACK_MATCH_STATS, prod
 from fusegrad.schedule.indexing import Index, idx_const, linearize_index, simplify_index, source_index
 from fusegrad.schedule.multi import Placement, devices_of, multi_buffer, multi_range, register_multi_buffer
+from fusegrad.schedule.windows import find_unwindow, merge_sums, unwindow_index
 from fusegrad.uop import AxisType, GroupOp, Ops
 from fusegrad.uop.ops import UOp
 from fusegrad.uop.rewrite import graph_rewrite
@@ -126,6 +127,8 @@ class KernelBuilder:
         else:
             flat = linearize_index(idx, shape)
         glob = UOp(Ops.DEFINE_GLOBAL, node.dtype.ptr(size), arg=slot)
+        if valid is not None and isinstance(size, int) and flat.vmin >= 0 and flat.vmax < size:
+            valid = None  # in bounds everywhere: the PAD or window above masks the value, the load needs no gate
         index = glob.index(flat, valid) if valid is not None else glob.index(flat)
         return index.load(dtype=node.dtype)
 
@@ -190,6 +193,11 @@ class KernelBuilder:
         if node.op in GroupOp.Movement:
             src_idx, src_valid = source_index(node, idx, valid)
             return [(node.src[0], src_idx, src_valid, ctx)]
+        if node.op is Ops.REDUCE_AXIS and self.placements is None and (w := find_unwindow(node)) is not None:
+            window = self.new_range(w.k, AxisType.REDUCE)  # a window gradient: read its source directly (windows.py)
+            src_idx, inside = unwindow_index(w, idx, window)
+            loops = {window} if window.op is Ops.RANGE else set()
+            return [(w.source, simplify_index(src_idx), inside if valid is None else valid & inside, ctx | loops)]
         if node.op is Ops.REDUCE_AXIS:
             axes = node.arg[1]
             new = tuple(self.reduce_range(node, i, s) if i in axes else r
@@ -268,9 +276,11 @@ class KernelBuilder:
             return srcs[0]  # the index already moved; PAD's validity is applied by emit
         match node.op:
             case Ops.REDUCE_AXIS:
-                src_idx = self.memo_children[(node, idx, valid)][0][1]
+                _, src_idx, src_valid, _ = self.memo_children[(node, idx, valid)][0]
                 loops = [r for a in node.arg[1] for r in _loops(src_idx[a])]
                 rngs = tuple(r for r in loops if r.arg[1] is AxisType.REDUCE and r not in idx)
+                if src_valid is not None and src_valid is not valid:  # a window gradient's positions outside it
+                    return merge_sums(src_valid, srcs[0], rngs)
                 return UOp(Ops.REDUCE, node.dtype, (srcs[0], *rngs), node.arg[0]) if rngs else srcs[0]
             case Ops.CONTIGUOUS | Ops.DETACH | Ops.CONTIGUOUS_BACKWARD | Ops.ASSIGN:
                 return srcs[0]

@@ -1,0 +1,59 @@
+"""Reshape indices group by group (schedule/indexing.py): the same source element as the flat computation, and no
+div/mod where an axis only gains or loses size-1 neighbours or splits."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fusegrad.schedule.indexing import Index, _source_index, _unflatten, idx_const, linearize_index
+from fusegrad.uop import AxisType, Ops
+from fusegrad.uop.ops import UOp
+
+Case = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+
+
+def _reshape_index(in_shape: tuple[int, ...], shape: tuple[int, ...], idx: Index) -> Index:
+    return _source_index(Ops.RESHAPE, shape, in_shape, shape, idx, None)[0]
+
+
+def _shape_of(draw: st.DrawFn, factors: list[int]) -> tuple[int, ...]:
+    """A shape whose sizes multiply the given factors in order, with some size-1 axes mixed in."""
+    shape: list[int] = []
+    for f in factors:
+        if shape and draw(st.booleans()):
+            shape[-1] *= f
+        else:
+            shape.append(f)
+        if draw(st.integers(0, 4)) == 0:
+            shape.append(1)
+    return tuple(shape)
+
+
+@st.composite
+def reshapes(draw: st.DrawFn) -> Case:
+    factors = draw(st.lists(st.sampled_from([2, 3, 5]), min_size=1, max_size=6))
+    in_shape, shape = _shape_of(draw, factors), _shape_of(draw, factors)
+    return in_shape, shape, tuple(draw(st.integers(0, s - 1)) for s in shape)
+
+
+@settings(max_examples=200, deadline=None)
+@given(reshapes())
+def test_reshape_index_equals_the_flat_one(case: Case) -> None:
+    in_shape, shape, position = case
+    idx = tuple(idx_const(i) for i in position)
+    grouped = _reshape_index(in_shape, shape, idx)
+    flat = _unflatten(linearize_index(idx, shape), in_shape)
+    assert [i.simplify().arg for i in grouped] == [i.simplify().arg for i in flat]
+
+
+def test_unit_axes_and_splits_need_no_div_or_mod() -> None:
+    i, j = UOp.range(idx_const(6), 0, AxisType.LOOP), UOp.range(idx_const(8), 1, AxisType.LOOP)
+    zero = idx_const(0)
+    # a window's masked (possibly negative) index i - 1 stays in its own axis instead of carrying into the next
+    first, second = _reshape_index((6, 8), (6, 1, 8, 1), (i - 1, zero, j, zero))
+    assert second is j
+    assert {u.op for u in first.toposort()} <= {Ops.ADD, Ops.RANGE, Ops.CONST}
+    split = _reshape_index((6, 8), (2, 3, 8), (i % 2, i % 3, j))
+    assert split[1] is j
+    assert not any(u.op in (Ops.IDIV, Ops.MOD) for u in split[0].toposort() if u not in ((i % 2), (i % 3)))
