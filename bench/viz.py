@@ -200,7 +200,7 @@ def graph_figures(page: Any) -> tuple[float, float, list[float], dict[str, list[
         for _ in range(2):  # picked, then (every graph of the step loaded) picked again: from the page's cache
             start = time.perf_counter()
             page.click("#groups .step")
-            page.wait_for_function("() => document.querySelectorAll('#viewport g.node').length > 0")
+            page.wait_for_function("() => window.vizProbe.graphDrawn()", polling="raf")
             page.evaluate(FIRST_FRAME)
             runs.append(time.perf_counter() - start)
             page.wait_for_function(f"() => document.getElementById('status').textContent === '{matches + 1} graphs'",
@@ -337,7 +337,7 @@ def open_step(page: Any, url: str, ctx: int, idx: int) -> float:
     page.click(f"#groups li.group[data-ctx='{ctx}'] > div")
     start = time.perf_counter()
     page.click(f"#groups .step[data-step='{ctx}:{idx}']")
-    page.wait_for_function("() => document.querySelectorAll('#viewport g.node').length > 0", timeout=600_000)
+    page.wait_for_function("() => window.vizProbe.graphDrawn()", polling="raf", timeout=600_000)
     page.evaluate(FIRST_FRAME)
     seconds = time.perf_counter() - start
     page.wait_for_function("() => /^[0-9]+ graphs$/.test(document.getElementById('status').textContent)",
@@ -356,12 +356,12 @@ def trace_graph_figures(page: Any, url: str, trace: RewriteTrace) -> dict[str, A
         "graph_step": [ctx, idx],
         "graph_first_s": open_step(page, url, ctx, idx),
     }
-    out["graph_drawn"] = page.evaluate("() => document.querySelectorAll('#viewport g.node').length")
+    out["graph_drawn"] = page.evaluate("() => rw.drawnMsg.layout.nodes.length")
     several = [s for s in sizes if s[1] >= 4] or [max(sizes, key=lambda s: (s[1], s[0]))]
     nodes, matches, ctx, idx = max(several)
     open_step(page, url, ctx, idx)
     out |= {"step_nodes": nodes, "step_matches": matches, "step_step": [ctx, idx],
-            "step_drawn": page.evaluate("() => document.querySelectorAll('#viewport g.node').length"),
+            "step_drawn": page.evaluate("() => rw.drawnMsg.layout.nodes.length"),
             "step_ms": [page.evaluate(STEP_KEY) for _ in range(min(matches, 8))],
             "graph_inputs": input_frames(page, "#graph-wrap")}  # fmt: skip
     return out

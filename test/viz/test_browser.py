@@ -93,6 +93,11 @@ def matching_step(real_trace: RealTrace) -> tuple[int, int]:
                 if len(s.matches) >= 2)  # fmt: skip
 
 
+GRAPH_DRAWN = "() => window.vizProbe.graphDrawn()"  # a graph of the picked step is on screen
+# the graph view at scale k (1: every node an element, labels on screen; below 0.3: a sketch, see app.js's TEXT_ZOOM)
+SET_ZOOM = "(k) => { rw.view = { k, x: 0, y: 0 }; applyView(); }"
+
+
 def test_rewrites_view(browser_page: tuple[Page, list[str]], served: Served, real_trace: RealTrace) -> None:
     page, errors = browser_page
     _, url = served
@@ -101,7 +106,8 @@ def test_rewrites_view(browser_page: tuple[Page, list[str]], served: Served, rea
     step = real_trace.trace.rewrites[ctx][idx]
     page.click(f"#groups .group[data-ctx='{ctx}'] > div")
     page.click(f"#groups .step[data-step='{ctx}:{idx}']")
-    page.wait_for_selector("#graph g.node")
+    page.wait_for_function(GRAPH_DRAWN)
+    page.evaluate(SET_ZOOM, 1)  # close enough for every node to be an element
     first = next(iter(get_full_rewrite(step, real_trace.trace.uop_fields)))
     assert page.locator("#graph g.node").count() == len(first["graph"])
     assert page.inner_text("#match-label").startswith(f"match 0 / {len(step.matches)}")
@@ -154,7 +160,7 @@ def test_profiler_click_a_kernel(browser_page: tuple[Page, list[str]], served: S
     assert "used by" in page.inner_text("#profile-details")
     page.click("#profile-details .link:has-text('r_7_3') >> nth=0")  # a kernel that used the buffer (not its upload)
     page.click("#profile-details .link:has-text('rewrites')")
-    page.wait_for_selector("#graph g.node")
+    page.wait_for_function(GRAPH_DRAWN)
     assert not page.is_hidden("#rewrites-view")
     assert errors == []
 
@@ -230,7 +236,7 @@ def test_a_graph_opens_fitted_and_f_fits_it_again(
     ctx, idx = largest_step(real_trace)
     page.click(f"#groups .group[data-ctx='{ctx}'] > div")
     page.click(f"#groups .step[data-step='{ctx}:{idx}']")
-    page.wait_for_selector("#graph g.node")
+    page.wait_for_function(GRAPH_DRAWN)
     assert_fitted(page)
     screenshot(page, "viz_graph_fitted.png")
     box = page.locator("#graph-wrap").bounding_box()
@@ -370,7 +376,7 @@ def open_dag_step(page: Page, url: str, matches: int) -> None:
     page.click("#groups .step")
     page.wait_for_function(f"() => document.getElementById('status').textContent === '{matches + 1} graphs'")
     page.wait_for_function("() => window.vizProbe.layoutsPending() === 0")
-    page.wait_for_selector("#viewport g.node")
+    page.wait_for_function(GRAPH_DRAWN)
 
 
 def test_graphs_of_a_step_are_built_before_they_are_shown(browser_page: tuple[Page, list[str]]) -> None:
@@ -407,6 +413,7 @@ def test_stepping_through_matches_keeps_the_unchanged_nodes(browser_page: tuple[
     page.on("request", lambda r: asked.append(r.url) if "ctx=" in r.url else None)
     try:
         open_dag_step(page, url, 6)
+        page.evaluate(SET_ZOOM, 1)  # every node an element (zoomed out, the sketch has few)
         page.evaluate("() => document.querySelectorAll('#viewport g.node').forEach((g) => { g.marked = true; })")
         times = [page.evaluate(STEP_KEY) for _ in range(6)]
         kept = page.evaluate("() => [...document.querySelectorAll('#viewport g.node')].filter((g) => g.marked).length")
@@ -425,19 +432,35 @@ def test_stepping_through_matches_keeps_the_unchanged_nodes(browser_page: tuple[
 
 
 def test_a_big_graph_gets_its_labels_when_zoomed_in(browser_page: tuple[Page, list[str]]) -> None:
-    """Fitted, a 3,000-node graph is boxes and one path of edges; zoomed in, the boxes on screen get their labels."""
+    """Fitted, a 3,000-node graph is a sketch (a path per colour, one for the edges, no node elements); zoomed in, every
+    node is an element and those on screen get their labels; a click on the sketch picks the node under it."""
     page, errors = browser_page
     server, url = start_in_thread(VizSession(dag_trace(3000, 1)))
     try:
         open_dag_step(page, url, 1)
-        assert page.locator("#viewport g.node").count() > 2000
-        assert page.locator("#viewport g.node text").count() == 0
+        assert page.evaluate("() => window.vizProbe.graphLod()") == "far"
+        assert page.locator("#viewport g.node").count() == 0  # the input graph: no node stands out
+        assert page.locator("#viewport path.sketch").count() >= 1
         assert page.locator("#viewport path.edge").count() == 1
         box = page.locator("#graph-wrap").bounding_box()
         assert box is not None
+        node = page.evaluate("""() => { // the screen point of the middle of a drawn node on screen, and its id
+          const B = rw.drawnMsg.layout.boxes, r = document.getElementById('graph-wrap').getBoundingClientRect();
+          for (let i = 0; i < B.length / 4; i++) {
+            const x = r.left + rw.view.x + (B[4 * i] + B[4 * i + 2] / 2) * rw.view.k;
+            const y = r.top + rw.view.y + (B[4 * i + 1] + B[4 * i + 3] / 2) * rw.view.k;
+            if (x > r.left + 5 && x < r.right - 5 && y > r.top + 5 && y < r.bottom - 5) {
+              return [x, y, rw.drawnMsg.parts.drawn[i][1]];
+            }
+          }
+        }""")
+        page.mouse.click(node[0], node[1])
+        page.wait_for_selector("#viewport g.node.picked")
+        assert page.evaluate("() => rw.picked") == node[2]
         page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
         for _ in range(12):
             page.mouse.wheel(0, -300)
+        assert page.locator("#viewport g.node").count() > 2000
         labelled = page.locator("#viewport g.node text").count()
         assert 0 < labelled < 500, labelled
         assert errors == []
@@ -451,17 +474,16 @@ def test_zoomed_out_a_graph_draws_its_edges_as_one_path(browser_page: tuple[Page
     is its own path with an arrowhead, and zooming out again goes back to one."""
     page, errors = browser_page
     server, url = start_in_thread(VizSession(dag_trace(300, 1)))
-    set_zoom = "(k) => { rw.view = { k, x: 0, y: 0 }; applyView(); }"
     try:
         open_dag_step(page, url, 1)
-        page.evaluate(set_zoom, 0.1)
+        page.evaluate(SET_ZOOM, 0.1)
         assert page.locator("#viewport path.edge").count() == 1
         assert page.locator("#viewport .edge-index").count() == 0
-        page.evaluate(set_zoom, 1)
+        page.evaluate(SET_ZOOM, 1)
         edges = page.locator("#viewport path.edge[marker-end]").count()
         assert edges > 300, edges
         assert page.locator("#viewport path.edge").count() == edges
-        page.evaluate(set_zoom, 0.1)
+        page.evaluate(SET_ZOOM, 0.1)
         assert page.locator("#viewport path.edge").count() == 1
         assert errors == []
     finally:
@@ -611,13 +633,14 @@ def test_a_step_left_while_its_graphs_are_laid_out_shows_them_when_picked_again(
         page.wait_for_function("() => window.vizProbe.layoutsPending() > 0")  # left while its graphs are queued
         page.click("#groups .step[data-step='0:1']")
         page.wait_for_function("() => document.getElementById('status').textContent === '5 graphs'")
-        page.wait_for_selector("#viewport g.node")
+        page.wait_for_function(GRAPH_DRAWN)
         page.click("#groups .step[data-step='0:0']")
-        page.wait_for_selector("#viewport g.node")
+        page.wait_for_function("() => document.getElementById('status').textContent === '5 graphs'")  # all arrived
+        page.wait_for_function(GRAPH_DRAWN)
         page.wait_for_function("() => window.vizProbe.layoutsPending() === 0")
         page.keyboard.press("ArrowRight")
         page.wait_for_function("() => document.getElementById('match-label').textContent.startsWith('match 1 /')")
-        assert page.locator("#viewport g.node").count() > 2000
+        assert page.evaluate("() => rw.drawnMsg === rw.graphs[1] && rw.drawnMsg.layout.nodes.length") > 2000
         assert errors == []
     finally:
         server.shutdown()

@@ -279,9 +279,10 @@ function layOut(msg, text) {
 
 // a step's graphs share most nodes and edges: each element is made once per step (keyed by everything it shows) and
 // kept in place while it stays, so a ←/→ step touches only what the match changed. Level of detail: zoomed out
-// (below TEXT_ZOOM, where 12px text is under 4px), a graph is its boxes and one path for all its edges; closer, the
-// boxes on screen get their labels and each edge its own path, arrowhead and input number (up to layout.js's
-// MERGED_EDGES edges: past that, one path always)
+// (below TEXT_ZOOM, where 12px text is under 4px) a graph is a sketch: its boxes as one path per colour, its edges as
+// one path, and elements only for the nodes that stand out (created by the match, found, picked, or linked to a
+// kernel); closer, every node is an element and those on screen get their labels, each edge its own path, arrowhead
+// and input number (up to layout.js's MERGED_EDGES edges: past that, one path always)
 const TEXT_ZOOM = 0.3;
 
 function graphLayers() {
@@ -293,40 +294,51 @@ function graphLayers() {
     const defs = svg("defs");
     defs.append(marker);
     const viewport = svg("g", { id: "viewport" });
-    viewport.append(svg("g", { id: "edge-layer" }), svg("g", { id: "node-layer" }));
+    viewport.append(svg("g", { id: "edge-layer" }), svg("g", { id: "sketch-layer" }), svg("g", { id: "node-layer" }));
     root.replaceChildren(defs, viewport);
     rw.shown = new Map(); // key -> element, what the viewport holds now
   }
-  return [$("edge-layer"), $("node-layer")];
+  return { a: $("edge-layer"), e: $("edge-layer"), i: $("edge-layer"), s: $("sketch-layer"), n: $("node-layer") };
 }
 
-// every node element a graph shows, by key (made now where this step has none yet; kept in rw.nodes), and its nodes
-// as [key, id, box, label]; its edges' elements are made per level of detail when first drawn (`edgeElements`). Done
-// once per graph: when its layout comes back (in idle time, for the graphs not shown), so a ←/→ step only moves,
-// attaches and removes elements. The layout is typed arrays (layout.js): drawn node i is node nodes[i] of the
-// message's order, its box boxes[4i .. 4i + 3]
+// a graph's nodes as [key, id, box, label, node] (the layout is typed arrays, layout.js: drawn node i is node nodes[i] of
+// the message's order, its box boxes[4i .. 4i + 3]); each node's element is made when first drawn, or in idle time
+// (`prepareLater`), and kept in rw.nodes by key for the step's other graphs. Edge and sketch elements likewise, per
+// level of detail (`edgeElements`, `sketchElements`)
 function prepareGraph(msg) {
   if (msg.parts && msg.parts.elements === rw.nodes) return msg.parts;
-  const L = msg.layout, want = new Map(), nodes = [];
+  const L = msg.layout, nodes = [];
   for (let i = 0; i < L.nodes.length; i++) {
     const id = L.nodes[i] < 0 ? "-1" : String(msg.order[L.nodes[i]]), node = msg.graph[id];
     const box = L.boxes.subarray(4 * i, 4 * i + 4);
     const note = L.notes[i]; // e.g. a repeated subgraph drawn once
     const label = note || (node ? node.label : `${L.hidden} more nodes\n(graph too big to draw)`);
     const key = `n|${id}|${box[2]}|${box[3]}|${node ? node.color : ""}|${node ? node.ref : ""}|${label}`;
-    want.set(key, rw.nodes.get(key) || makeNode(id, box, node, label));
-    nodes.push([key, id, box, label]);
+    nodes.push([key, id, box, label, node]);
   }
-  for (const [key, element] of want) rw.nodes.set(key, element);
-  return (msg.parts = { want, elements: rw.nodes, drawn: nodes, edges: {} });
+  return (msg.parts = { elements: rw.nodes, drawn: nodes, edges: {}, sketch: null });
 }
 
-// the edge elements of a prepared graph at one level of detail ("far": one path; "near": one per edge), made once
+function nodeElement([key, id, box, label, node]) {
+  let g = rw.nodes.get(key);
+  if (!g) rw.nodes.set(key, (g = makeNode(id, box, node, label)));
+  return g;
+}
+
+// the nodes that stand out, drawn as elements over a sketch: created by this match, found by the search, picked, or
+// a KERNEL node (a click opens its code)
+function standsOut([, id, , label, node], changed) {
+  return changed.has(id) || id === rw.picked || Boolean(node && node.ref != null) || isFound(label);
+}
+
+const isFound = (label) => Boolean(rw.found) && label.toLowerCase().replace(/\n/g, " ").includes(rw.found);
+
+// the edge elements of a graph at one level of detail ("far": one path; "near": one per edge), made once
 function edgeElements(msg, lod) {
   const parts = prepareGraph(msg), L = msg.layout;
   if (parts.edges[lod]) return parts.edges[lod];
   const want = (parts.edges[lod] = new Map());
-  if (lod === "far") {
+  if (lod === "far" || L.curves === null) {
     const key = `all|${L.path}`;
     want.set(key, rw.nodes.get(key) || svg("path", { class: "edge", d: L.path }));
   } else {
@@ -336,7 +348,22 @@ function edgeElements(msg, lod) {
   return want;
 }
 
-const lodOf = (msg) => (rw.view.k >= TEXT_ZOOM && msg.layout.curves !== null ? "near" : "far");
+// the boxes zoomed out: one path per colour, made once
+function sketchElements(msg) {
+  const parts = prepareGraph(msg);
+  if (!parts.sketch) {
+    parts.sketch = new Map();
+    for (const [color, d] of msg.layout.sketch) {
+      const key = `s|${color}|${d}`;
+      let path = rw.nodes.get(key);
+      if (!path) rw.nodes.set(key, (path = svg("path", { class: "sketch", d, fill: color })));
+      parts.sketch.set(key, path);
+    }
+  }
+  return parts.sketch;
+}
+
+const lodOf = () => (rw.view.k >= TEXT_ZOOM ? "near" : "far");
 
 // each edge as its own path with an arrowhead, and the input number beside it where its node has several inputs
 function addEdges(L, want) {
@@ -357,13 +384,12 @@ function addEdges(L, want) {
   });
 }
 
-// the graphs of the shown step whose layouts are back, prepared in idle periods, nearest the shown match first. A
-// graph is one task: past PREPARE_MAX boxes it would hold up the next frame (a 3,000-node one takes ~100 ms), so big
-// graphs are built when shown
+// the graphs of the shown step whose layouts are back, their elements made in idle periods (for the level of detail
+// shown), nearest the shown match first. A graph is one task: zoomed in, past PREPARE_MAX nodes it would hold up the
+// next frame (a 3,000-node graph takes ~100 ms), so such a graph is built when shown
 const preparing = { queue: [], handle: 0 }, PREPARE_MAX = 1500;
 
 function prepareLater(msg) {
-  if (msg.layout.nodes.length > PREPARE_MAX) return;
   preparing.queue.push(msg);
   if (!preparing.handle) preparing.handle = requestIdleCallback(prepareQueued);
 }
@@ -374,34 +400,48 @@ function prepareQueued(deadline) {
     const far = (m) => Math.abs(rw.graphs.indexOf(m) - rw.match); // the shown match's neighbours first: ←/→ go there
     const next = preparing.queue.reduce((best, m, i) => (far(m) < far(preparing.queue[best]) ? i : best), 0);
     const [msg] = preparing.queue.splice(next, 1);
-    if (msg.layout && rw.graphs.includes(msg)) edgeElements(msg, rw.view ? lodOf(msg) : "far"); // and its nodes
+    if (msg.layout && rw.graphs.includes(msg)) prepareElements(msg); // not one of a step left since
   }
   if (preparing.queue.length) preparing.handle = requestIdleCallback(prepareQueued);
 }
 
+function prepareElements(msg) {
+  const lod = rw.view ? lodOf() : "far", parts = prepareGraph(msg);
+  if (lod === "near" && parts.drawn.length > PREPARE_MAX) return;
+  edgeElements(msg, lod);
+  if (lod === "near") {
+    parts.drawn.forEach(nodeElement);
+  } else {
+    sketchElements(msg);
+    const changed = new Set(msg.changed.map(String));
+    for (const entry of parts.drawn) if (standsOut(entry, changed)) nodeElement(entry);
+  }
+  parts.built = lod;
+}
+
 function drawGraph(msg) {
   if (!rw.view) rw.view = fitView(msg); // before the elements change: reading the pane's size then lays out nothing
-  const [edgeLayer, nodeLayer] = graphLayers();
-  const { want: nodeWant, drawn } = prepareGraph(msg);
-  const lod = lodOf(msg), want = new Map(edgeElements(msg, lod));
-  for (const [key, element] of nodeWant) want.set(key, element);
-  const changed = new Set(msg.changed.map(String));
+  const layers = graphLayers(); // by the first letter of an element's key
+  const { drawn } = prepareGraph(msg);
+  const lod = lodOf(), want = new Map(edgeElements(msg, lod)), changed = new Set(msg.changed.map(String));
+  if (lod === "far") for (const [key, element] of sketchElements(msg)) want.set(key, element);
   rw.boxes = [];
-  for (const [key, id, box, label] of drawn) {
-    const g = want.get(key);
+  for (const entry of drawn) {
+    if (lod === "far" && !standsOut(entry, changed)) continue;
+    const [key, id, box, label] = entry, g = nodeElement(entry);
+    want.set(key, g);
     const at = `translate(${box[0]},${box[1]})`;
     if (g.vizAt !== at) g.setAttribute("transform", (g.vizAt = at));
     g.vizBox = box;
     setClass(g, "changed", changed.has(id));
-    setClass(g, "found", Boolean(rw.found) && label.toLowerCase().replace(/\n/g, " ").includes(rw.found));
+    setClass(g, "found", isFound(label));
     setClass(g, "picked", id === rw.picked);
     rw.boxes.push(g);
   }
   for (const [key, element] of rw.shown) if (!want.has(key)) element.remove();
-  const edges = [], nodes = []; // attached in two calls: one DOM change each, however many elements came
-  for (const [key, element] of want) if (!rw.shown.has(key)) (key[0] === "n" ? nodes : edges).push(element);
-  edgeLayer.append(...edges);
-  nodeLayer.append(...nodes);
+  const added = new Map(Object.values(layers).map((layer) => [layer, []])); // one DOM change per layer
+  for (const [key, element] of want) if (!rw.shown.has(key)) added.get(layers[key[0]]).push(element);
+  for (const [layer, elements] of added) layer.append(...elements);
   Object.assign(rw, { shown: want, drawnMsg: msg, lod });
   applyView();
 }
@@ -464,7 +504,7 @@ function fitGraph() {
 function applyView() {
   const viewport = $("viewport");
   const v = rw.view, msg = rw.drawnMsg;
-  if (viewport && msg && msg === rw.graphs[rw.match] && lodOf(msg) !== rw.lod) return drawGraph(msg); // zoom crossed
+  if (viewport && msg && msg === rw.graphs[rw.match] && lodOf() !== rw.lod) return drawGraph(msg); // zoom crossed
   if (viewport && v) viewport.setAttribute("transform", `translate(${v.x},${v.y}) scale(${v.k})`);
   addVisibleText();
 }
@@ -558,7 +598,7 @@ function setupGraphInput() {
     wrap.classList.remove("dragging");
     const node = e.target.closest ? e.target.closest("g.node") : null;
     if (moved || !rw.graphs.length) return;
-    rw.picked = node ? node.dataset.id : null;
+    rw.picked = node ? node.dataset.id : sketchedNodeAt(e);
     showMatch(rw.match);
   });
   $("slider").addEventListener("input", () => showMatch(Number($("slider").value)));
@@ -570,6 +610,20 @@ function setupGraphInput() {
     g.prepend(title);
     g.vizTitled = true;
   });
+}
+
+// the node under the mouse in a sketch (its boxes are one path per colour: no element says which node it is)
+function sketchedNodeAt(e) {
+  const msg = rw.drawnMsg;
+  if (rw.lod !== "far" || !msg || !e.target.classList || !e.target.classList.contains("sketch")) return null;
+  const r = $("graph-wrap").getBoundingClientRect(), v = rw.view, B = msg.layout.boxes;
+  const x = (e.clientX - r.left - v.x) / v.k, y = (e.clientY - r.top - v.y) / v.k;
+  for (let i = 0; i < msg.layout.nodes.length; i++) {
+    if (x >= B[4 * i] && x <= B[4 * i] + B[4 * i + 2] && y >= B[4 * i + 1] && y <= B[4 * i + 1] + B[4 * i + 3]) {
+      return msg.parts.drawn[i][1];
+    }
+  }
+  return null;
 }
 
 function onKey(e) {
@@ -1182,7 +1236,9 @@ window.vizProbe = {
   setView: (t0, t1) => { prof.t0 = t0; prof.t1 = t1; draw(); },
   selectKernel: (name) => selectKernel(name),
   layoutsPending: () => layouts.waiting.size, // graphs sent to the layout worker and not back yet
-  graphsBuilt: () => rw.graphs.filter((m) => m.parts && m.parts.elements === rw.nodes).length, // elements made (idle)
+  graphDrawn: () => Boolean(rw.drawnMsg && $("viewport")), // a graph of the picked step is on screen
+  graphLod: () => rw.lod, // "far" (a sketch) or "near" (every node an element)
+  graphsBuilt: () => rw.graphs.filter((m) => m.parts && m.parts.elements === rw.nodes && m.parts.built).length, // idle
   kernelPoint(name) {
     for (const row of prof.rows) {
       const tr = row.track;

@@ -7,7 +7,8 @@
 //   edges Int32Array [src, dst, index] per edge (drawn node numbers), points Int32Array [x, y, ...] and pointStart
 //   Int32Array (edge e's points are pairs pointStart[e] .. pointStart[e + 1] - 1), path (every edge in one SVG path:
 //   how the page draws them zoomed out), curves (each edge's own path, null past MERGED_EDGES edges), width, height,
-//   hidden (nodes not drawn), notes {drawn node: label} (what a merged repeat shows instead).
+//   hidden (nodes not drawn), notes {drawn node: label} (what a merged repeat shows instead), sketch [[colour, path]]:
+//   the boxes as one path per colour (how the page draws nodes zoomed out: a few elements for thousands of nodes).
 // The steps, in order: collapse a graph past MAX_NODES, layers by longest path, dummy nodes on long edges, barycenter
 // sweeps to order each layer, then coordinates. Linear passes only, on integer node numbers and typed arrays (no
 // object per node: a 7,000-node graph is laid out without the collector running). test/viz/layout_reference.py is the
@@ -411,6 +412,18 @@ function drawEdges(layout) {
   return { curves: count > MERGED_EDGES ? null : curves, path: curves.join("") };
 }
 
+// every box as a rectangle of one path per fill colour (the hidden part's box is grey)
+function sketchBoxes(graph, order, layout) {
+  const paths = new Map();
+  for (let i = 0; i < layout.nodes.length; i++) {
+    const place = layout.nodes[i], color = place < 0 ? "#666" : String(graph[order[place]].color || "#fff");
+    const [x, y, w, h] = layout.boxes.subarray(4 * i, 4 * i + 4);
+    if (!paths.has(color)) paths.set(color, []);
+    paths.get(color).push(`M${x},${y}h${w}v${h}h${-w}z`);
+  }
+  return [...paths].map(([color, parts]) => [color, parts.join("")]);
+}
+
 function layoutGraph(graph, order, maxNodes = MAX_NODES) {
   const g = collapse(readGraph(graph, order), maxNodes), sources = distinctSources(g);
   const nodes = topologicalOrder(g.size, sources), layer = assignLayers(nodes, sources);
@@ -439,7 +452,7 @@ function layoutGraph(graph, order, maxNodes = MAX_NODES) {
   }
   const last = grid.layers.length - 1;
   out.width = last >= 0 ? Math.round(columns.x[last] + columns.width[last]) : 0;
-  return Object.assign(out, drawEdges(out));
+  return Object.assign(out, drawEdges(out), { sketch: sketchBoxes(graph, order, out) });
 }
 
 if (typeof WorkerGlobalScope !== "undefined" && self instanceof WorkerGlobalScope) {
