@@ -300,14 +300,15 @@ def vector_tile_opts(loops: list[UOp], vector: UOp, strides: dict[UOp, list[int 
 
 def strided_tile_opts(loops: list[UOp], loads: list[UOp], width: int) -> list[Opt]:
     """A register tile whose vector axis no load is contiguous in (a @ b.T, Linear's x @ w.T): the innermost output
-    axis some load strides along (the others don't depend on it: broadcasts), with a reuse axis that load doesn't
-    depend on. Only worth it with a PACK of that load (its panel is contiguous in the vector axis); [] otherwise."""
+    axis some loads stride along (the others don't depend on it: broadcasts), with a reuse axis those loads don't
+    depend on (two of them in a fused SwiGLU's gate and up projections). Only worth it with a PACK of those loads
+    (their panels are contiguous in the vector axis); [] otherwise."""
     strides = {r: [stride(ld.src[0].src[1], r) for ld in loads] for r in loops}
     for vector in reversed(loops):
         along = [i for i, s in enumerate(strides[vector]) if s]
-        if len(along) != 1 or any(s is None for s in strides[vector]):
+        if not along or any(s is None for s in strides[vector]):
             continue
-        reuse = [r for r in loops if r is not vector and strides[r][along[0]] == 0]
+        reuse = [r for r in loops if r is not vector and all(strides[r][i] == 0 for i in along)]
         if not reuse:
             continue
         amount, rows = register_tile(int(vector.src[0].arg), int(reuse[-1].src[0].arg), width)
@@ -370,7 +371,7 @@ def pack_opts(sink: UOp, opts: list[Opt], loads: list[UOp], reduce_size: int, si
         (stride(ld.src[0].src[1], by_axis[vector.axis]), stride(ld.src[0].src[1], by_axis[reuse.axis])) for ld in loads
     ]
     slots = {ld.src[0].src[0].arg for ld, (along, across) in zip(loads, strides, strict=True) if along and across == 0}
-    if len(slots) != 1:
+    if not slots:
         return []
     ret = []
     across = reuse.axis
@@ -379,7 +380,7 @@ def pack_opts(sink: UOp, opts: list[Opt], loads: list[UOp], reduce_size: int, si
     inner = [a for a, size in sizes.items() if a > reuse.axis and size > amounts.get(a, 1)]
     if inner:
         ret, across = [Opt(OptOps.SWAP, reuse.axis, max(inner))], max(inner)
-    ret.append(Opt(OptOps.PACK, across, slots.pop()))
+    ret += [Opt(OptOps.PACK, across, slot) for slot in sorted(slots)]
     try:
         apply_opts(sink, (*opts, *ret))
     except ValueError:  # the panel is too big, or its loads are shared with other uses

@@ -4,15 +4,17 @@ on renderers with vector types (`Renderer.supports_float4`; the C renderer spell
 Loads and stores contiguous in the loop move whole vectors, values that don't depend on it are broadcast, and a reduce
 of a vector value keeps a vector accumulator, so a register tile of `rows x vectors` accumulators needs no scalar
 code. Each lane computes what its iteration of the loop did, in the same order, so results are bit for bit the same.
-Entry point: `vectorize_upcast`; anything it can't express (gates, strided or computed indexes, other ops) leaves the
-kernel as it was.
+After a vector reduce, work with no vector form (a silu's compare, select and exp2 on the accumulators) runs once per
+lane on the lanes' scalars (`GEP`), so a fused epilogue doesn't keep the reduce scalar. Entry point:
+`vectorize_upcast`; anything else it can't express (gates, strided or computed indexes, other ops inside a reduce)
+leaves the kernel as it was.
 """
 
 from __future__ import annotations
 
-from fusegrad.codegen.linearize import range_key
+from fusegrad.codegen.linearize import REDUCE_AXES, range_key
 from fusegrad.dtype import DType, PtrDType, dtypes
-from fusegrad.uop import AxisType, Ops
+from fusegrad.uop import AxisType, GroupOp, Ops
 from fusegrad.uop.ops import UOp, graph_rewrite
 from fusegrad.uop.symbolic import split_uop, sym
 
@@ -23,6 +25,8 @@ VECTOR_BYTES = 32  # one AVX2 register
 VECTOR_ALU = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV})
 VECTOR_REDUCES = frozenset({Ops.ADD, Ops.MUL})
 VECTOR_DTYPES = (dtypes.float32, dtypes.float64)
+# ops that may run once per lane after a vector reduce (loads and stores too: their addresses are lane by lane)
+LANE_OPS = GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.LOAD, Ops.STORE, Ops.INDEX}
 
 
 class _NoVectorFormError(Exception):
@@ -65,12 +69,22 @@ def _lane_loop(sink: UOp) -> UOp | None:
 
 
 def _lane_dtype(sink: UOp, lane: UOp) -> DType | None:
-    """The one float dtype of the values (not index math) that depend on `lane`; None for none or several."""
-    found = {u.dtype for u in _dependents(sink, lane) if u.op not in (Ops.STORE, Ops.INDEX, Ops.SINK)}
+    """The one float dtype of the values (not index math) that depend on `lane`, or where a reduce does, of the
+    reduces and the values inside them (the work after them may run lane by lane); None for none or several."""
+    dependent = [u for u in _dependents(sink, lane) if u.op not in (Ops.STORE, Ops.INDEX, Ops.SINK)]
+    if any(u.op is Ops.REDUCE for u in dependent):
+        dependent = [u for u in dependent if u.op is Ops.REDUCE or is_inside_reduce(u)]
+    found = {u.dtype for u in dependent}
     found.discard(dtypes.index)
     if len(found) != 1 or (dtype := found.pop()) not in VECTOR_DTYPES:
         return None
     return dtype
+
+
+def is_inside_reduce(u: UOp) -> bool:
+    """Whether `u` runs inside a reduce loop: it depends on a reduce range other than through a REDUCE closing it."""
+    nodes = u.toposort(gate=lambda x: x.op is not Ops.REDUCE or x is u)
+    return any(x.op is Ops.RANGE and x.arg[1] in REDUCE_AXES for x in nodes)
 
 
 def _dependents(sink: UOp, lane: UOp) -> set[UOp]:
@@ -103,21 +117,48 @@ class _Vectorizer:
     def __init__(self, lane: UOp, vec: DType) -> None:
         self.lane, self.vec = lane, vec
         self.new: dict[UOp, UOp] = {}
+        self.lanes: dict[UOp, tuple[UOp, ...]] = {}  # nodes computed once per lane, after a vector reduce
         self.vector_index: set[UOp] = set()  # new INDEX nodes addressing a vector's first element
 
     def run(self, sink: UOp) -> UOp:
         dependent = _dependents(sink, self.lane)
+        has_vector_reduce = False
         for u in sink.toposort():
             if u is sink:
-                return sink.replace(src=tuple(self.new.get(s, s) for s in sink.src))
-            if u in dependent and not (u is self.lane or u.dtype == dtypes.index):
+                stores = [self.lanes.get(s, (self.new.get(s, s),)) for s in sink.src]
+                return sink.replace(src=tuple(x for lanes in stores for x in lanes))
+            if u not in dependent or u is self.lane or u.dtype == dtypes.index:
+                continue
+            try:
                 self.new[u] = self.convert(u)
+                has_vector_reduce |= u.op is Ops.REDUCE
+            except _NoVectorFormError:
+                # lane by lane only after a vector reduce: inside one, or with none, scalar code is as good
+                if not has_vector_reduce or u.op not in LANE_OPS or is_inside_reduce(u):
+                    raise
+                self.lanes[u] = tuple(self.lane_node(u, i) for i in range(self.vec.count))
         raise AssertionError("vectorize: the sink is the last node of its toposort")
 
+    def lane_node(self, u: UOp, i: int) -> UOp:
+        """`u` as lane `i` computes it: a scalar op on each source's lane."""
+        return u.replace(src=tuple(self.lane_source(s, i) for s in u.src))
+
+    def lane_source(self, s: UOp, i: int) -> UOp:
+        if s is self.lane:
+            return UOp.const(dtypes.index, i)
+        if (vector := self.new.get(s)) is not None:
+            return vector.gep(i)
+        if (lanes := self.lanes.get(s)) is not None:
+            return lanes[i]
+        # index math or a value the lane doesn't change
+        return s.substitute({self.lane: UOp.const(dtypes.index, i)}) if self.lane in s.toposort() else s
+
     def operand(self, s: UOp) -> UOp:
-        """A source of a vector op: its vector form, or the scalar broadcast to every lane."""
+        """A source of a vector op: its vector form, its lanes gathered, or the scalar broadcast to every lane."""
         if (ret := self.new.get(s)) is not None:
             return ret
+        if (lanes := self.lanes.get(s)) is not None and s.dtype == self.vec.scalar():
+            return UOp(Ops.VECTORIZE, self.vec, lanes)
         if self.lane in s.toposort():  # the lane's index math used as a value (an arange), or a node not converted
             raise _NoVectorFormError(f"{s.op} depends on the lane loop but has no vector form")
         return s.broadcast(self.vec.count)

@@ -660,12 +660,18 @@ def render_vectorize(ctx: RenderContext, x: UOp) -> str:
     return f"(({ctx.lang.render_dtype(x.dtype)}){{{','.join(ctx[s] for s in x.src)}}})"
 
 
+def render_gep(ctx: RenderContext, x: UOp) -> str | None:
+    """One lane of a vector: GCC's vector types take a subscript."""
+    return f"{ctx[x.src[0]]}[{x.arg[0]}]" if len(x.arg) == 1 else None
+
+
 # vector forms first: they decline (None) scalar nodes and accumulator arrays of vectors, which fall through to the
 # scalar rules
 _vector_rules: list[tuple[UPat, Callable[..., str | None]]] = [
     (UPat(Ops.LOAD, src=(UPat(Ops.INDEX, name="idx"),), name="x"), render_vector_load),  # *(float8_u*)&buf[i]
     (UPat(Ops.STORE, src=(UPat(Ops.INDEX, name="idx"), UPat.var("value"))), render_vector_store),
     (UPat(Ops.VECTORIZE, name="x"), render_vectorize),  # (float8){a, a, ...}
+    (UPat(Ops.GEP, name="x"), render_gep),  # v[i]
 ]
 # text, not UOps, as for base_rewrite
 pm_render_vectors = PatternMatcher(_vector_rules)  # type: ignore[arg-type]

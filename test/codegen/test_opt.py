@@ -651,3 +651,28 @@ def test_random_tiles_and_packs_keep_results_bit_for_bit(case: tuple[tuple[int, 
             plain = run(case_[0], case_[1], case_[2].size, dt, "PYTHON")
         for device in DEVICES:
             np.testing.assert_array_equal(run(with_opts(case_[0], opts), case_[1], case_[2].size, dt, device), plain)
+
+
+def gated_projections(m: int, k: int, n: int, dt: DType) -> Case:
+    """out (m, n) = relu(x @ g.T) * (x @ u.T) with x (m, k), g and u (n, k): a fused SwiGLU's two reduces (relu for
+    silu, whose exp2 may differ by an ulp between libm and Python)."""
+    i, j, r, s = loop(m, 0), loop(n, 1), red(k, 2), red(k, 3)
+    x_buf = glob(1, m * k, dt)
+    gate = (x_buf.index(i * k + r).load() * glob(2, n * k, dt).index(j * k + r).load()).reduce(r, arg=Ops.ADD)
+    up = (x_buf.index(i * k + s).load() * glob(3, n * k, dt).index(j * k + s).load()).reduce(s, arg=Ops.ADD)
+    ast = UOp.sink(glob(0, m * n, dt).index(i * n + j).store((gate < 0).where(0, gate) * up))
+    x, g, u = data((m, k), dt), data((n, k), dt, 1), data((n, k), dt, 2)
+    x64 = x.astype(np.float64)
+    expected = np.maximum(x64 @ g.astype(np.float64).T, 0) * (x64 @ u.astype(np.float64).T)
+    return ast, [x, g, u], expected.ravel()
+
+
+def test_heuristic_packs_both_weights_of_fused_projections() -> None:
+    """Both reduces read their weights from packed panels under one register tile, vectorised with a lane-by-lane
+    relu; bit for bit the plain kernel on PYTHON."""
+    case = gated_projections(16, 40, 16, dtypes.float32)
+    opts = hand_coded_opts(graph_rewrite(case[0], sym))
+    assert [o.arg for o in opts if o.op is OptOps.PACK] == [2, 3], opts  # slots 2 and 3: g and u
+    assert "float8 acc" in to_program(case[0], ClangRenderer()).src
+    for device in DEVICES:
+        check(case, dtypes.float32, device, None, exact=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fusegrad.codegen import kernel_names, to_program
 from fusegrad.codegen.opt import Opt, OptOps, apply_opts
@@ -104,3 +106,73 @@ def test_python_device_never_sees_vectors() -> None:
         plain = run(ast, inputs, expected.size, dtypes.float32, "PYTHON")
     np.testing.assert_array_equal(run(with_opts(ast, opts), inputs, expected.size, dtypes.float32, "PYTHON"), plain)
     np.testing.assert_array_equal(run(with_opts(ast, opts), inputs, expected.size, dtypes.float32, "CPU"), plain)
+
+
+# *** work after a vector reduce that has no vector form runs lane by lane ***
+
+
+def silu(x: UOp) -> UOp:
+    return x * (1 + (x * -1.4426950408889634).exp2()).reciprocal()
+
+
+# libm's exp2 and Python's may differ in the last bit: those epilogues match PYTHON to an ulp on the CPU
+TRANSCENDENTAL = {"silu"}
+EPILOGUES = {
+    "silu": silu,  # exp2 and a reciprocal: no vector forms
+    "relu": lambda x: (x < 0).where(0, x),  # a compare and a select
+    "max": lambda x: x.maximum(x * 0.5),
+    "sqrt of square": lambda x: (x * x).sqrt() + x,  # vector ops around a lane-by-lane one
+}
+
+
+def matmul_then(epilogue: str, m: int, k: int, n: int, dt: DType) -> tuple[UOp, list[np.ndarray]]:
+    """out (m, n) = f(a (m, k) @ b (k, n)) with f from EPILOGUES."""
+    ast, inputs, _ = matmul(m, k, n, dt)
+    store = ast.src[0]
+    return UOp.sink(store.src[0].store(EPILOGUES[epilogue](store.src[1]))), inputs
+
+
+@st.composite
+def epilogue_tiles(draw: st.DrawFn) -> tuple[str, tuple[int, int, int], tuple[Opt, ...]]:
+    """An epilogue, a small matmul and a tile whose column upcast is whole vectors (maybe rows, swap and a pack)."""
+    m, k, n = draw(st.integers(1, 6)), draw(st.integers(1, 9)), draw(st.sampled_from([8, 16, 24, 32]))
+    opts = [Opt(UPCAST, 1, draw(st.sampled_from([a for a in (8, 16, 24, 32) if n % a == 0])))]
+    if m > 1 and (rows := draw(st.sampled_from([1, *(d for d in range(2, m + 1) if m % d == 0)]))) > 1:
+        opts.insert(0, Opt(UPCAST, 0, rows))
+    left = {0: m // (opts[0].arg if len(opts) == 2 else 1), 1: n // opts[-1].arg}
+    if left[0] > 1 and left[1] > 1 and k > 1 and draw(st.booleans()):  # the rows loop, axis 1 once swapped
+        opts += [Opt(SWAP, 0, 1), Opt(PACK, 1, 2)]
+    return draw(st.sampled_from(sorted(EPILOGUES))), (m, k, n), tuple(opts)
+
+
+@settings(max_examples=30, deadline=None)
+@given(epilogue_tiles())
+def test_lane_by_lane_epilogues_are_bit_for_bit(case: tuple[str, tuple[int, int, int], tuple[Opt, ...]]) -> None:
+    """The reduce as vectors, the epilogue once per lane: CPU and PYTHON with the opts give the plain kernel's bits
+    on PYTHON (to an ulp where the CPU's libm computes the epilogue)."""
+    epilogue, sizes, opts = case
+    for dt in (dtypes.float32, dtypes.float64):
+        ast, inputs = matmul_then(epilogue, *sizes, dt)
+        size = sizes[0] * sizes[2]
+        with Context(NOOPT=1):
+            plain = run(ast, inputs, size, dt, "PYTHON")
+        np.testing.assert_array_equal(run(with_opts(ast, opts), inputs, size, dt, "PYTHON"), plain)
+        got = run(with_opts(ast, opts), inputs, size, dt, "CPU")
+        if epilogue in TRANSCENDENTAL:
+            np.testing.assert_allclose(got, plain, rtol=4 * np.finfo(got.dtype).eps, atol=0)
+        else:
+            np.testing.assert_array_equal(got, plain)
+
+
+def test_an_epilogue_reads_the_vector_accumulators_lane_by_lane() -> None:
+    ast, _ = matmul_then("silu", 4, 5, 16, dtypes.float32)
+    body = source(ast, (Opt(UPCAST, 0, 2), Opt(UPCAST, 1, 16)))
+    assert "float8 acc0[4];" in body  # the reduce kept vector accumulators
+    assert "__builtin_exp2f(alu11[7])" in body  # lane 7 of a vector, read for its exp2
+    assert body.count("__builtin_exp2f(") == 8  # once per lane, in the loop over whole vectors
+
+
+def test_lanes_stay_out_of_reduce_loops() -> None:
+    """A strided load inside the reduce has no vector form: the kernel stays scalar (no gather lane by lane)."""
+    sink = apply_opts(graph_rewrite(matmul_transposed(4, 3, 16, dtypes.float32)[0], sym), (Opt(UPCAST, 1, 8),))
+    assert vectorize_upcast(sink) is sink
