@@ -7,13 +7,17 @@ padding mask). Each model is exported once; both runtimes get the same inputs.
 Timing: fusegrad's first call (graph build, compile) and TinyJit capture call are reported, not counted; then the
 median (and best) of --runs replays, each from ready input tensors to the output as a numpy array. onnxruntime runs
 --runs times after one warm-up. The ratio is onnxruntime's median time over fusegrad's (above 1: fusegrad is faster).
-The max difference of the outputs, relative to the largest output, is printed beside the times.
+The max difference of the outputs, relative to the largest output, is printed beside the times, then the kernels one
+fusegrad replay runs and how many of them open an OpenMP parallel region (a region waits for every thread at its end:
+on an oversubscribed machine that wait, not the arithmetic, sets the time). The 1-minute load average is printed
+first: on a shared machine the figures mean little without it.
 Usage: python bench/onnx.py [--runs N] [--batch B] [--size S]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -28,6 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path = [str(HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
 from fusegrad import Tensor, TinyJit  # noqa: E402
+from fusegrad.engine.realize import CompiledRunner  # noqa: E402
 from fusegrad.nn.onnx import OnnxRunner  # noqa: E402
 from test.nn.onnx_models import export_convnet, export_encoder  # noqa: E402
 
@@ -42,8 +47,10 @@ def time_calls(call: Callable[[], object], runs: int) -> list[float]:
     return times
 
 
-def bench_fusegrad(model: bytes, inputs: dict[str, np.ndarray], runs: int) -> tuple[list[float], float, np.ndarray]:
-    """(replay times, first + capture call seconds, output) of the model under TinyJit."""
+def bench_fusegrad(
+    model: bytes, inputs: dict[str, np.ndarray], runs: int
+) -> tuple[list[float], float, np.ndarray, str]:
+    """(replay times, first + capture call seconds, output, "kernels (threaded)") of the model under TinyJit."""
     runner = OnnxRunner(model)
     jitted = TinyJit(lambda **kw: runner(kw)["output"].realize())
     tensors = {name: Tensor(value).realize() for name, value in inputs.items()}
@@ -53,7 +60,10 @@ def bench_fusegrad(model: bytes, inputs: dict[str, np.ndarray], runs: int) -> tu
     setup = time.perf_counter() - start
     # to numpy, as onnxruntime returns it: also waits for the last kernel
     times = time_calls(lambda: jitted(**tensors).numpy(), runs)
-    return times, setup, jitted(**tensors).numpy()
+    assert jitted.captured is not None, "TinyJit captured nothing"
+    kernels = [item.prg for item in jitted.captured.items if isinstance(item.prg, CompiledRunner)]
+    threaded = sum("omp parallel" in kernel.p.src for kernel in kernels)
+    return times, setup, jitted(**tensors).numpy(), f"{len(kernels)} ({threaded})"
 
 
 def bench_onnxruntime(model: bytes, inputs: dict[str, np.ndarray], runs: int) -> tuple[list[float], np.ndarray]:
@@ -78,16 +88,18 @@ def main() -> None:
         f"convnet {args.batch}x3x{args.size}x{args.size}": export_convnet(args.batch, args.size),
         "encoder 2x16 tokens": export_encoder(),
     }
-    print(f"{'case':<26}{'fusegrad ms':>14}{'onnxruntime ms':>17}{'ratio':>8}{'max rel diff':>14}  first+capture")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; median (best) of {args.runs} runs")
+    header = f"{'case':<26}{'fusegrad ms':>14}{'onnxruntime ms':>17}{'ratio':>8}{'max rel diff':>14}"
+    print(f"{header}{'kernels (threaded)':>20}  first+capture")
     for name, (model, inputs) in cases.items():
-        ours, setup, our_output = bench_fusegrad(model, inputs, args.runs)
+        ours, setup, our_output, kernels = bench_fusegrad(model, inputs, args.runs)
         theirs, their_output = bench_onnxruntime(model, inputs, args.runs)
         difference = np.abs(our_output - their_output).max() / np.abs(their_output).max()
         ratio = statistics.median(theirs) / statistics.median(ours)
         print(
             f"{name:<26}{statistics.median(ours) * 1e3:>9.2f} ({min(ours) * 1e3:.2f})"
             f"{statistics.median(theirs) * 1e3:>11.2f} ({min(theirs) * 1e3:.2f})"
-            f"{ratio:>7.2f}x{difference:>14.2e}  {setup:.1f} s"
+            f"{ratio:>7.2f}x{difference:>14.2e}{kernels:>20}  {setup:.1f} s"
         )
 
 

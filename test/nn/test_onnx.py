@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from fusegrad import GlobalCounters, Tensor, TinyJit  # noqa: E402
 from fusegrad.nn.onnx import OnnxRunner  # noqa: E402
+from fusegrad.uop import Ops  # noqa: E402
 from test.nn.onnx_models import export_convnet, export_encoder, export_mlp, onnxruntime_outputs  # noqa: E402
 
 RTOL = 1e-4  # the issue's bar: every exported model within 1e-4 relative error of onnxruntime
@@ -238,3 +239,34 @@ def test_sequence_input_dtype_is_checked(no_kernels):
     # (arrays are converted to the input's dtype; a Tensor keeps its own)
     with pytest.raises(RuntimeError, match=r"input 'xs' has dtype dtypes\.int"):
         OnnxRunner(sequence_model())({"xs": [Tensor(np.int32([1]))], "y": np.float32([8, 9])})
+
+
+# *** Gather by folded constant indices ***
+
+
+def constant_gather_model(cases: list[tuple[list[int] | int, int]]) -> bytes:
+    """x (4, 6, 5) -> y{i} = Gather(x, Constant(indices), axis) for each (indices, axis) in cases."""
+    nodes, outputs = [], []
+    for i, (indices, axis) in enumerate(cases):
+        value = numpy_helper.from_array(np.array(indices, dtype=np.int64), f"c{i}")
+        nodes.append(helper.make_node("Constant", [], [f"c{i}"], value=value))
+        nodes.append(helper.make_node("Gather", ["x", f"c{i}"], [f"y{i}"], axis=axis))
+        outputs.append(helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, None))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6, 5])
+    graph = helper.make_graph(nodes, "gathers", [x], outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_gather_by_known_indices_is_a_view():
+    # one index, a run written with negative indices, a run on the last axis: slices once the constants are folded;
+    # a gap and an out-of-range index keep the general gather
+    cases: list[tuple[list[int] | int, int]] = [(2, 1), ([-3, -2], 1), ([[1, 2]], -1), ([0, 2], 2), ([1, 9], 1)]
+    runner = OnnxRunner(constant_gather_model(cases))
+    x = np.random.default_rng(3).standard_normal((4, 6, 5)).astype(np.float32)
+    for call in range(2):  # the first call folds the constants, the second gathers by their known values
+        outputs = runner({"x": x})
+        for i, (indices, axis) in enumerate(cases[:4]):
+            np.testing.assert_array_equal(outputs[f"y{i}"].numpy(), np.take(x, indices, axis=axis))
+        assert outputs["y4"].shape == (4, 2, 5)
+        reduces = [any(u.op is Ops.REDUCE_AXIS for u in outputs[f"y{i}"].uop.toposort()) for i in range(len(cases))]
+        assert reduces == ([True] * 5 if call == 0 else [False, False, False, True, True])

@@ -1,6 +1,8 @@
 """ONNX indexing ops (Gather*, Scatter*) and Resize on fusegrad Tensors.
 
-Negative indices count from the end of their axis, so they are wrapped with a `where` before indexing. Resize builds
+Negative indices count from the end of their axis, so they are wrapped with a `where` before indexing; a Gather by
+indices the runner already knows (folded constants) that pick one element or a run of the axis is a slice instead,
+a view its consumers fuse (an exported attention's q, k, v picked from one projection). Resize builds
 one interpolation matrix per resized axis from the static shapes, then contracts the axis with it.
 """
 
@@ -10,7 +12,7 @@ import math
 from collections.abc import Callable
 
 from fusegrad.dtype import dtypes
-from fusegrad.nn.onnx.registry import is_float, normalize_axis, onnx_op, static, static_ints
+from fusegrad.nn.onnx.registry import is_float, known_values, normalize_axis, onnx_op, static, static_ints
 from fusegrad.tensor import Tensor
 
 
@@ -23,8 +25,24 @@ def wrap_index(index: Tensor, size: int | Tensor) -> Tensor:
 @onnx_op("Gather")
 def gather(x: Tensor, indices: Tensor, axis: int = 0) -> Tensor:
     axis = normalize_axis(axis, x.ndim)
+    if (view := gather_run(x, indices, axis)) is not None:
+        return view
     # out shape: x.shape[:axis] + indices.shape + x.shape[axis+1:]
     return x[(slice(None),) * axis + (wrap_index(indices, x.shape[axis]),)]
+
+
+def gather_run(x: Tensor, indices: Tensor, axis: int) -> Tensor | None:
+    """Gather by known indices that are one element or consecutive ones of the axis, as a slice (a view, where a
+    gather by a tensor is a one-hot reduce of its own kernel); None for unknown, out-of-range or other indices."""
+    values, size = known_values(indices), x.shape[axis]
+    if not values or not isinstance(size, int) or not all(-size <= v < size for v in values):
+        return None
+    first = int(values[0]) % size
+    if [int(v) % size for v in values] != list(range(first, first + len(values))):
+        return None
+    picked = x[(slice(None),) * axis + (slice(first, first + len(values)),)]
+    # (..., n, ...) -> (..., *indices.shape, ...): a 0-d index drops the axis
+    return picked.reshape(*x.shape[:axis], *indices.shape, *x.shape[axis + 1 :])
 
 
 @onnx_op("GatherElements")

@@ -61,13 +61,20 @@ def remember_value(t: Tensor) -> None:
     KNOWN_VALUES[key] = (weakref.ref(t, lambda _: KNOWN_VALUES.pop(key, None)), values)
 
 
+def known_values(t: Tensor) -> list[Any] | None:
+    """A tensor's flat values when the runner already read them (a folded static value), else None; reads nothing."""
+    if (known := KNOWN_VALUES.get(id(t))) is not None and known[0]() is t:
+        return list(known[1])
+    return None
+
+
 def static(value: Tensor | Sequence[Any] | int | float | None) -> list[Any]:
     """A shape-like input as a flat Python list (realizing a Tensor); None stays an empty list."""
     if value is None:
         return []
     if isinstance(value, Tensor):
-        if (known := KNOWN_VALUES.get(id(value))) is not None and known[0]() is value:
-            return list(known[1])
+        if (known := known_values(value)) is not None:
+            return known
         if value.dtype in (dtypes.bfloat16, *dtypes.fp8s):  # no Python-side format: read as float32 (exact)
             value = value.cast(dtypes.float32)
         result = value.reshape(-1).tolist()
