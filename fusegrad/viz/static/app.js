@@ -58,9 +58,8 @@ async function getJSON(url) {
   return res.json();
 }
 
-// read a JSON-lines response as it arrives, one message per line
-// each line parsed, and given with its text (which the layout worker reads faster than a copy of the parsed object)
-async function readLines(url, signal, onMessage) {
+// read a JSON-lines response as it arrives, one message per line, given as its text
+async function readLines(url, signal, onLine) {
   const res = await fetch(url, { signal });
   if (!res.ok) throw new Error(`${url}: HTTP ${res.status}`);
   const reader = res.body.getReader();
@@ -75,7 +74,7 @@ async function readLines(url, signal, onMessage) {
       chunk = chunk.slice(nl + 1);
       const line = pending.join("");
       pending = [];
-      if (line) onMessage(JSON.parse(line), line);
+      if (line) onLine(line);
     }
     if (chunk) pending.push(chunk);
   }
@@ -170,7 +169,7 @@ async function selectStep(ctx, idx, want, found = "") {
   if (cached) return showCachedStep(`${ctx}:${idx}`, cached);
   setStatus("replaying…", "rewrites");
   try {
-    await readLines(`/ctxs?ctx=${ctx}&idx=${idx}`, abort.signal, (msg, line) => { if (abort === rw.abort) onStepMessage(msg, line); });
+    await readLines(`/ctxs?ctx=${ctx}&idx=${idx}`, abort.signal, (line) => { if (abort === rw.abort) onStepLine(line); });
   } catch (e) {
     if (e.name !== "AbortError") setStatus(String(e), "rewrites");
   }
@@ -193,13 +192,25 @@ function keepStep() {
   while (stepCache.size > STEP_CACHE) stepCache.delete(stepCache.keys().next().value);
 }
 
-function onStepMessage(msg, line) {
+// a graph's line goes to the layout worker before this thread parses it (the server writes "kind" first), so the
+// worker parses and places it while this thread parses it too; layOut then finds the layout asked for
+function onStepLine(line) {
+  const held = { msg: null }, early = line.startsWith('{"kind": "graph"') ? askLayout(held, { text: line }) : null;
+  const msg = JSON.parse(line);
+  if (early) {
+    held.msg = msg;
+    msg.layoutReady = early.then((layout) => (msg.layout = layout));
+  }
+  onStepMessage(msg);
+}
+
+function onStepMessage(msg) {
   if (msg.kind === "step") {
     rw.header = msg;
     renderStepHead(msg);
   } else if (msg.kind === "graph") {
     rw.graphs.push(msg);
-    layOut(msg, line).then(() => prepareLater(msg)); // queued at once: by the time ←/→ reaches it, it is placed and built
+    layOut(msg).then(() => prepareLater(msg)); // queued at once: by the time ←/→ reaches it, it is placed and built
     const last = rw.graphs.length - 1;
     $("slider").max = last;
     if (last === Math.min(rw.want, rw.header.match_count)) showMatch(last);
@@ -259,22 +270,28 @@ function startLayoutWorker() { // at page load: the worker has started and read 
 function dropQueuedLayouts() {
   if (!layouts.waiting.size) return;
   layouts.worker.terminate();
-  for (const { msg } of layouts.waiting.values()) delete msg.layoutReady;
+  for (const { held } of layouts.waiting.values()) if (held.msg) delete held.msg.layoutReady;
   layouts.waiting.clear();
   startLayoutWorker();
 }
 
-// `text`, the message's line as it came, goes to the worker when there is one: posting a 7,000-node graph object
-// copies it on this thread first (tens of ms), a string is handed over at once and parsed there
-function layOut(msg, text) {
+// a graph's layout, asked for once: a graph that came as a line was sent as its text (`onStepLine`: posting a
+// 7,000-node graph object copies it on this thread first, tens of ms; a string is handed over at once), one shown
+// again from the step cache is sent as its object
+function layOut(msg) {
   if (!msg.layoutReady) {
-    if (!layouts.worker) startLayoutWorker();
-    const key = layouts.next++;
-    msg.layoutReady = new Promise((resolve) => layouts.waiting.set(key, { resolve, msg }))
-      .then((layout) => (msg.layout = layout));
-    layouts.worker.postMessage(text ? { key, text } : { key, graph: msg.graph, order: msg.order });
+    msg.layoutReady = askLayout({ msg }, { graph: msg.graph, order: msg.order }).then((layout) => (msg.layout = layout));
   }
   return msg.layoutReady;
+}
+
+// the worker's layout of `payload` ({text} or {graph, order}); `held.msg` is the message it is for, once known
+function askLayout(held, payload) {
+  if (!layouts.worker) startLayoutWorker();
+  const key = layouts.next++;
+  const ready = new Promise((resolve) => layouts.waiting.set(key, { resolve, held }));
+  layouts.worker.postMessage({ key, ...payload });
+  return ready;
 }
 
 // a step's graphs share most nodes and edges: each element is made once per step (keyed by everything it shows) and
