@@ -103,6 +103,15 @@ class ContextVar(Generic[FlagT]):
         ContextVar._cache[key] = cast(ContextVar[int] | ContextVar[str], self)
         self.key, self.value = key, getenv(key, default_value)
 
+    # counts writes of any flag's value: what is derived from all the flags (the schedule cache's key) is recomputed
+    # only when it changed
+    generation: ClassVar[int] = 0
+
+    def __setattr__(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)
+        if name == "value":
+            ContextVar.generation += 1
+
     def __bool__(self) -> bool:
         return bool(self.value)
 

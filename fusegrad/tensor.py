@@ -60,6 +60,11 @@ _all_tensors: dict[weakref.ReferenceType[Tensor], None] = {}
 # the live Tensors whose node was not a realized buffer when set (the `uop` setter adds them): the only ones a realize
 # can repoint, so _apply_map visits these instead of every live tensor (weights, gradients, optimiser state)
 _lazy_tensors: dict[weakref.ReferenceType[Tensor], None] = {}
+# the live Tensors that view a buffer (their node is the BUFFER, a movement view of it, or either after pending writes,
+# AFTER), by that BUFFER: an assign visits these instead of every live tensor. Kept by the `uop` setter and _forget;
+# an entry goes when its last tensor does, so the index keeps no buffer alive
+_buffer_views: dict[UOp, dict[weakref.ReferenceType[Tensor], None]] = {}
+_viewed_buffer: dict[weakref.ReferenceType[Tensor], UOp] = {}  # the reverse: tensor -> the buffer it is indexed under
 
 
 def _canonical_device(device: str | tuple[str, ...] | None) -> str | tuple[str, ...]:
@@ -185,7 +190,15 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     @uop.setter
     def uop(self, value: UOp) -> None:
         self._uop: UOp = value
-        if not _is_settled(value):
+        base = value.base
+        buffer = _viewed_buffer_of(base)
+        if (old := _viewed_buffer.get(self._ref)) is not buffer:
+            if old is not None:
+                _unindex_view(self._ref, old)
+            if buffer is not None:
+                _viewed_buffer[self._ref] = buffer
+                _buffer_views.setdefault(buffer, {})[self._ref] = None
+        if base.op is not Ops.BUFFER and base.op is not Ops.CONST:  # not settled (_is_settled)
             _lazy_tensors[self._ref] = None
 
     @property
@@ -887,7 +900,10 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         self.uop = self.uop.assign(xt.uop)
         # every other tensor reading this memory sees the write once it has run
         after = UOp(Ops.AFTER, target_base.dtype, (target_base, self.uop))
-        for ref in list(_all_tensors):
+        # only views of the same buffer can read target_base (a view of it after an earlier write that has run, too:
+        # settled first, it reads the buffer itself)
+        buffer = _viewed_buffer_of(target_base)
+        for ref in list(_buffer_views.get(buffer, ()) if buffer is not None else ()):
             if (t := ref()) is None or t is self:
                 continue
             if t.uop.base.op is Ops.AFTER:
@@ -1194,7 +1210,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     def _broadcasted(self, y: Any, op: str, reverse: bool = False, match_dtype: bool = True) -> tuple[Tensor, Tensor]:
         if type(y) in _PY_NUMBERS and (const := self._const_at_shape(y)) is not None:
-            return (const, self) if reverse else (self, const)
+            return (Tensor(const), self) if reverse else (self, Tensor(const))
         x, other = self, self._to_tensor_like(y)
         if reverse:
             x, other = other, x
@@ -1206,10 +1222,17 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         shape = _broadcast_shape(op, x.shape, other.shape)
         return x._broadcast_to(shape), other._broadcast_to(shape)
 
-    def _const_at_shape(self, y: bool | int | float) -> Tensor | None:
+    def _broadcasted_uops(self, y: Any, op: str, reverse: bool = False) -> tuple[UOp, UOp]:
+        """`_broadcasted`'s nodes; a Python number on the fast path makes no Tensor for its constant."""
+        if type(y) in _PY_NUMBERS and (const := self._const_at_shape(y)) is not None:
+            return (const, self.uop) if reverse else (self.uop, const)
+        x, other = self._broadcasted(y, op, reverse)
+        return x.uop, other.uop
+
+    def _const_at_shape(self, y: bool | int | float) -> UOp | None:
         """Python number `y` as a constant of self's dtype, device and (int) shape, built as the nodes broadcasting
         its 0-d tensor makes (CONST, RESHAPE to ones, EXPAND); None when `y` would change the dtype or the shape is
-        symbolic (the general path handles both). The hot path of `x * 0.9`: one Tensor, no movement-op calls."""
+        symbolic (the general path handles both). The hot path of `x * 0.9`: no Tensor, no movement-op calls."""
         dt = self.dtype
         if dtypes.is_float(dt):
             joins = True
@@ -1222,7 +1245,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         shape = self.uop.shape
         if not all(type(s) is int for s in shape):
             return None
-        return Tensor(UOp.const_tensor(dt, y, self.uop.device, shape))
+        return UOp.const_tensor(dt, y, self.uop.device, shape)
 
     def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
         if self.shape == shape:
@@ -1235,8 +1258,8 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         return self.reshape(padded).expand(shape)
 
     def _binop(self, op: Ops, y: Any, name: str, reverse: bool = False) -> Tensor:
-        x, other = self._broadcasted(y, name, reverse)
-        return Tensor(x.uop.alu(op, other.uop))
+        x, other = self._broadcasted_uops(y, name, reverse)
+        return Tensor(x.alu(op, other))
 
     @_traced
     def add(self, x: Any, reverse: bool = False) -> Tensor:
@@ -1290,8 +1313,8 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             >>> Tensor([3]).sub(1).item(), Tensor([3]).sub(1, reverse=True).item()
             (2, -2)
         """
-        lhs, other = self._broadcasted(x, "sub", reverse)
-        return Tensor(lhs.uop + other.uop.alu(Ops.MUL, other.uop.const_like(-1)))
+        lhs, other = self._broadcasted_uops(x, "sub", reverse)
+        return Tensor(lhs + other.alu(Ops.MUL, other.const_like(-1)))
 
     @_traced
     def neg(self) -> Tensor:
@@ -1324,10 +1347,10 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         """
         if rounding_mode is not None:
             return self._div_rounded(x, reverse, rounding_mode)
-        lhs, other = self._broadcasted(x, "div", reverse)
+        lhs, other = self._broadcasted_uops(x, "div", reverse)
         if not dtypes.is_float(lhs.dtype):
             lhs, other = lhs.cast(least_upper_float(lhs.dtype)), other.cast(least_upper_float(lhs.dtype))
-        return Tensor(lhs.uop * other.uop.reciprocal())
+        return Tensor(lhs * other.reciprocal())
 
     @_traced
     def idiv(self, y: Any, reverse: bool = False) -> Tensor:
@@ -2814,11 +2837,32 @@ def _forget(
     ref: weakref.ReferenceType[Tensor],
     forget: Callable[..., Any] = _all_tensors.pop,
     forget_lazy: Callable[..., Any] = _lazy_tensors.pop,
+    viewed: dict[weakref.ReferenceType[Tensor], UOp] = _viewed_buffer,
+    views: dict[UOp, dict[weakref.ReferenceType[Tensor], None]] = _buffer_views,
 ) -> None:
-    """The weakref callback of a dead tensor. `forget` is bound when this is defined: at interpreter exit the module's
-    globals may already be None when the last tensors die."""
+    """The weakref callback of a dead tensor. `forget` and the indexes are bound when this is defined: at interpreter
+    exit the module's globals may already be None when the last tensors die."""
     forget(ref, None)
     forget_lazy(ref, None)
+    if (buffer := viewed.pop(ref, None)) is not None and (entry := views.get(buffer)) is not None:
+        entry.pop(ref, None)
+        if not entry:
+            del views[buffer]
+
+
+def _viewed_buffer_of(base: UOp) -> UOp | None:
+    """The BUFFER a tensor whose node has this base views: the base itself, or the buffer below pending writes."""
+    while base.op is Ops.AFTER:
+        base = base.src[0].base
+    return base if base.op is Ops.BUFFER else None
+
+
+def _unindex_view(ref: weakref.ReferenceType[Tensor], buffer: UOp) -> None:
+    del _viewed_buffer[ref]
+    entry = _buffer_views[buffer]
+    del entry[ref]
+    if not entry:
+        del _buffer_views[buffer]
 
 
 def _size(x: Any) -> Any:

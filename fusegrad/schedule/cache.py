@@ -58,14 +58,16 @@ def graph_structure(sink: UOp) -> Structure:
         node, expanded = stack.pop()
         if node in position:
             continue
-        op, dtype, src, arg, tag = node._cache_key  # the key's arg: -0.0 stays apart from 0.0
+        # the key's arg: -0.0 stays apart from 0.0. A dtype is keyed by its id: dtypes are interned (one object per
+        # value, never freed), and an int hashes without the Python-level DType.__hash__ call
+        op, dtype, src, arg, tag = node._cache_key
         if op is Ops.BUFFER:  # a parameter: its UNIQUE says which buffer, not what it is; its DEVICE is in its part
             device = src[1].arg
             cacheable = cacheable and not isinstance(device, tuple)
             leaves.append(node)
             position[node] = len(nodes)
             nodes.append(node)
-            parts.append((op, dtype, arg, tag, device))
+            parts.append((op, id(dtype), arg, tag, device))
             continue
         if not expanded and src:
             stack.append((node, True))
@@ -75,8 +77,8 @@ def graph_structure(sink: UOp) -> Structure:
             cacheable = _is_replayable(node)
         position[node] = len(nodes)
         nodes.append(node)
-        parts.append((op, dtype, None if op in _ID_ARGS else arg, tag, *map(position.__getitem__, src)))
-    key = (_flag_values(), *parts) if cacheable else None
+        parts.append((op, id(dtype), None if op in _ID_ARGS else arg, tag, *map(position.__getitem__, src)))
+    key = (_flag_id(), *parts) if cacheable else None
     return Structure(key, nodes, position, leaves)
 
 
@@ -95,6 +97,18 @@ def _is_replayable(node: UOp) -> bool:
 def _flag_values() -> tuple[int | str, ...]:
     """Every flag's value: a flag can change what the scheduler or the compiler makes (BEAM, FUSE_ARANGE, ...)."""
     return tuple(v.value for v in ContextVar._cache.values())
+
+
+# the flags' values as a small int in the key (one int hashes faster than ~40 values): recomputed when a flag was set
+_flag_ids: dict[tuple[int | str, ...], int] = {}
+_flag_state: list[int] = [-1, -1]  # [ContextVar.generation it was read at, its id]
+
+
+def _flag_id() -> int:
+    if _flag_state[0] != ContextVar.generation:
+        values = _flag_values()
+        _flag_state[0], _flag_state[1] = ContextVar.generation, _flag_ids.setdefault(values, len(_flag_ids))
+    return _flag_state[1]
 
 
 # *** cached schedules ***

@@ -206,11 +206,18 @@ class UOp(MathTrait, metaclass=UOpMetaClass):
         d = self.__dict__
         if attr in d:
             return d[attr]
-        if not all(attr in s.__dict__ for s in self.src):
-            for node in self.toposort(gate=lambda u: attr not in u.__dict__):
+        # post-order over the nodes that lack it (a node is computed once all its sources have it); usually one or
+        # two levels deep, so a plain stack, not a toposort
+        stack = [self]
+        while stack:
+            node = stack[-1]
+            if attr in node.__dict__:
+                stack.pop()
+            elif pending := [s for s in node.src if attr not in s.__dict__]:
+                stack.extend(pending)
+            else:
                 node.__dict__[attr] = fn(node)
-        else:
-            d[attr] = fn(self)
+                stack.pop()
         return d[attr]
 
     @property
@@ -450,13 +457,16 @@ class UOp(MathTrait, metaclass=UOpMetaClass):
         return UOp(Ops.IOTA, dtypes.int32, (UOp(Ops.DEVICE, arg=device),), n)
 
     def _mop(self, op: Ops, arg: Any) -> UOp:
-        if self.shape == movement_shape(op, self.shape, arg) and op is not Ops.FLIP and op is not Ops.PERMUTE:
+        shape = self.shape
+        if shape == (new_shape := movement_shape(op, shape, arg)) and op is not Ops.FLIP and op is not Ops.PERMUTE:
             return self
         if op is Ops.PERMUTE and tuple(arg) == tuple(range(len(arg))):
             return self
         if op is Ops.FLIP and not any(arg):
             return self
-        return UOp(op, self.dtype, (self,), tuple(arg))
+        ret = UOp(op, self.dtype, (self,), tuple(arg))
+        ret.__dict__.setdefault("_shape", new_shape)  # what compute_shape would work out again (frontend hot path)
+        return ret
 
     def reshape(self, shape: tuple[int, ...]) -> UOp:
         return self._mop(Ops.RESHAPE, shape)
