@@ -238,11 +238,14 @@ class KernelBuilder:
         return found
 
     def is_recomputed_in_reduce(self, node: UOp, idx: Index, ctx: frozenset[UOp]) -> bool:
-        """Read inside a reduce loop by an index that ignores one of the enclosing loops: each value is computed
-        again for every step of that loop (a matmul operand, once per output column)."""
+        """Read inside a reduce loop by an index that ignores a loop enclosing one it uses: each value is computed
+        again for every step of that loop (a matmul operand, once per output column). A value that ignores only
+        loops nested inside all of its own (a row's statistic read in the reduce over that row) is computed once
+        per row, outside them: the linearizer places an op by the loops it depends on."""
         if not any(r.arg[1] is AxisType.REDUCE for r in ctx):
             return False
-        return bool(ctx - self.ranges_in(idx))
+        used = self.ranges_in(idx)
+        return any(_nesting(m) < _nesting(r) for m in ctx - used for r in used)
 
     def is_costly(self, node: UOp) -> bool:
         """Whether computing `node` inline costs more than a load: it reads 3+ buffers or does 8+ operations.
@@ -334,6 +337,11 @@ class KernelBuilder:
 
 
 _UNBUILT = UOp(Ops.NOOP)  # the value of every node in a reads-only walk
+
+
+def _nesting(r: UOp) -> tuple[int, int]:
+    """Loop order in a kernel: output loops outside reduce loops, each kind in the order the walk made them."""
+    return (r.arg[1] is AxisType.REDUCE, r.arg[0])
 
 
 def _loops(i: UOp) -> list[UOp]:
