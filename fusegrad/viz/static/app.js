@@ -997,28 +997,76 @@ function drawRanges(ctx, row) {
 
 function drawMemory(ctx, row) {
   const tr = row.track, yScale = (row.h - 6) / Math.max(tr.peak, 1), base = row.y + row.h - 3;
-  if (tr.bands) {
-    const segs = tr.segs;
-    for (let s = 0; s < segs.length; s += 4) {
-      if (segs[s + 1] < prof.t0 || segs[s] > prof.t1) continue;
-      const b = tr.buffers[segs[s + 3]], x = xOf(segs[s]), w = Math.max(xOf(segs[s + 1]) - x, 0.5);
-      ctx.fillStyle = prof.selected && prof.selected.buffer === b ? "#fff" : `hsl(${(b.key * 47) % 360},45%,50%)`;
-      ctx.fillRect(x, base - (segs[s + 2] + b.bytes) * yScale, w, Math.max(b.bytes * yScale, 0.5));
-    }
-  }
+  if (tr.bands) drawBands(ctx, row, yScale, base);
   ctx.strokeStyle = "#e6e6e6"; // bytes in use, as a step line over the bands
   ctx.lineWidth = 1;
   ctx.beginPath();
-  let last = base;
   ctx.moveTo(LABEL_W, base);
+  // the changes within one pixel column (a whole run has thousands per column) drawn as one line from the lowest to
+  // the highest they reached
+  let last = base, column = NaN, low = base, high = base;
+  const closeColumn = () => {
+    if (low === high) return;
+    ctx.lineTo(column, low);
+    ctx.lineTo(column, high);
+    ctx.lineTo(column, last);
+  };
   for (const [ts, used] of tr.usage) {
     const x = xOf(ts), y = base - used * yScale;
-    ctx.lineTo(x, last);
-    ctx.lineTo(x, y);
+    if (Math.round(x) === column) {
+      [low, high] = [Math.min(low, y), Math.max(high, y)];
+    } else {
+      closeColumn();
+      ctx.lineTo(x, last);
+      ctx.lineTo(x, y);
+      [column, low, high] = [Math.round(x), Math.min(last, y), Math.max(last, y)];
+    }
     last = y;
   }
+  closeColumn();
   ctx.lineTo(prof.width, last);
   ctx.stroke();
+}
+
+// each buffer's lifetime as a band at its offset, painted as the pixels of an image drawn once: zoomed out, most of a
+// run's bands are under a pixel wide (a whole GPT run has ~60,000), and a fill each took 150-300 ms a frame. A pixel
+// shows the last band painted on it; the selected buffer's bands are painted last
+function drawBands(ctx, row, yScale, base) {
+  const tr = row.track, segs = tr.segs, dpr = window.devicePixelRatio || 1;
+  const W = Math.ceil((prof.width - LABEL_W) * dpr), H = Math.ceil(row.h * dpr);
+  if (W <= 0 || H <= 0) return;
+  const image = new ImageData(W, H), pixels = new Uint32Array(image.data.buffer), picked = [];
+  const paint = (s, color) => {
+    const b = tr.buffers[segs[s + 3]], x = (xOf(segs[s]) - LABEL_W) * dpr, x2 = (xOf(segs[s + 1]) - LABEL_W) * dpr;
+    const y = (base - (segs[s + 2] + b.bytes) * yScale - row.y) * dpr, h = b.bytes * yScale * dpr;
+    const c0 = Math.max(Math.floor(x), 0), c1 = Math.min(Math.max(Math.round(x2), c0 + 1), W);
+    const r0 = Math.max(Math.floor(y), 0), r1 = Math.min(Math.max(Math.round(y + h), r0 + 1), H);
+    for (let r = r0; r < r1; r++) pixels.fill(color, r * W + c0, r * W + c1);
+  };
+  for (let s = 0; s < segs.length; s += 4) {
+    if (segs[s + 1] < prof.t0 || segs[s] > prof.t1) continue;
+    const b = tr.buffers[segs[s + 3]];
+    if (prof.selected && prof.selected.buffer === b) picked.push(s);
+    else paint(s, b.pixel || (b.pixel = bandColor(b.key)));
+  }
+  for (const s of picked) paint(s, 0xffffffff);
+  const canvas = prof.bandCanvas || (prof.bandCanvas = document.createElement("canvas"));
+  [canvas.width, canvas.height] = [W, H];
+  canvas.getContext("2d").putImageData(image, 0, 0);
+  ctx.drawImage(canvas, LABEL_W, row.y, W / dpr, H / dpr);
+}
+
+// a buffer's colour, hsl(key * 47 mod 360, 45%, 50%), as a pixel (RGBA bytes in memory order, opaque)
+const bandColors = new Map();
+function bandColor(key) {
+  const hue = (key * 47) % 360;
+  if (!bandColors.has(hue)) {
+    const c = 0.45, x = c * (1 - Math.abs(((hue / 60) % 2) - 1)), m = 0.5 - c / 2;
+    const [r, g, b] = [[c, x, 0], [x, c, 0], [0, c, x], [0, x, c], [x, 0, c], [c, 0, x]][Math.floor(hue / 60)];
+    const byte = (v) => Math.round((v + m) * 255);
+    bandColors.set(hue, ((255 << 24) | (byte(b) << 16) | (byte(g) << 8) | byte(r)) >>> 0);
+  }
+  return bandColors.get(hue);
 }
 
 function drawMarkers(ctx) {
