@@ -30,7 +30,8 @@ from fusegrad.dtype import (
     to_dtype,
 )
 from fusegrad.errors import ArangeOverflowError, DTypeArgumentError, OpTypeError, OpValueError, UnknownDTypeError
-from fusegrad.helpers import _METADATA, DEBUG, TRACEMETA, Metadata, argfix, colored, prod
+from fusegrad.helpers import _METADATA, DEBUG, TRACEMETA, argfix, colored, prod
+from fusegrad.mixin import call_metadata as _call_metadata
 from fusegrad.mixin import traced as _mixin_traced
 from fusegrad.mixin.elementwise import ElementwiseMixin
 from fusegrad.mixin.linalg import LinalgMixin
@@ -2776,8 +2777,7 @@ def _label_operator(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if _METADATA.get() is not None or not TRACEMETA.value:  # inside a labelled call, or labels are off
             return fn(*args, **kwargs)
-        frame = sys._getframe(1)  # the user's line that used the operator
-        token = _METADATA.set(Metadata(fn.__name__, f"{frame.f_code.co_filename}:{frame.f_lineno}"))
+        token = _METADATA.set(_call_metadata(fn.__name__, sys._getframe(1)))  # the user's line that used it
         try:
             return fn(*args, **kwargs)
         finally:

@@ -12,6 +12,7 @@ import contextvars
 import functools
 import sys
 from collections.abc import Callable
+from types import CodeType, FrameType
 from typing import Any, TypeVar
 
 from fusegrad.errors import INPUT_ERRORS
@@ -23,6 +24,22 @@ F = TypeVar("F", bound=Callable[..., Any])
 _OUTER_OP: contextvars.ContextVar[str | None] = contextvars.ContextVar("_OUTER_OP", default=None)
 # methods whose messages name the op differently from the method (Tensor.dot's say "matmul: ...")
 _ERROR_NAMES = {"dot": "matmul"}
+
+
+# Metadata by (method, code, line): one object per call site, not one per call (a frozen dataclass costs ~1 µs to
+# build, and every op of a training step builds one). Bounded: cleared when it grows past _METADATA_SITES entries.
+_call_sites: dict[tuple[str, CodeType, int], Metadata] = {}
+_METADATA_SITES = 4096
+
+
+def call_metadata(name: str, frame: FrameType) -> Metadata:
+    """The Metadata of Tensor method `name` called from `frame`'s current line."""
+    key = (name, frame.f_code, frame.f_lineno)
+    if (meta := _call_sites.get(key)) is None:
+        if len(_call_sites) >= _METADATA_SITES:
+            _call_sites.clear()
+        meta = _call_sites[key] = Metadata(name, f"{frame.f_code.co_filename}:{frame.f_lineno}")
+    return meta
 
 
 def traced(fn: F) -> F:
@@ -39,8 +56,7 @@ def traced(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if _OUTER_OP.get() is not None or _METADATA.get() is not None:  # inside another traced method
             return fn(*args, **kwargs)
-        frame = sys._getframe(1)  # the user's line that called the method
-        meta = Metadata(fn.__name__, f"{frame.f_code.co_filename}:{frame.f_lineno}") if TRACEMETA.value else None
+        meta = call_metadata(fn.__name__, sys._getframe(1)) if TRACEMETA.value else None  # the user's line
         op_token, meta_token = _OUTER_OP.set(op), _METADATA.set(meta)
         try:
             return fn(*args, **kwargs)

@@ -408,6 +408,8 @@ class UOp(MathTrait, metaclass=UOpMetaClass):
     @property
     def shape(self) -> tuple[int, ...]:
         """The tensor shape (raises for kernel-level nodes, which have none)."""
+        if (ret := self.__dict__.get("_shape")) is not None:  # computed before: the frontend asks this very often
+            return ret  # type: ignore[no-any-return]
         if (ret := self._cached("_shape", compute_shape)) is None:
             raise ValueError(f"shape: {self.op} has no tensor shape")
         return ret  # type: ignore[no-any-return]
@@ -418,6 +420,8 @@ class UOp(MathTrait, metaclass=UOpMetaClass):
 
     @property
     def device(self) -> str | tuple[str, ...]:
+        if (ret := self.__dict__.get("_device")) is not None:
+            return ret  # type: ignore[no-any-return]
         if (ret := self._cached("_device", compute_device)) is None:
             raise ValueError(f"device: {self.op} is on no device")
         return ret  # type: ignore[no-any-return]
