@@ -136,21 +136,20 @@ def _keeps_outer_axes(node: UOp, pre: tuple[int, ...], post: tuple[int, ...]) ->
     return all(arg == trivial for arg in inner)
 
 
-def _read_grid(chain: list[UOp], lead: int, trail: int, copies: int, span: int) -> list[int]:
-    """For each (copy, position) of the chain's top, the flat (j, t) element of its bottom it reads, or -1 (a pad)."""
+def _read_row(chain: list[UOp], lead: int, trail: int, c: int, span: int) -> list[int]:
+    """For each position of copy `c` of the chain's top, the flat (j, t) element of its bottom read, or -1 (a pad)."""
     bottom = chain[-1].src[0].shape
     bottom_strides = strides_for(bottom[lead : len(bottom) - trail])
-    grid = []
-    for c in range(copies):
-        for p in range(span):
-            pos: tuple[int, ...] | None = (c, p)
-            for node in chain:
-                assert pos is not None, "_read_grid: walked past a pad"
-                pos = _source_position(node, lead, trail, pos)
-                if pos is None:
-                    break
-            grid.append(-1 if pos is None else sum(i * s for i, s in zip(pos, bottom_strides, strict=True)))
-    return grid
+    row = []
+    for p in range(span):
+        pos: tuple[int, ...] | None = (c, p)
+        for node in chain:
+            assert pos is not None, "_read_row: walked past a pad"
+            pos = _source_position(node, lead, trail, pos)
+            if pos is None:
+                break
+        row.append(-1 if pos is None else sum(i * s for i, s in zip(pos, bottom_strides, strict=True)))
+    return row
 
 
 def _source_position(node: UOp, lead: int, trail: int, pos: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -169,27 +168,32 @@ def _source_position(node: UOp, lead: int, trail: int, pos: tuple[int, ...]) -> 
 
 def _fit(chain: list[UOp], lead: int, trail: int, copies: int, span: int) -> tuple[int, int, int, int, int] | None:
     """(k, m, offset, dilation, stride) if copy c of the chain's top reads bottom element [c, t] exactly at positions
-    p = offset + c*dilation + t*stride (and reads nothing elsewhere), else None."""
+    p = offset + c*dilation + t*stride (and reads nothing elsewhere), else None. The parameters come from copies 0
+    and 1; every copy is then checked, stopping at the first difference (most chains differ in copy 0)."""
     bottom = chain[-1].src[0].shape
     k, m = bottom[lead], bottom[lead + 1]
-    if not isinstance(k, int) or not isinstance(m, int) or k > copies or prod((k, m)) == 0:
+    if not isinstance(k, int) or not isinstance(m, int) or k > copies or k * m == 0:
         return None
-    grid = _read_grid(chain, lead, trail, copies, span)
-    reads = [(i // span, i % span, v // m, v % m) for i, v in enumerate(grid) if v >= 0]
-    if not reads or any(c != j for c, _, j, _ in reads):
+    if not any(node.op is Ops.PAD for node in chain):  # copies laid end to end are always padded first
         return None
-    row0 = [(p, t) for c, p, _, t in reads if c == 0]
-    if not row0:
+    row0 = [(p, v) for p, v in enumerate(_read_row(chain, lead, trail, 0, span)) if v >= 0]
+    if not row0 or any(v >= m for _, v in row0):  # copy 0 reads only source row 0
         return None
-    stride = next(((p - row0[0][0]) // (t - row0[0][1]) for p, t in row0 if t != row0[0][1]), 1)
-    offset = row0[0][0] - row0[0][1] * stride
-    dilation = next((p - offset - t * stride for c, p, _, t in reads if c == 1), 0)
+    (p0, t0), stride = row0[0], 1
+    if (later := next(((p, t) for p, t in row0 if t != t0), None)) is not None:
+        stride = (later[0] - p0) // (later[1] - t0)
+    offset, dilation = p0 - t0 * stride, 0
+    if k > 1:
+        row1 = [(p, v - m) for p, v in enumerate(_read_row(chain, lead, trail, 1, span)) if v >= 0]
+        dilation = row1[0][0] - offset - row1[0][1] * stride if row1 else 0
     if stride < 1:
         return None
-    expected = []
     for c in range(copies):
+        expected = []
         for p in range(span):
             q = p - offset - c * dilation
             hit = c < k and 0 <= q < m * stride and q % stride == 0
             expected.append(c * m + q // stride if hit else -1)
-    return (k, m, offset, dilation, stride) if expected == grid else None
+        if _read_row(chain, lead, trail, c, span) != expected:
+            return None
+    return k, m, offset, dilation, stride
