@@ -1224,9 +1224,14 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         return x._broadcast_to(shape), other._broadcast_to(shape)
 
     def _broadcasted_uops(self, y: Any, op: str, reverse: bool = False) -> tuple[UOp, UOp]:
-        """`_broadcasted`'s nodes; a Python number on the fast path makes no Tensor for its constant."""
+        """`_broadcasted`'s nodes; a Python number on the fast path makes no Tensor for its constant, and two tensors
+        of one shape, dtype and device need no broadcasting or promotion."""
         if type(y) in _PY_NUMBERS and (const := self._const_at_shape(y)) is not None:
             return (const, self.uop) if reverse else (self.uop, const)
+        if type(y) is Tensor:
+            x_uop, y_uop = self.uop, y.uop
+            if x_uop.dtype is y_uop.dtype and x_uop.shape == y_uop.shape and x_uop.device == y_uop.device:
+                return (y_uop, x_uop) if reverse else (x_uop, y_uop)
         x, other = self._broadcasted(y, op, reverse)
         return x.uop, other.uop
 

@@ -53,9 +53,23 @@ def graph_structure(sink: UOp) -> Structure:
     leaves: list[UOp] = []
     parts: list[tuple[Any, ...]] = []
     cacheable = True
-    stack: list[tuple[UOp, bool]] = [(sink, False)]
-    while stack:  # the hit path's one walk of the graph: kept lean
-        node, expanded = stack.pop()
+    # the hit path's one walk of the graph, kept allocation-light: a node is pushed bare, and again under _EMIT once
+    # its sources are on the stack above it (no (node, flag) tuples)
+    stack: list[UOp | None] = [sink]
+    while stack:
+        node = stack.pop()
+        if node is None:  # _EMIT: every source of the node below it has its position
+            node = stack.pop()
+            assert node is not None, "graph_structure: an _EMIT marker without its node"
+            if node in position:
+                continue
+            op, dtype, src, arg, tag = node._cache_key
+            if op in _CHECKED and cacheable:
+                cacheable = _is_replayable(node)
+            position[node] = len(nodes)
+            nodes.append(node)
+            parts.append((op, id(dtype), None if op in _ID_ARGS else arg, tag, *map(position.__getitem__, src)))
+            continue
         if node in position:
             continue
         # the key's arg: -0.0 stays apart from 0.0. A dtype is keyed by its id: dtypes are interned (one object per
@@ -69,17 +83,14 @@ def graph_structure(sink: UOp) -> Structure:
             nodes.append(node)
             parts.append((op, id(dtype), arg, tag, device))
             continue
-        if not expanded and src:
-            stack.append((node, True))
-            stack.extend([(s, False) for s in reversed(src) if s not in position])
-            continue
-        if op in _CHECKED and cacheable:
-            cacheable = _is_replayable(node)
-        position[node] = len(nodes)
-        nodes.append(node)
-        parts.append((op, id(dtype), None if op in _ID_ARGS else arg, tag, *map(position.__getitem__, src)))
+        stack.append(node)
+        stack.append(_EMIT)
+        stack.extend(reversed(src))
     key = (_flag_id(), *parts) if cacheable else None
     return Structure(key, nodes, position, leaves)
+
+
+_EMIT = None  # graph_structure's stack marker
 
 
 def _is_replayable(node: UOp) -> bool:
@@ -299,9 +310,11 @@ def _plan(steps: tuple[Step, ...], bufs: list[Buffer]) -> tuple[Step | Batch, ..
 
 def realize_tensors(tensors: Sequence[Tensor], do_update_stats: bool = True) -> None:
     """Compute `tensors` in one schedule: a cached one when an earlier realize had this structure (SCHEDULE_CACHE)."""
-    from fusegrad.tensor import _is_done
+    from fusegrad.tensor import _is_done, _is_settled
 
     sink = UOp.sink(*[t.uop for t in tensors])
+    if all(_is_settled(u) for u in sink.src):  # realized memory and constants (`loss.item()`): nothing to run
+        return
     if all(_is_done(u) for u in sink.src):  # nothing to kernelize; kernels an earlier kernelize() built still run
         _schedule_and_run(tensors, None, do_update_stats, kernelized=True)
         return
