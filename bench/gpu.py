@@ -5,12 +5,14 @@ torch, the others >= 0.8x torch (tensor cores later).
 
 `--cl` runs the same cases, smaller, on the CL device (PoCL without a GPU) against fusegrad's CPU device: it checks
 that the GPU path computes the same results, not its speed.
-Usage: python bench/gpu.py [--cl] [--seconds S] [--device CUDA]
+A case that fails prints its error and the rest still run; without torch on CUDA the comparison is skipped with the
+reason. Usage: python bench/gpu.py [--cl] [--seconds S] [--device CUDA] [--cases CASE ...] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -141,34 +143,63 @@ def max_difference(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)) / (1 + np.abs(b.astype(np.float64)))))
 
 
-def run(args: argparse.Namespace) -> None:
+CASES = ["matmul fp32", "matmul fp16", "softmax", "conv2d", "gpt step"]
+
+
+def measure(case: str, sizes: Sizes, device: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One case: fusegrad on `device` against torch on the GPU (or, with --cl, fusegrad's CPU device)."""
+    data = [] if case == "gpt step" else inputs(sizes, case)
+    ours = fusegrad_gpt_step(sizes, device) if case == "gpt step" else fusegrad_case(case, data, device)
+    first = ours().numpy()  # before timing: a training step changes the weights the next one starts from
+    if args.cl:
+        other_fn = fusegrad_gpt_step(sizes, "CPU") if case == "gpt step" else fusegrad_case(case, data, "CPU")
+        diff = max_difference(first, other_fn().numpy())
+        other_s = best_of(other_fn, Device["CPU"].synchronize, args.seconds)
+    else:
+        import torch
+
+        theirs = torch_gpt_step(sizes) if case == "gpt step" else torch_case(case, data)
+        diff = float("nan") if case == "gpt step" else max_difference(first, theirs().cpu().numpy())
+        other_s = best_of(theirs, torch.cuda.synchronize, args.seconds)
+    ours_s = best_of(ours, Device[device].synchronize, args.seconds)
+    target = None if args.cl else TARGETS[case]
+    return {"case": case, "ours_ms": ours_s * 1e3, "other_ms": other_s * 1e3, "ratio": other_s / ours_s,
+            "target": target, "max_rel_diff": diff}  # fmt: skip
+
+
+def torch_missing() -> str | None:
+    """Why torch can't be the comparison on this machine, or None."""
+    try:
+        import torch
+    except ImportError as err:
+        return f"torch is not importable: {err}"
+    return None if torch.cuda.is_available() else f"torch {torch.__version__} sees no CUDA device"
+
+
+def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every case in `args.cases`, printed as it finishes (a case that fails prints its error; the others still run)."""
     sizes = CL_SIZES if args.cl else GPU_SIZES
     device, other = ("CL", "CPU") if args.cl else (args.device, "torch")
-    sync = Device[device].synchronize
+    if not args.cl and (why := torch_missing()) is not None:
+        print(f"SKIP: no comparison: {why}", flush=True)
+        return []
     print(f"fusegrad {device} vs {other} ({'ratio: ' + other + ' time / fusegrad time' if not args.cl else 'results'})")
     print(f"{'case':12s} {'fusegrad ms':>12s} {other + ' ms':>12s} {'ratio':>7s} {'target':>7s} {'max rel diff':>13s}")
-    for case in ["matmul fp32", "matmul fp16", "softmax", "conv2d", "gpt step"]:
-        if case == "gpt step":
-            ours = fusegrad_gpt_step(sizes, device)
-        else:
-            data = inputs(sizes, case)
-            ours = fusegrad_case(case, data, device)
-        first = ours().numpy()  # before timing: a training step changes the weights the next one starts from
-        if args.cl:
-            other_fn = fusegrad_gpt_step(sizes, "CPU") if case == "gpt step" else fusegrad_case(case, data, "CPU")
-            diff = max_difference(first, other_fn().numpy())
-            other_s = best_of(other_fn, Device["CPU"].synchronize, args.seconds)
-        else:
-            import torch
-
-            theirs = torch_gpt_step(sizes) if case == "gpt step" else torch_case(case, data)
-            diff = float("nan") if case == "gpt step" else max_difference(first, theirs().cpu().numpy())
-            other_s = best_of(theirs, torch.cuda.synchronize, args.seconds)
-        ours_s = best_of(ours, sync, args.seconds)
-        target = "" if args.cl else f"{TARGETS[case]:.2f}"
-        print(
-            f"{case:12s} {ours_s * 1e3:12.3f} {other_s * 1e3:12.3f} {other_s / ours_s:7.2f} {target:>7s} {diff:13.2e}"
-        )
+    rows: list[dict[str, Any]] = []
+    for case in args.cases:
+        try:
+            row = measure(case, sizes, device, args)
+        except Exception as err:  # one broken case must not hide the others' figures
+            print(
+                f"{case:12s} FAILED: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}", flush=True
+            )
+            rows.append({"case": case, "error": f"{type(err).__name__}: {err}"})
+            continue
+        rows.append(row)
+        target = "" if row["target"] is None else f"{row['target']:.2f}"
+        print(f"{case:12s} {row['ours_ms']:12.3f} {row['other_ms']:12.3f} {row['ratio']:7.2f} {target:>7s} "
+              f"{row['max_rel_diff']:13.2e}", flush=True)  # fmt: skip
+    return rows
 
 
 def main() -> None:
@@ -176,7 +207,13 @@ def main() -> None:
     parser.add_argument("--cl", action="store_true", help="CL (PoCL) against fusegrad's CPU device, smaller sizes")
     parser.add_argument("--device", default="CUDA", help="the GPU device to measure (default CUDA)")
     parser.add_argument("--seconds", type=float, default=1.0, help="time spent on each case (the best run counts)")
-    run(parser.parse_args())
+    parser.add_argument("--cases", nargs="+", choices=CASES, default=CASES, metavar="CASE", help=f"of {CASES}")
+    parser.add_argument("--json", help="also write the rows (one per case: times, ratio, or error) to this file")
+    args = parser.parse_args()
+    rows = run(args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
 
 
 if __name__ == "__main__":
