@@ -601,21 +601,20 @@ class LAMB(Optimizer):
     def _step(self, params: list[Tensor], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
         self.b1_t.assign(self.b1_t * self.b1)
         self.b2_t.assign(self.b2_t * self.b2)
+        # the bias corrections, shared by every parameter: built once (every op here is Python work in each step)
+        correction1, correction2 = 1.0 - self.b1_t, 1.0 - self.b2_t  # (1,)
         updates = []
         for t, g, m, v in zip(params, grads, self.m, self.v, strict=True):
             m.assign((self.b1 * m + (1.0 - self.b1) * g).cast(m.dtype))
             v.assign((self.b2 * v + (1.0 - self.b2) * (g * g)).cast(v.dtype))
-            m_hat = m / (1.0 - self.b1_t)
-            v_hat = v / (1.0 - self.b2_t)
-            step = m_hat / (v_hat.sqrt() + self.eps)
+            step = (m / correction1) / ((v / correction2).sqrt() + self.eps)
             if self.wd:  # skipped at 0: a read of w costs memory traffic (and float 0 * w is not folded away)
                 step = step + self.wd * t.detach()
-            updates.append((self.lr * self._trust_ratio(t, step) * step).cast(t.dtype))
+            scale = self.lr if self.adam else self.lr * self._trust_ratio(t, step)  # Adam's trust ratio is 1
+            updates.append((scale * step).cast(t.dtype))
         return updates, [self.b1_t, self.b2_t, *self.m, *self.v]
 
-    def _trust_ratio(self, t: Tensor, step: Tensor) -> Tensor | float:
-        if self.adam:
-            return 1.0
+    def _trust_ratio(self, t: Tensor, step: Tensor) -> Tensor:
         weight_norm = t.detach().square().sum().sqrt()
         step_norm = step.square().sum().sqrt()
         return (weight_norm > 0).where((step_norm > 0).where(weight_norm / step_norm, 1.0), 1.0)
