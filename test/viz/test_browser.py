@@ -127,6 +127,28 @@ def test_rewrites_view(browser_page: tuple[Page, list[str]], served: Served, rea
     assert errors == []
 
 
+def test_a_group_lists_its_steps_when_opened(
+    browser_page: tuple[Page, list[str]], served: Served, real_trace: RealTrace
+) -> None:
+    """The sidebar holds one row per group; a group's steps are listed when it is first opened (a real run has tens of
+    thousands), and a step picked another way (the ↓ key) lists its group's."""
+    page, errors = browser_page
+    page.goto(served[1])
+    page.wait_for_selector("#groups .group")
+    assert page.locator("#groups .step").count() == 0
+    ctx, idx = matching_step(real_trace)
+    page.click(f"#groups .group[data-ctx='{ctx}'] > div")
+    kernel = real_trace.trace.keys[ctx].ret is not None  # a kernel group lists its source too
+    assert page.locator("#groups .step").count() == len(real_trace.trace.rewrites[ctx]) + kernel
+    page.click(f"#groups .step[data-step='{ctx}:{idx}']")
+    page.locator("#graph-wrap").click(position={"x": 5, "y": 5})
+    steps = [(c, i) for c, group in enumerate(real_trace.trace.rewrites) for i in range(len(group))]
+    following = steps[steps.index((ctx, idx)) + 1]
+    page.keyboard.press("ArrowDown")
+    page.wait_for_selector(f"#groups .step.selected[data-step='{following[0]}:{following[1]}']")
+    assert errors == []
+
+
 def test_search_and_kernel_source(browser_page: tuple[Page, list[str]], served: Served, real_trace: RealTrace) -> None:
     page, errors = browser_page
     page.goto(served[1])

@@ -103,23 +103,31 @@ function renderSidebar() {
   if (!rw.groups.length) list.append(el("li", { class: "empty" }, "No rewrites were traced."));
   rw.groups.forEach((g, ctx) => {
     const steps = el("ul", { hidden: "" });
-    g.steps.forEach((s, idx) => {
-      const item = el("li", { class: "step", "data-step": `${ctx}:${idx}`, title: `${shortPath(s.loc[0])}:${s.loc[1]}  ${s.code_line}`,
-        onclick: () => selectStep(ctx, idx, 0) },
-        el("span", { class: s.match_count ? "count some" : "count" }, s.match_count), s.name);
-      item.style.paddingLeft = `${18 + 14 * s.depth}px`;
-      steps.append(item);
-    });
-    if (g.kernel) {
-      const item = el("li", { class: "step", "data-step": `${ctx}:source`, onclick: () => showKernel(ctx) }, "kernel source");
-      item.style.paddingLeft = "18px";
-      steps.append(item);
-    }
     const total = g.steps.reduce((n, s) => n + s.match_count, 0);
-    const head = el("div", { title: g.name, onclick: () => steps.toggleAttribute("hidden") },
+    const head = el("div", { title: g.name, onclick: () => listSteps(ctx).toggleAttribute("hidden") },
       el("span", { class: total ? "count some" : "count" }, total), g.name);
     list.append(el("li", { class: g.kernel ? "group kernel" : "group", "data-ctx": ctx }, head, steps));
   });
+}
+
+// a group's steps are listed when it is first opened: a real run has tens of thousands of steps, and that many hidden
+// elements made every frame of the graph pane ~25 ms slower. Returns the group's (hidden or shown) list
+function listSteps(ctx) {
+  const steps = document.querySelector(`#groups li.group[data-ctx="${ctx}"] > ul`), g = rw.groups[ctx];
+  if (!steps || steps.childElementCount) return steps;
+  g.steps.forEach((s, idx) => {
+    const item = el("li", { class: "step", "data-step": `${ctx}:${idx}`, title: `${shortPath(s.loc[0])}:${s.loc[1]}  ${s.code_line}`,
+      onclick: () => selectStep(ctx, idx, 0) },
+      el("span", { class: s.match_count ? "count some" : "count" }, s.match_count), s.name);
+    item.style.paddingLeft = `${18 + 14 * s.depth}px`;
+    steps.append(item);
+  });
+  if (g.kernel) {
+    const item = el("li", { class: "step", "data-step": `${ctx}:source`, onclick: () => showKernel(ctx) }, "kernel source");
+    item.style.paddingLeft = "18px";
+    steps.append(item);
+  }
+  return steps;
 }
 
 function toggleHelp(show) {
@@ -130,6 +138,7 @@ function toggleHelp(show) {
 
 function markSelected(key) {
   for (const node of document.querySelectorAll("#groups .step.selected")) node.classList.remove("selected");
+  listSteps(Number(key.split(":")[0]));
   const item = document.querySelector(`#groups .step[data-step="${key}"]`);
   if (!item) return;
   item.classList.add("selected");
