@@ -310,6 +310,9 @@ class BufferSpec:
     external_ptr: int | None = None  # memory owned elsewhere at this address: never allocated or freed here
 
 
+_DEFAULT_SPEC = BufferSpec()  # shared (frozen): building one per Buffer costs more than the rest of its __init__
+
+
 @dataclass(eq=False, slots=True)
 class BufferStorage:
     """One allocation's handle; a view remembers its base's storage object to notice a re-allocation."""
@@ -346,7 +349,7 @@ class Buffer:
         if size < 0:
             raise ValueError(f"Buffer: size must be >= 0: got {size}")
         self.device, self.size, self.dtype, self.offset = Device.canonicalize(device), size, dtype, offset
-        self.options = options if options is not None else BufferSpec()
+        self.options = options if options is not None else _DEFAULT_SPEC
         self._base, self.allocated_views, self._uop_refcount = base, 0, uop_refcount
         self._trace_num: int | None = None
         self._storage: BufferStorage | None = None

@@ -14,14 +14,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fusegrad.engine.realize import ExecItem, batch_for_graph, capturing, run_graph, run_schedule
 from fusegrad.helpers import DEBUG, PROFILE, SCHEDULE_CACHE, TRACK_MATCH_STATS, ContextVar, colored, cpu_profile
+from fusegrad.tensor import _apply_map, _is_done, _is_settled
 from fusegrad.uop import GroupOp, Ops
 from fusegrad.uop.ops import UOp, buffers
 
 if TYPE_CHECKING:
     from fusegrad.device import Buffer
     from fusegrad.dtype import DType
-    from fusegrad.engine.realize import ExecItem, Runner
+    from fusegrad.engine.realize import Runner
     from fusegrad.tensor import Tensor
 
 CACHE_SIZE = 512  # schedules kept; the oldest goes first (a graph with a fresh random draw is a new structure)
@@ -242,13 +244,12 @@ def record(structure: Structure, items: list[ExecItem], made: list[UOp], becomes
 
 def replay(entry: CachedSchedule, structure: Structure, do_update_stats: bool) -> None:
     """Run a cached schedule on this graph's buffers and repoint its tensors."""
-    from fusegrad.engine.realize import run_schedule
-    from fusegrad.tensor import _apply_map
-
     params = [*structure.leaves, *[UOp.new_buffer(d, size, dt) for d, size, dt in entry.new_buffers]]
     bufs = [p.buffer for p in params]
     entry.hits += 1
-    if not _can_batch(entry):
+    if len(entry.steps) == 1 and not capturing:  # one kernel (the eager op): run_schedule's bookkeeping is moot
+        _exec_item(entry.steps[0], bufs).run(do_update_stats=do_update_stats)
+    elif not _can_batch(entry):
         run_schedule([_exec_item(s, bufs) for s in entry.steps], do_update_stats=do_update_stats)
     else:
         _run_plan(entry, bufs, do_update_stats)
@@ -256,8 +257,6 @@ def replay(entry: CachedSchedule, structure: Structure, do_update_stats: bool) -
 
 
 def _exec_item(step: Step, bufs: list[Buffer]) -> ExecItem:
-    from fusegrad.engine.realize import ExecItem
-
     return ExecItem(
         step.ast, [bufs[i] for i in step.slots], metadata=step.metadata, fixedvars=step.fixedvars, prg=step.prg
     )
@@ -266,8 +265,6 @@ def _exec_item(step: Step, bufs: list[Buffer]) -> ExecItem:
 def _can_batch(entry: CachedSchedule) -> bool:
     """Device graphs for a schedule that keeps coming back, unless each kernel must be seen: a TinyJit capturing
     them, the profiler's per-kernel events, DEBUG=2's per-kernel lines."""
-    from fusegrad.engine.realize import capturing
-
     if entry.hits < GRAPH_AFTER_HITS or len(entry.steps) < 2:
         return False
     return not capturing and not PROFILE and DEBUG.value < 2
@@ -275,8 +272,6 @@ def _can_batch(entry: CachedSchedule) -> bool:
 
 def _run_plan(entry: CachedSchedule, bufs: list[Buffer], do_update_stats: bool) -> None:
     """Run the schedule's plan (built on first use): graph batches in one call each, other steps one by one."""
-    from fusegrad.engine.realize import run_graph
-
     for b in bufs:  # a graph call allocates nothing: buffers this realize makes get their memory here
         b.ensure_allocated()
     if entry.plan is None:
@@ -291,8 +286,6 @@ def _run_plan(entry: CachedSchedule, bufs: list[Buffer], do_update_stats: bool) 
 def _plan(steps: tuple[Step, ...], bufs: list[Buffer]) -> tuple[Step | Batch, ...]:
     """`steps` with each run that one device graph can batch replaced by that Batch (devices without a graph, or
     steps it can't take, stay steps)."""
-    from fusegrad.engine.realize import batch_for_graph
-
     items = [_exec_item(s, bufs) for s in steps]
     step_of = {id(ei): s for ei, s in zip(items, steps, strict=True)}
     plan: list[Step | Batch] = []
@@ -310,8 +303,6 @@ def _plan(steps: tuple[Step, ...], bufs: list[Buffer]) -> tuple[Step | Batch, ..
 
 def realize_tensors(tensors: Sequence[Tensor], do_update_stats: bool = True) -> None:
     """Compute `tensors` in one schedule: a cached one when an earlier realize had this structure (SCHEDULE_CACHE)."""
-    from fusegrad.tensor import _is_done, _is_settled
-
     sink = UOp.sink(*[t.uop for t in tensors])
     if all(_is_settled(u) for u in sink.src):  # realized memory and constants (`loss.item()`): nothing to run
         return
@@ -345,10 +336,8 @@ def _schedule_and_run(
 ) -> None:
     """The scheduler's path: kernelize (unless every tensor is `kernelized` already), create the schedule, run it,
     settle the tensors; then remember it under `structure`."""
-    from fusegrad.engine.realize import run_schedule
     from fusegrad.engine.schedule import create_schedule
     from fusegrad.schedule.kernelize import kernelize
-    from fusegrad.tensor import _apply_map
 
     becomes: dict[UOp, UOp] = {}
     if not kernelized:
