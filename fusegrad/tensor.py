@@ -1822,7 +1822,9 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             >>> [round(v, 4) for v in Tensor([0.0, 1.0]).tanh().tolist()]
             [0.0, 0.7616]
         """
-        return 2.0 * (2.0 * self._as_float()).sigmoid() - 1.0
+        from fusegrad.mixin.elementwise import _in_float, _tanh
+
+        return _in_float(self, _tanh)
 
     @_traced
     def square(self) -> Tensor:

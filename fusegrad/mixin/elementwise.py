@@ -36,6 +36,8 @@ _SINH = [1 / math.factorial(2 * n + 1) for n in range(7)]
 _ATANH = [1 / (2 * n + 1) for n in range(7)]
 # expm1(x) = x * sum x^n / (n+1)!                           for |x| < 0.5 (last term used < 1e-11)
 _EXPM1 = [1 / math.factorial(n + 1) for n in range(11)]
+# the same series to float64 precision (17 terms) for tanh
+_EXPM1_LONG = [1 / math.factorial(n + 1) for n in range(17)]
 # erf(x) = 1 - t * P(t) * exp(-x^2), t = 1/(1 + p x), x >= 0: Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7
 _ERF_P = 0.3275911
 _ERF_TAIL = [0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429]
@@ -95,6 +97,20 @@ def _sigmoid(x: Tensor) -> Tensor:
     x = -88 (float32) or -11 (float16), and its gradient there is 0 * inf = NaN; this one's stays finite."""
     e = (x < 0).where(x, -x).exp()  # -|x| spelled out: its gradient at 0 must be -1 here, not abs's 0
     return (x < 0).where(e, 1) / (1 + e)
+
+
+def _tanh(x: Tensor) -> Tensor:
+    """tanh(x) = sign(x) * -m / (2 + m) with m = expm1(-2|x|): 2 * sigmoid(2x) - 1 cancels near 0 (it is 0 for
+    |x| below ~1e-17 in float64, where tanh(x) = x), and pow(tanh(x), y) turned that into 0 or inf. m comes from a
+    Taylor series where |2x| < 0.5, summed to the dtype's precision, and from exp elsewhere; each branch only sees
+    the inputs it is chosen for, so neither gradient meets an overflow."""
+    a = _magnitude(x)
+    small = a < 0.25
+    u = -2 * small.where(a, 0)
+    terms = 17 if x.dtype == dtypes.float64 else 9  # u^n / (n+1)! at |u| = 0.5 below a tenth of the dtype's epsilon
+    m = small.where(u * _poly(u, _EXPM1_LONG[:terms]), (-2 * a).exp() - 1)
+    t = -m / (2 + m)
+    return (x < 0).where(-t, t)
 
 
 def _magnitude(x: Tensor) -> Tensor:
