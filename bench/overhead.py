@@ -32,15 +32,23 @@ GPT_SHAPE = {"vocab": 96, "context": 64, "dim": 128, "heads": 4, "layers": 2, "b
 
 def best_of(fn: Callable[[], Any], seconds: float, number: int = 1) -> float:
     """Seconds per call: the fastest of repeated batches of `number` calls (at least 3) within `seconds`."""
+    return best_of_both(fn, seconds, number)[0]
+
+
+def best_of_both(fn: Callable[[], Any], seconds: float, number: int = 1) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) per call, each the fastest of repeated batches of `number` calls (at least 3)
+    within `seconds`. CPU time (this process, all its threads) is what a loaded machine inflates far less."""
     fn()
-    times: list[float] = []
+    walls: list[float] = []
+    cpus: list[float] = []
     deadline = time.perf_counter() + seconds
-    while len(times) < 3 or time.perf_counter() < deadline:
-        start = time.perf_counter()
+    while len(walls) < 3 or time.perf_counter() < deadline:
+        start, cpu_start = time.perf_counter(), time.process_time()
         for _ in range(number):
             fn()
-        times.append((time.perf_counter() - start) / number)
-    return min(times)
+        walls.append((time.perf_counter() - start) / number)
+        cpus.append((time.process_time() - cpu_start) / number)
+    return min(walls), min(cpus)
 
 
 # *** workers: one framework, one measure, in its own process; print a JSON dict of figures ***
@@ -178,10 +186,14 @@ def gpt_step(fw: ModuleType) -> tuple[Callable[[Any, Any], Any], Any, Any]:
 
 
 def ratio(eager: Callable[[], Any], jitted: Callable[[], Any] | None, seconds: float, label: str) -> dict[str, float]:
-    out = {f"{label} eager ms": best_of(eager, seconds) * 1e3}
+    """The eager step's ms, and with a jitted step its ms and the eager/jitted ratio, in wall and in CPU time."""
+    wall, cpu = best_of_both(eager, seconds)
+    out = {f"{label} eager ms": wall * 1e3}
     if jitted is not None:
-        out[f"{label} jitted ms"] = best_of(jitted, seconds) * 1e3
-        out[f"{label} eager/jitted"] = out[f"{label} eager ms"] / out[f"{label} jitted ms"]
+        jit_wall, jit_cpu = best_of_both(jitted, seconds)
+        out[f"{label} jitted ms"] = jit_wall * 1e3
+        out[f"{label} eager/jitted"] = wall / jit_wall
+        out[f"{label} eager/jitted CPU time"] = cpu / jit_cpu
     return out
 
 
@@ -298,7 +310,8 @@ def measure_all(args: argparse.Namespace) -> dict[str, dict[str, float]]:
 
 TARGETS = {"tiny eager µs": "≤ 50", "eager launch µs/kernel": "≤ 10", "replay CPU µs/kernel": "≤ 2",
            "replay NULL µs/kernel": "≤ 2",
-           "MLP step eager/jitted": "≤ 1.5", "GPT step eager/jitted": "≤ 1.5", "import ms": "≤ 150",
+           "MLP step eager/jitted": "≤ 1.5", "GPT step eager/jitted": "≤ 1.5",
+           "MLP step eager/jitted CPU time": "≤ 1.5", "GPT step eager/jitted CPU time": "≤ 1.5", "import ms": "≤ 150",
            "import ms CPU time": "≤ 150",
            "first GPT step s": "≤ 10", f"schedule {CHAIN_LAYERS:,}-layer chain s": "≤ 1",
            f"schedule {CHAIN_LAYERS:,}-layer chain s CPU time": "≤ 1"}  # fmt: skip

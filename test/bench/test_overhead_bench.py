@@ -69,3 +69,16 @@ def test_a_short_run_prints_the_table() -> None:
     rows = {line.split("|")[1].strip() for line in proc.stdout.splitlines() if line.startswith("| ")}
     assert {"tiny eager µs", "tiny jitted µs", "import ms", "import ms CPU time"} <= rows
     assert "load average" in proc.stdout
+
+
+def test_ratio_gives_wall_and_cpu_time(bench: ModuleType) -> None:
+    def slow() -> None:
+        sum(range(20_000))
+
+    def fast() -> None:
+        sum(range(2_000))
+
+    figures = bench.ratio(slow, fast, 0.05, "step")
+    assert set(figures) == {"step eager ms", "step jitted ms", "step eager/jitted", "step eager/jitted CPU time"}
+    assert figures["step eager/jitted CPU time"] > 2  # ten times the work: CPU time shows it whatever the load
+    assert set(bench.ratio(slow, None, 0.05, "step")) == {"step eager ms"}
