@@ -472,7 +472,7 @@ def test_a_big_graph_gets_its_labels_when_zoomed_in(browser_page: tuple[Page, li
             const x = r.left + rw.view.x + (B[4 * i] + B[4 * i + 2] / 2) * rw.view.k;
             const y = r.top + rw.view.y + (B[4 * i + 1] + B[4 * i + 3] / 2) * rw.view.k;
             if (x > r.left + 5 && x < r.right - 5 && y > r.top + 5 && y < r.bottom - 5) {
-              return [x, y, rw.drawnMsg.parts.drawn[i][1]];
+              return [x, y, rw.drawnMsg.parts.drawn[i].id];
             }
           }
         }""")

@@ -327,25 +327,31 @@ function graphLayers() {
   return { a: $("edge-layer"), e: $("edge-layer"), i: $("edge-layer"), s: $("sketch-layer"), n: $("node-layer") };
 }
 
-// a graph's nodes as [key, id, box, label, node] (the layout is typed arrays, layout.js: drawn node i is node nodes[i] of
-// the message's order, its box boxes[4i .. 4i + 3]); each node's element is made when first drawn, or in idle time
-// (`prepareLater`), and kept in rw.nodes by key for the step's other graphs. Edge and sketch elements likewise, per
-// level of detail (`edgeElements`, `sketchElements`)
+// a graph's nodes as {i, id, label, node} (the layout is typed arrays, layout.js: drawn node i is node nodes[i] of the
+// message's order, its box boxes[4i .. 4i + 3]); a node's element is made when first drawn, or in idle time
+// (`prepareLater`), and kept in rw.nodes by its key (everything it shows) for the step's other graphs. Edge and sketch
+// elements likewise, per level of detail (`edgeElements`, `sketchElements`)
 function prepareGraph(msg) {
   if (msg.parts && msg.parts.elements === rw.nodes) return msg.parts;
   const L = msg.layout, nodes = [];
   for (let i = 0; i < L.nodes.length; i++) {
     const id = L.nodes[i] < 0 ? "-1" : String(msg.order[L.nodes[i]]), node = msg.graph[id];
-    const box = L.boxes.subarray(4 * i, 4 * i + 4);
     const note = L.notes[i]; // e.g. a repeated subgraph drawn once
-    const label = note || (node ? node.label : `${L.hidden} more nodes\n(graph too big to draw)`);
-    const key = `n|${id}|${box[2]}|${box[3]}|${node ? node.color : ""}|${node ? node.ref : ""}|${label}`;
-    nodes.push([key, id, box, label, node]);
+    nodes.push({ i, id, node, label: note || (node ? node.label : `${L.hidden} more nodes\n(graph too big to draw)`) });
   }
-  return (msg.parts = { elements: rw.nodes, drawn: nodes, edges: {}, sketch: null });
+  return (msg.parts = { elements: rw.nodes, drawn: nodes, edges: {}, sketch: null, boxes: L.boxes });
 }
 
-function nodeElement([key, id, box, label, node]) {
+// a node's box and key, made when it is first drawn as an element (a sketch needs neither)
+function settle(entry, boxes) {
+  if (entry.key) return entry;
+  const { i, id, node, label } = entry, box = (entry.box = boxes.subarray(4 * i, 4 * i + 4));
+  entry.key = `n|${id}|${box[2]}|${box[3]}|${node ? node.color : ""}|${node ? node.ref : ""}|${label}`;
+  return entry;
+}
+
+function nodeElement(entry, boxes) {
+  const { key, id, box, label, node } = settle(entry, boxes);
   let g = rw.nodes.get(key);
   if (!g) rw.nodes.set(key, (g = makeNode(id, box, node, label)));
   return g;
@@ -353,7 +359,7 @@ function nodeElement([key, id, box, label, node]) {
 
 // the nodes that stand out, drawn as elements over a sketch: created by this match, found by the search, picked, or
 // a KERNEL node (a click opens its code)
-function standsOut([, id, , label, node], changed) {
+function standsOut({ id, label, node }, changed) {
   return changed.has(id) || id === rw.picked || Boolean(node && node.ref != null) || isFound(label);
 }
 
@@ -436,11 +442,11 @@ function prepareElements(msg) {
   if (lod === "near" && parts.drawn.length > PREPARE_MAX) return;
   edgeElements(msg, lod);
   if (lod === "near") {
-    parts.drawn.forEach(nodeElement);
+    for (const entry of parts.drawn) nodeElement(entry, parts.boxes);
   } else {
     sketchElements(msg);
     const changed = new Set(msg.changed.map(String));
-    for (const entry of parts.drawn) if (standsOut(entry, changed)) nodeElement(entry);
+    for (const entry of parts.drawn) if (standsOut(entry, changed)) nodeElement(entry, parts.boxes);
   }
   parts.built = lod;
 }
@@ -448,13 +454,13 @@ function prepareElements(msg) {
 function drawGraph(msg) {
   if (!rw.view) rw.view = fitView(msg); // before the elements change: reading the pane's size then lays out nothing
   const layers = graphLayers(); // by the first letter of an element's key
-  const { drawn } = prepareGraph(msg);
+  const { drawn, boxes } = prepareGraph(msg);
   const lod = lodOf(), want = new Map(edgeElements(msg, lod)), changed = new Set(msg.changed.map(String));
   if (lod === "far") for (const [key, element] of sketchElements(msg)) want.set(key, element);
   rw.boxes = [];
   for (const entry of drawn) {
     if (lod === "far" && !standsOut(entry, changed)) continue;
-    const [key, id, box, label] = entry, g = nodeElement(entry);
+    const g = nodeElement(entry, boxes), { key, id, box, label } = entry;
     want.set(key, g);
     const at = `translate(${box[0]},${box[1]})`;
     if (g.vizAt !== at) g.setAttribute("transform", (g.vizAt = at));
@@ -646,7 +652,7 @@ function sketchedNodeAt(e) {
   const x = (e.clientX - r.left - v.x) / v.k, y = (e.clientY - r.top - v.y) / v.k;
   for (let i = 0; i < msg.layout.nodes.length; i++) {
     if (x >= B[4 * i] && x <= B[4 * i] + B[4 * i + 2] && y >= B[4 * i + 1] && y <= B[4 * i + 1] + B[4 * i + 3]) {
-      return msg.parts.drawn[i][1];
+      return msg.parts.drawn[i].id;
     }
   }
   return null;
