@@ -768,13 +768,10 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             raise JitError("reading tensor data during a TinyJit capture: the value would be baked into every replay")
         if isinstance(self.device, tuple):
             return self.to(self.device[0])._buffer()
-        t = (
-            self
-            if self.uop.op is Ops.BUFFER or (self.uop.op is Ops.RESHAPE and self.uop.src[0].op is Ops.BUFFER)
-            else self.contiguous()
-        )
-        t.realize()
-        return t.uop.buffer.ensure_allocated()
+        u = self.uop
+        if u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER):
+            return u.buffer.ensure_allocated()  # realized and contiguous (settled): a realize would find nothing to run
+        return self.contiguous().realize().uop.buffer.ensure_allocated()
 
     def numpy(self) -> Any:
         """The values as a numpy array (a copy).
@@ -1251,7 +1248,10 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         shape = self.uop.shape
         if not all(type(s) is int for s in shape):
             return None
-        return UOp.const_tensor(dt, y, self.uop.device, shape)
+        const = UOp.const_tensor(dt, y, self.uop.device, shape)
+        if _METADATA.get() is not None:  # labelled like the tensors the general path makes (kernel names read them)
+            _label_nodes(const, Ops.CONST)
+        return const
 
     def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
         if self.shape == shape:
@@ -1259,8 +1259,11 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         padded = (1,) * (len(shape) - self.ndim) + self.shape
         if all(type(s) is int for s in shape) and all(type(s) is int for s in padded):
             # shapes checked by _broadcast_shape: the view is built directly, without reshape()'s and expand()'s
-            # argument handling (the same nodes)
-            return Tensor(self.uop.reshape(padded).expand(shape))
+            # argument handling (the same nodes, labelled alike)
+            view = self.uop.reshape(padded)
+            if _METADATA.get() is not None:
+                _label_nodes(view, view.op)
+            return Tensor(view.expand(shape))
         return self.reshape(padded).expand(shape)
 
     def _binop(self, op: Ops, y: Any, name: str, reverse: bool = False) -> Tensor:
@@ -2855,6 +2858,18 @@ def _forget(
         entry.pop(ref, None)
         if not entry:
             del views[buffer]
+
+
+def _label_nodes(u: UOp, down_to: Ops) -> None:
+    """Label `u` and the nodes under it (first sources) down to the first `down_to` node with the running Tensor
+    call, as a Tensor made of each would (a node keeps the first label it got)."""
+    meta = _METADATA.get()
+    while True:
+        if u not in all_metadata:
+            all_metadata[u] = (meta,)  # type: ignore[assignment]  # the caller checked meta is not None
+        if u.op is down_to or not u.src:
+            return
+        u = u.src[0]
 
 
 def _viewed_buffer_of(base: UOp) -> UOp | None:

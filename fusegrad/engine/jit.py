@@ -58,27 +58,63 @@ class InputSpec:
 @dataclass(frozen=True, slots=True)
 class JitInput:
     """One Tensor argument of a call: its place, its (realized) tensor and the memory its kernels read: one buffer, or
-    one per device for a multi-device tensor."""
+    one per device for a multi-device tensor. `symbolic`: its sizes bind variables (their values are this call's)."""
 
     key: Key
     tensor: Tensor
     spec: InputSpec
     parts: tuple[Buffer, ...]
+    symbolic: bool = False
 
 
-def _input_spec(t: Tensor) -> InputSpec:
-    u, view = t.uop, []
+@dataclass(frozen=True, slots=True)
+class KnownInput:
+    """What a call needs of a realized input node, worked out once per node (`known_input`)."""
+
+    spec: InputSpec
+    parts: tuple[Buffer, ...]
+    symbolic: bool
+
+
+# the entry of a node's __dict__ (where UOp keeps its per-node cached values) that holds its KnownInput
+_KNOWN = "_jit_input"
+
+
+def _input_spec(node: UOp) -> InputSpec:
+    u, view = node, []
     while u.op in GroupOp.Movement:
         view.append((u.op, u.arg))
         u = u.src[0]
     placement = repr(multi_buffer(u).placement) if isinstance(u.device, tuple) else ""
     view = [(op, unbind_sizes(arg)) for op, arg in view]  # a symbolic size may take another value in each call
-    return InputSpec(unbind_sizes(t.shape), t.dtype, t.device, tuple(view), int(u.arg), placement)
+    return InputSpec(unbind_sizes(node.shape), node.dtype, node.device, tuple(view), int(u.arg), placement)
 
 
 def _memory_parts(base: UOp) -> tuple[Buffer, ...]:
     """The Buffers holding a BUFFER node's memory: its own, or each device's for a multi-device one."""
     return tuple(multi_buffer(base).bufs) if isinstance(base.device, tuple) else (base.buffer,)
+
+
+def known_input(u: UOp) -> KnownInput:
+    """The spec and memory of a realized input node (a BUFFER or a view of one), allocated.
+
+    A node is immutable and hash-consed, and a one-device BUFFER node's Buffer never changes while the node lives, so
+    this is worked out on the first call that passes it and kept in the node itself: a replay fed the same tensors
+    (or new tensors holding nodes seen before) skips it, and it goes when the node goes. A multi-device node's
+    placement lives in a registry that a later realize may fill in: it is worked out again on every call.
+    """
+    if (known := u.__dict__.get(_KNOWN)) is not None:
+        for b in known.parts:  # memory given back since (free_intermediates on an output fed back in) comes back
+            if not b.is_allocated() and b.size:
+                b.allocate()
+        return known  # type: ignore[no-any-return]  # only KnownInputs are stored under _KNOWN
+    base = u.base
+    assert base.op is Ops.BUFFER, f"TinyJit: known_input of a {base.op}, expected a realized node"
+    parts = tuple(b.ensure_allocated() if b.size else b for b in _memory_parts(base))
+    known = KnownInput(_input_spec(u), parts, bool(call_var_vals([], [u])))
+    if not isinstance(base.device, tuple):
+        u.__dict__[_KNOWN] = known
+    return known
 
 
 def _tensor_items(key: Key, value: object) -> Iterator[tuple[Key, Tensor]]:
@@ -104,34 +140,59 @@ def _label(key: Key, names: tuple[str, ...] = ()) -> str:
     return f"'{name}'{''.join(f'[{k!r}]' for k in key[1:])} ({where})"
 
 
-def _collect_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[str, ...]) -> list[JitInput]:
-    """Every Tensor argument, realized (constants into memory of their own); JitError for inputs sharing a buffer."""
-    top: list[tuple[Key, Any]] = [((i,), a) for i, a in enumerate(args)] + [
-        ((k,), v) for k, v in sorted(kwargs.items())
-    ]
-    found = [(key, t) for key, value in top if isinstance(value, Tensor) for key, t in _tensor_items(key, value)]
-    for key, value in top:  # a Tensor inside a container that is also passed on its own is one input, not two
-        if not isinstance(value, Tensor):
-            found += [(k, t) for k, t in _tensor_items(key, value) if not any(t is other for _, other in found)]
-    for _, t in found:
-        if t.uop.base.op is Ops.CONST:  # a constant gets memory of its own, so a replay can take the next call's value
+def _find_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[tuple[Key, Tensor]], bool]:
+    """(every Tensor argument with its place, whether an argument is a container or a UOp: one that may hold
+    Tensors or bind a variable)."""
+    top: list[tuple[Key, Any]] = [((i,), a) for i, a in enumerate(args)]
+    if kwargs:
+        top += [((k,), v) for k, v in sorted(kwargs.items())]
+    found = [(key, value) for key, value in top if isinstance(value, Tensor)]
+    nested = [(key, value) for key, value in top if isinstance(value, (list, tuple, dict, UOp))]
+    for key, value in nested:  # a Tensor inside a container that is also passed on its own is one input, not two
+        found += [(k, t) for k, t in _tensor_items(key, value) if not any(t is other for _, other in found)]
+    return found, bool(nested)
+
+
+def _realize_inputs(tensors: list[Tensor]) -> None:
+    """Realize the inputs that are not yet (constants into memory of their own, so a replay can take the next call's
+    value)."""
+    for t in tensors:
+        if t.uop.base.op is Ops.CONST:
             t.uop = t.contiguous().uop
-    if unrealized := [t for _, t in found if t.uop.base.op is not Ops.BUFFER]:
+    if unrealized := [t for t in tensors if t.uop.base.op is not Ops.BUFFER]:
         Tensor.realize(*unrealized)
-    inputs: list[JitInput] = []
-    seen: dict[int, Key] = {}
+
+
+def _collect_inputs(
+    args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[str, ...]
+) -> tuple[list[JitInput], bool]:
+    """(every Tensor argument, realized; whether an argument may bind a variable); JitError for inputs sharing a
+    buffer."""
+    found, nested = _find_tensors(args, kwargs)
+    if pending := [t for _, t in found if _KNOWN not in t.uop.__dict__]:  # a known node is realized
+        _realize_inputs(pending)
+    inputs = []
     for key, t in found:
-        base = t.uop.base
-        assert base.op is Ops.BUFFER, f"TinyJit: input {_label(key, names)} was realized but is a {base.op}"
-        parts = tuple(b.ensure_allocated() if b.size else b for b in _memory_parts(base))
-        if (first := next((seen[id(b.base)] for b in parts if id(b.base) in seen), None)) is not None:
+        known = known_input(t.uop)
+        inputs.append(JitInput(key, t, known.spec, known.parts, known.symbolic))
+    if len(inputs) > 1:
+        _check_distinct(inputs, names)
+    return inputs, nested
+
+
+def _check_distinct(inputs: list[JitInput], names: tuple[str, ...]) -> None:
+    """JitError for two inputs sharing memory: a replay could not tell them apart."""
+    memory = [id(b.base) for inp in inputs for b in inp.parts]
+    if len(set(memory)) == len(memory):
+        return
+    seen: dict[int, Key] = {}
+    for inp in inputs:
+        if (first := next((seen[id(b.base)] for b in inp.parts if id(b.base) in seen), None)) is not None:
             raise JitError(
-                f"TinyJit: duplicate inputs: {_label(first, names)} and {_label(key, names)} share one "
+                f"TinyJit: duplicate inputs: {_label(first, names)} and {_label(inp.key, names)} share one "
                 "buffer, expected distinct buffers: a replay could not tell them apart"
             )
-        seen.update((id(b.base), key) for b in parts)
-        inputs.append(JitInput(key, t, _input_spec(t), parts))
-    return inputs
+        seen.update((id(b.base), inp.key) for b in inp.parts)
 
 
 def _returned_tensors(ret: object, where: str = "result", strict: bool = True) -> Iterator[tuple[str, Tensor]]:
@@ -386,7 +447,8 @@ class CapturedJit(Generic[R]):
         """Run every item straight through its runner, then add the whole replay to GlobalCounters at once."""
         for ei in self._jit_cache:
             assert ei.prg is not None, "TinyJit: a captured ExecItem was not lowered"
-            ei.prg(ei.bufs, var_vals | ei.fixedvars)  # type: ignore[arg-type]  # every input slot was just filled
+            values = var_vals | ei.fixedvars if var_vals else ei.fixedvars
+            ei.prg(ei.bufs, values)  # type: ignore[arg-type]  # every input slot was just filled
         ops, mem = self._count(var_vals) if var_vals else self._totals
         GlobalCounters.kernel_count += len(self.jit_cache)
         GlobalCounters.global_ops += ops
@@ -562,9 +624,11 @@ class TinyJit(Generic[R]):
                 "TinyJit's capture, expected one JIT at a time (the outer capture would miss the inner kernels); "
                 "call the inner function"
             )
-        inputs = _collect_inputs(args, kwargs, self._names)
+        inputs, nested = _collect_inputs(args, kwargs, self._names)
         # the values of the variables this call binds (arguments, input sizes): kernel arguments at every replay
-        var_vals = call_var_vals([*args, *kwargs.values()], [inp.tensor.uop for inp in inputs])
+        var_vals: dict[str, int] = {}
+        if nested or any(inp.symbolic for inp in inputs):
+            var_vals = call_var_vals([*args, *kwargs.values()], [inp.tensor.uop for inp in inputs])
         if not JIT.value or self.cnt == 0:
             ret = _call_and_realize(self.fxn, args, kwargs, strict=False)
         elif self.cnt == 1:
@@ -664,7 +728,7 @@ class TinyJit(Generic[R]):
             expected = ", ".join(_label(k, self._names) for k in self.captured.keys)
             raise JitError(f"TinyJit: the Tensor arguments changed since capture: got [{shown}], expected [{expected}]")
         for inp, spec in zip(inputs, self.captured.specs, strict=True):
-            if inp.spec != spec:
+            if inp.spec is not spec and inp.spec != spec:  # the same node as at capture: the same spec object
                 raise JitError(
                     f"TinyJit: input {_label(inp.key, self._names)} changed since capture: got "
                     f"{inp.spec.describe()}, expected {spec.describe()}; call reset() to capture again"
@@ -672,13 +736,18 @@ class TinyJit(Generic[R]):
 
 
 _PLAIN_TYPES = (int, float, bool, str, bytes, type(None))
+_TENSOR_HOLDERS = (Tensor, list, tuple, dict)  # arguments whose Tensors are inputs, checked by their specs
 
 
 def _plain_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[Key, str]:
     """{place: description} of the arguments that are not Tensors or containers: plain values (numbers, strings, None)
     by value, other objects (a model, `self`) by identity. A replay can't follow them, so other ones must not replay."""
-    top: list[tuple[Key, Any]] = [((i,), a) for i, a in enumerate(args)] + [((k,), v) for k, v in kwargs.items()]
-    return {key: _describe_argument(v) for key, v in top if not isinstance(v, (Tensor, list, tuple, dict))}
+    plain: dict[Key, str] = {
+        (i,): _describe_argument(a) for i, a in enumerate(args) if not isinstance(a, _TENSOR_HOLDERS)
+    }
+    if kwargs:
+        plain.update({(k,): _describe_argument(v) for k, v in kwargs.items() if not isinstance(v, _TENSOR_HOLDERS)})
+    return plain
 
 
 def _describe_argument(v: object) -> str:

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fusegrad import Tensor
+from fusegrad import Tensor, Variable
 from fusegrad.dtype import dtypes
-from fusegrad.engine.jit import JitError, TinyJit
+from fusegrad.engine.jit import JitError, TinyJit, known_input
 from fusegrad.engine.realize import CompiledRunner
 from fusegrad.helpers import JIT, Context, GlobalCounters
 from fusegrad.uop import Ops
@@ -589,3 +589,54 @@ def test_jit_cache_lists_what_replays_run() -> None:
     assert step.captured is not None
     assert step.captured.jit_cache == step.jit_cache  # no graph: the captured list is what replays run
     assert set(step.input_replace) == {(0, 1)}  # the first kernel reads the input in slot 1
+
+
+# *** the per-call work of a replay: an input node is worked out once, every call still checked ***
+
+
+def test_an_input_node_is_worked_out_once() -> None:
+    x = vec(1, 2)
+    known = known_input(x.uop)
+    assert known_input(x.uop) is known  # kept in the node: every later call passing it skips the work
+    assert known.parts == (x.uop.buffer,)
+    assert known.spec.shape == (2,)
+    assert not known.symbolic
+    x.uop.buffer.deallocate()  # e.g. free_intermediates on an output fed back in
+    assert known_input(x.uop) is known
+    assert known.parts[0].is_allocated()  # the memory comes back, as for a node seen the first time
+
+
+def test_replays_of_the_same_tensors_see_their_new_values() -> None:
+    step = TinyJit(lambda x, y: (x * 2 + y).realize())
+    x, y = vec(1, 2), vec(10, 20)
+    for _ in range(3):
+        assert step(x, y).tolist() == [12, 24]
+    assert step.captured is not None
+    assert known_input(x.uop).spec is step.captured.specs[0]  # the capture's own spec: compared by identity
+    x.assign(vec(5, 6)).realize()  # new values in x's memory
+    y.replace(vec(0, 1))  # y now names other memory
+    assert step(x, y).tolist() == [10, 13]
+
+
+def test_known_inputs_are_still_checked() -> None:
+    step = captured(lambda x, y: (x + y).realize(), vec(1, 2), vec(3, 4))
+    small, half, x = vec(1), vec(1, 2).cast(dtypes.half).realize(), vec(1, 2)
+    for t in (small, half, x):
+        known_input(t.uop)  # worked out before this JIT sees them (another JIT's call)
+    with pytest.raises(JitError, match=r"input 'x' \(argument 0\) changed since capture: got shape \(1,\)"):
+        step(small, x)
+    with pytest.raises(JitError, match=r"input 'y' \(argument 1\) changed since capture: got shape \(2,\) dtypes.half"):
+        step(x, half)
+    with pytest.raises(JitError, match=r"duplicate inputs: 'x' \(argument 0\) and 'y' \(argument 1\) share one"):
+        step(x, x)
+    with pytest.raises(JitError, match="duplicate inputs"):
+        step(x, x.reshape(1, 2).reshape(2))
+    assert step(x, vec(1, 1)).tolist() == [2, 3]
+
+
+def test_a_bound_variable_in_a_list_takes_each_calls_value() -> None:
+    n = Variable("jit_list_n", 1, 10)
+    step = TinyJit(lambda x, sizes: (x[: sizes[0]] * 2).sum().realize())
+    x = Tensor(np.arange(10, dtype=np.float32)).realize()
+    for s in (2, 5, 3, 7):
+        assert step(x, [n.bind(s)]).item() == 2 * sum(range(s))
