@@ -15,8 +15,7 @@ from fusegrad.codegen.linearize import flat_index, range_key
 from fusegrad.codegen.vectorize import VECTOR_BYTES, VECTOR_DTYPES, vectorize_upcast
 from fusegrad.dtype import AddrSpace, dtypes
 from fusegrad.uop import AxisType, Ops
-from fusegrad.uop.ops import UOp, graph_rewrite, sint
-from fusegrad.uop.symbolic import sym
+from fusegrad.uop.ops import UOp, sint
 
 __all__ = [
     "add_gpudims",
@@ -37,7 +36,9 @@ GLOBAL_AXES = (AxisType.GLOBAL, AxisType.LOOP)  # output loops: one work-group p
 GROUP_MAX = 256  # threads of a work-group sharing one reduce (a power of two up to this divides the reduce)
 GROUP_MIN_REDUCE = 64  # reduce size from which splitting it over threads pays
 GROUP_MAX_OUTPUTS = 4096  # outputs up to which a reduce is split: with more, work-groups alone fill the device
-LOCAL_MAX = 64  # threads of a work-group along the innermost output axis
+LOCAL_MAX = 64  # threads of a work-group along one output axis
+LOCAL_THREADS = 256  # threads of a work-group the heuristic's LOCAL loops multiply to at most
+TILE_ROWS = 4  # rows of a thread's register tile in a reduce: each vector loaded serves this many rows
 
 
 def _split_range(sink: UOp, axis: int, amount: int, axis_type: AxisType, op: str) -> tuple[UOp, int]:
@@ -81,28 +82,48 @@ def _largest_power_of_two(size: int, limit: int) -> int:
     return ret
 
 
+def _vectorizes(sink: UOp, upcasts: list[tuple[UOp, int]]) -> bool:
+    """Whether codegen/vectorize.py turns the last of these upcasts into vectors (it keeps, unchanged, a kernel whose
+    lane-dependent work has no vector form)."""
+    from fusegrad.codegen.opt import Opt, OptOps, apply_opts  # opt.py imports this module
+
+    try:
+        trial = apply_opts(sink, tuple(Opt(OptOps.UPCAST, r.arg[0], amount) for r, amount in upcasts))
+    except ValueError:
+        return False
+    return vectorize_upcast(trial) is not trial
+
+
 def vector_upcast(sink: UOp, loop: UOp) -> int | None:
     """The vector width (VECTOR_BYTES of the stored dtype) by which UPCAST of output `loop` becomes vector loads and
-    stores (codegen/vectorize.py, which every GPU renderer spells), or None where vectorize would leave it scalar.
-    Decided by trying: vectorize keeps a kernel whose lane-dependent work has no vector form as it was."""
-    from fusegrad.codegen.opt import Opt, OptOps, upcast  # opt.py imports this module
-
+    stores (codegen/vectorize.py, which every GPU renderer spells), or None where vectorize would leave it scalar."""
     (store,) = [s for s in sink.src if s.op is Ops.STORE]
     if (dtype := store.src[1].dtype) not in VECTOR_DTYPES or loop.src[0].op is not Ops.CONST:
         return None
     width = VECTOR_BYTES // dtype.itemsize
     if int(loop.src[0].arg) % width:
         return None
-    new_axis = max(u.arg[0] for u in sink.toposort() if u.op is Ops.RANGE) + 1
-    trial = graph_rewrite(upcast(sink, Opt(OptOps.UPCAST, loop.arg[0], width), new_axis), sym, name="try vectors")
-    return width if vectorize_upcast(trial) is not trial else None
+    return width if _vectorizes(sink, [(loop, width)]) else None
+
+
+def tile_rows(sink: UOp, loops: list[UOp], vector: UOp) -> UOp | None:
+    """The innermost constant output loop (not `vector`) that a load inside a reduce doesn't depend on: upcast by
+    TILE_ROWS, each such load (a matmul's vector of B) serves that many rows of accumulators."""
+    nodes = sink.toposort()
+    reduced = {r for u in nodes if u.op is Ops.REDUCE for r in u.src[1:]}
+    loads = [u.toposort() for u in nodes if u.op is Ops.LOAD and reduced & set(u.toposort())]
+    for rng in reversed(loops):
+        if rng is not vector and int(rng.src[0].arg) % TILE_ROWS == 0 and any(rng not in x for x in loads):
+            return rng
+    return None
 
 
 def gpu_heuristic(sink: UOp, shared_max: int) -> list[tuple[str, int, int]]:
     """(op name, axis, amount) for a one-store kernel: few outputs with a long reduce get it split over a work-group
-    (GROUP), else the innermost output axis gets threads (LOCAL), each thread taking a vector of its elements where
-    the loads and store are contiguous in it (UPCAST, then LOCAL of what is left). A reduce inside another's loop is
-    not split (its local array would be rewritten while slower threads still read it)."""
+    (GROUP); else each thread takes a vector of the innermost output axis where the loads and the store are
+    contiguous in it (UPCAST), in a reduce TILE_ROWS rows of such vectors where a load is reused across rows (a
+    register tile), and the two innermost output axes get threads (LOCAL, up to LOCAL_THREADS a work-group). A reduce
+    inside another's loop is not split (its local array would be rewritten while slower threads still read it)."""
     if len([s for s in sink.src if s.op is Ops.STORE]) != 1:
         return []
     nodes = sink.toposort()
@@ -117,14 +138,29 @@ def gpu_heuristic(sink: UOp, shared_max: int) -> list[tuple[str, int, int]]:
                 if amount >= 8:
                     return [("GROUP", rng.arg[0], amount)]
     sized = [r for r in loops if r.src[0].op is Ops.CONST]
-    if not sized:
+    upcasts = register_tile(sink, sized) if sized else []
+    ret = [("UPCAST", r.arg[0], amount) for r, amount in upcasts]
+    sizes = {r: int(r.src[0].arg) // dict(upcasts).get(r, 1) for r in sized}
+    thread_opts, threads = [], 1
+    for rng in sized[::-1][:2]:  # size 1 left: the upcast took the whole loop
+        if (amount := _largest_power_of_two(sizes[rng], min(LOCAL_MAX, LOCAL_THREADS // threads))) > 1:
+            thread_opts.append(("LOCAL", rng.arg[0], amount))
+            threads *= amount
+    # the innermost axis's LOCAL last: the newest loop is the innermost, local id 0, whose neighbouring threads
+    # then touch neighbouring vectors (coalesced)
+    return ret + thread_opts[::-1]
+
+
+def register_tile(sink: UOp, loops: list[UOp]) -> list[tuple[UOp, int]]:
+    """(loop, amount) upcasts of a thread's tile: a vector of the innermost loop, and in a reduce TILE_ROWS rows of
+    them (the vector loop last: vectorize takes the innermost upcast); none where vectorize leaves the kernel."""
+    if (width := vector_upcast(sink, loops[-1])) is None:
         return []
-    ret, size = [], int(sized[-1].src[0].arg)
-    if (width := vector_upcast(sink, sized[-1])) is not None:
-        ret, size = [("UPCAST", sized[-1].arg[0], width)], size // width
-    if (amount := _largest_power_of_two(size, LOCAL_MAX)) > 1:  # size 1: the upcast took the whole loop
-        ret.append(("LOCAL", sized[-1].arg[0], amount))
-    return ret
+    upcasts = [(loops[-1], width)]
+    if not any(u.op is Ops.REDUCE for u in sink.toposort()) or (rows := tile_rows(sink, loops, loops[-1])) is None:
+        return upcasts
+    tiled = [(rows, TILE_ROWS), *upcasts]
+    return tiled if _vectorizes(sink, tiled) else upcasts
 
 
 # *** reduces across the threads of a work-group ***

@@ -87,7 +87,7 @@ def test_nvrtc_error_names_the_line() -> None:
 
 
 def test_opencl_source_has_work_groups() -> None:
-    (ast,) = kernel_asts(Tensor.rand(4, 32, device="CPU").realize().exp2())
+    (ast,) = kernel_asts(Tensor.rand(16, 128, device="CPU").realize().exp2())  # more than one work-group of 256
     spec = to_program(ast, OpenCLRenderer())
     assert spec.src.startswith("#pragma OPENCL FP_CONTRACT OFF\n__kernel void")
     assert "get_group_id(0)" in spec.src
@@ -97,7 +97,7 @@ def test_opencl_source_has_work_groups() -> None:
 
 
 def test_cuda_source_uses_block_indexes() -> None:
-    (ast,) = kernel_asts(Tensor.rand(4, 32, device="CPU").realize().exp2())
+    (ast,) = kernel_asts(Tensor.rand(16, 128, device="CPU").realize().exp2())
     src = to_program(ast, CUDARenderer()).src
     assert 'extern "C" __global__ void __launch_bounds__(' in src
     assert "blockIdx.x" in src
@@ -145,7 +145,7 @@ def _vector_cases() -> list[UOp]:
     return [
         elementwise,  # the heuristic's UPCAST and LOCAL
         _with_opts(column_sum, ("UPCAST", 0, 8)),  # a vector accumulator
-        _with_opts(matmul, ("UPCAST", 0, 2), ("UPCAST", 1, 16)),  # 2 rows x 2 vectors of accumulators
+        _with_opts(matmul, ("UPCAST", 0, 4), ("UPCAST", 1, 8)),  # 4 rows x 1 vector of accumulators
         double,  # double4
     ]
 
@@ -162,8 +162,24 @@ def test_heuristic_upcasts_contiguous_lanes_into_vectors() -> None:
     spec = to_program(kernel_asts(a * 2)[0], OpenCLRenderer())
     assert "vload8(0, data1+" in spec.src
     assert "vstore8(" in spec.src
-    # 48 columns = 6 vectors of 8: 2 threads per work-group (the largest power of two dividing 6), 3 x 64 groups
-    assert [int(x) for x in (*spec.global_size, *spec.local_size)] == [3, 64, 1, 2, 1, 1]  # type: ignore[misc]
+    # 48 columns = 6 vectors of 8: 2 threads along them (the largest power of two dividing 6), 64 along the rows
+    assert [int(x) for x in (*spec.global_size, *spec.local_size)] == [3, 1, 1, 2, 64, 1]  # type: ignore[misc]
+
+
+def test_heuristic_tiles_a_matmul() -> None:
+    from fusegrad.codegen.opt import Opt, OptOps, choose_opts
+
+    a, b = Tensor.rand(64, 96, device="CPU").realize(), Tensor.rand(96, 128, device="CPU").realize()
+    (ast,) = kernel_asts(a @ b)
+    rows, columns = 0, 1  # the output's axes
+    # each thread: 4 rows x a vector of 8 columns; threads: 16 along the columns (local id 0, the last LOCAL), 16 rows
+    assert choose_opts(ast, None, CUDARenderer()) == (
+        Opt(OptOps.UPCAST, rows, 4), Opt(OptOps.UPCAST, columns, 8),
+        Opt(OptOps.LOCAL, rows, 16), Opt(OptOps.LOCAL, columns, 16))  # fmt: skip
+    src = to_program(ast, CUDARenderer()).src
+    assert "fg_float8 acc0[4];" in src
+    assert "__launch_bounds__(256)" in src
+    assert "(((int)threadIdx.x)*8)" in src  # neighbouring threads, neighbouring vectors
 
 
 def test_opencl_vectors_are_opencl_types() -> None:
