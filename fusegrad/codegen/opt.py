@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from enum import Enum, auto
 from typing import TYPE_CHECKING
 
+from fusegrad.codegen import vectorize
 from fusegrad.codegen.gpudims import gpu_heuristic, split_group, split_local
 from fusegrad.codegen.linearize import flat_index, range_key
-from fusegrad.codegen.vectorize import VECTOR_BYTES, VECTOR_DTYPES
+from fusegrad.codegen.vectorize import VECTOR_DTYPES
 from fusegrad.dtype import AddrSpace
 from fusegrad.helpers import NOOPT
 from fusegrad.uop import AxisType, Ops
@@ -420,8 +421,24 @@ def hand_coded_opts(sink: UOp) -> list[Opt]:
     opts = [Opt(OptOps.UPCAST, r.arg[0], amount) for r in hoist if (amount := _largest_divisor(r)) is not None]
     acc_bytes = max(u.dtype.itemsize for u in reduces)
     rest = [r for r in sized if r.arg[0] not in {o.axis for o in opts}]
-    # float32/float64 reduces become vector code (codegen/vectorize.py): a tile of whole vector registers
-    width = VECTOR_BYTES // acc_bytes if {u.dtype for u in reduces} <= set(VECTOR_DTYPES) else 0
+    # float32/float64 reduces become vector code (codegen/vectorize.py): a tile of whole vector registers, of the
+    # widest vectors whose lanes divide an output axis
+    widths = (
+        [n // acc_bytes for n in vectorize.vector_sizes()] if {u.dtype for u in reduces} <= set(VECTOR_DTYPES) else [0]
+    )
+    for width in widths:
+        tile = tile_opts(sink, opts, rest, width, acc_bytes)
+        vector = [o for o in tile if o.op is OptOps.UPCAST]
+        if width == widths[-1] or (vector and vector[-1].arg % width == 0):
+            return opts + tile
+    raise AssertionError("hand_coded_opts: the last width always returns")
+
+
+def tile_opts(sink: UOp, opts: list[Opt], rest: list[UOp], width: int, acc_bytes: int) -> list[Opt]:
+    """The upcasts (and SWAP or PACK) of a reduce kernel's register tile with vectors of `width` lanes (0: none)
+    over the output loops `rest`, after the hoisting upcasts `opts`."""
+    nodes = sink.toposort()
+    reduces = [u for u in nodes if u.op is Ops.REDUCE]
     upcasts = upcast_opts(rest, _reduce_loads(nodes), acc_bytes, width)
     reduce_size = max(
         math.prod(int(r.src[0].arg) if r.src[0].op is Ops.CONST else 0 for r in u.src[1:]) for u in reduces
@@ -430,10 +447,10 @@ def hand_coded_opts(sink: UOp) -> list[Opt]:
     if not upcasts and width:  # no load contiguous in an output axis (a @ b.T): a tile only with a packed panel
         tile = strided_tile_opts(rest, _reduce_loads(nodes), width)
         packed = pack_opts(sink, opts + tile, _reduce_loads(nodes), reduce_size, sizes) if tile else []
-        return opts + tile + packed if packed else opts
+        return tile + packed if packed else []
     if packed := pack_opts(sink, opts + upcasts, _reduce_loads(nodes), reduce_size, sizes):
-        return opts + upcasts + packed
-    return opts + upcasts + swap_opts(upcasts, reduce_size, sizes)
+        return upcasts + packed
+    return upcasts + swap_opts(upcasts, reduce_size, sizes)
 
 
 def _largest_divisor(rng: UOp, limit: int = HOIST_MAX) -> int | None:

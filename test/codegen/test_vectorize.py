@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fusegrad.codegen import kernel_names, to_program
-from fusegrad.codegen.opt import Opt, OptOps, apply_opts
+from fusegrad.codegen import kernel_names, to_program, vectorize
+from fusegrad.codegen.opt import Opt, OptOps, apply_opts, hand_coded_opts
 from fusegrad.codegen.vectorize import vector_offset, vectorize_upcast
 from fusegrad.dtype import DType, dtypes
 from fusegrad.helpers import Context
@@ -176,3 +176,41 @@ def test_lanes_stay_out_of_reduce_loops() -> None:
     """A strided load inside the reduce has no vector form: the kernel stays scalar (no gather lane by lane)."""
     sink = apply_opts(graph_rewrite(matmul_transposed(4, 3, 16, dtypes.float32)[0], sym), (Opt(UPCAST, 1, 8),))
     assert vectorize_upcast(sink) is sink
+
+
+# *** AVX-512 hosts: 64-byte vectors, 32-byte ones where an axis has no whole 64-byte vector ***
+
+
+@pytest.fixture
+def _avx512(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vectorize, "host_vector_bytes", lambda: 64)
+
+
+@pytest.mark.usefixtures("_avx512")
+@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.float64], ids=str)
+def test_wide_vectors_where_the_host_has_them(dt: DType) -> None:
+    """The heuristic's tile and the vector code use 64-byte vectors (16 floats, 8 doubles), bit for bit."""
+    case = matmul(8, 7, 64, dt)
+    opts = tuple(hand_coded_opts(graph_rewrite(case[0], sym)))
+    width = 64 // dt.itemsize
+    assert opts[-1].op is UPCAST, opts
+    assert opts[-1].arg % width == 0, opts
+    assert f"{dt.name}{width} acc0[" in source(case[0], opts)
+    check(case, dt, "CPU", opts, exact=True)
+
+
+@pytest.mark.usefixtures("_avx512")
+def test_an_axis_without_whole_wide_vectors_takes_narrow_ones() -> None:
+    case = matmul(4, 5, 24, dtypes.float32)  # 24 columns: one and a half 16-float vectors, three 8-float ones
+    opts = tuple(hand_coded_opts(graph_rewrite(case[0], sym)))
+    assert opts[-1] == Opt(UPCAST, 1, 24), opts
+    body = source(case[0], opts)
+    assert "float8 acc0[" in body
+    assert "float16" not in body
+    check(case, dtypes.float32, "CPU", opts, exact=True)
+
+
+def test_the_host_probe_gives_32_or_64_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.undo()  # the real probe, not conftest's 32
+    assert vectorize.host_vector_bytes() in (32, 64)
+    assert vectorize.vector_sizes()[-1] == 32  # the narrow size is always there to fall back to
