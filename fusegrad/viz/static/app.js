@@ -1026,8 +1026,11 @@ function drawMemory(ctx, row) {
     ctx.lineTo(column, high);
     ctx.lineTo(column, last);
   };
-  for (const [ts, used] of tr.usage) {
-    const x = xOf(ts), y = base - used * yScale;
+  if (!tr.usageAt || tr.usageAt.length !== tr.usage.length) { // as typed arrays, made once
+    [tr.usageAt, tr.usageBytes] = [Float64Array.from(tr.usage, (u) => u[0]), Float64Array.from(tr.usage, (u) => u[1])];
+  }
+  for (let u = 0; u < tr.usageAt.length; u++) {
+    const x = xOf(tr.usageAt[u]), y = base - tr.usageBytes[u] * yScale;
     if (Math.round(x) === column) {
       [low, high] = [Math.min(low, y), Math.max(high, y)];
     } else {
@@ -1047,28 +1050,46 @@ function drawMemory(ctx, row) {
 // run's bands are under a pixel wide (a whole GPT run has ~60,000), and a fill each took 150-300 ms a frame. A pixel
 // shows the last band painted on it; the selected buffer's bands are painted last
 function drawBands(ctx, row, yScale, base) {
-  const tr = row.track, segs = tr.segs, dpr = window.devicePixelRatio || 1;
+  const tr = row.track, dpr = window.devicePixelRatio || 1;
   const W = Math.ceil((prof.width - LABEL_W) * dpr), H = Math.ceil(row.h * dpr);
   if (W <= 0 || H <= 0) return;
-  const image = new ImageData(W, H), pixels = new Uint32Array(image.data.buffer), picked = [];
-  const paint = (s, color) => {
-    const b = tr.buffers[segs[s + 3]], x = (xOf(segs[s]) - LABEL_W) * dpr, x2 = (xOf(segs[s + 1]) - LABEL_W) * dpr;
-    const y = (base - (segs[s + 2] + b.bytes) * yScale - row.y) * dpr, h = b.bytes * yScale * dpr;
+  if (!tr.packed || tr.packed.n !== tr.segs.length / 4) tr.packed = packBands(tr);
+  if (!prof.bandImage || prof.bandImage.width !== W || prof.bandImage.height !== H) prof.bandImage = new ImageData(W, H);
+  const P = tr.packed, image = prof.bandImage, pixels = new Uint32Array(image.data.buffer), picked = [];
+  pixels.fill(0);
+  const xScale = scaleOf() * dpr, yUnit = yScale * dpr, yBase = (base - row.y) * dpr, t0 = prof.t0, t1 = prof.t1;
+  const paint = (k, color) => {
+    const x = (P.start[k] - t0) * xScale, x2 = (P.end[k] - t0) * xScale, y = yBase - P.top[k] * yUnit;
     const c0 = Math.max(Math.floor(x), 0), c1 = Math.min(Math.max(Math.round(x2), c0 + 1), W);
-    const r0 = Math.max(Math.floor(y), 0), r1 = Math.min(Math.max(Math.round(y + h), r0 + 1), H);
+    const r0 = Math.max(Math.floor(y), 0), r1 = Math.min(Math.max(Math.round(y + P.bytes[k] * yUnit), r0 + 1), H);
     for (let r = r0; r < r1; r++) pixels.fill(color, r * W + c0, r * W + c1);
   };
-  for (let s = 0; s < segs.length; s += 4) {
-    if (segs[s + 1] < prof.t0 || segs[s] > prof.t1) continue;
-    const b = tr.buffers[segs[s + 3]];
-    if (prof.selected && prof.selected.buffer === b) picked.push(s);
-    else paint(s, b.pixel || (b.pixel = bandColor(b.key)));
+  const mine = prof.selected && prof.selected.track === tr && prof.selected.buffer;
+  const chosen = mine ? prof.selected.buffer.index : -1;
+  for (let k = 0; k < P.n; k++) {
+    if (P.end[k] < t0 || P.start[k] > t1) continue;
+    if (P.buffer[k] === chosen) picked.push(k);
+    else paint(k, P.color[k]);
   }
-  for (const s of picked) paint(s, 0xffffffff);
+  for (const k of picked) paint(k, 0xffffffff);
   const canvas = prof.bandCanvas || (prof.bandCanvas = document.createElement("canvas"));
-  [canvas.width, canvas.height] = [W, H];
+  if (canvas.width !== W || canvas.height !== H) [canvas.width, canvas.height] = [W, H]; // a resize clears it: only then
   canvas.getContext("2d").putImageData(image, 0, 0);
   ctx.drawImage(canvas, LABEL_W, row.y, W / dpr, H / dpr);
+}
+
+// a memory track's bands as typed arrays (start, end, top = offset + bytes, bytes, colour, buffer), made once: a
+// frame then reads no buffer objects
+function packBands(tr) {
+  const n = tr.segs.length / 4, segs = tr.segs;
+  const P = { n, start: new Float64Array(n), end: new Float64Array(n), top: new Float64Array(n),
+    bytes: new Float64Array(n), color: new Uint32Array(n), buffer: new Int32Array(n) };
+  for (let k = 0; k < n; k++) {
+    const b = tr.buffers[segs[4 * k + 3]];
+    [P.start[k], P.end[k], P.top[k], P.bytes[k]] = [segs[4 * k], segs[4 * k + 1], segs[4 * k + 2] + b.bytes, b.bytes];
+    [P.color[k], P.buffer[k]] = [bandColor(b.key), b.index];
+  }
+  return P;
 }
 
 // a buffer's colour, hsl(key * 47 mod 360, 45%, 50%), as a pixel (RGBA bytes in memory order, opaque)
