@@ -760,11 +760,12 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     def _buffer(self) -> Any:
         """The realized, contiguous Buffer holding this tensor's values (a multi-device tensor: gathered first)."""
-        from fusegrad.engine.jit import JitError
         from fusegrad.engine.realize import capturing
         from fusegrad.helpers import CAPTURING
 
         if capturing and CAPTURING.value:  # a replay would return the value read now, never the new one
+            from fusegrad.engine.jit import JitError
+
             raise JitError("reading tensor data during a TinyJit capture: the value would be baked into every replay")
         if isinstance(self.device, tuple):
             return self.to(self.device[0])._buffer()
@@ -789,14 +790,17 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         """
         import numpy as np
 
-        check_concrete(self.shape, "numpy")
+        shape = self.shape
+        if not all(type(s) is int for s in shape):  # int sizes (the usual case) need no symbolic check
+            check_concrete(shape, "numpy")
         if self.dtype in (dtypes.bfloat16, *dtypes.fp8s):  # numpy has no such dtype: float32 holds every value
             return self.float().numpy()
         if (np_dt := _to_np_dtype(self.dtype)) is None:
             raise TypeError(f"numpy: no numpy dtype for {self.dtype}; cast first")
         if self.numel() == 0:
-            return np.zeros(self.shape, dtype=np_dt)
-        return np.frombuffer(bytes(self._buffer().as_memoryview()), dtype=np_dt).reshape(self.shape).copy()
+            return np.zeros(shape, dtype=np_dt)
+        # one copy, straight out of the buffer's memory
+        return np.frombuffer(self._buffer().as_memoryview(), dtype=np_dt).reshape(shape).copy()
 
     def tolist(self) -> Any:
         """The values as nested Python lists (a number for a 0-d tensor).
