@@ -140,14 +140,22 @@ def _label(key: Key, names: tuple[str, ...] = ()) -> str:
     return f"'{name}'{''.join(f'[{k!r}]' for k in key[1:])} ({where})"
 
 
+_NESTED_TYPES = (list, tuple, dict, UOp)  # arguments that may hold Tensors or bind a variable
+
+
 def _find_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[tuple[Key, Tensor]], bool]:
     """(every Tensor argument with its place, whether an argument is a container or a UOp: one that may hold
     Tensors or bind a variable)."""
     top: list[tuple[Key, Any]] = [((i,), a) for i, a in enumerate(args)]
     if kwargs:
         top += [((k,), v) for k, v in sorted(kwargs.items())]
-    found = [(key, value) for key, value in top if isinstance(value, Tensor)]
-    nested = [(key, value) for key, value in top if isinstance(value, (list, tuple, dict, UOp))]
+    found: list[tuple[Key, Tensor]] = []
+    nested: list[tuple[Key, Any]] = []
+    for key, value in top:
+        if isinstance(value, Tensor):
+            found.append((key, value))
+        elif isinstance(value, _NESTED_TYPES):
+            nested.append((key, value))
     for key, value in nested:  # a Tensor inside a container that is also passed on its own is one input, not two
         found += [(k, t) for k, t in _tensor_items(key, value) if not any(t is other for _, other in found)]
     return found, bool(nested)
@@ -406,10 +414,15 @@ class CapturedJit(Generic[R]):
         """This call's flat input list; an input that is also memory the kernels write (e.g. the last call's output fed
         back in) is copied first, or it would be overwritten while still being read."""
         flat = [b for inp in inputs for b in inp.parts]
-        flat = [self._private_copy(k, b) if id(b.base) in self._written else b for k, b in enumerate(flat)]
-        return flat + [
-            flat[k].view(size, dtype, offset).ensure_allocated() for k, size, dtype, offset in self.extra_view_inputs
-        ]
+        written = self._written
+        if any(id(b.base) in written for b in flat):
+            flat = [self._private_copy(k, b) if id(b.base) in written else b for k, b in enumerate(flat)]
+        if self.extra_view_inputs:
+            flat += [
+                flat[k].view(size, dtype, offset).ensure_allocated()
+                for k, size, dtype, offset in self.extra_view_inputs
+            ]
+        return flat
 
     def _prepare(self, flat: list[Buffer]) -> None:
         """Allocate every buffer the kernels use (intermediates may have been freed), then group the kernels into the
