@@ -12,7 +12,8 @@ event-to-frame time of 24 zooms and 24 pans (the next frame comes at the display
 ~16.7 ms when every frame is made; more means a frame was missed). Once: a synthetic rewrite step whose graph has
 7,000 nodes (first paint after the step is picked, timed in the page from the click to the frame showing the graph:
 the server's replay, the page's layout worker, the drawing; and the server's replay alone, wall and CPU time) and
-one of 1,000 nodes with 8 matches (time of a ←/→ step to the next frame, every graph laid out; its zooms and pans).
+one of 1,000 nodes with 8 matches (time of a ←/→ step to the next frame, every graph laid out and built; its zooms
+and pans).
 With --gpt-steps N: peak RSS of N steps of the GPT example with VIZ=-1 (the trace's save at exit included) vs
 without.
 
@@ -169,6 +170,10 @@ PICK_STEP = """async (selector) => {
 }"""
 
 
+# every graph of the shown step has its elements (made in idle time, before ←/→ reaches it)
+BUILT = "() => window.vizProbe.graphsBuilt() === rw.graphs.length"
+
+
 def input_frames(page: Any, selector: str) -> dict[str, list[float]]:
     """Event-to-frame times (ms) of 24 zoom steps (12 in, 12 out) and 24 pans (drags of ±40 px) on `selector`."""
     zoom = [page.evaluate(INPUT_FRAME, [selector, "wheel", 0, dy]) for dy in [-240] * 12 + [240] * 12]
@@ -217,6 +222,7 @@ def graph_figures(page: Any) -> tuple[float, float, list[float], dict[str, list[
         if nodes == 1000:
             page.click("#groups .step")
             page.wait_for_function("() => window.vizProbe.layoutsPending() === 0")
+            page.wait_for_function(BUILT, timeout=600_000)
             page.evaluate(FIRST_FRAME)
             steps = [page.evaluate(STEP_KEY) for _ in range(matches)]
             frames = input_frames(page, "#graph-wrap")
@@ -338,7 +344,7 @@ def step_sizes(trace: RewriteTrace) -> list[tuple[int, int, int, int]]:
 
 def open_step(page: Any, url: str, ctx: int, idx: int) -> float:
     """Seconds from clicking step `idx` of group `ctx` to its first graph's first frame; then waits until every graph
-    of the step has arrived and been laid out."""
+    of the step has arrived, been laid out and had its elements made (in the page's idle time)."""
     page.goto(url)
     page.wait_for_selector(f"#groups li.group[data-ctx='{ctx}'] > div")
     page.click(f"#groups li.group[data-ctx='{ctx}'] > div")
@@ -346,6 +352,7 @@ def open_step(page: Any, url: str, ctx: int, idx: int) -> float:
     page.wait_for_function("() => /^[0-9]+ graphs$/.test(document.getElementById('status').textContent)",
                            timeout=600_000)  # fmt: skip
     page.wait_for_function("() => window.vizProbe.layoutsPending() === 0", timeout=600_000)
+    page.wait_for_function(BUILT, timeout=600_000)
     return seconds
 
 
