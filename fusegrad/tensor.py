@@ -192,7 +192,10 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def uop(self, value: UOp) -> None:
         self._uop: UOp = value
         base = value.base
-        buffer = _viewed_buffer_of(base)
+        if base.op is Ops.BUFFER:
+            buffer: UOp | None = base
+        else:  # most nodes a tensor holds compute something: no buffer, unless it is one after pending writes
+            buffer = _viewed_buffer_of(base) if base.op is Ops.AFTER else None
         if (old := _viewed_buffer.get(self._ref)) is not buffer:
             if old is not None:
                 _unindex_view(self._ref, old)
@@ -210,7 +213,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             >>> Tensor.ones(2, 3).shape
             (2, 3)
         """
-        return self.uop.shape
+        return self._uop.shape
 
     @property
     def dtype(self) -> DType:
@@ -220,7 +223,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             >>> Tensor([1]).dtype, Tensor([1.0]).dtype
             (dtypes.int, dtypes.float)
         """
-        return self.uop.dtype
+        return self._uop.dtype
 
     @property
     def device(self) -> str | tuple[str, ...]:
@@ -230,7 +233,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             >>> Tensor([1], device="PYTHON").device, Tensor([1, 2]).shard(("CPU", "CPU:1")).device
             ('PYTHON', ('CPU', 'CPU:1'))
         """
-        return self.uop.device
+        return self._uop.device
 
     @property
     def ndim(self) -> int:
@@ -240,7 +243,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             >>> Tensor.ones(2, 3).ndim, Tensor(1).ndim
             (2, 0)
         """
-        return len(self.shape)
+        return len(self._uop.shape)
 
     def numel(self) -> int:
         """The number of elements (the product of the shape; 1 for a 0-d tensor).

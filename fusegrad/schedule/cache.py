@@ -15,7 +15,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fusegrad.engine.realize import ExecItem, batch_for_graph, capturing, run_graph, run_schedule
-from fusegrad.helpers import DEBUG, PROFILE, SCHEDULE_CACHE, TRACK_MATCH_STATS, ContextVar, colored, cpu_profile
+from fusegrad.helpers import (
+    DEBUG,
+    JIT,
+    PROFILE,
+    SCHEDULE_CACHE,
+    TRACK_MATCH_STATS,
+    ContextVar,
+    colored,
+    cpu_profile,
+)
 from fusegrad.tensor import _apply_map, _is_done, _is_settled
 from fusegrad.uop import GroupOp, Ops
 from fusegrad.uop.ops import UOp, buffers
@@ -264,10 +273,10 @@ def _exec_item(step: Step, bufs: list[Buffer]) -> ExecItem:
 
 def _can_batch(entry: CachedSchedule) -> bool:
     """Device graphs for a schedule that keeps coming back, unless each kernel must be seen: a TinyJit capturing
-    them, the profiler's per-kernel events, DEBUG=2's per-kernel lines."""
+    them, the profiler's per-kernel events, DEBUG=2's per-kernel lines; JIT=2 turns graphs off here too."""
     if entry.hits < GRAPH_AFTER_HITS or len(entry.steps) < 2:
         return False
-    return not capturing and not PROFILE and DEBUG.value < 2
+    return not capturing and not PROFILE and DEBUG.value < 2 and JIT.value < 2
 
 
 def _run_plan(entry: CachedSchedule, bufs: list[Buffer], do_update_stats: bool) -> None:

@@ -338,3 +338,14 @@ def test_hot_schedule_prints_every_kernel_at_debug_2(capsys: pytest.CaptureFixtu
     lines = [line for line in capsys.readouterr().out.splitlines() if "***" in line]
     assert max(e.hits for e in schedule_cache.values()) > cache.GRAPH_AFTER_HITS
     assert len(lines) == GlobalCounters.kernel_count - kernels >= 2
+
+
+def test_jit_2_keeps_hot_schedules_kernel_by_kernel() -> None:
+    """JIT=2 (no graphs) holds for eager replays too."""
+    schedule_cache.clear()
+    w, x = Tensor.ones(*SHAPE).contiguous().realize(), Tensor.ones(*SHAPE).contiguous().realize()
+    with Context(JIT=2):
+        for _ in range(cache.GRAPH_AFTER_HITS + 2):
+            _layer_step(x, w).realize(w)
+    assert max(e.hits for e in schedule_cache.values()) > cache.GRAPH_AFTER_HITS
+    assert _batches() == 0
