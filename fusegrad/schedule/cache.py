@@ -111,9 +111,10 @@ def _is_replayable(node: UOp) -> bool:
         return False
     if node.op not in GroupOp.Movement:
         return True
-    return not any(
-        isinstance(x, UOp) or (isinstance(x, tuple) and any(isinstance(y, UOp) for y in x)) for x in node.arg
-    )
+    kinds = set(map(type, node.arg))  # ints (reshape, expand, ...) or (start, end) pairs (pad, shrink): C-level scans
+    if UOp in kinds:
+        return False
+    return tuple not in kinds or not any(UOp in map(type, x) for x in node.arg if type(x) is tuple)
 
 
 def _flag_values() -> tuple[int | str, ...]:

@@ -107,7 +107,7 @@ class UOpMetaClass(type):
     def __call__(
         cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None
     ) -> UOp:
-        if type(arg) is float or (type(arg) is tuple and any(type(x) is float for x in arg)):
+        if type(arg) is float or (type(arg) is tuple and float in map(type, arg)):  # map: no generator per node
             arg, key_arg = _canonical_float_arg(arg)
             return UOpMetaClass._lookup(cls, (op, dtype, src, key_arg, tag), op, dtype, src, arg, tag)
         return UOpMetaClass._lookup(cls, (op, dtype, src, arg, tag), op, dtype, src, arg, tag)
