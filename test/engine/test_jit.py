@@ -3,7 +3,9 @@ copies, pruning), and every footgun that must raise JitError instead of replayin
 
 from __future__ import annotations
 
+import gc
 import re
+import weakref
 from typing import Any
 
 import numpy as np
@@ -640,3 +642,15 @@ def test_a_bound_variable_in_a_list_takes_each_calls_value() -> None:
     x = Tensor(np.arange(10, dtype=np.float32)).realize()
     for s in (2, 5, 3, 7):
         assert step(x, [n.bind(s)]).item() == 2 * sum(range(s))
+
+
+def test_a_replay_keeps_no_input_alive() -> None:
+    step = TinyJit(lambda x: (x * 2).realize())
+    for i in range(3):
+        step(vec(i, i))
+    x = vec(5, 6)
+    assert step(x).tolist() == [10, 12]
+    memory = weakref.ref(x.uop.buffer)
+    del x
+    gc.collect()
+    assert memory() is None  # what the call worked out lives in x's node and went with it
