@@ -241,6 +241,11 @@ def attend_with_cache(cache_kv: Tensor, q: Tensor, k: Tensor, v: Tensor, start_p
             f"attend_with_cache: positions {start_pos}..{start_pos + t - 1} past the cache (0..{max_context - 1})"
         )
     cache_kv[:, :, :, start_pos : start_pos + t, :].assign(Tensor.stack(k, v))
+    if isinstance(t, int) and t == 1 and not isinstance(start_pos, int):
+        # one token at a bound position: the whole cache with the positions past it masked keeps every shape
+        # concrete; a slice to start_pos+1 indexes through symbolic div/mod chains (~85% of a decode step's time)
+        mask = Tensor.full((1, 1, 1, max_context), float("-inf"), dtype=q.dtype, device=q.device).triu(start_pos + 1)
+        return q.scaled_dot_product_attention(cache_kv[0], cache_kv[1], attn_mask=mask, enable_gqa=True)
     end = start_pos + t
     keys, values = cache_kv[0, :, :, :end, :], cache_kv[1, :, :, :end, :]
     return q.scaled_dot_product_attention(keys, values, attn_mask=_causal_mask(t, start_pos, q), enable_gqa=True)

@@ -157,3 +157,17 @@ def test_generate_checks_its_arguments() -> None:
         next(model.generate([1], chunk_size=0))
     # the cache ends at max_context: generation stops there
     assert len(list(model.generate([1, 2]))) == 3
+
+
+def test_one_token_at_a_bound_position_ignores_the_cache_past_it() -> None:
+    """A single token at a bound start_pos attends over the whole cache with the later positions masked: stale values
+    there (a previous, longer generation) change nothing, and the result is the slice-to-start_pos one's."""
+    from fusegrad.llm.model import attend_with_cache
+
+    rng = np.random.default_rng(3)
+    q, k, v = (Tensor(rng.standard_normal((1, 4, 1, 8)).astype(np.float32)) for _ in range(3))
+    stale = rng.standard_normal((2, 1, 4, 10, 8)).astype(np.float32) * 100
+    sliced = attend_with_cache(Tensor(stale).contiguous().realize(), q, k, v, 5).numpy()
+    position = UOp.variable("start_pos", 1, 9).bind(5)
+    masked = attend_with_cache(Tensor(stale).contiguous().realize(), q, k, v, position).numpy()
+    np.testing.assert_allclose(masked, sliced, rtol=1e-5, atol=1e-5)
