@@ -146,6 +146,24 @@ def kernel_matmul_tiled() -> Case:
     return ast, [floats(64), floats(64)], lambda a, b: (a.reshape(16, 4) @ b.reshape(4, 16)).reshape(-1)
 
 
+def kernel_gated_projections() -> Case:
+    # out (16, 16) = silu(x @ g.T) * (x @ u.T), x (16, 32), g and u (16, 32): a fused SwiGLU; a tile of 4 rows x 16
+    # columns over two packed weight panels, the silu run lane by lane on the vector accumulators
+    i, j, r, s = rng(16, 0), rng(16, 1), rng(32, 2, AxisType.REDUCE), rng(32, 3, AxisType.REDUCE)
+    gate = (glob(1, 512).index(i * 32 + r).load() * glob(2, 512).index(j * 32 + r).load()).reduce(r, arg=Ops.ADD)
+    up = (glob(1, 512).index(i * 32 + s).load() * glob(3, 512).index(j * 32 + s).load()).reduce(s, arg=Ops.ADD)
+    silu = gate * (1.0 + (gate * -1.4426950408889634).exp2()).reciprocal()
+    ast = UOp.sink(glob(0, 256).index(i * 16 + j).store(silu * up))
+
+    def reference(x: np.ndarray, g: np.ndarray, u: np.ndarray) -> np.ndarray:
+        x64 = x.astype(np.float64).reshape(16, 32)
+        a = x64 @ g.astype(np.float64).reshape(16, 32).T
+        return (a / (1 + np.exp(-a)) * (x64 @ u.astype(np.float64).reshape(16, 32).T)).astype(np.float32).reshape(-1)
+
+    # small values: 32-term float32 sums stay within the check's 1e-6 of the float64 reference
+    return ast, [floats(512) * 0.1 for _ in range(3)], reference
+
+
 def kernel_sum_grouped() -> Case:
     r0 = rng(1 << 20, 0, AxisType.REDUCE)  # out (1,) = a (1M,).sum(): 16 partial sums in parallel, then theirs
     total = glob(1, 1 << 20).index(r0).load().reduce(r0, arg=Ops.ADD)
@@ -157,7 +175,7 @@ def kernel_sum_grouped() -> Case:
 CANONICAL: dict[str, Callable[[], Case]] = {f.__name__.removeprefix("kernel_"): f for f in (
     kernel_add, kernel_permute, kernel_sum_axis, kernel_max_reduce, kernel_pad, kernel_where_cmp, kernel_cast,
     kernel_symbolic, kernel_matmul, kernel_unary_chain, kernel_reduce_then_elementwise, kernel_matmul_tiled,
-    kernel_sum_grouped)}  # fmt: skip
+    kernel_gated_projections, kernel_sum_grouped)}  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
