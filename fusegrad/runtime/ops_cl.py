@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fusegrad.device import Allocator, BufferSpec, Compiled, CompileError, Compiler
-from fusegrad.helpers import PROFILE, ProfileRangeEvent, cpu_events, perf_counter_us
+from fusegrad.helpers import PROFILE, ProfileRangeEvent, cpu_events, perf_counter_us, suppress_finalizing
 from fusegrad.runtime.support import cl
 from fusegrad.runtime.support.cl import check, checked, lib
 
@@ -69,6 +69,7 @@ class CLProgram:
         check(lib().clBuildProgram(self.program, 1, dev.device_id_array, None, None, None), "clBuildProgram")
         self.kernel = checked("clCreateKernel", self.program, name.encode())
 
+    @suppress_finalizing  # at interpreter exit the library's handle may already be torn down
     def __del__(self) -> None:
         if getattr(self, "kernel", None) is not None:
             lib().clReleaseKernel(self.kernel)

@@ -11,7 +11,7 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from fusegrad.device import Allocator, BufferSpec, Compiled
-from fusegrad.helpers import PROFILE, ProfileRangeEvent, cpu_events, perf_counter_us
+from fusegrad.helpers import PROFILE, ProfileRangeEvent, cpu_events, perf_counter_us, suppress_finalizing
 from fusegrad.runtime.support import cuda
 from fusegrad.runtime.support.cuda import check, lib
 from fusegrad.runtime.support.nvrtc import NVRTCCompiler, find_nvrtc
@@ -32,6 +32,7 @@ class CUDAProgram:
         check(lib().cuModuleLoadData(ctypes.byref(self.module), lib_bytes), f"cuModuleLoadData of {name}")
         check(lib().cuModuleGetFunction(ctypes.byref(self.function), self.module, name.encode()), "cuModuleGetFunction")
 
+    @suppress_finalizing  # at interpreter exit the library's handle may already be torn down
     def __del__(self) -> None:
         if getattr(self, "module", None) is not None and self.module.value:
             lib().cuModuleUnload(self.module)
