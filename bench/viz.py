@@ -170,6 +170,8 @@ PICK_STEP = """async (selector) => {
 }"""
 
 
+# the page idle after loading (its sidebar drawn, the layout worker started), as when a user gets to a click
+IDLE = "() => new Promise((r) => requestIdleCallback(() => r(), { timeout: 2000 }))"
 # every graph of the shown step has its elements (made in idle time, before ←/→ reaches it)
 BUILT = "() => window.vizProbe.graphsBuilt() === rw.graphs.length"
 
@@ -212,6 +214,7 @@ def graph_figures(page: Any) -> tuple[float, float, list[float], dict[str, list[
         page.goto(url)
         page.wait_for_selector("#groups .group > div")
         page.click("#groups .group > div")
+        page.evaluate(IDLE)
         runs = []
         for _ in range(2):  # picked, then (every graph of the step loaded) picked again: from the page's cache
             runs.append(page.evaluate(PICK_STEP, "#groups .step"))
@@ -348,6 +351,7 @@ def open_step(page: Any, url: str, ctx: int, idx: int) -> float:
     page.goto(url)
     page.wait_for_selector(f"#groups li.group[data-ctx='{ctx}'] > div")
     page.click(f"#groups li.group[data-ctx='{ctx}'] > div")
+    page.evaluate(IDLE)
     seconds = page.evaluate(PICK_STEP, f"#groups .step[data-step='{ctx}:{idx}']")
     page.wait_for_function("() => /^[0-9]+ graphs$/.test(document.getElementById('status').textContent)",
                            timeout=600_000)  # fmt: skip
