@@ -8,6 +8,7 @@ every match, laid out, kept once replayed), `kernel(ctx)`, `search(text)`, `prof
 
 from __future__ import annotations
 
+import gc
 import linecache
 import threading
 from collections import OrderedDict
@@ -47,6 +48,13 @@ def highlight_c(src: str) -> str | None:
     except ImportError:  # pygments is the optional `viz` extra: the page shows plain text
         return None
     return str(highlight(src, CLexer(), HtmlFormatter(nowrap=True)))
+
+
+def keep_out_of_collections() -> None:
+    """Exempt every object alive now (a loaded trace: a GPT run's is ~700,000) from the garbage collector's later
+    passes. They live as long as the server; without this each full pass walked them all, and one landing in a
+    request held it 0.2-0.8 s (a step's first graph took 0.8-0.9 s instead of 0.2-0.3 s)."""
+    gc.freeze()
 
 
 def _plain(label: str) -> str:
@@ -103,6 +111,7 @@ class VizSession:
                 self.overview_tracks()  # first: the overview and the kernel table need only the scan, quick to make
                 self.events = load_saved_profile(path).events
                 self.profile_bytes()
+                keep_out_of_collections()
             except TraceFileError as e:
                 self._load_error = e
 
@@ -130,6 +139,7 @@ class VizSession:
                     self.scan()  # json.loads holds the GIL for seconds: the quick overview scan goes first
                 saved = load_rewrites(path)
                 self.trace, self.lines = saved.trace, saved.lines
+                keep_out_of_collections()
             except TraceFileError as e:
                 self._rewrites_error = e
 

@@ -3,6 +3,7 @@ whole-run kernel table and the step times."""
 
 from __future__ import annotations
 
+import gc
 import struct
 from decimal import Decimal
 from pathlib import Path
@@ -65,6 +66,21 @@ def test_a_streaming_profile_loads_in_the_background(tmp_path: Path, real_trace:
     expected = VizSession(session.trace, list(session.profile_events())).profile_bytes()
     assert session.profile_bytes() == expected
     assert session.profile_bytes() == get_profile(list(session.profile_events()), session.programs())
+
+
+def test_a_loaded_trace_is_kept_out_of_garbage_collections(tmp_path: Path, real_trace: RealTrace) -> None:
+    """Once the background loads finish, the loaded objects are frozen (gc.freeze): the collector's full passes no
+    longer walk a whole run's trace while the server answers."""
+    profile = write_profile(tmp_path / "run.fgprof", real_trace.events, "id1")
+    save_rewrites(real_trace.trace, tmp_path / "run.rewrites.json.gz", "id1")
+    gc.unfreeze()
+    try:
+        session = open_session(tmp_path / "run.rewrites.json.gz", profile, background=True)
+        session.wait_rewrites()
+        session.profile_events()
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
 
 
 def test_a_streaming_profile_of_another_run_is_refused(tmp_path: Path, real_trace: RealTrace) -> None:
