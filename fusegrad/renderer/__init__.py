@@ -79,7 +79,8 @@ class Estimates:
 
     @staticmethod
     def from_uops(uops: Sequence[UOp]) -> Estimates:
-        """Walk the program once, multiplying each op by the trip counts of the loops around it. Address arithmetic
+        """Walk the program once, multiplying each op by the trip counts of the loops around it and by its vector lanes,
+        so the counts do not depend on the vector width a host gets. Address arithmetic
         (index dtype) and the gates of gated loads and stores are not counted as ops, as in the reference."""
         ops: sint = 0
         lds: sint = 0
@@ -97,9 +98,10 @@ class Estimates:
             elif u.op is Ops.END:
                 trips.pop()
             elif u.op in GroupOp.ALU and u not in indexing and u not in gating:
-                ops = _add(ops, trips[-1])
+                ops = _add(ops, _mul(trips[-1], u.dtype.count))  # a vector op is one op per lane
             elif (buf := _global_accessed(u)) is not None:
-                nbytes = _mul(trips[-1], buf.dtype.base.itemsize)
+                lanes = (u.dtype if u.op is Ops.LOAD else u.src[1].dtype).count
+                nbytes = _mul(trips[-1], buf.dtype.base.itemsize * lanes)
                 lds = _add(lds, nbytes)
                 touched[buf] = _add(touched.get(buf, 0), nbytes)
         mem: sint = 0

@@ -97,7 +97,6 @@ KNOWN_WRONG = {
     "test_dft_inverse": "reference rounding noise above atol",
     "test_dft_inverse_opset19": "reference rounding noise above atol",
     "test_scan_sum": "Scan: opset 8 (batched, with sequence_lens)",
-    "test_mish_expanded": "softplus of large inputs loses precision (9 of 10000 values)",
     "test_maxunpool_export_with_output_shape": "MaxUnpool: indices against a padded output_shape",
 }
 
