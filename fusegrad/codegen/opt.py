@@ -267,13 +267,14 @@ def _reduce_loads(nodes: dict[UOp, None]) -> list[UOp]:
     return [u for u in loads if reduced & {r for r in u.src[0].toposort() if r.op is Ops.RANGE}]
 
 
-def register_tile(vector_size: int, reuse_size: int, width: int) -> tuple[int, int]:
-    """(vector axis amount, reuse axis amount) of a tile of vector accumulators: whole vectors of `width` lanes times
-    rows, at most MAX_ACC_VECTORS registers. The most accumulators first (each load serves more of them, and more
-    independent adds hide their latency), then the fewest loads per accumulator, then more rows (broadcasts are
-    cheaper than vector loads, and the packed panel narrower). (0, 0): no whole vector divides the axis."""
+def register_tile(vector_size: int, reuse_size: int, width: int, max_vectors: int = MAX_ACC_VECTORS) -> tuple[int, int]:
+    """(vector axis amount, reuse axis amount) of a tile of vector accumulators: whole vectors of `width` lanes (at
+    most `max_vectors` of them) times rows, at most MAX_ACC_VECTORS registers. The most accumulators first (each load
+    serves more of them, and more independent adds hide their latency), then the fewest loads per accumulator, then
+    more rows (broadcasts are cheaper than vector loads, and the packed panel narrower). (0, 0): no whole vector
+    divides the axis."""
     best: tuple[tuple[int, int, int], int, int] = ((0, 0, 0), 0, 0)
-    for vectors in range(1, MAX_ACC_VECTORS + 1):
+    for vectors in range(1, min(max_vectors, MAX_ACC_VECTORS) + 1):
         if vector_size % (vectors * width):
             continue
         for rows in range(1, MAX_ACC_VECTORS // vectors + 1):
@@ -299,7 +300,7 @@ def vector_tile_opts(loops: list[UOp], vector: UOp, strides: dict[UOp, list[int 
     return ret
 
 
-def strided_tile_opts(loops: list[UOp], loads: list[UOp], width: int) -> list[Opt]:
+def strided_tile_opts(loops: list[UOp], loads: list[UOp], width: int, max_vectors: int = MAX_ACC_VECTORS) -> list[Opt]:
     """A register tile whose vector axis no load is contiguous in (a @ b.T, Linear's x @ w.T): the innermost output
     axis some loads stride along (the others don't depend on it: broadcasts), with a reuse axis those loads don't
     depend on (two of them in a fused SwiGLU's gate and up projections). Only worth it with a PACK of those loads
@@ -312,7 +313,7 @@ def strided_tile_opts(loops: list[UOp], loads: list[UOp], width: int) -> list[Op
         reuse = [r for r in loops if r is not vector and all(strides[r][i] == 0 for i in along)]
         if not reuse:
             continue
-        amount, rows = register_tile(int(vector.src[0].arg), int(reuse[-1].src[0].arg), width)
+        amount, rows = register_tile(int(vector.src[0].arg), int(reuse[-1].src[0].arg), width, max_vectors)
         if amount and rows > 1:
             return [Opt(OptOps.UPCAST, reuse[-1].arg[0], rows), Opt(OptOps.UPCAST, vector.arg[0], amount)]
     return []
@@ -445,7 +446,9 @@ def tile_opts(sink: UOp, opts: list[Opt], rest: list[UOp], width: int, acc_bytes
     )
     sizes = {r.arg[0]: int(r.src[0].arg) for r in rest}
     if not upcasts and width:  # no load contiguous in an output axis (a @ b.T): a tile only with a packed panel
-        tile = strided_tile_opts(rest, _reduce_loads(nodes), width)
+        # as many vectors as keep a panel of the whole reduce within PACK_MAX_BYTES (fewer columns for a long one)
+        max_vectors = PACK_MAX_BYTES // max(reduce_size * acc_bytes * width, 1)
+        tile = strided_tile_opts(rest, _reduce_loads(nodes), width, max_vectors)
         packed = pack_opts(sink, opts + tile, _reduce_loads(nodes), reduce_size, sizes) if tile else []
         return tile + packed if packed else []
     if packed := pack_opts(sink, opts + upcasts, _reduce_loads(nodes), reduce_size, sizes):

@@ -676,3 +676,13 @@ def test_heuristic_packs_both_weights_of_fused_projections() -> None:
     assert "float8 acc" in to_program(case[0], ClangRenderer()).src
     for device in DEVICES:
         check(case, dtypes.float32, device, None, exact=True)
+
+
+def test_heuristic_narrows_the_tile_of_a_long_transposed_reduce_to_fit_its_panel() -> None:
+    """x @ w.T over 8192: a full tile's packed panel (8192 x 16 floats) would pass PACK_MAX_BYTES, and without a
+    panel there is no tile at all; one vector of columns keeps it at 8192 x 8 floats (256 KiB)."""
+    case = matmul_transposed(64, 8192, 16, dtypes.float32)
+    opts = hand_coded_opts(graph_rewrite(case[0], sym))
+    assert Opt(OptOps.UPCAST, 1, 8) in opts, opts
+    assert any(o.op is OptOps.PACK for o in opts), opts
+    check(case, dtypes.float32, "CPU", None)
