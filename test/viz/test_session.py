@@ -69,8 +69,8 @@ def test_a_streaming_profile_loads_in_the_background(tmp_path: Path, real_trace:
 
 
 def test_a_loaded_trace_is_kept_out_of_garbage_collections(tmp_path: Path, real_trace: RealTrace) -> None:
-    """Once the background loads finish, the loaded objects are frozen (gc.freeze): the collector's full passes no
-    longer walk a whole run's trace while the server answers."""
+    """The collector is paused while the background loads run, and once they finish the loaded objects are frozen
+    (gc.freeze): its full passes no longer walk a whole run's trace while the server answers."""
     profile = write_profile(tmp_path / "run.fgprof", real_trace.events, "id1")
     save_rewrites(real_trace.trace, tmp_path / "run.rewrites.json.gz", "id1")
     gc.unfreeze()
@@ -79,6 +79,7 @@ def test_a_loaded_trace_is_kept_out_of_garbage_collections(tmp_path: Path, real_
         session.wait_rewrites()
         session.profile_events()
         assert gc.get_freeze_count() > 0
+        assert gc.isenabled()
     finally:
         gc.unfreeze()
 
