@@ -13,20 +13,18 @@ from typing import Any
 
 from fusegrad.helpers import TRACK_MATCH_STATS, pluralize, prod
 from fusegrad.schedule.collectives import allreduce_kernel, multi_copy_kernel
-from fusegrad.schedule.multi import Placement, devices_of, has_multi, place_graph
-from fusegrad.schedule.ordering import add_dependencies, run_order, snapshot
-from fusegrad.schedule.rangeify import (
-    Kernel,
+from fusegrad.schedule.fusion import (
+    WINDOW_CROP,
     Reads,
-    build_kernel,
-    copy_kernel,
     initial_realizes,
     is_kernelized,
     is_stored,
     is_view_of_stored,
-    note_reads,
-    simplify_kernel,
+    trace_fusion_decisions,
 )
+from fusegrad.schedule.multi import Placement, devices_of, has_multi, place_graph
+from fusegrad.schedule.ordering import add_dependencies, run_order, snapshot
+from fusegrad.schedule.rangeify import Kernel, build_kernel, copy_kernel, note_reads, simplify_kernel
 from fusegrad.schedule.split import pm_split_reduces
 from fusegrad.schedule.views import copy_then_rearrange, storage_view_kernel, storage_write_kernel
 from fusegrad.schedule.windows import window_crops
@@ -102,16 +100,17 @@ pm_prepare_realize = PatternMatcher(
 )
 
 
-def find_realizes(sink: UOp, placements: dict[UOp, Placement] | None = None) -> dict[UOp, None]:
-    """Grow the initial realize set until no kernel would recompute a reduce or read a node at two places.
+def find_realizes(sink: UOp, placements: dict[UOp, Placement] | None = None) -> dict[UOp, str]:
+    """Grow the initial realize set until no kernel would recompute a reduce or read a node at two places; each
+    realized node maps to the reason it got its own kernel (fusion.REASONS).
 
     Each round walks every kernel (reads only, note_reads) with fresh read records. A reduce found to need its own
     kernel is realized and walked in the same round; the round is walked again only if an earlier walk had computed
     that reduce inline, since every other walk would go exactly as it went (same order, same reads)."""
-    realized = {u: None for u in initial_realizes(sink) if prod(u.shape) != 0}  # empty results need no kernel
+    realized = {u: r for u, r in initial_realizes(sink).items() if prod(u.shape) != 0}  # empty results need no kernel
     while True:
         reads: Reads = {}
-        flagged: dict[UOp, None] = {}
+        flagged: dict[UOp, str] = {}
         inlined: set[UOp] = set()
         added: list[UOp] = []
         roots = list(realized)
@@ -123,7 +122,7 @@ def find_realizes(sink: UOp, placements: dict[UOp, Placement] | None = None) -> 
             # flagged only grows within a round: the newest entries are the ones this walk added
             for u in reversed([*itertools.islice(reversed(flagged), len(flagged) - seen)]):
                 if u.op is Ops.REDUCE_AXIS and u not in realized and prod(u.shape) != 0:
-                    realized[u] = None
+                    realized[u] = flagged[u]
                     roots.append(u)
                     added.append(u)
         if any(u in inlined for u in added):
@@ -133,9 +132,9 @@ def find_realizes(sink: UOp, placements: dict[UOp, Placement] | None = None) -> 
         if not new and not crops:
             return realized
         if not new:  # realize what is read of a window gradient, not the whole padded axis (windows.py)
-            realized = {crops.get(u, u): None for u in realized}
+            realized = {crops.get(u, u): WINDOW_CROP if u in crops else r for u, r in realized.items()}
             continue
-        realized.update(dict.fromkeys(new))
+        realized.update({u: flagged[u] for u in new})
 
 
 def _kernel_name(result: Any) -> str:
@@ -157,6 +156,9 @@ def kernelize(sink: UOp) -> KernelizeResult:
         topo = prepared.toposort()
     realized = find_realizes(prepared, placements)
     run = run_order(topo, realized)
+    if TRACK_MATCH_STATS.value >= 2:  # VIZ: a step tagging each realized node with why it got a kernel (fusion.py)
+        made = [snapshot(w)[1] for w in run.after]
+        trace_fusion_decisions(prepare_map, prepared, realized, made, placements is not None)
     buffer_of: dict[UOp, UOp] = {}
     kernels: list[UOp] = []
     snapshots: dict[UOp, UOp] = {}  # write -> the kernel copying what it overwrites, for reads that can't precede it
@@ -187,7 +189,7 @@ _pm_nothing = PatternMatcher([])
 
 def _kernel_for(
     root: UOp,
-    realized: dict[UOp, None],
+    realized: dict[UOp, str],
     buffer_of: dict[UOp, UOp],
     placements: dict[UOp, Placement] | None,
     var_vals: dict[str, int],
@@ -228,7 +230,7 @@ def _kernel_for(
 _UNLABELLED_LEAVES = (Ops.CONST, Ops.DEVICE, Ops.UNIQUE, Ops.BUFFER, Ops.DEFINE_VAR, Ops.BIND)
 
 
-def _fused_metadata(root: UOp, realized: dict[UOp, None]) -> tuple[Any, ...]:
+def _fused_metadata(root: UOp, realized: dict[UOp, str]) -> tuple[Any, ...]:
     """The Tensor-call labels of every node computed inside root's kernel (not those of kernels it reads), so a
     kernel fusing `x.relu() * y.sigmoid()` reports relu, sigmoid and __mul__; in first-seen order from the root."""
     found: dict[Any, None] = dict.fromkeys(all_metadata.get(root, ()))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from fusegrad.schedule.rangeify import is_kernelized
+from fusegrad.schedule.fusion import is_kernelized
 from fusegrad.uop import GroupOp, Ops
 from fusegrad.uop.ops import UOp
 
@@ -28,7 +28,7 @@ def written_buffer(root: UOp) -> UOp | None:
     return node if node.op is Ops.BUFFER else None
 
 
-def buffers_read(root: UOp, realized: dict[UOp, None]) -> set[UOp]:
+def buffers_read(root: UOp, realized: dict[UOp, str]) -> set[UOp]:
     """BUFFERs whose current contents the kernel of `root` loads (reads of other realized nodes are not followed)."""
     start = root.src[1] if root.op is Ops.ASSIGN else root
     found: set[UOp] = set()
@@ -50,7 +50,7 @@ def buffers_read(root: UOp, realized: dict[UOp, None]) -> set[UOp]:
     return found
 
 
-def _realized_children(root: UOp, realized: dict[UOp, None]) -> list[UOp]:
+def _realized_children(root: UOp, realized: dict[UOp, str]) -> list[UOp]:
     """The realized nodes the kernel of `root` reads, i.e. the kernels that must run before it."""
     out: list[UOp] = []
     stack, seen = list(root.src), set(root.src)
@@ -76,7 +76,7 @@ class RunOrder:
     after: dict[UOp, list[UOp]]
 
 
-def _write_after_read_edges(roots: list[UOp], realized: dict[UOp, None]) -> dict[UOp, list[UOp]]:
+def _write_after_read_edges(roots: list[UOp], realized: dict[UOp, str]) -> dict[UOp, list[UOp]]:
     """For each write of a BUFFER, the other roots whose kernels read that buffer's old contents."""
     readers: dict[UOp, list[UOp]] = {}
     for root in roots:
@@ -91,7 +91,7 @@ def _write_after_read_edges(roots: list[UOp], realized: dict[UOp, None]) -> dict
     return edges
 
 
-def _depth_first_order(roots: list[UOp], realized: dict[UOp, None], edges: dict[UOp, list[UOp]]) -> list[UOp]:
+def _depth_first_order(roots: list[UOp], realized: dict[UOp, str], edges: dict[UOp, list[UOp]]) -> list[UOp]:
     """Roots after everything they read and after the readers `edges` puts first; an edge closing a cycle is skipped."""
     order: list[UOp] = []
     placed: dict[UOp, bool] = {}  # False while on the DFS path, True once in `order`
@@ -110,7 +110,7 @@ def _depth_first_order(roots: list[UOp], realized: dict[UOp, None], edges: dict[
     return order
 
 
-def run_order(topo: Iterable[UOp], realized: dict[UOp, None]) -> RunOrder:
+def run_order(topo: Iterable[UOp], realized: dict[UOp, str]) -> RunOrder:
     """Order the realized nodes so that, where possible, every read of a buffer's old contents precedes its write.
 
     Two updates that each read the other's old value (`a -= f(b); b -= g(a)`) form a cycle: one of the reads is

@@ -1,9 +1,8 @@
-"""Tensor graph -> kernels, by ranges (SCHEDULER.md): decide which nodes get a buffer, then build each kernel's AST.
+"""Tensor graph -> kernel ASTs, by ranges (SCHEDULER.md): `build_kernel` emits the AST of one realized node.
 
 Every realized node gets a loop variable (RANGE) per output axis; walking down from it, each node is computed at the
-index its consumer reads it (movement ops only change the index). A node gets its own kernel when it must be
-computed once (CONTIGUOUS, COPY, ASSIGN, outputs), when a reduce would be recomputed, or when one kernel reads it at
-two different indices. Entry point: `kernelize_graph(sink)`.
+index its consumer reads it (movement ops only change the index). Which nodes are realized, and why, is fusion.py's
+policy (kernelize.find_realizes walks every kernel with `note_reads` to decide it). Entry point: `build_kernel`.
 """
 
 from __future__ import annotations
@@ -13,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fusegrad.helpers import TRACK_MATCH_STATS, prod
+from fusegrad.schedule.fusion import ReadPolicy, Reads
+from fusegrad.schedule.fusion import is_kernelized as is_kernelized  # engine/schedule.py, collectives.py read it here
 from fusegrad.schedule.indexing import Index, idx_const, linearize_index, simplify_index, source_index
 from fusegrad.schedule.multi import Placement, devices_of, multi_buffer, multi_range, register_multi_buffer
 from fusegrad.schedule.windows import find_unwindow, merge_sums, unwindow_index
@@ -21,9 +22,6 @@ from fusegrad.uop.ops import UOp
 from fusegrad.uop.rewrite import graph_rewrite
 from fusegrad.uop.symbolic import sym
 from fusegrad.uop.symbolic_shape import max_size
-
-# operations that cost several simple ones: counted 4x when deciding whether recomputing a value is dear
-_COSTLY_OPS = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.POW})
 
 
 @dataclass(frozen=True)
@@ -39,47 +37,11 @@ class Kernel:
         return f"<Kernel {len(self.ast.src)} store(s)>"
 
 
-def is_kernelized(u: UOp) -> bool:
-    """An ASSIGN(BUFFER, KERNEL): a buffer whose kernel is already built."""
-    return u.op is Ops.ASSIGN and len(u.src) == 2 and u.src[1].op is Ops.KERNEL
-
-
-def is_stored(u: UOp) -> bool:
-    """Memory that kernels load from without computing: buffers and kernelized buffers."""
-    return u.op is Ops.BUFFER or is_kernelized(u)
-
-
-def is_view_of_stored(u: UOp) -> bool:
-    """A movement op over memory (or a constant): reading it computes nothing."""
-    return u.op in GroupOp.Movement and (is_stored(u.base) or u.base.op is Ops.CONST)
-
-
-def initial_realizes(sink: UOp) -> dict[UOp, None]:
-    """Nodes that need their own kernel whatever fusion decides: outputs, CONTIGUOUS, COPY and ASSIGN."""
-    ret: dict[UOp, None] = {}
-    for s in sink.src:
-        base = s.base
-        if not is_stored(base) and base.op not in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND):
-            ret[base] = None
-    for u in sink.toposort():
-        if u.op in (Ops.CONTIGUOUS, Ops.COPY) or (u.op is Ops.ASSIGN and not is_kernelized(u)):
-            ret[u] = None
-    return ret
-
-
-# node -> kernel root -> the (index, validity) pairs that kernel reads the node at
-Reads = dict[UOp, dict[UOp, set[tuple[Index, UOp | None]]]]
-
-
 @dataclass
-class KernelBuilder:
-    """Builds one kernel's value expression from a realized root, noting reads that force more realizations."""
+class KernelBuilder(ReadPolicy):
+    """Builds one kernel's value expression from a realized root; its reads go through the fusion policy
+    (fusion.ReadPolicy.note_read), which flags the nodes that need a kernel of their own."""
 
-    root: UOp
-    realized: dict[UOp, None]
-    buffer_of: dict[UOp, UOp]  # realized node -> the stored node (ASSIGN(BUFFER, KERNEL)) kernels load it from
-    reads: Reads
-    flagged: dict[UOp, None]
     out_buf: UOp | None = None  # the BUFFER this kernel writes: reading it again uses slot 0, not a second pointer
     loads: dict[UOp, int] = field(default_factory=dict)  # stored node -> global slot (1, 2, ...)
     ranges: itertools.count[int] = field(default_factory=itertools.count)
@@ -95,8 +57,6 @@ class KernelBuilder:
         assert self.device_index is not None, "block: not a multi-device kernel"
         return size // int(self.device_index.src[0].arg)
 
-    costly: dict[UOp, bool] = field(default_factory=dict)
-    range_memo: dict[Index, frozenset[UOp]] = field(default_factory=dict)
     # a reads-only walk (find_realizes): no AST is built; reduces it computes inline (not as a load) are noted in
     # `inlined`, so a reduce realized afterwards tells which walks would now differ
     reads_only: bool = False
@@ -104,16 +64,6 @@ class KernelBuilder:
 
     def new_range(self, size: int, axis_type: AxisType) -> UOp:
         return idx_const(0) if size == 1 else UOp.range(idx_const(size), next(self.ranges), axis_type)
-
-    def stored_node(self, u: UOp) -> UOp | None:
-        """What `u` is loaded from, if it is not computed inline in this kernel."""
-        if is_stored(u):
-            return self.buffer_of.get(u, u)  # a buffer read through a snapshot (ordering.py) is read from the copy
-        if u.op is Ops.AFTER:  # memory after an ASSIGN: read what that assign's kernel wrote
-            return self.buffer_of.get(u.src[1], u.src[1])
-        if u in self.realized and u is not self.root:
-            return self.buffer_of.get(u, u)
-        return None
 
     def load(self, stored: UOp, node: UOp, idx: Index, valid: UOp | None) -> UOp:
         if self.reads_only:
@@ -210,66 +160,6 @@ class KernelBuilder:
             return [(node.src[1], idx, valid, ctx)]
         return [(s, idx, valid, ctx) for s in node.src]
 
-    def note_read(self, node: UOp, idx: Index, valid: UOp | None, ctx: frozenset[UOp]) -> None:
-        if (
-            node is self.root
-            or node.op in GroupOp.Movement
-            or node.op in (Ops.CONST, Ops.IOTA, Ops.DEFINE_VAR, Ops.BIND)
-            or node._shape is None  # math on kernel constants (a gradient's `e - 1`): the same at every index
-        ):
-            return
-        by_kernel = self.reads.setdefault(node, {})
-        here = by_kernel.setdefault(self.root, set())
-        here.add((idx, valid))
-        if node.op is Ops.REDUCE_AXIS:
-            if ctx - self.ranges_in(idx):  # some loop around this read does not change the reduce: recomputed
-                self.flagged[node] = None
-            if len(by_kernel) > 1 or len(here) > 1:  # read by two kernels, or at two places
-                self.flagged[node] = None
-        else:
-            read_twice = len(here) > 1  # one kernel reads it at two places
-            if read_twice or (self.is_recomputed_in_reduce(node, idx, ctx) and self.is_costly(node)):
-                self.flagged[node] = None
-
-    def ranges_in(self, idx: Index) -> frozenset[UOp]:
-        """The RANGEs an index uses (kept per index: a chain of kernels reads through the same ones)."""
-        if (found := self.range_memo.get(idx)) is None:
-            found = self.range_memo[idx] = frozenset(u for i in idx for u in i.toposort() if u.op is Ops.RANGE)
-        return found
-
-    def is_recomputed_in_reduce(self, node: UOp, idx: Index, ctx: frozenset[UOp]) -> bool:
-        """Read inside a reduce loop by an index that ignores a loop enclosing one it uses: each value is computed
-        again for every step of that loop (a matmul operand, once per output column). A value that ignores only
-        loops nested inside all of its own (a row's statistic read in the reduce over that row) is computed once
-        per row, outside them: the linearizer places an op by the loops it depends on."""
-        if not any(r.arg[1] is AxisType.REDUCE for r in ctx):
-            return False
-        used = self.ranges_in(idx)
-        return any(_nesting(m) < _nesting(r) for m in ctx - used for r in used)
-
-    def is_costly(self, node: UOp) -> bool:
-        """Whether computing `node` inline costs more than a load: it reads 3+ buffers or does 8+ operations.
-
-        Cheap producers (a cast, a relu, a scale) stay fused into the reduce that reads them; costly ones are cheaper
-        to store once than to recompute per output element."""
-        if (cached := self.costly.get(node)) is not None:
-            return cached
-        loads: set[UOp] = set()
-        ops, stack, seen = 0, [node], {node}
-        while stack and len(loads) < 3 and ops < 8:
-            n = stack.pop()
-            if n is not node and (self.stored_node(n) is not None or n in self.flagged or n.op is Ops.REDUCE_AXIS):
-                loads.add(n.base)
-                continue
-            if n.op in GroupOp.ALU:
-                ops += 4 if n.op in _COSTLY_OPS else 1
-            for s in n.src:
-                if s not in seen:
-                    seen.add(s)
-                    stack.append(s)
-        self.costly[node] = result = len(loads) >= 3 or ops >= 8
-        return result
-
     def combine(self, node: UOp, srcs: list[UOp], idx: Index, valid: UOp | None) -> UOp:
         if self.reads_only:
             if node.op is Ops.REDUCE_AXIS and node is not self.root and self.inlined is not None:
@@ -339,11 +229,6 @@ class KernelBuilder:
 _UNBUILT = UOp(Ops.NOOP)  # the value of every node in a reads-only walk
 
 
-def _nesting(r: UOp) -> tuple[int, int]:
-    """Loop order in a kernel: output loops outside reduce loops, each kind in the order the walk made them."""
-    return (r.arg[1] is AxisType.REDUCE, r.arg[0])
-
-
 def _loops(i: UOp) -> list[UOp]:
     """The loop RANGEs in index `i` (a range itself, or a device block's offset plus a range)."""
     if i.op is Ops.RANGE:
@@ -409,8 +294,8 @@ def _local_copy(root: UOp, buffer_of: dict[UOp, UOp]) -> BuiltKernel:
     return BuiltKernel(root, copy_ast(out, moves), out, [source])
 
 
-def build_kernel(root: UOp, realized: dict[UOp, None], buffer_of: dict[UOp, UOp], reads: Reads,
-                 flagged: dict[UOp, None], device_buffer: UOp | None,
+def build_kernel(root: UOp, realized: dict[UOp, str], buffer_of: dict[UOp, UOp], reads: Reads,
+                 flagged: dict[UOp, str], device_buffer: UOp | None,
                  placements: dict[UOp, Placement] | None = None) -> BuiltKernel:  # fmt: skip
     """The kernel computing realized node `root` into `device_buffer` (a fresh BUFFER when None).
 
@@ -446,9 +331,9 @@ def build_kernel(root: UOp, realized: dict[UOp, None], buffer_of: dict[UOp, UOp]
 
 def note_reads(
     root: UOp,
-    realized: dict[UOp, None],
+    realized: dict[UOp, str],
     reads: Reads,
-    flagged: dict[UOp, None],
+    flagged: dict[UOp, str],
     inlined: set[UOp],
     placements: dict[UOp, Placement] | None = None,
 ) -> None:

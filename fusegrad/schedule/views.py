@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from fusegrad.device import _STORAGE_DEVICES
 from fusegrad.dtype import DType
 from fusegrad.helpers import prod
+from fusegrad.schedule.fusion import is_kernelized, is_stored
 from fusegrad.schedule.indexing import strides_for
-from fusegrad.schedule.rangeify import Kernel, is_kernelized, is_stored
+from fusegrad.schedule.rangeify import Kernel
 from fusegrad.uop import GroupOp, Ops
 from fusegrad.uop.ops import UOp, buffers
 

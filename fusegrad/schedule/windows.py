@@ -77,7 +77,7 @@ def _search(reduce: UOp) -> Unwindow | None:
     return best
 
 
-def window_crops(sink: UOp, realized: dict[UOp, None]) -> dict[UOp, UOp]:
+def window_crops(sink: UOp, realized: dict[UOp, str]) -> dict[UOp, UOp]:
     """Realized window gradients read only through one crop (the gradient of a padded conv input is its window
     gradient, reshaped and shrunk): realize the crop instead, so the kernel computes only the elements read."""
     candidates = [u for u in realized if u.op is Ops.REDUCE_AXIS and find_unwindow(u) is not None]
