@@ -16,23 +16,24 @@ from fusegrad.uop.ops import UOp
 from fusegrad.uop.rewrite import graph_rewrite
 from fusegrad.uop.upat import PatternMatcher, UPat
 
-# the reasons a node gets its own kernel; the first eight hold whatever fusion decides (initial_realizes and the
-# nodes kernelize's prepare pass inserts), the next four are fusion's own decisions (note_read), the last two are made
-# after them (windows.py crops, ordering.py snapshots)
-OUTPUT = "realized by the user"
-CONTIGUOUS = "contiguous() asked for"
-DEVICE_COPY = "device copy"
-ASSIGN = "assign: a write into a buffer"
-COPY_SOURCE = "a copy moves whole memory: its source is made contiguous"
-ASSIGN_VALUE = "assigned value is a view of memory or reads its target elsewhere"
-SPLIT_REDUCE = "long contraction split in two (split.py)"
-MULTI_PLACEMENT = "placed on several devices (multi.py)"
-REDUCE_RECOMPUTED = "reduce would be recomputed per output"
-USED_BY_KERNELS = "used by several kernels"
-READ_TWICE = "read at two different indices"
-COSTLY_IN_REDUCE = "costly value recomputed in a reduce loop"
-WINDOW_CROP = "window gradient: only the crop read is realized"
-SNAPSHOT = "old contents kept for readers of an overwritten buffer"
+# why a node gets a kernel of its own. Held whatever fusion decides (initial_realizes):
+OUTPUT = "realized by the user"  # an output of the realize (or kernelize)
+CONTIGUOUS = "contiguous() asked for"  # the user's CONTIGUOUS
+DEVICE_COPY = "device copy"  # a COPY: a transfer between devices is a kernel of its own
+ASSIGN = "assign: a write into a buffer"  # an ASSIGN writes existing memory
+# a CONTIGUOUS the scheduler put in (found only for the VIZ step: find_realizes records them as CONTIGUOUS)
+COPY_SOURCE = "a copy moves whole memory: its source is made contiguous"  # COPY of a computed value or a view
+ASSIGN_VALUE = "assigned value is a view of memory or reads its target elsewhere"  # else the write would race
+SPLIT_REDUCE = "long contraction split in two (split.py)"  # the partial sums
+MULTI_PLACEMENT = "placed on several devices (multi.py)"  # a reshard or communication buffer
+# fusion's own decisions, from one kernel's reads (ReadPolicy.note_read)
+REDUCE_RECOMPUTED = "reduce would be recomputed per output"  # a loop around the read does not change the reduce
+USED_BY_KERNELS = "used by several kernels"  # a reduce read by two kernels: computed once, loaded by both
+READ_TWICE = "read at two different indices"  # one kernel reads it at two places (a shifted copy, a transpose)
+COSTLY_IN_REDUCE = "costly value recomputed in a reduce loop"  # 3+ loads or 8+ ops, read again per output column
+# made after them
+WINDOW_CROP = "window gradient: only the crop read is realized"  # windows.py: the crop, not the padded gradient
+SNAPSHOT = "old contents kept for readers of an overwritten buffer"  # ordering.py: readers that run after a write
 REASONS = (OUTPUT, CONTIGUOUS, DEVICE_COPY, ASSIGN, COPY_SOURCE, ASSIGN_VALUE, SPLIT_REDUCE, MULTI_PLACEMENT,
            REDUCE_RECOMPUTED, USED_BY_KERNELS, READ_TWICE, COSTLY_IN_REDUCE, WINDOW_CROP, SNAPSHOT)  # fmt: skip
 
