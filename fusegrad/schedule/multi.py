@@ -4,8 +4,9 @@ A tensor on a device tuple is one logical tensor with its global shape; autograd
 Its memory has a *placement*: replicated (every device holds all of it), sharded along an axis (device d holds the d-th
 of n equal blocks) or partial (every device holds a full-size partial reduce, until an allreduce combines them).
 `place_graph(sink)` runs before fusion: it gives every multi-device node a placement and inserts the COPY nodes that
-move data between placements. Kernels are then described once for all devices (rangeify.py): the device index is a RANGE
-of type MULTI, bound per device when the schedule is lowered (engine/schedule.py).
+move data between placements. Kernels are then described once for all devices (rangeify.py, indexing each device's
+block through `DeviceIndexing`): the device index is a RANGE of type MULTI, bound per device when the schedule is
+lowered (engine/schedule.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import TYPE_CHECKING
 
 from fusegrad.dtype import DType, dtypes
 from fusegrad.helpers import prod
+from fusegrad.schedule.fusion import is_kernelized
+from fusegrad.schedule.indexing import Index, idx_const, linearize_index, simplify_index
 from fusegrad.uop import AxisType, GroupOp, Ops
 from fusegrad.uop.ops import UOp
 
@@ -126,11 +129,6 @@ def reshaped_axis(in_shape: tuple[int, ...], axis: int, out_shape: tuple[int, ..
     return None
 
 
-def is_stored_write(u: UOp) -> bool:
-    """ASSIGN(BUFFER, KERNEL): a buffer whose kernel is built (rangeify.is_kernelized, which imports this module)."""
-    return u.op is Ops.ASSIGN and len(u.src) == 2 and u.src[1].op is Ops.KERNEL
-
-
 def to_front(ndim: int, axis: int) -> tuple[int, ...]:
     return (axis, *[i for i in range(ndim) if i != axis])
 
@@ -154,7 +152,7 @@ class PlaceGraph:
         node = x
         while node.op is Ops.RESHAPE:
             node = node.src[0]
-        if node.op in (Ops.BUFFER, Ops.COPY, Ops.CONTIGUOUS) or is_stored_write(node):
+        if node.op in (Ops.BUFFER, Ops.COPY, Ops.CONTIGUOUS) or is_kernelized(node):
             return x
         return self.put(x.contiguous(), self.placements[x]) if devices_of(x) else x.contiguous()
 
@@ -290,14 +288,14 @@ class PlaceGraph:
             return x
         if placement.masked:
             return self.read_after_write(x)
-        memory = x.op in (Ops.BUFFER, Ops.AFTER) or is_stored_write(x)
+        memory = x.op in (Ops.BUFFER, Ops.AFTER) or is_kernelized(x)
         if placement.axis is not None and memory and (stored := _reference_shape(x)) != x.shape:
             return self.place_movement(self.place_movement(x.reshape(stored)).reshape(x.shape))
         return x
 
     def value_sources(self, u: UOp) -> UOp:
         """`u` reading its sources as values (movement ops, AFTER and SINK read memory as it is)."""
-        if not (u.op in GroupOp.ALU or u.op in _VALUE_READERS) or is_stored_write(u):
+        if not (u.op in GroupOp.ALU or u.op in _VALUE_READERS) or is_kernelized(u):
             return u  # movement ops, AFTER and SINK read memory as it is; KERNEL sources are its buffers
         first = 1 if u.op is Ops.ASSIGN else 0  # an assign's target is a view of memory
         srcs = (*u.src[:first], *[self.as_value(s) for s in u.src[first:]])
@@ -312,7 +310,7 @@ class PlaceGraph:
             return u
         if u.op is Ops.BUFFER:
             return self.put(u, multi_buffer(u).placement)
-        if is_stored_write(u):
+        if is_kernelized(u):
             return self.put(u, multi_buffer(u.src[0]).placement)
         if u.op in (Ops.CONST, Ops.IOTA, Ops.DEVICE):
             return self.put(u, REPLICATED)
@@ -339,7 +337,7 @@ _VALUE_READERS = (Ops.CAST, Ops.BITCAST, Ops.REDUCE_AXIS, Ops.CONTIGUOUS, Ops.DE
 def _reference_shape(x: UOp) -> tuple[int, ...]:
     """The shape a placement's axis refers to: a buffer is flat, its axis refers to the shape it was stored with."""
     stored = x
-    while stored.op is Ops.AFTER or is_stored_write(stored):  # memory after writes: the BUFFER below
+    while stored.op is Ops.AFTER or is_kernelized(stored):  # memory after writes: the BUFFER below
         stored = stored.src[0]
     return multi_buffer(stored).shape if stored.op is Ops.BUFFER else x.shape
 
@@ -394,7 +392,7 @@ def place_graph(sink: UOp) -> tuple[UOp, dict[UOp, UOp], dict[UOp, Placement]]:
     new: dict[UOp, UOp] = {}
     for u in sink.toposort():
         srcs = tuple(new[s] for s in u.src)
-        if u.op is Ops.ASSIGN and not is_stored_write(u) and devices_of(u) is not None:
+        if u.op is Ops.ASSIGN and not is_kernelized(u) and devices_of(u) is not None:
             srcs = (_raw_view(u.src[0], new), *srcs[1:])
         node = u if srcs == u.src else u.replace(src=srcs)
         new[u] = state.place(node)
@@ -412,3 +410,62 @@ def multi_range(n: int) -> UOp:
 
 def is_multi_range(u: UOp) -> bool:
     return u.op is Ops.RANGE and u.arg[1] is AxisType.MULTI
+
+
+@dataclass
+class DeviceIndexing:
+    """A kernel described once for several devices (rangeify.build_kernel): `device_index` is its MULTI range, the
+    device a copy of the kernel runs on; a sharded axis is indexed within that device's block of it."""
+
+    placements: dict[UOp, Placement]
+    device_index: UOp
+    store_gate: UOp | None = None  # a masked write's store: where the index is in this device's block
+
+    def block(self, size: int) -> int:
+        """Elements of a sharded axis of `size` that one device holds."""
+        return size // int(self.device_index.src[0].arg)
+
+    def local_index(
+        self, buf: UOp, node: UOp, idx: Index, shape: tuple[int, ...], valid: UOp | None, gate: bool = False
+    ) -> tuple[UOp, int]:
+        """(flat index into this device's memory, its size) for reading `node` at global `idx` in a multi kernel.
+
+        With `gate` (a masked write) an index outside this device's block is allowed, and `self.store_gate` says
+        where the index is inside it."""
+        memory = buf
+        while memory.op in GroupOp.Movement or memory.op is Ops.AFTER or is_kernelized(memory):
+            memory = memory.src[0]  # a pending write's target: the memory it writes
+        if memory.op is Ops.BUFFER:
+            held = multi_buffer(memory)
+            placement, full, size = held.placement, held.shape, held.capacity
+        else:  # realized in this schedule, its buffer not made yet
+            placement, full, size = self.placements[node], node.shape, prod(node.shape)
+        if placement.axis is None:
+            return linearize_index(idx, shape), size
+        axis = placement.axis
+        s = self.block(full[axis])
+        if shape != full:  # a flat read: recover the shard axis' index from the flat one
+            flat = linearize_index(idx, shape)
+            idx = tuple(flat // prod(full[i + 1 :]) % full[i] for i in range(len(full)))
+            idx = simplify_index(idx)
+        local_idx = tuple(i - self.device_index * s if a == axis else i for a, i in enumerate(idx))
+        local_axis = simplify_index(local_idx)[axis]
+        if gate:
+            self.store_gate = (idx_const(-1) < local_axis) & (local_axis < s)
+        elif valid is None and (bad := self.outside_block(local_axis, s)) is not None:
+            raise RuntimeError(f"multi: a kernel reads outside device {bad}'s shard of axis {axis} of {full}: "
+                               f"index {local_axis.render()}, expected 0..{s - 1}")  # fmt: skip
+        local_shape = tuple(s if a == axis else d for a, d in enumerate(full))
+        return linearize_index(local_idx, local_shape), prod(local_shape)
+
+    def outside_block(self, local: UOp, s: int) -> int | None:
+        """A device for which index `local` can leave 0..s-1, else None (a read of another device's memory).
+
+        Bounds of the symbolic index first; where the device offset did not cancel, each device's index on its own."""
+        if local.vmin >= 0 and local.vmax < s:
+            return None
+        for d in range(int(self.device_index.src[0].arg)):
+            on_device = simplify_index((local.substitute({self.device_index: idx_const(d)}),))[0]
+            if not (on_device.vmin >= 0 and on_device.vmax < s):
+                return d
+        return None

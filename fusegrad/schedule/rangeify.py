@@ -15,7 +15,14 @@ from fusegrad.helpers import TRACK_MATCH_STATS, prod
 from fusegrad.schedule.fusion import ReadPolicy, Reads
 from fusegrad.schedule.fusion import is_kernelized as is_kernelized  # engine/schedule.py, collectives.py read it here
 from fusegrad.schedule.indexing import Index, idx_const, linearize_index, simplify_index, source_index
-from fusegrad.schedule.multi import Placement, devices_of, multi_buffer, multi_range, register_multi_buffer
+from fusegrad.schedule.multi import (
+    DeviceIndexing,
+    Placement,
+    devices_of,
+    multi_buffer,
+    multi_range,
+    register_multi_buffer,
+)
 from fusegrad.schedule.windows import find_unwindow, merge_sums, unwindow_index
 from fusegrad.uop import AxisType, GroupOp, Ops
 from fusegrad.uop.ops import UOp
@@ -48,14 +55,7 @@ class KernelBuilder(ReadPolicy):
     memo: dict[tuple[Any, ...], UOp] = field(default_factory=dict)
     # keyed like memo, validity included: a source's children carry the validity they were read under
     memo_children: dict[tuple[UOp, Index, UOp | None], list[tuple[Any, ...]]] = field(default_factory=dict)
-    placements: dict[UOp, Placement] | None = None  # set for a multi-device kernel (multi.py)
-    store_gate: UOp | None = None  # a masked write's store: where the index is in this device's block
-    device_index: UOp | None = None  # its MULTI range: the device a copy of the kernel runs on
-
-    def block(self, size: int) -> int:
-        """Elements of a sharded axis of `size` that one device holds."""
-        assert self.device_index is not None, "block: not a multi-device kernel"
-        return size // int(self.device_index.src[0].arg)
+    multi: DeviceIndexing | None = None  # set for a kernel described once for several devices (multi.py)
 
     # a reads-only walk (find_realizes): no AST is built; reduces it computes inline (not as a load) are noted in
     # `inlined`, so a reduce realized afterwards tells which walks would now differ
@@ -72,8 +72,8 @@ class KernelBuilder(ReadPolicy):
         slot = 0 if buf is self.out_buf else self.loads.setdefault(stored, len(self.loads) + 1)
         size = buf.arg if buf.op is Ops.BUFFER else max_size(prod(node.shape))
         shape = (size,) if (buf.op is Ops.BUFFER and node.op is Ops.BUFFER) or is_kernelized(node) else node.shape
-        if self.device_index is not None:
-            flat, size = self.local_index(buf, node, idx, shape, valid)
+        if self.multi is not None:
+            flat, size = self.multi.local_index(buf, node, idx, shape, valid)
         else:
             flat = linearize_index(idx, shape)
         glob = UOp(Ops.DEFINE_GLOBAL, node.dtype.ptr(size), arg=slot)
@@ -82,60 +82,11 @@ class KernelBuilder(ReadPolicy):
         index = glob.index(flat, valid) if valid is not None else glob.index(flat)
         return index.load(dtype=node.dtype)
 
-    def local_index(
-        self, buf: UOp, node: UOp, idx: Index, shape: tuple[int, ...], valid: UOp | None, gate: bool = False
-    ) -> tuple[UOp, int]:
-        """(flat index into this device's memory, its size) for reading `node` at global `idx` in a multi kernel.
-
-        With `gate` (a masked write) an index outside this device's block is allowed, and `self.store_gate` says
-        where the index is inside it."""
-        assert self.placements is not None, "local_index: not a multi kernel"
-        assert self.device_index is not None, "local_index: no device index"
-        memory = buf
-        while memory.op in GroupOp.Movement or memory.op is Ops.AFTER or is_kernelized(memory):
-            memory = memory.src[0]  # a pending write's target: the memory it writes
-        if memory.op is Ops.BUFFER:
-            held = multi_buffer(memory)
-            placement, full, size = held.placement, held.shape, held.capacity
-        else:  # realized in this schedule, its buffer not made yet
-            placement, full, size = self.placements[node], node.shape, prod(node.shape)
-        if placement.axis is None:
-            return linearize_index(idx, shape), size
-        axis = placement.axis
-        s = self.block(full[axis])
-        if shape != full:  # a flat read: recover the shard axis' index from the flat one
-            flat = linearize_index(idx, shape)
-            idx = tuple(flat // prod(full[i + 1 :]) % full[i] for i in range(len(full)))
-            idx = simplify_index(idx)
-        local_idx = tuple(i - self.device_index * s if a == axis else i for a, i in enumerate(idx))
-        local_axis = simplify_index(local_idx)[axis]
-        if gate:
-            self.store_gate = (idx_const(-1) < local_axis) & (local_axis < s)
-        elif valid is None and (bad := self.outside_block(local_axis, s)) is not None:
-            raise RuntimeError(f"multi: a kernel reads outside device {bad}'s shard of axis {axis} of {full}: "
-                               f"index {local_axis.render()}, expected 0..{s - 1}")  # fmt: skip
-        local_shape = tuple(s if a == axis else d for a, d in enumerate(full))
-        return linearize_index(local_idx, local_shape), prod(local_shape)
-
-    def outside_block(self, local: UOp, s: int) -> int | None:
-        """A device for which index `local` can leave 0..s-1, else None (a read of another device's memory).
-
-        Bounds of the symbolic index first; where the device offset did not cancel, each device's index on its own."""
-        if local.vmin >= 0 and local.vmax < s:
-            return None
-        assert self.device_index is not None, "outside_block: no device index"
-        for d in range(int(self.device_index.src[0].arg)):
-            on_device = simplify_index((local.substitute({self.device_index: idx_const(d)}),))[0]
-            if not (on_device.vmin >= 0 and on_device.vmax < s):
-                return d
-        return None
-
     def reduce_range(self, node: UOp, axis: int, size: int) -> UOp:
         """The loop a reduce runs over `axis`: over this device's block when the source is sharded along it."""
-        if self.placements is not None and self.placements.get(node.src[0], Placement()).axis == axis:
-            s = self.block(size)
-            assert self.device_index is not None, "reduce_range: no device index"
-            return self.device_index * s + self.new_range(s, AxisType.REDUCE)
+        if self.multi is not None and self.multi.placements.get(node.src[0], Placement()).axis == axis:
+            s = self.multi.block(size)
+            return self.multi.device_index * s + self.new_range(s, AxisType.REDUCE)
         return self.new_range(size, AxisType.REDUCE)
 
     def children(self, node: UOp, idx: Index, valid: UOp | None, ctx: frozenset[UOp]) -> list[tuple[Any, ...]]:
@@ -143,7 +94,7 @@ class KernelBuilder(ReadPolicy):
         if node.op in GroupOp.Movement:
             src_idx, src_valid = source_index(node, idx, valid)
             return [(node.src[0], src_idx, src_valid, ctx)]
-        if node.op is Ops.REDUCE_AXIS and self.placements is None and (w := find_unwindow(node)) is not None:
+        if node.op is Ops.REDUCE_AXIS and self.multi is None and (w := find_unwindow(node)) is not None:
             window = self.new_range(w.k, AxisType.REDUCE)  # a window gradient: read its source directly (windows.py)
             src_idx, inside = unwindow_index(w, idx, window)
             loops = {window} if window.op is Ops.RANGE else set()
@@ -265,13 +216,12 @@ class BuiltKernel:
 def _output_index(kb: KernelBuilder, root: UOp) -> tuple[Index, Index, tuple[int, ...]]:
     """(global index the kernel computes, its loop ranges, the shape they span): a sharded output loops over one
     device's block and offsets the shard axis by the device index."""
-    placement = kb.placements[root] if kb.placements is not None else Placement()
-    axis = placement.axis
-    local_shape = tuple(kb.block(s) if a == axis else s for a, s in enumerate(root.shape))
+    if kb.multi is None or (axis := kb.multi.placements[root].axis) is None:
+        loops = tuple(kb.new_range(s, AxisType.LOOP) for s in root.shape)
+        return loops, loops, root.shape
+    local_shape = tuple(kb.multi.block(s) if a == axis else s for a, s in enumerate(root.shape))
     loops = tuple(kb.new_range(s, AxisType.LOOP) for s in local_shape)
-    if axis is None or kb.device_index is None:
-        return loops, loops, local_shape
-    offset = kb.device_index * local_shape[axis]
+    offset = kb.multi.device_index * local_shape[axis]
     return tuple(offset + r if a == axis else r for a, r in enumerate(loops)), loops, local_shape
 
 
@@ -304,26 +254,27 @@ def build_kernel(root: UOp, realized: dict[UOp, str], buffer_of: dict[UOp, UOp],
     if placements is not None and (devices := devices_of(root)) is not None:
         if root not in placements or root.op is Ops.AFTER:  # a snapshot (ordering.py) or memory after a write
             return _local_copy(root, buffer_of)
-        kb.placements, kb.device_index = placements, multi_range(len(devices))
+        kb.multi = DeviceIndexing(placements, multi_range(len(devices)))
     out_idx, loops, loop_shape = _output_index(kb, root)
     ctx = frozenset(r for r in loops if r.op is Ops.RANGE)
     if root.op is Ops.ASSIGN:
         target_node, flat = _store_index(root.src[0], out_idx)
         out_buf = kb.out_buf = target_node.src[0] if is_kernelized(target_node) else target_node
-        if kb.placements is not None and kb.device_index is not None:
-            masked = kb.placements[root].masked
-            flat, _ = kb.local_index(out_buf, out_buf, (flat,), (out_buf.arg,), None, gate=masked)
+        if kb.multi is not None:
+            masked = kb.multi.placements[root].masked
+            flat, _ = kb.multi.local_index(out_buf, out_buf, (flat,), (out_buf.arg,), None, gate=masked)
         value = kb.emit(root.src[1], out_idx, None, ctx)
     else:
         size = max_size(prod(root.shape))  # a symbolic size: room for its largest value
         out_buf = device_buffer if device_buffer is not None else UOp.new_buffer(root.device, size, root.dtype)
-        if kb.placements is not None and kb.device_index is not None:
-            register_multi_buffer(out_buf, kb.placements[root], root.shape)
+        if kb.multi is not None:
+            register_multi_buffer(out_buf, kb.multi.placements[root], root.shape)
         flat = linearize_index(loops, loop_shape)
         value = kb.emit(root, out_idx, None, ctx)
-    out_size = multi_buffer(out_buf).capacity if kb.device_index is not None else out_buf.arg
+    out_size = multi_buffer(out_buf).capacity if kb.multi is not None else out_buf.arg
     glob = UOp(Ops.DEFINE_GLOBAL, out_buf.dtype.ptr(out_size), arg=0)
-    index = glob.index(flat) if kb.store_gate is None else glob.index(flat, kb.store_gate)
+    gate = kb.multi.store_gate if kb.multi is not None else None
+    index = glob.index(flat) if gate is None else glob.index(flat, gate)
     ast = UOp.sink(index.store(value))
     inputs = sorted(kb.loads, key=lambda u: kb.loads[u])
     return BuiltKernel(root, ast, out_buf, inputs)
@@ -343,7 +294,7 @@ def note_reads(
     if placements is not None and (devices := devices_of(root)) is not None:
         if root not in placements or root.op is Ops.AFTER:
             return  # a copy of memory on each device (_local_copy): it reads nothing that could be fused
-        kb.placements, kb.device_index = placements, multi_range(len(devices))
+        kb.multi = DeviceIndexing(placements, multi_range(len(devices)))
     out_idx, loops, _ = _output_index(kb, root)
     ctx = frozenset(r for r in loops if r.op is Ops.RANGE)
     if root.op is Ops.ASSIGN:
