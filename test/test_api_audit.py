@@ -20,6 +20,20 @@ import pytest
 
 tinygrad = pytest.importorskip("tinygrad")
 
+
+@pytest.fixture(autouse=True)
+def _keep_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reference writes DEV=<its default> into os.environ when its Device.DEFAULT is first read (CL where PoCL is
+    installed), and fusegrad reads DEV from the environment: later tests in the same process ran on CL. Registering
+    DEV with monkeypatch puts it back as it was after each test."""
+    import os
+
+    was = os.environ.get("DEV")
+    monkeypatch.setenv("DEV", was or "")  # recorded as it was (unset included), undone after the test
+    if was is None:
+        monkeypatch.delenv("DEV")
+
+
 # *** what is compared ***
 
 # label -> the dotted module path below `tinygrad` / `fusegrad` whose module-level definitions are compared
