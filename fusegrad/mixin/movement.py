@@ -39,6 +39,7 @@ from fusegrad.uop import Ops
 
 if TYPE_CHECKING:
     from fusegrad.tensor import Tensor
+    from fusegrad.uop.ops import sint
 
 
 # *** small helpers ***
@@ -558,7 +559,7 @@ class MovementMixin:
 
     # *** triangles and diagonals ***
 
-    def _triangle(self: Tensor, keep_above: bool, diagonal: int, op: str) -> Tensor:
+    def _triangle(self: Tensor, keep_above: bool, diagonal: sint, op: str) -> Tensor:
         if self.ndim < 2:
             raise ValueError(f"{op}: needs at least a 2-d tensor, got shape {self.shape}")
         rows, cols = self.shape[-2:]
@@ -567,11 +568,11 @@ class MovementMixin:
         return keep.where(self, const_like(self, 0))
 
     @traced
-    def tril(self: Tensor, diagonal: int = 0) -> Tensor:
+    def tril(self: Tensor, diagonal: sint = 0) -> Tensor:
         """Zero the elements above `diagonal` of the last two axes (column - row > diagonal).
 
         Args:
-            diagonal: which diagonal to keep up to (0: the main one, 1: one above).
+            diagonal: which diagonal to keep up to (0: the main one, 1: one above); a bound Variable too.
 
         Returns:
             The lower triangle, the same shape.
@@ -583,11 +584,11 @@ class MovementMixin:
         return self._triangle(False, diagonal, "tril")
 
     @traced
-    def triu(self: Tensor, diagonal: int = 0) -> Tensor:
+    def triu(self: Tensor, diagonal: sint = 0) -> Tensor:
         """Zero the elements below `diagonal` of the last two axes (column - row < diagonal).
 
         Args:
-            diagonal: which diagonal to keep from (0: the main one, 1: one above).
+            diagonal: which diagonal to keep from (0: the main one, 1: one above); a bound Variable too.
 
         Returns:
             The upper triangle, the same shape.
