@@ -240,10 +240,16 @@ def _fused_metadata(root: UOp, realized: dict[UOp, str]) -> tuple[Any, ...]:
         if node in seen or node in realized:
             continue
         seen.add(node)
-        if node.op not in _UNLABELLED_LEAVES and not _is_identity(node):
+        if node.op not in _UNLABELLED_LEAVES and not _is_identity(node) and not _is_constant_view(node):
             found.update(dict.fromkeys(all_metadata.get(node, ())))
         stack.extend(node.src)
     return tuple(found)
+
+
+def _is_constant_view(node: UOp) -> bool:
+    """A view of a constant (0.5 broadcast to (3, 5)): hash-consed like the constant itself, so it is shared by every
+    call that makes it and keeps the label of the first (seen with TRACEMETA=0 after a labelled gelu)."""
+    return node.op in GroupOp.Movement and node.base.op is Ops.CONST
 
 
 def _is_identity(node: UOp) -> bool:

@@ -100,12 +100,23 @@ class RewriteContext:
                         continue
                 else:
                     rewritten = new_n.replace(src=new_src)
+                    _keep_label(new_n, rewritten)
                 stack.append((n, 2, rewritten))
                 stack.append((rewritten, 0, rewritten))
             else:
                 replace[n] = replace[new_n]
                 in_progress.discard(n)
         return replace[root]
+
+
+def _keep_label(old: UOp, new: UOp) -> None:
+    """A node rebuilt only because its sources were rewritten is the same computation: it keeps the old node's
+    Tensor-call label (kernel names and VIZ read them; removing a DETACH rebuilt every node above it unlabelled, and
+    kernels then showed only the labels of shared constant views, whichever call made those first)."""
+    from fusegrad.uop.ops import all_metadata  # ops imports this module
+
+    if (meta := all_metadata.get(old)) is not None and new not in all_metadata:
+        all_metadata[new] = meta
 
 
 def _check_args(sink: Any, pm: Any, fn: str) -> None:
