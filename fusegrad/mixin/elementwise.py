@@ -35,9 +35,9 @@ _SINH = [1 / math.factorial(2 * n + 1) for n in range(7)]
 # atanh(s) = s * sum z^n / (2n+1)                           for |s| <= 0.2 (last term used < 1e-10)
 _ATANH = [1 / (2 * n + 1) for n in range(7)]
 # expm1(x) = x * sum x^n / (n+1)!                           for |x| < 0.5 (last term used < 1e-11)
-_EXPM1 = [1 / math.factorial(n + 1) for n in range(11)]
-# the same series to float64 precision (17 terms) for tanh
+# (17 terms reach float64 precision at |x| < 0.5: tanh uses them; expm1 the first 11)
 _EXPM1_LONG = [1 / math.factorial(n + 1) for n in range(17)]
+_EXPM1 = _EXPM1_LONG[:11]
 # erf(x) = 1 - t * P(t) * exp(-x^2), t = 1/(1 + p x), x >= 0: Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7
 _ERF_P = 0.3275911
 _ERF_TAIL = [0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429]

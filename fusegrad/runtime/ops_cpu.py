@@ -12,11 +12,10 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from fusegrad.device import Compiled, MallocAllocator
-from fusegrad.helpers import CRASH_REPORT, PROFILE, cpu_profile, mv_address, report_kernel
+from fusegrad.helpers import CRASH_REPORT, PROFILE, cpu_profile, mv_address, report_kernel, suppress_finalizing
 from fusegrad.runtime.support.compiler_cpu import ClangCompiler, kernel_source
 
 if TYPE_CHECKING:
@@ -53,13 +52,11 @@ class CPUProgram:
         # CRASH_REPORT: the C source, printed before the first run (None once printed, or when unknown)
         self.src = kernel_source(lib, name) if CRASH_REPORT else None
 
-    def __del__(
-        self, _finalizing: Callable[[], bool] = sys.is_finalizing, _dlclose: Callable[[int], None] = _ctypes.dlclose
-    ) -> None:
-        # the functions are bound at definition: at interpreter exit this module's globals may already be cleared
+    @suppress_finalizing  # at exit this module's globals may already be cleared
+    def __del__(self) -> None:
         handle, self._handle = self._handle, 0
-        if handle and not _finalizing():  # at exit the mappings go with the process
-            _dlclose(handle)
+        if handle and not sys.is_finalizing():  # at exit the mappings go with the process
+            _ctypes.dlclose(handle)
 
     def __call__(
         self,

@@ -113,9 +113,9 @@ def _keep_label(old: UOp, new: UOp) -> None:
     """A node rebuilt only because its sources were rewritten is the same computation: it keeps the old node's
     Tensor-call label (kernel names and VIZ read them; removing a DETACH rebuilt every node above it unlabelled, and
     kernels then showed only the labels of shared constant views, whichever call made those first)."""
-    from fusegrad.uop.ops import all_metadata  # ops imports this module
+    if (meta := old.metadata) is not None and new.metadata is None:
+        from fusegrad.uop.ops import all_metadata  # ops imports this module; imported only when a label moves
 
-    if (meta := all_metadata.get(old)) is not None and new not in all_metadata:
         all_metadata[new] = meta
 
 
