@@ -136,9 +136,15 @@ def run_scenario(scenario: str, out: pathlib.Path) -> None:
         assert stacked.device == split.device, stacked.device  # replicated on the devices t was sharded over
         assert isinstance(split.device, tuple), split.device
         assert (split.uop.axis, replicated.uop.axis) == (0, None)
+        again = Tensor([1.0, 2.0]).contiguous().realize()
+        distributed.allreduce(again)  # [2, 4]; the next calls on this buffer take the remembered host array
+        again.assign(again + info.rank)  # pending work on the same buffer: the cached path must run it first
+        distributed.allreduce(again)  # [2, 4] + [3, 5]
+        repeated = distributed.allreduce(again).numpy()  # doubled
         distributed.barrier()
         arrays = {"summed": summed, "mean": mean, "biggest": biggest, "shared": shared, "gathered": gathered}
         arrays |= {"split": split.numpy(), "replicated": replicated.numpy(), "stacked": stacked.numpy()}
+        arrays |= {"repeated": repeated}
         np.savez(out / f"rank{info.rank}.npz", **arrays)
     elif scenario == "view_grad":
         from fusegrad.distributed import DistributedDataParallel
@@ -244,6 +250,7 @@ def test_collectives(tmp_path: pathlib.Path) -> None:
             "allreduce",
             "broadcast",
             "allgather",
+            *["allreduce"] * 3,
             "barrier",
         ]
         with np.load(tmp_path / f"rank{rank}.npz", allow_pickle=False) as got:
@@ -255,6 +262,7 @@ def test_collectives(tmp_path: pathlib.Path) -> None:
             np.testing.assert_allclose(got["split"], [[3.0, 6.0], [9.0, 12.0]])
             np.testing.assert_allclose(got["replicated"], [1.0, 1.0])
             np.testing.assert_allclose(got["stacked"], [[1.0, 2.0], [2.0, 4.0]])
+            np.testing.assert_allclose(got["repeated"], [10.0, 18.0])
 
 
 def test_gradient_without_its_own_buffer_is_averaged(tmp_path: pathlib.Path) -> None:
