@@ -43,16 +43,26 @@ def global_batch(step: int) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
+SHARD_DEVICES = ("CPU:0", "CPU:1")
+
+
+def replicate(tensors: list[Tensor], devices: tuple[str, ...] | None) -> list[Tensor]:
+    """The tensors copied to every one of `devices`, in place (no devices: unchanged)."""
+    return tensors if devices is None else [t.shard_(devices) for t in tensors]
+
+
 def train(rank: int, world: int, mode: str) -> TinyModel:
     """STEPS steps on mean squared error; with world > 1 the gradients are averaged by DDP.
 
-    "eager" uses SGD (sensitive to the gradients' scale: a sum instead of a mean shows); "jit" (forward+backward and
-    update jitted apart, the averaging between them) and "jit_whole" (one TinyJit for the whole step, the averaging
-    captured inside it) use Adam."""
+    "eager" uses SGD (sensitive to the gradients' scale: a sum instead of a mean shows); "sharded" is eager SGD with
+    the model and batch replicated over two devices inside each rank (gradients staged through the host); "jit"
+    (forward+backward and update jitted apart, the averaging between them) and "jit_whole" (one TinyJit for the whole
+    step, the averaging captured inside it) use Adam."""
     Tensor.manual_seed(rank)  # different initial weights per rank: DDP must broadcast rank 0's
     model = TinyModel()
     params = get_parameters(model)
-    opt = optim.SGD(params, lr=0.2) if mode == "eager" else optim.Adam(params, lr=0.05)
+    devices = SHARD_DEVICES if mode == "sharded" else None
+    opt = optim.SGD(replicate(params, devices), lr=0.2) if mode in ("eager", "sharded") else optim.Adam(params, lr=0.05)
     ddp = None
     if world > 1:
         from fusegrad.distributed import DistributedDataParallel
@@ -87,7 +97,7 @@ def train(rank: int, world: int, mode: str) -> TinyModel:
             if mode == "jit_whole":
                 jitted(Tensor(x[rows]), Tensor(y[rows]))
                 continue
-            forward_backward_step(Tensor(x[rows]), Tensor(y[rows]))
+            forward_backward_step(*replicate([Tensor(x[rows]), Tensor(y[rows])], devices))
             if ddp is not None:
                 ddp.sync_gradients()
             update_step()
@@ -201,7 +211,7 @@ def check_ok(result: subprocess.CompletedProcess[str]) -> None:
     assert result.returncode == 0, f"mpiexec exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
 
 
-TRAIN_MODES = {"train": "eager", "train_jit": "jit", "train_jit_whole": "jit_whole"}
+TRAIN_MODES = {"train": "eager", "train_sharded": "sharded", "train_jit": "jit", "train_jit_whole": "jit_whole"}
 
 
 @pytest.mark.parametrize("scenario", list(TRAIN_MODES))
