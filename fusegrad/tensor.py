@@ -3070,13 +3070,15 @@ def _is_settled(u: UOp) -> bool:
     return u.base.op in (Ops.BUFFER, Ops.CONST)
 
 
-def _apply_map(becomes: dict[UOp, UOp]) -> None:
+def _apply_map(becomes: dict[UOp, UOp], only: Sequence[Tensor] | None = None) -> None:
     """Point every live tensor whose graph contains a key of `becomes` at the replacement (only lazy tensors can:
-    a realized buffer's graph holds nothing to replace; those that became one leave the lazy set here)."""
+    a realized buffer's graph holds nothing to replace; those that became one leave the lazy set here). `only`
+    limits that to these tensors, for a caller that knows no other tensor's graph holds their nodes: it skips the
+    walk over every lazy tensor's graph."""
     if not becomes:
         return
     others: list[Tensor] = []
-    for ref in list(_lazy_tensors):
+    for ref in list(_lazy_tensors) if only is None else [t._ref for t in only if t._ref in _lazy_tensors]:
         if (t := ref()) is None:
             continue
         if (u := t._uop) in becomes:

@@ -144,7 +144,7 @@ def test_realization_order_does_not_change_the_numbers() -> None:
 def test_each_draw_keeps_its_own_key() -> None:
     """The key is a copy of the device state in memory of its own: later advances of the state never reach it."""
     Tensor.manual_seed((7 << 32) + 5)
-    keys = [_next_key("CPU") for _ in range(3)]
+    keys = [_next_key(Tensor, "CPU") for _ in range(3)]
     assert [k.tolist() for k in keys] == [[5, 7, 0], [5, 7, 1], [5, 7, 2]]
     Tensor.manual_seed(11)
     expected = [Tensor.rand(5).numpy() for _ in range(3)]

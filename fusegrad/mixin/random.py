@@ -27,7 +27,6 @@ from fusegrad.dtype import DType, DTypeLike, dtypes, to_dtype
 from fusegrad.errors import SampleError as SampleError  # its home before errors.py
 from fusegrad.helpers import argfix, ceildiv, prod
 from fusegrad.uop import Ops
-from fusegrad.uop.ops import UOp
 
 if TYPE_CHECKING:
     from fusegrad.tensor import Tensor
@@ -86,39 +85,37 @@ def _device(device: str | tuple[str, ...] | None) -> str | tuple[str, ...]:
     return canonicalize_device(device) if device is not None else Device.DEFAULT
 
 
-def _device_state(dev: str | tuple[str, ...]) -> Tensor:
+def _device_state(cls: type[Tensor], dev: str | tuple[str, ...]) -> Tensor:
     """The device's state tensor, made (holding the host's words) on first use: a buffer of host data, no kernel."""
-    from fusegrad.tensor import Tensor
-
     assert _state.seed is not None, "random: a device state before the seed was set"
     if (state := _state.devices.get(dev)) is None:
         call = _state.calls.get(dev, 0)
-        state = _state.devices[dev] = Tensor(_seed_words(_state.seed, call), device=dev, dtype=dtypes.uint32)
+        state = _state.devices[dev] = cls(_seed_words(_state.seed, call), device=dev, dtype=dtypes.uint32)
         _state.held[dev] = (_state.seed, call)
     return state
 
 
-def _next_key(device: str | tuple[str, ...] | None) -> Tensor:
+def _next_key(cls: type[Tensor], device: str | tuple[str, ...] | None) -> Tensor:
     """A uint32 tensor (seed low, seed high, call number) for one draw. Outside a TinyJit capture it is host data: no
     kernel runs. Inside one, it is copied from the device state, which advances, both as kernels the capture records
     (run now, so the replays re-run them in the same order)."""
     from fusegrad.engine.realize import capturing
-    from fusegrad.tensor import Tensor
+    from fusegrad.schedule.cache import realize_tensors
 
     if _state.seed is None:
         _state.seed = int(time.time())  # unseeded: a new stream per process, as in the reference
     dev = _device(device)
     call = _state.calls.get(dev, 0)
     _state.calls[dev] = call + 1
-    _state.drawn[dev] = state = _device_state(dev)
+    _state.drawn[dev] = state = _device_state(cls, dev)
     if not capturing:
-        return Tensor(_seed_words(_state.seed, call), device=dev, dtype=dtypes.uint32)
+        return cls(_seed_words(_state.seed, call), device=dev, dtype=dtypes.uint32)
     assert _state.held[dev] == (_state.seed, call), "random: a device state was not brought up to date for a capture"
     # (3,): this draw's own copy in memory of its own (a contiguous() of a realized buffer would be that buffer)
-    key = Tensor.empty(3, device=dev, dtype=dtypes.uint32).assign(state)
-    call_word = Tensor.arange(3, device=dev) == 2  # (3,): 0, 0, 1
+    key = cls.empty(3, device=dev, dtype=dtypes.uint32).assign(state)
+    call_word = cls.arange(3, device=dev) == 2  # (3,): 0, 0, 1
     state.assign(key + call_word.cast(dtypes.uint32))
-    _realize_alone(key, state)
+    realize_tensors([key, state], alone=True)  # no other tensor's graph holds them: skip the walk over all of those
     _state.held[dev] = (_state.seed, call + 1)
     return key
 
@@ -126,14 +123,12 @@ def _next_key(device: str | tuple[str, ...] | None) -> Tensor:
 def _sync(dev: str | tuple[str, ...]) -> None:
     """Write the host's words into the device state where it holds others, and realize it. Never inside a capture:
     the write would be recorded, and every replay would rewind the state."""
-    from fusegrad.tensor import Tensor
-
     assert _state.seed is not None, "random: a device state before the seed was set"
     state, want = _state.devices[dev], (_state.seed, _state.calls.get(dev, 0))
     if _state.held[dev] != want:
         words = _seed_words(*want)
         if isinstance(dev, tuple) or state.uop.base.op is not Ops.BUFFER:  # a copy on every device: a kernel
-            state.assign(Tensor(words, device=dev, dtype=dtypes.uint32)).realize()
+            state.assign(type(state)(words, device=dev, dtype=dtypes.uint32)).realize()
         else:
             state.uop.base.buffer.ensure_allocated().copyin(memoryview(struct.pack("<3I", *words)))
         _state.held[dev] = want
@@ -188,37 +183,16 @@ def jit_replay(record: JitRecord) -> None:
             _state.held[dev] = (_state.held[dev][0], _state.calls[dev])
 
 
-def _realize_alone(*tensors: Tensor) -> None:
-    """Realize tensors whose graphs no other live tensor shares (a draw's key and the state), skipping the walk over
-    every live tensor's graph that `Tensor.realize` makes to update them: with many lazy tensors alive (a model's
-    initial weights) that walk would cost more than the two tiny kernels."""
-    from fusegrad.engine.realize import run_schedule
-    from fusegrad.engine.schedule import create_schedule
-    from fusegrad.schedule.kernelize import kernelize
-
-    becomes = kernelize(UOp.sink(*[t.uop for t in tensors])).becomes
-    for t in tensors:  # each tensor's own node is a key of the map (a kernelized result); never a node below it
-        t.uop = becomes.get(t.uop, t.uop)
-    sink = UOp.sink(*[t.uop for t in tensors])
-    run_schedule(create_schedule(sink))
-    for t in tensors:
-        if t.uop.op is Ops.ASSIGN and t.uop.src[1].op is Ops.KERNEL:
-            t.uop = t.uop.src[0]
-        assert t.uop.base.op is Ops.BUFFER, f"random: the generator state did not realize: got {t.uop.op}"
-
-
-def _random_words(n: int, device: str | tuple[str, ...] | None) -> tuple[Tensor, Tensor]:
+def _random_words(cls: type[Tensor], n: int, device: str | tuple[str, ...] | None) -> tuple[Tensor, Tensor]:
     """Two uint32 words for each of n counters (one draw): (n,) and (n,)."""
-    from fusegrad.tensor import Tensor
-
-    key = _next_key(device)
-    position = Tensor.arange(n, device=key.device, dtype=dtypes.uint32)
+    key = _next_key(cls, device)
+    position = cls.arange(n, device=key.device, dtype=dtypes.uint32)
     return threefry2x32((key[0:1], key[1:2]), (position, key[2:3]))
 
 
-def _random_bits(n: int, device: str | tuple[str, ...] | None) -> Tensor:
+def _random_bits(cls: type[Tensor], n: int, device: str | tuple[str, ...] | None) -> Tensor:
     """n uint32 words from ceil(n/2) counters: both output words are used."""
-    x0, x1 = _random_words(ceildiv(n, 2), device)
+    x0, x1 = _random_words(cls, ceildiv(n, 2), device)
     return x0.cat(x1)[:n]
 
 
@@ -249,9 +223,7 @@ def _float_dtype(dtype: DTypeLike | None, op: str) -> DType:
 
 def _finish(x: Tensor, kwargs: dict[str, Any]) -> Tensor:
     """Apply the remaining constructor keywords (requires_grad) to a result."""
-    from fusegrad.tensor import Tensor
-
-    return Tensor(x.uop, **kwargs) if kwargs else x
+    return type(x)(x.uop, **kwargs) if kwargs else x
 
 
 def _fan_in(shape: tuple[int, ...]) -> int:
@@ -293,7 +265,6 @@ class RandomMixin:
             True
         """
         from fusegrad.engine.realize import capturing
-        from fusegrad.tensor import Tensor
 
         _state.seed, _state.reseeds = int(seed), _state.reseeds + 1
         _state.calls.clear()
@@ -301,11 +272,12 @@ class RandomMixin:
         if capturing:
             words = _seed_words(_state.seed)
             for dev, state in _state.devices.items():
-                state.assign(Tensor(words, device=dev, dtype=dtypes.uint32)).realize()
+                state.assign(type(state)(words, device=dev, dtype=dtypes.uint32)).realize()
                 _state.held[dev] = (_state.seed, 0)
 
-    @staticmethod
+    @classmethod
     def rand(
+        cls: type[Tensor],
         *shape: Any,
         device: str | tuple[str, ...] | None = None,
         dtype: DTypeLike | None = None,
@@ -332,16 +304,14 @@ class RandomMixin:
             >>> x.shape, bool(((x >= 0) & (x < 1)).all().item())
             ((2, 3), True)
         """
-        from fusegrad.tensor import Tensor
-
         dt, shp = _float_dtype(dtype, "rand"), _shape(shape, "rand")
         if prod(shp) == 0:
-            return _finish(Tensor.zeros(shp, dtype=dt, device=device), kwargs)
-        out = _unit_float(_random_bits(prod(shp), device), dt).reshape(shp)
+            return _finish(cls.zeros(shp, dtype=dt, device=device), kwargs)
+        out = _unit_float(_random_bits(cls, prod(shp), device), dt).reshape(shp)
         return _finish(out.contiguous() if contiguous else out, kwargs)
 
-    @staticmethod
-    def randn(*shape: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
+    @classmethod
+    def randn(cls: type[Tensor], *shape: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
         """Standard normal floats by Box-Muller: (u1, u2) -> sqrt(-2 ln(1 - u1)) cos(2 pi u2). A non-float `dtype`
         gets the float draw cast to it, as the reference does (`Tensor.randn(3, dtype=dtypes.int)`).
 
@@ -359,20 +329,20 @@ class RandomMixin:
             >>> abs(x.mean().item()) < 0.05, abs(x.std().item() - 1) < 0.05
             (True, True)
         """
-        from fusegrad.tensor import Tensor
-
         dt, shp = to_dtype(dtype) if dtype is not None else dtypes.default_float, _shape(shape, "randn")
         device, contiguous = kwargs.pop("device", None), kwargs.pop("contiguous", True)
         if prod(shp) == 0:
-            return _finish(Tensor.zeros(shp, dtype=dt, device=device), kwargs)
-        bits0, bits1 = _random_words(prod(shp), device)
+            return _finish(cls.zeros(shp, dtype=dt, device=device), kwargs)
+        bits0, bits1 = _random_words(cls, prod(shp), device)
         u1, u2 = _unit_float(bits0, dtypes.float32), _unit_float(bits1, dtypes.float32)
         radius = ((1 - u1).log() * -2).sqrt()  # 1 - u1 is in (0, 1]: the log stays finite
         out = (radius * (u2 * (2 * math.pi) + math.pi / 2).sin()).cast(dt).reshape(shp)  # cos(a) = sin(a + pi/2)
         return _finish(out.contiguous() if contiguous else out, kwargs)
 
-    @staticmethod
-    def randint(*shape: Any, low: int = 0, high: int = 10, dtype: DTypeLike = dtypes.int32, **kwargs: Any) -> Tensor:
+    @classmethod
+    def randint(
+        cls: type[Tensor], *shape: Any, low: int = 0, high: int = 10, dtype: DTypeLike = dtypes.int32, **kwargs: Any
+    ) -> Tensor:
         """Uniform integers in [low, high): each 32-bit word w maps to low + (w * (high - low)) >> 32.
 
         Args:
@@ -394,8 +364,6 @@ class RandomMixin:
             >>> x.dtype, x.min().item() >= -3, x.max().item() <= 2
             (dtypes.int, True, True)
         """
-        from fusegrad.tensor import Tensor
-
         dt, shp = to_dtype(dtype), _shape(shape, "randint")
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high)):
             raise TypeError(f"randint: low and high must be ints, got {low!r} and {high!r}")
@@ -405,13 +373,18 @@ class RandomMixin:
             raise ValueError(f"randint: expected low < high with high - low <= 2**32, got low={low}, high={high}")
         device = kwargs.pop("device", None)
         if prod(shp) == 0:
-            return _finish(Tensor.zeros(shp, dtype=dt, device=device), kwargs)
-        offset = (_random_bits(prod(shp), device).cast(dtypes.uint64) * (high - low)) >> 32
+            return _finish(cls.zeros(shp, dtype=dt, device=device), kwargs)
+        offset = (_random_bits(cls, prod(shp), device).cast(dtypes.uint64) * (high - low)) >> 32
         return _finish((offset.cast(dtypes.int64) + low).cast(dt).reshape(shp).contiguous(), kwargs)
 
-    @staticmethod
+    @classmethod
     def uniform(
-        *shape: Any, low: float = 0.0, high: float = 1.0, dtype: DTypeLike | None = None, **kwargs: Any
+        cls: type[Tensor],
+        *shape: Any,
+        low: float = 0.0,
+        high: float = 1.0,
+        dtype: DTypeLike | None = None,
+        **kwargs: Any,
     ) -> Tensor:
         """Uniform values in [low, high).
 
@@ -430,15 +403,13 @@ class RandomMixin:
             >>> x.min().item() >= -2.0, x.max().item() < 2.0
             (True, True)
         """
-        from fusegrad.tensor import Tensor
-
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         device, contiguous = kwargs.pop("device", None), kwargs.pop("contiguous", True)
-        unit = Tensor.rand(*shape, device=device, dtype=dt if dtypes.is_float(dt) else None, contiguous=contiguous)
+        unit = cls.rand(*shape, device=device, dtype=dt if dtypes.is_float(dt) else None, contiguous=contiguous)
         return _finish(((high - low) * unit + low).cast(dt), kwargs)
 
-    @staticmethod
-    def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, **kwargs: Any) -> Tensor:
+    @classmethod
+    def normal(cls: type[Tensor], *shape: Any, mean: float = 0.0, std: float = 1.0, **kwargs: Any) -> Tensor:
         """Normal values with the given mean and standard deviation.
 
         Args:
@@ -455,15 +426,17 @@ class RandomMixin:
             >>> abs(Tensor.normal(10000, mean=5.0, std=0.1).mean().item() - 5.0) < 0.01
             True
         """
-        from fusegrad.tensor import Tensor
-
         requires_grad = kwargs.pop("requires_grad", None)
-        out = std * Tensor.randn(*shape, **kwargs) + mean
+        out = std * cls.randn(*shape, **kwargs) + mean
         return _finish(out, {} if requires_grad is None else {"requires_grad": requires_grad})
 
-    @staticmethod
+    @classmethod
     def randperm(
-        n: int, device: str | tuple[str, ...] | None = None, dtype: DTypeLike = dtypes.int32, **kwargs: Any
+        cls: type[Tensor],
+        n: int,
+        device: str | tuple[str, ...] | None = None,
+        dtype: DTypeLike = dtypes.int32,
+        **kwargs: Any,
     ) -> Tensor:
         """A random permutation of 0..n-1: the rank of each of n random keys (ties broken by position), O(n^2).
 
@@ -483,14 +456,12 @@ class RandomMixin:
             >>> sorted(Tensor.randperm(6).tolist())
             [0, 1, 2, 3, 4, 5]
         """
-        from fusegrad.tensor import Tensor
-
         if not isinstance(n, int) or n < 0:
             raise ValueError(f"randperm: n must be a non-negative int, got {n!r}")
         if n == 0:
-            return _finish(Tensor.zeros(0, dtype=dtype, device=device), kwargs)
-        keys = _random_bits(n, device).contiguous()  # read n times per element: compute once
-        position = Tensor.arange(n, device=keys.device)
+            return _finish(cls.zeros(0, dtype=dtype, device=device), kwargs)
+        keys = _random_bits(cls, n, device).contiguous()  # read n times per element: compute once
+        position = cls.arange(n, device=keys.device)
         key_i, key_j = keys.reshape(n, 1), keys.reshape(1, n)
         before = (key_j < key_i) | ((key_j == key_i) & (position.reshape(1, n) < position.reshape(n, 1)))
         return _finish(before.sum(1).cast(dtype).contiguous(), kwargs)
@@ -557,8 +528,8 @@ class RandomMixin:
         keep = type(self).rand(*self.shape, device=self.device, contiguous=False) >= p
         return keep.where(self, self.zeros_like()) / (1.0 - p)
 
-    @staticmethod
-    def kaiming_uniform(*shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
+    @classmethod
+    def kaiming_uniform(cls: type[Tensor], *shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
         """He uniform init: U(-b, b) with b = sqrt(6 / ((1 + a^2) fan_in)), fan_in = prod(shape[1:]).
 
         Args:
@@ -574,14 +545,12 @@ class RandomMixin:
             >>> w.abs().max().item() <= 1.0
             True
         """
-        from fusegrad.tensor import Tensor
-
         shp = _shape(shape, "kaiming_uniform")
         bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a**2)) / math.sqrt(_fan_in(shp))
-        return Tensor.uniform(*shp, low=-bound, high=bound, **kwargs)
+        return cls.uniform(*shp, low=-bound, high=bound, **kwargs)
 
-    @staticmethod
-    def kaiming_normal(*shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
+    @classmethod
+    def kaiming_normal(cls: type[Tensor], *shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
         """He normal init: N(0, std^2) with std = sqrt(2 / ((1 + a^2) fan_in)).
 
         Args:
@@ -597,14 +566,12 @@ class RandomMixin:
             >>> abs(Tensor.kaiming_normal(4000, 2, a=0.0).std().item() - 1.0) < 0.05  # std sqrt(2 / 2)
             True
         """
-        from fusegrad.tensor import Tensor
-
         shp = _shape(shape, "kaiming_normal")
         std = math.sqrt(2.0 / (1 + a**2)) / math.sqrt(_fan_in(shp))
-        return Tensor.normal(*shp, mean=0.0, std=std, **kwargs)
+        return cls.normal(*shp, mean=0.0, std=std, **kwargs)
 
-    @staticmethod
-    def glorot_uniform(*shape: Any, **kwargs: Any) -> Tensor:
+    @classmethod
+    def glorot_uniform(cls: type[Tensor], *shape: Any, **kwargs: Any) -> Tensor:
         """Glorot/Xavier uniform init: U(-b, b) with b = sqrt(6 / (shape[0] + prod(shape[1:]))).
 
         Args:
@@ -618,14 +585,12 @@ class RandomMixin:
             >>> Tensor.glorot_uniform(3, 3).abs().max().item() <= 1.0  # bound sqrt(6 / 6)
             True
         """
-        from fusegrad.tensor import Tensor
-
         shp = _shape(shape, "glorot_uniform")
         bound = math.sqrt(6.0 / (shp[0] + _fan_in(shp)))
-        return Tensor.uniform(*shp, low=-bound, high=bound, **kwargs)
+        return cls.uniform(*shp, low=-bound, high=bound, **kwargs)
 
-    @staticmethod
-    def scaled_uniform(*shape: Any, **kwargs: Any) -> Tensor:
+    @classmethod
+    def scaled_uniform(cls: type[Tensor], *shape: Any, **kwargs: Any) -> Tensor:
         """U(-b, b) with b = prod(shape) ** -0.5.
 
         Args:
@@ -639,11 +604,9 @@ class RandomMixin:
             >>> Tensor.scaled_uniform(2, 8).abs().max().item() <= 0.25  # bound 16 ** -0.5
             True
         """
-        from fusegrad.tensor import Tensor
-
         shp = _shape(shape, "scaled_uniform")
         bound = prod(shp) ** -0.5
-        return Tensor.uniform(*shp, low=-bound, high=bound, **kwargs)
+        return cls.uniform(*shp, low=-bound, high=bound, **kwargs)
 
     def rand_like(self: Tensor, **kwargs: Any) -> Tensor:
         """`Tensor.rand` with this tensor's shape, dtype and device (each can be overridden).
@@ -684,13 +647,11 @@ class RandomMixin:
 
 def _sample_with_replacement(weights: Tensor, num_samples: int) -> Tensor:
     """Inverse CDF: for u*total, count the categories whose inclusive CDF is <= it. (B, K) -> (B, S)."""
-    from fusegrad.tensor import Tensor
-
     batch, k = weights.shape
-    position = Tensor.arange(k, device=weights.device)
+    position = type(weights).arange(k, device=weights.device)
     upto = position.reshape(1, k) <= position.reshape(k, 1)  # (i, j): j <= i
     cdf = upto.reshape(1, k, k).where(weights.reshape(batch, 1, k), 0.0).sum(2).contiguous()  # (B, K)
-    u = Tensor.rand(batch, num_samples, device=weights.device)
+    u = type(weights).rand(batch, num_samples, device=weights.device)
     target = u * cdf[:, k - 1 : k]  # (B, S)
     count = (cdf.reshape(batch, 1, k) <= target.reshape(batch, num_samples, 1)).sum(2)
     # u * total can round up to total: never step past the last category with weight
@@ -701,16 +662,14 @@ def _sample_with_replacement(weights: Tensor, num_samples: int) -> Tensor:
 def _sample_without(weights: Tensor, num_samples: int) -> Tensor:
     """Exponential race: key_i = E_i / w_i with E_i ~ Exp(1); the order of the smallest keys is the order of
     sequential draws without replacement. (B, K) -> (B, S)."""
-    from fusegrad.tensor import Tensor
-
     batch, k = weights.shape
-    u = Tensor.rand(batch, k, device=weights.device)
+    u = type(weights).rand(batch, k, device=weights.device)
     exponential = -(1 - u).log()
     keys = (weights > 0).where(exponential / weights, math.inf).contiguous()
-    position = Tensor.arange(k, device=weights.device)
+    position = type(weights).arange(k, device=weights.device)
     key_i, key_j = keys.reshape(batch, k, 1), keys.reshape(batch, 1, k)
     earlier = (key_j < key_i) | ((key_j == key_i) & (position.reshape(1, 1, k) < position.reshape(1, k, 1)))
     rank = earlier.sum(2).contiguous()  # (B, K): a permutation of 0..K-1 per row
-    slot = Tensor.arange(num_samples, device=weights.device).reshape(1, num_samples, 1)
+    slot = type(weights).arange(num_samples, device=weights.device).reshape(1, num_samples, 1)
     hit = rank.reshape(batch, 1, k) == slot  # (B, S, K)
     return hit.where(position.reshape(1, 1, k), 0).sum(2).cast(dtypes.int32)

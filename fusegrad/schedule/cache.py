@@ -252,7 +252,9 @@ def record(structure: Structure, items: list[ExecItem], made: list[UOp], becomes
     schedule_cache[structure.key] = CachedSchedule(steps, new_buffers, tuple(templates), len(items), nodes)
 
 
-def replay(entry: CachedSchedule, structure: Structure, do_update_stats: bool) -> None:
+def replay(
+    entry: CachedSchedule, structure: Structure, do_update_stats: bool, only: Sequence[Tensor] | None = None
+) -> None:
     """Run a cached schedule on this graph's buffers and repoint its tensors."""
     params = [*structure.leaves, *[UOp.new_buffer(d, size, dt) for d, size, dt in entry.new_buffers]]
     bufs = [p.buffer for p in params]
@@ -263,7 +265,7 @@ def replay(entry: CachedSchedule, structure: Structure, do_update_stats: bool) -
         run_schedule([_exec_item(s, bufs) for s in entry.steps], do_update_stats=do_update_stats)
     else:
         _run_plan(entry, bufs, do_update_stats)
-    _apply_map({structure.nodes[pos]: template.instantiate(params) for pos, template in entry.becomes})
+    _apply_map({structure.nodes[pos]: template.instantiate(params) for pos, template in entry.becomes}, only)
 
 
 def _exec_item(step: Step, bufs: list[Buffer]) -> ExecItem:
@@ -311,24 +313,27 @@ def _plan(steps: tuple[Step, ...], bufs: list[Buffer]) -> tuple[Step | Batch, ..
 # *** the realize ***
 
 
-def realize_tensors(tensors: Sequence[Tensor], do_update_stats: bool = True) -> None:
-    """Compute `tensors` in one schedule: a cached one when an earlier realize had this structure (SCHEDULE_CACHE)."""
+def realize_tensors(tensors: Sequence[Tensor], do_update_stats: bool = True, alone: bool = False) -> None:
+    """Compute `tensors` in one schedule: a cached one when an earlier realize had this structure (SCHEDULE_CACHE).
+    `alone`: no other live tensor's graph holds their nodes (a random draw's key and state), so only they are
+    repointed, without the walk over every lazy tensor's graph."""
+    only = tensors if alone else None
     sink = UOp.sink(*[t.uop for t in tensors])
     if all(_is_settled(u) for u in sink.src):  # realized memory and constants (`loss.item()`): nothing to run
         return
     if all(_is_done(u) for u in sink.src):  # nothing to kernelize; kernels an earlier kernelize() built still run
-        _schedule_and_run(tensors, None, do_update_stats, kernelized=True)
+        _schedule_and_run(tensors, None, do_update_stats, only, kernelized=True)
         return
     if not SCHEDULE_CACHE or TRACK_MATCH_STATS.value >= 2:  # VIZ shows the scheduler's rewrites of every realize
         cache_counts["off"] += 1
-        _schedule_and_run(tensors, None, do_update_stats)
+        _schedule_and_run(tensors, None, do_update_stats, only)
         return
     start = time.perf_counter()
     structure = graph_structure(sink)
     entry = schedule_cache.get(structure.key) if structure.key is not None else None
     if entry is None:
         cache_counts["miss"] += 1
-        _schedule_and_run(tensors, structure, do_update_stats)
+        _schedule_and_run(tensors, structure, do_update_stats, only)
         return
     cache_counts["hit"] += 1
     if DEBUG.value >= 1:  # the time to find the schedule, like the miss path's line (kernels run after it)
@@ -336,16 +341,20 @@ def realize_tensors(tensors: Sequence[Tensor], do_update_stats: bool = True) -> 
         print(colored(f"scheduled {entry.kernel_count} kernels in {took:.2f} ms (schedule cache hit)", "cyan"))
     if PROFILE:
         with cpu_profile("schedule cache hit", "TINY"):
-            replay(entry, structure, do_update_stats)
+            replay(entry, structure, do_update_stats, only)
     else:
-        replay(entry, structure, do_update_stats)
+        replay(entry, structure, do_update_stats, only)
 
 
 def _schedule_and_run(
-    tensors: Sequence[Tensor], structure: Structure | None, do_update_stats: bool, kernelized: bool = False
+    tensors: Sequence[Tensor],
+    structure: Structure | None,
+    do_update_stats: bool,
+    only: Sequence[Tensor] | None,
+    kernelized: bool = False,
 ) -> None:
     """The scheduler's path: kernelize (unless every tensor is `kernelized` already), create the schedule, run it,
-    settle the tensors; then remember it under `structure`."""
+    settle the tensors (`only` these, see realize_tensors); then remember it under `structure`."""
     from fusegrad.engine.schedule import create_schedule
     from fusegrad.schedule.kernelize import kernelize
 
@@ -358,14 +367,14 @@ def _schedule_and_run(
             hit = "" if structure is None else " (schedule cache miss)"
             print(colored(f"scheduled {result.kernel_count} kernels in {took:.2f} ms{hit}", "cyan"))
         becomes = result.becomes
-        _apply_map(becomes)
+        _apply_map(becomes, only)
     sink = UOp.sink(*[t.uop for t in tensors])
     items = create_schedule(sink)
     ran = list(items)  # run_schedule pops them
     run_schedule(items, do_update_stats=do_update_stats)
     assigns = [u for u in sink.toposort() if u.op is Ops.ASSIGN and u.src[1].op is Ops.KERNEL]
     settle = {u: u.src[0] for u in assigns}
-    _apply_map(settle)
+    _apply_map(settle, only)
     if structure is not None and structure.key is not None:
         leaves = set(structure.leaves)
         made = list(dict.fromkeys(a.src[0] for a in assigns if a.src[0] not in leaves))
