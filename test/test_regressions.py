@@ -119,17 +119,21 @@ def test_scalar_pow_chain_backward_matches_torch(device: str, shape: tuple[int, 
     np.testing.assert_allclose(x.grad.numpy(), ref.grad.numpy(), rtol=2e-4, atol=1e-5)
 
 
-# ---- 3. CPU kernels read only inside their buffers -----------------------------------------------------------------
+# ---- 3. CPU kernels read only inside their buffers' guard bytes and write only inside the buffers -----------------
 
 PAGE = mmap.PAGESIZE
 PROT_NONE = 0
+SENTINEL = 0xA5
 
 
-def _guarded(nbytes: int, at_end: bool) -> int:
-    """The address of `nbytes` of memory with an unmapped page right before it (or right after it, `at_end`)."""
+def _guarded(nbytes: int, at_end: bool) -> tuple[int, int]:
+    """(address of `nbytes` of memory, address of its guard bytes): the memory has an unmapped page GUARD_BYTES before
+    it (or GUARD_BYTES after it, `at_end`), the CPU allocator's readable margin, and the margin holds SENTINEL."""
     import ctypes
 
-    data_pages = max(1, -(-nbytes // PAGE))
+    from fusegrad.runtime.ops_cpu import GUARD_BYTES
+
+    data_pages = max(1, -(-(nbytes + GUARD_BYTES) // PAGE))
     region = mmap.mmap(-1, (data_pages + 2) * PAGE)
     _kept.append(region)  # never unmapped: the kernels' addresses point into it
     base = ctypes.addressof(ctypes.c_char.from_buffer(region))
@@ -138,18 +142,23 @@ def _guarded(nbytes: int, at_end: bool) -> int:
         if libc.mprotect(ctypes.c_void_p(guard), ctypes.c_size_t(PAGE), PROT_NONE) != 0:
             raise OSError(ctypes.get_errno(), "mprotect failed")
     start = base + PAGE
-    return start + data_pages * PAGE - nbytes if at_end else start
+    margin = start + data_pages * PAGE - GUARD_BYTES if at_end else start
+    ctypes.memset(margin, SENTINEL, GUARD_BYTES)
+    return (margin - nbytes if at_end else start + GUARD_BYTES), margin
 
 
 _kept: list[mmap.mmap] = []
 
 
 def run_pad_kernels_between_guard_pages() -> None:
-    """Compile each kernel of a few pads and cats and run it with every buffer against an unmapped page, on each side:
-    any read or write outside a buffer faults at once instead of now and then. Run in a subprocess."""
+    """Compile each kernel of a few pads and cats and run it with every buffer GUARD_BYTES from an unmapped page, on
+    each side: a read past the guard bytes faults at once instead of now and then, and a write into them changes the
+    sentinel. Run in a subprocess."""
+    import ctypes
+
     from fusegrad import Device
     from fusegrad.engine.realize import get_program
-    from fusegrad.runtime.ops_cpu import CPUProgram
+    from fusegrad.runtime.ops_cpu import GUARD_BYTES, CPUProgram
 
     device = Device["CPU"]
     x = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4), device="CPU").realize()
@@ -160,7 +169,10 @@ def run_pad_kernels_between_guard_pages() -> None:
             program = get_program(item.ast, device.renderer)
             kernel = CPUProgram(device, program.function_name, device.compiler.compile_cached(program.src))
             for at_end in (False, True):
-                kernel(*[_guarded(buf.nbytes, at_end) for buf in item.bufs])
+                placed = [_guarded(buf.nbytes, at_end) for buf in item.bufs]
+                kernel(*[address for address, _ in placed])
+                for _, margin in placed:
+                    assert ctypes.string_at(margin, GUARD_BYTES) == bytes([SENTINEL]) * GUARD_BYTES, "wrote outside"
 
 
 def test_pad_kernels_stay_inside_their_buffers() -> None:

@@ -1,6 +1,7 @@
 """The CPU device: C kernels from the ClangRenderer, compiled by the system C compiler and called through ctypes.
 
-Memory is host memory (MallocAllocator); `CPUProgram(dev, name, lib)` loads one kernel from shared-object bytes and
+Memory is host memory (`CPUAllocator`: MallocAllocator's mappings with readable bytes around each buffer, see
+GUARD_BYTES); `CPUProgram(dev, name, lib)` loads one kernel from shared-object bytes and
 unloads it (dlclose) when the program object is freed, so a long process keeps only the kernels something still holds.
 """
 
@@ -14,7 +15,7 @@ import tempfile
 import time
 from typing import TYPE_CHECKING
 
-from fusegrad.device import Compiled, MallocAllocator
+from fusegrad.device import BufferSpec, Compiled, MallocAllocator
 from fusegrad.helpers import CRASH_REPORT, PROFILE, cpu_profile, mv_address, report_kernel, suppress_finalizing
 from fusegrad.runtime.support.compiler_cpu import ClangCompiler, kernel_source
 
@@ -30,6 +31,25 @@ _OPEN_MODE = os.RTLD_NOW | os.RTLD_LOCAL
 # they are made resident (RTLD_NODELETE); unloading the last kernel linking one unmapped code its threads sleep in
 # (SIGSEGV)
 _THREAD_RUNTIMES = ["libgomp.so.1", "libomp.so", "libomp.so.5", "libiomp5.so"]
+
+
+# Mapped bytes before and after every buffer the CPU allocator makes: one vector of the widest x86 registers (AVX-512).
+# gcc vectorises a pad's gated load (`g ? buf[i] : 0`) as a masked load, and where the mask is known at compile time
+# (a lane's gate in an unrolled tap) it folds that into a whole-vector load and a blend: lanes outside the gate read up
+# to a vector before or after the valid ones, i.e. outside the buffer (a flaky segfault at a page edge). Reading those
+# bytes is harmless when they are mapped; turning the vectoriser's if-conversion off instead left every padded conv's
+# inner loop scalar (3x3 convs ~4x slower). Buffers at a user's address (from_blob) get no guard.
+GUARD_BYTES = 64
+
+
+class CPUAllocator(MallocAllocator):
+    """MallocAllocator whose buffers each sit GUARD_BYTES inside their mapping, with as many readable bytes after them
+    (still 64-byte aligned, so vector loads stay aligned where the buffer's start is)."""
+
+    def _alloc(self, size: int, options: BufferSpec) -> memoryview:
+        if options.external_ptr is not None:
+            return super()._alloc(size, options)
+        return super()._alloc(size + 2 * GUARD_BYTES, options)[GUARD_BYTES : GUARD_BYTES + size]
 
 
 class CPUProgram:
@@ -126,4 +146,4 @@ class CPUDevice(Compiled):
         os.environ.setdefault("GOMP_SPINCOUNT", "10000")
         from fusegrad.runtime.graph.cpu import CPUGraph  # the engine loads after the runtime: import on first device
 
-        super().__init__(device, MallocAllocator(self), _clang_renderer, ClangCompiler(), CPUProgram, CPUGraph)
+        super().__init__(device, CPUAllocator(self), _clang_renderer, ClangCompiler(), CPUProgram, CPUGraph)

@@ -221,3 +221,29 @@ def test_crash_report_prints_sources_from_a_warm_cache_and_joined_builds(tmp_pat
         for name in names:
             assert f"CRASH_REPORT: source of {name}:\n" in proc.stderr
             assert f"void {name}(" in proc.stderr
+
+
+def test_buffers_sit_inside_readable_guard_bytes() -> None:
+    # gcc may read up to a vector past a pad's valid lanes (ops_cpu.GUARD_BYTES): every CPU buffer has that many mapped
+    # bytes on each side, and stays 64-byte aligned
+    from fusegrad.helpers import mv_address
+    from fusegrad.runtime.ops_cpu import GUARD_BYTES
+
+    for size in (1, 100, 1024, 4096 // 4):  # 4096 bytes: without the guard the mapping would end right after it
+        buf = Buffer("CPU", size, dtypes.float32).allocate()
+        view = buf._buf
+        mapping = view.obj
+        base = ctypes.addressof(ctypes.c_char.from_buffer(mapping))
+        assert mv_address(view) - base == GUARD_BYTES
+        assert mv_address(view) % 64 == 0
+        assert len(mapping) >= size * 4 + 2 * GUARD_BYTES
+        assert ctypes.string_at(mv_address(view) + size * 4, GUARD_BYTES) == bytes(GUARD_BYTES)  # readable
+
+
+def test_user_memory_gets_no_guard() -> None:
+    data = (ctypes.c_float * 4)(1, 2, 3, 4)
+    buf = Buffer("CPU", 4, dtypes.float32).allocate(external_ptr=ctypes.addressof(data))
+    from fusegrad.helpers import mv_address
+
+    assert mv_address(buf._buf) == ctypes.addressof(data)  # the user's address as given: no offset
+    assert np.frombuffer(buf.as_memoryview(), np.float32).tolist() == [1, 2, 3, 4]

@@ -53,26 +53,10 @@ def half_precision_flags() -> tuple[str, ...]:
     return ("-mno-avx512fp16",) if proc.returncode != 0 and b"vmovsh" in proc.stderr else ()
 
 
-@functools.cache
-def gated_load_flags() -> tuple[str, ...]:
-    """`-fno-tree-loop-if-convert` where the compiler takes it (gcc; clang rejects it).
-
-    gcc 12 turns a vectorized gated load (`g ? buf[i] : 0`, a pad's read) into a masked load with a constant mask,
-    then x86 folds that into `vblendps` from memory, which reads every lane: up to a vector past either end of the
-    buffer (a flaky segfault when that crosses into an unmapped page). Without loop if-conversion the gated load stays a
-    branch; selects of plain values still vectorize."""
-    try:
-        compiler = find_c_compiler()
-    except RuntimeError:
-        return ()  # no compiler: the first real compile says so
-    with tempfile.TemporaryDirectory(prefix="fusegrad_cc_") as tmp:
-        cmd = [compiler, *CFLAGS, "-fno-tree-loop-if-convert", "-o", str(pathlib.Path(tmp) / "probe.so")]
-        proc = subprocess.run(cmd, input=_PROBE_SRC.encode(), capture_output=True, check=False)
-    return ("-fno-tree-loop-if-convert",) if proc.returncode == 0 else ()
-
-
 def compiler_flags() -> tuple[str, ...]:
-    return (*CFLAGS, *vector_math_flags(), *half_precision_flags(), *gated_load_flags())
+    # no -fno-tree-loop-if-convert: gcc's folding of a pad's gated load into a whole-vector read is made safe by the
+    # CPU allocator's guard bytes (ops_cpu.GUARD_BYTES), and without if-conversion padded convs stay scalar
+    return (*CFLAGS, *vector_math_flags(), *half_precision_flags())
 
 
 # CRASH_REPORT=1: the C sources of each binary compiled (or read from the cache), by the binary's sha256, so the CPU
