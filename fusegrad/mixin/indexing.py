@@ -48,9 +48,7 @@ def broadcast_shapes(shapes: Sequence[tuple[int, ...]], op: str) -> tuple[int, .
 
 def const_like(x: Tensor, value: ConstType) -> Tensor:
     """A 0-d constant of x's dtype and device (broadcasts without changing the dtype)."""
-    from fusegrad.tensor import Tensor
-
-    return Tensor.full((), value, dtype=x.dtype, device=x.device)
+    return type(x).full((), value, dtype=x.dtype, device=x.device)
 
 
 def pick(mask: Tensor, values: Tensor, axes: tuple[int, ...]) -> Tensor:
@@ -64,9 +62,7 @@ def pick(mask: Tensor, values: Tensor, axes: tuple[int, ...]) -> Tensor:
 
 def iota(n: int, x: Tensor) -> Tensor:
     """0..n-1 (int32) on x's device."""
-    from fusegrad.tensor import Tensor
-
-    return Tensor.arange(n, device=x.device)
+    return type(x).arange(n, device=x.device)
 
 
 def invert(order: Sequence[int]) -> list[int]:
@@ -92,10 +88,10 @@ def scatter_mask(x: Tensor, dim: int, index: Tensor) -> tuple[Tensor, list[int]]
 
 def scatter_source(x: Tensor, index: Tensor, src: Tensor | ConstType, order: list[int]) -> Tensor:
     """src shrunk to the index's shape, in the mask's layout: (J_other..., J_dim, 1)."""
-    from fusegrad.tensor import Tensor
+    cls = type(x)
 
-    if not isinstance(src, Tensor):
-        return Tensor.full((1,) * (x.ndim + 1), src, dtype=x.dtype, device=x.device)
+    if not isinstance(src, cls):
+        return cls.full((1,) * (x.ndim + 1), src, dtype=x.dtype, device=x.device)
     if src.dtype != x.dtype:
         raise OpTypeError(f"scatter: src dtype {src.dtype} does not match self's {x.dtype}")
     if src.ndim != index.ndim or any(j > s for j, s in zip(index.shape, src.shape, strict=True)):
@@ -113,41 +109,41 @@ def _as_index_tensor(x: Tensor, i: Any) -> Tensor:
     """A tensor, list, tuple or numpy array index as a tensor (an empty sequence is an empty int index)."""
     import numpy as np
 
-    from fusegrad.tensor import Tensor
+    cls = type(x)
 
-    if isinstance(i, Tensor):
+    if isinstance(i, cls):
         return i
     arr = np.asarray(i)
     if arr.size == 0:
         arr = arr.astype(np.int32)
     if arr.dtype != np.bool_ and not np.issubdtype(arr.dtype, np.integer):
         raise IndexError(f"getitem: index arrays must hold ints or bools, got {arr.dtype}")
-    return Tensor(arr.astype(np.bool_ if arr.dtype == np.bool_ else np.int32), device=x.device)
+    return cls(arr.astype(np.bool_ if arr.dtype == np.bool_ else np.int32), device=x.device)
 
 
 def _expand_bool_masks(x: Tensor, entries: list[Any]) -> list[Any]:
     """Each boolean mask (covering mask.ndim axes) becomes one integer index per axis, as numpy's nonzero."""
     import numpy as np
 
-    from fusegrad.tensor import Tensor
+    cls = type(x)
 
-    arrays = (Tensor, list, tuple, np.ndarray)
+    arrays = (cls, list, tuple, np.ndarray)
     converted = [_as_index_tensor(x, i) if isinstance(i, arrays) else i for i in entries]
-    real = sum(i.ndim if isinstance(i, Tensor) and i.dtype == dtypes.bool else 1 for i in converted if i is not None)
+    real = sum(i.ndim if isinstance(i, cls) and i.dtype == dtypes.bool else 1 for i in converted if i is not None)
     out: list[Any] = []
     axis = 0  # the axis of x the next entry indexes
     for i in converted:
-        if isinstance(i, Tensor) and i.dtype == dtypes.bool:
+        if isinstance(i, cls) and i.dtype == dtypes.bool:
             covered = x.shape[axis : axis + i.ndim]
             if i.shape != covered:
                 raise IndexError(
                     f"getitem: boolean index of shape {i.shape} does not match axes {axis}..{axis + i.ndim - 1} "
                     f"of shape {covered}"
                 )
-            out.extend(Tensor(np.asarray(nz, dtype=np.int32), device=x.device) for nz in np.nonzero(i.numpy()))
+            out.extend(cls(np.asarray(nz, dtype=np.int32), device=x.device) for nz in np.nonzero(i.numpy()))
             axis += i.ndim
             continue
-        if isinstance(i, Tensor) and not dtypes.is_int(i.dtype):
+        if isinstance(i, cls) and not dtypes.is_int(i.dtype):
             raise IndexError(f"getitem: tensor indices must be integers or bools, got {i.dtype}")
         out.append(i)
         axis += x.ndim - real + 1 if i is Ellipsis else int(i is not None)
@@ -168,14 +164,14 @@ def _expand_entries(x: Tensor, entries: list[Any]) -> list[Any]:
 
 def split_index(x: Tensor, indices: Any) -> tuple[list[Any], list[tuple[int, Tensor]]]:
     """The basic part of an index (tensors replaced by full slices) and (axis of the basic view, tensor) pairs."""
-    from fusegrad.tensor import Tensor
+    cls = type(x)
 
     entries = _expand_bool_masks(x, list(indices) if isinstance(indices, tuple) else [indices])
     basic: list[Any] = []
     tensors: list[tuple[int, Tensor]] = []
     position = 0  # axis of the basic view that the next entry produces
     for i in _expand_entries(x, entries):
-        if isinstance(i, Tensor):
+        if isinstance(i, cls):
             tensors.append((position, i))
             i = slice(None)
         basic.append(i)

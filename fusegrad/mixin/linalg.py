@@ -30,9 +30,7 @@ def _check_matrix(x: Tensor, op: str) -> tuple[int, int]:
 
 def _eye_like(x: Tensor, n: int) -> Tensor:
     """The (n, n) identity broadcast over x's batch axes, in x's dtype."""
-    from fusegrad.tensor import Tensor
-
-    index = Tensor.arange(n, device=x.device)
+    index = type(x).arange(n, device=x.device)
     return (index.unsqueeze(-1) == index).cast(x.dtype).expand(*x.shape[:-2], n, n)
 
 
@@ -47,10 +45,8 @@ def _householder_step(q: Tensor, r: Tensor, k: int) -> tuple[Tensor, Tensor]:
 
     Like LAPACK (and so numpy and torch), r[k, k] becomes -sign(r[k, k]) * |column| and a column already zero below
     the diagonal is left alone (beta = 0), so the signs of R match theirs."""
-    from fusegrad.tensor import Tensor
-
     m = r.shape[-2]
-    row = Tensor.arange(m, device=r.device)
+    row = type(r).arange(m, device=r.device)
     column = r[..., :, k]  # (..., m)
     below = (row > k).where(column, 0)
     head = column[..., k : k + 1]  # (..., 1): the diagonal entry

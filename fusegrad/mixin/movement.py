@@ -357,10 +357,10 @@ class MovementMixin:
             >>> Tensor([[1, 2]]).cat(Tensor([[3, 4]]), dim=0).tolist(), Tensor([1]).cat(Tensor([2.5])).tolist()
             ([[1, 2], [3, 4]], [1.0, 2.5])
         """
-        from fusegrad.tensor import Tensor
+        cls = type(self)
 
         tensors = [self, *args]
-        if not all(isinstance(t, Tensor) for t in tensors):
+        if not all(isinstance(t, cls) for t in tensors):
             raise TypeError(f"cat: expected Tensors, got {[type(t).__name__ for t in tensors]}")
         if self.ndim == 0:
             raise IndexError("cat: zero-dimensional tensors cannot be concatenated: they have no dim to join along")
@@ -379,7 +379,7 @@ class MovementMixin:
             if out is None:
                 out = placed
             elif size:  # where, not add: keeps -0.0 and works for bool
-                region = Tensor.full(t.shape, True, dtype=dtypes.bool, device=t.device)
+                region = cls.full(t.shape, True, dtype=dtypes.bool, device=t.device)
                 out = pad_axis(region, d, offset, total - offset - size).where(placed, out)
             offset += size
         assert out is not None, "cat: at least self is joined"
@@ -405,11 +405,10 @@ class MovementMixin:
             >>> Tensor.stack([Tensor([1, 2]), Tensor([3, 4])], dim=1).tolist()
             [[1, 3], [2, 4]]
         """
-        from fusegrad.tensor import Tensor
-
-        if not isinstance(self, Tensor) and args:
+        one_by_one = isinstance(self, MovementMixin)  # `Tensor.stack([a, b])` passes the sequence as self
+        if not one_by_one and args:
             raise ValueError(f"stack: give the tensors either as one sequence or one by one, got a sequence and {args}")
-        first, *rest = (self, *args) if isinstance(self, Tensor) else self
+        first, *rest = (self, *args) if one_by_one else self
         for t in rest:
             if t.shape != first.shape:
                 raise ValueError(f"stack: all tensors need the same shape: got {first.shape} and {t.shape}")
@@ -690,10 +689,15 @@ class MovementMixin:
             out.append(t.reshape(ones).expand(shape))
         return tuple(out)
 
-    @staticmethod
+    @classmethod
     @traced
     def linspace(
-        start: int | float, stop: int | float, steps: int, dtype: DTypeLike | None = None, **kwargs: Any
+        cls: type[Tensor],
+        start: int | float,
+        stop: int | float,
+        steps: int,
+        dtype: DTypeLike | None = None,
+        **kwargs: Any,
     ) -> Tensor:
         """`steps` evenly spaced values from start to stop inclusive; both ends are exact (computed from each end).
 
@@ -714,8 +718,6 @@ class MovementMixin:
             >>> Tensor.linspace(0, 1, 5).tolist()
             [0.0, 0.25, 0.5, 0.75, 1.0]
         """
-        from fusegrad.tensor import Tensor
-
         if not isinstance(steps, int) or steps < 0:
             raise ValueError(f"linspace: steps must be a non-negative int, got {steps!r}")
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
@@ -723,15 +725,15 @@ class MovementMixin:
             raise ValueError("linspace: bool dtype is not supported: got dtypes.bool, expected an int or float dtype")
         device, compute = kwargs.pop("device", None), dtypes.float64 if dt == dtypes.float64 else dtypes.float32
         if steps <= 1:
-            return Tensor(Tensor.full((steps,), start, dtype=compute, device=device).cast(dt).uop, **kwargs)
+            return cls(cls.full((steps,), start, dtype=compute, device=device).cast(dt).uop, **kwargs)
         delta = (stop - start) / (steps - 1)
-        i = Tensor.arange(steps, device=device).cast(compute)
+        i = cls.arange(steps, device=device).cast(compute)
         values = (i < steps // 2).where(i * delta + start, stop - (steps - 1 - i) * delta)
-        return Tensor(values.cast(dt).uop, **kwargs)
+        return cls(values.cast(dt).uop, **kwargs)
 
-    @staticmethod
+    @classmethod
     @traced
-    def eye(n: int, m: int | None = None, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
+    def eye(cls: type[Tensor], n: int, m: int | None = None, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
         """The (n, m) identity: ones on the main diagonal.
 
         Args:
@@ -750,15 +752,13 @@ class MovementMixin:
             >>> Tensor.eye(2, 3, dtype=dtypes.int).tolist()
             [[1, 0, 0], [0, 1, 0]]
         """
-        from fusegrad.tensor import Tensor
-
         cols = n if m is None else m
         if not all(isinstance(s, int) and s >= 0 for s in (n, cols)):
             raise ValueError(f"eye: sizes must be non-negative ints, got n={n!r}, m={m!r}")
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         k = min(n, cols)
-        square = Tensor.ones(k, dtype=dt, device=kwargs.pop("device", None)).diag()
-        return Tensor(square.pad([(0, n - k), (0, cols - k)]).uop, **kwargs)
+        square = cls.ones(k, dtype=dt, device=kwargs.pop("device", None)).diag()
+        return cls(square.pad([(0, n - k), (0, cols - k)]).uop, **kwargs)
 
     # *** gather and scatter ***
 
@@ -826,9 +826,7 @@ class MovementMixin:
             >>> Tensor.zeros(3, dtype=dtypes.int).scatter(0, Tensor([2, 0]), Tensor([7, 8])).tolist()
             [8, 0, 7]
         """
-        from fusegrad.tensor import Tensor
-
-        if reduce is not None and isinstance(src, Tensor):
+        if reduce is not None and isinstance(src, type(self)):
             raise TypeError(f"scatter: reduce={reduce!r} takes a scalar src, got a Tensor: use scatter_reduce")
         d = self._axis(dim, "scatter")
         mask, order = scatter_mask(self, d, index)
@@ -878,10 +876,10 @@ class MovementMixin:
             >>> Tensor([1, 1, 1]).scatter_reduce(0, Tensor([0, 0, 2]), Tensor([5, 6, 7]), "sum").tolist()
             [12, 1, 8]
         """
-        from fusegrad.tensor import Tensor
+        cls = type(self)
 
         d = self._axis(dim, "scatter_reduce")
-        if not isinstance(src, Tensor):
+        if not isinstance(src, cls):
             raise TypeError(f"scatter_reduce: src must be a Tensor, got {type(src).__name__}")
         mask, order = scatter_mask(self, d, index)
         values = scatter_source(self, index, src, order)
@@ -942,8 +940,6 @@ class MovementMixin:
             >>> x.masked_select(mask).tolist(), x.masked_select(mask, size=3, fill_value=-1).tolist()
             ([1, 3], [1, 3, -1])
         """
-        from fusegrad.tensor import Tensor
-
         shape = broadcast_shapes([self.shape, mask.shape], "masked_select")
         x, m = (
             broadcast_to(self, shape, "masked_select").flatten(),
@@ -953,7 +949,7 @@ class MovementMixin:
         selected = m.cast(dtypes.int32).sum()
         total = int(selected.item()) if size is None else size
         if n == 0 or total == 0:
-            return Tensor.full((total,), fill_value, dtype=self.dtype, device=self.device)
+            return type(self).full((total,), fill_value, dtype=self.dtype, device=self.device)
         position = iota(n, x)
         upto = position.reshape(1, n) <= position.reshape(n, 1)  # (i, j): j <= i
         rank = ((upto & m.reshape(1, n)).cast(dtypes.int32).sum(1) - 1).contiguous()  # slot of each selected element
@@ -978,14 +974,14 @@ class MovementMixin:
             >>> Tensor([1, 0, 2]).nonzero().tolist(), Tensor([[0, 3], [4, 0]]).nonzero().tolist()
             ([[0], [2]], [[0, 1], [1, 0]])
         """
-        from fusegrad.tensor import Tensor
+        cls = type(self)
 
         if self.ndim == 0:
             rows = size if size is not None else int((self != 0).item())
-            return Tensor.zeros(rows, 0, dtype=dtypes.int32, device=self.device)
+            return cls.zeros(rows, 0, dtype=dtypes.int32, device=self.device)
         grids = [iota(s, self).reshape(*[1] * a, s, *[1] * (self.ndim - a - 1)).expand(*self.shape).flatten()
                  for a, s in enumerate(self.shape)]  # fmt: skip
-        coords = Tensor.stack(*grids, dim=-1).cast(dtypes.int32)  # (numel, ndim): each element's index
+        coords = cls.stack(*grids, dim=-1).cast(dtypes.int32)  # (numel, ndim): each element's index
         mask = (self != 0).flatten().unsqueeze(-1).expand(*coords.shape)
         flat_size = None if size is None else size * self.ndim
         return coords.masked_select(mask, size=flat_size, fill_value=fill_value).reshape(-1, self.ndim)
@@ -1021,15 +1017,12 @@ class MovementMixin:
 
     # *** advanced indexing ***
 
-    @staticmethod
-    def _is_advanced_index(indices: Any) -> bool:
+    def _is_advanced_index(self: Tensor, indices: Any) -> bool:
         """True when an index holds a tensor, list, tuple or numpy array: the core `__getitem__` routes it here."""
         import numpy as np
 
-        from fusegrad.tensor import Tensor
-
         entries = indices if isinstance(indices, tuple) else (indices,)
-        return any(isinstance(i, (Tensor, list, tuple, np.ndarray)) for i in entries)
+        return any(isinstance(i, (type(self), list, tuple, np.ndarray)) for i in entries)
 
     def _getitem_advanced(self: Tensor, indices: Any) -> Tensor:
         """Indexing with integer tensors/lists (broadcast together) and boolean masks, mixed with basic indices.
@@ -1056,9 +1049,9 @@ class MovementMixin:
         Basic indices with steps of +-1 write through a view; other indices rewrite the whole tensor with a select.
         Raises TypeError when v's dtype differs from self's (Python values are cast).
         """
-        from fusegrad.tensor import Tensor
+        cls = type(self)
 
-        value = v if isinstance(v, Tensor) else Tensor(v, device=self.device, dtype=self.dtype)
+        value = v if isinstance(v, cls) else cls(v, device=self.device, dtype=self.dtype)
         if value.dtype != self.dtype:
             raise TypeError(f"setitem: value dtype {value.dtype} does not match the target's {self.dtype}")
         if value.device != self.device:
@@ -1073,13 +1066,11 @@ class MovementMixin:
 
     def _index_put(self: Tensor, indices: Any, value: Tensor) -> Tensor:
         """self with the elements `self[indices]` replaced by value (broadcast); duplicate indices: the last wins."""
-        from fusegrad.tensor import Tensor
-
         basic, tensors = split_index(self, indices)
         view = self[tuple(basic)]
         if tensors:
             new, hit = put_tensor_indexed(view, tensors, value)
         else:
             new = broadcast_to(value, view.shape, "setitem")
-            hit = Tensor.full(view.shape, True, dtype=dtypes.bool, device=self.device)
+            hit = type(self).full(view.shape, True, dtype=dtypes.bool, device=self.device)
         return unindex_basic(hit, basic, self.shape).where(unindex_basic(new, basic, self.shape), self)

@@ -756,9 +756,11 @@ class NNMixin:
 
     # *** einsum ***
 
-    @staticmethod
+    @classmethod
     @traced
-    def einsum(formula: str, *operands: Tensor | Sequence[Tensor], dtype: DTypeLike | None = None) -> Tensor:
+    def einsum(
+        cls: type[Tensor], formula: str, *operands: Tensor | Sequence[Tensor], dtype: DTypeLike | None = None
+    ) -> Tensor:
         """Einstein summation, as torch.einsum: "ij,jk->ik" is a matmul, "ii->i" a diagonal, "...ij->...ji" a batched
         transpose. Without "->" the output holds the ellipsis axes, then the letters used once, in alphabetical order.
         Letters of size 1 broadcast; operands may be passed as one list; `dtype` is the accumulation dtype.
@@ -784,10 +786,8 @@ class NNMixin:
             >>> Tensor.einsum("ij,j->i", a, v).tolist(), Tensor.einsum("ii", a).item()
             ([3.0, 7.0], 5.0)
         """
-        from fusegrad.tensor import Tensor
-
         tensors = [t for op in operands for t in (op if isinstance(op, (list, tuple)) else (op,))]
-        if not all(isinstance(t, Tensor) for t in tensors):
+        if not all(isinstance(t, cls) for t in tensors):
             raise TypeError(f"einsum: operands must be Tensors, got {[type(t).__name__ for t in tensors]}")
         inputs, output = _einsum_parse(formula, tensors)
         views = [_einsum_diagonals(t, labels, formula) for t, labels in zip(tensors, inputs, strict=True)]
