@@ -2074,31 +2074,6 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
 
     @_traced
-    def prod(
-        self,
-        axis: builtins.int | Sequence[builtins.int] | None = None,
-        keepdim: builtins.bool = False,
-        dtype: DTypeLike | None = None,
-    ) -> Tensor:
-        """Product along `axis` (all axes when None), in this dtype or cast to `dtype` first; 1 over empty axes.
-
-        Args:
-            axis: an axis, a tuple of axes, or None for all.
-            keepdim: keep the reduced axes with size 1.
-            dtype: the dtype to cast to first.
-
-        Returns:
-            The product.
-
-        Examples:
-            >>> Tensor([[1, 2], [3, 4]]).prod().item(), Tensor([[1, 2], [3, 4]]).prod(axis=1).tolist()
-            (24, [2, 12])
-        """
-        from fusegrad.mixin.reduce import prod as prod_in
-
-        return prod_in(self, axis, keepdim, dtype)
-
-    @_traced
     def max(self, axis: builtins.int | Sequence[builtins.int] | None = None, keepdim: builtins.bool = False) -> Tensor:
         """The largest element over `axis` (an int, a sequence, or None for all axes), dropping it unless `keepdim`.
 
@@ -2195,44 +2170,6 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         else:
             norm = self.abs().pow(p).sum(dim, keepdim=True).pow(1 / p)
         return self / norm.maximum(eps)
-
-    @_traced
-    def softmax(self, axis: builtins.int = -1, dtype: DTypeLike | None = None) -> Tensor:
-        """exp(x) / sum(exp(x)) along `axis`, shifted by the max; in `dtype` when given (a float dtype).
-
-        Args:
-            axis: the axis to normalise over.
-            dtype: the dtype to compute in.
-
-        Returns:
-            Weights that sum to 1 along axis.
-
-        Examples:
-            >>> [round(v, 4) for v in Tensor([0.0, 0.6931472]).softmax().tolist()]  # e^0 : e^ln2 = 1 : 2
-            [0.3333, 0.6667]
-        """
-        from fusegrad.mixin.reduce import softmax
-
-        return softmax(self, axis, dtype)
-
-    @_traced
-    def log_softmax(self, axis: builtins.int = -1, dtype: DTypeLike | None = None) -> Tensor:
-        """log(softmax(x)) along `axis` without underflow; in `dtype` when given (a float dtype).
-
-        Args:
-            axis: the axis to normalise over.
-            dtype: the dtype to compute in.
-
-        Returns:
-            Log-probabilities along axis.
-
-        Examples:
-            >>> [round(v, 4) for v in Tensor([0.0, 0.0]).log_softmax().tolist()]
-            [-0.6931, -0.6931]
-        """
-        from fusegrad.mixin.reduce import log_softmax
-
-        return log_softmax(self, axis, dtype)
 
     @_traced
     def dot(self, w: Tensor, dtype: DTypeLike | None = None) -> Tensor:

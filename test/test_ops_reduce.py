@@ -199,7 +199,7 @@ def test_softmin() -> None:
     )
 
 
-# softmax, log_softmax and prod with dtype= (functions in reduce.py until Tensor's own methods delegate to them)
+# softmax, log_softmax and prod with dtype= (as the reference has them)
 
 SOFTMAX_CASES: list[tuple[tuple[int, ...], int]] = [((4, 8), -1), ((4, 8), 0), ((3, 1), 1), ((2, 0, 3), 2), ((), 0)]
 
@@ -209,27 +209,27 @@ SOFTMAX_CASES: list[tuple[tuple[int, ...], int]] = [((4, 8), -1), ((4, 8), 0), (
 def test_softmax_log_softmax_with_dtype(shape: tuple[int, ...], axis: int, dt: DType) -> None:
     arr = data(shape, dt)
     ta = torch_of(arr)
-    for ours, theirs in ((reduce_module.softmax, torch.softmax), (reduce_module.log_softmax, torch.log_softmax)):
+    for ours, theirs in ((Tensor.softmax, torch.softmax), (Tensor.log_softmax, torch.log_softmax)):
         check(ours(Tensor(arr), axis), theirs(ta, axis), dt)
         check(ours(Tensor(arr), axis, dtype=dtypes.float32), theirs(ta, axis, dtype=torch.float32), dtypes.float32)
     ints = data((4, 8), dtypes.int32)
-    check(reduce_module.softmax(Tensor(ints), 1), torch.softmax(torch_of(ints).float(), 1), dtypes.float32)
+    check(Tensor.softmax(Tensor(ints), 1), torch.softmax(torch_of(ints).float(), 1), dtypes.float32)
 
 
 def test_softmax_with_dtype_backward_and_errors() -> None:
     arr, upstream = data((4, 8), dtypes.float16), data((4, 8), dtypes.float32, seed=2)
     x = Tensor(arr, requires_grad=True)
-    (reduce_module.log_softmax(x, 1, dtype=dtypes.float32) * Tensor(upstream)).sum().backward()
+    (Tensor.log_softmax(x, 1, dtype=dtypes.float32) * Tensor(upstream)).sum().backward()
     tx = torch.from_numpy(arr.copy()).requires_grad_()
     (torch.log_softmax(tx, 1, dtype=torch.float32) * torch.from_numpy(upstream)).sum().backward()
     assert x.grad is not None
     check(x.grad, tx.grad, dtypes.float16)
     with pytest.raises(TypeError, match=r"softmax: dtype must be a float dtype, got dtypes.int, expected"):
-        reduce_module.softmax(Tensor(arr), dtype=dtypes.int32)
+        Tensor.softmax(Tensor(arr), dtype=dtypes.int32)
     with pytest.raises(TypeError, match=r"log_softmax: dtype must be a float dtype, got dtypes.bool"):
-        reduce_module.log_softmax(Tensor(arr), dtype="bool")
+        Tensor.log_softmax(Tensor(arr), dtype="bool")
     with pytest.raises(IndexError, match=r"softmax: axis 2 out of range for 2-d tensor \(-2..1\)"):
-        reduce_module.softmax(Tensor(arr), 2, dtype=dtypes.float32)
+        Tensor.softmax(Tensor(arr), 2, dtype=dtypes.float32)
 
 
 PROD_CASES: list[tuple[tuple[int, ...], int | None]] = [
@@ -248,11 +248,11 @@ def test_prod_with_dtype(shape: tuple[int, ...], axis: int | None) -> None:
     ref, int_ref = torch_of(arr).double(), torch_of(ints)
     for d in dims[::-1]:
         ref, int_ref = ref.prod(d), int_ref.prod(d)
-    check(reduce_module.prod(Tensor(arr), axis, dtype=dtypes.float64), ref, dtypes.float64)
-    check(reduce_module.prod(Tensor(arr), axis), ref.float(), dtypes.float32)
-    check(reduce_module.prod(Tensor(ints), axis), int_ref, dtypes.int32)  # the reference keeps int32 (torch: int64)
+    check(Tensor.prod(Tensor(arr), axis, dtype=dtypes.float64), ref, dtypes.float64)
+    check(Tensor.prod(Tensor(arr), axis), ref.float(), dtypes.float32)
+    check(Tensor.prod(Tensor(ints), axis), int_ref, dtypes.int32)  # the reference keeps int32 (torch: int64)
     # dtype casts first, like the reference: 1.5 * 2.5 as ints is 1 * 2
-    assert reduce_module.prod(Tensor([1.5, 2.5]), dtype=dtypes.int32).item() == 2
+    assert Tensor.prod(Tensor([1.5, 2.5]), dtype=dtypes.int32).item() == 2
 
 
 # *** cumulative ***

@@ -185,36 +185,6 @@ def _bitonic_sort(x: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
     return values.shrink(keep), idx.shrink(keep).cast(dtypes.int32)
 
 
-# softmax, log_softmax and prod with `dtype=` as the reference has them. Tensor's own methods in fusegrad/tensor.py
-# lack `dtype` and cannot be overridden from a mixin (a subclass method wins), so they are written as functions here
-# for Tensor.softmax / log_softmax / prod to delegate to: `return softmax(self, axis, dtype)`.
-
-
-def softmax(x: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
-    """exp(x) / sum(exp(x)) along `axis`, shifted by the max so nothing overflows; computed in `dtype` (a float dtype,
-    TypeError otherwise) when given, else in x's float dtype. Example: `softmax(Tensor([0.0, 0.0]))` -> [0.5, 0.5]."""
-    x._resolve_axes(axis, "softmax")
-    xf = _float_input(x, dtype, "softmax")
-    # the shift cancels out: detached, no gradient flows through the max (whose rounding error would reach its argmax)
-    e = (xf - xf.max(axis, keepdim=True).detach()).exp()
-    return e / e.sum(axis, keepdim=True)
-
-
-def log_softmax(x: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
-    """log(softmax(x)) along `axis` without underflow; `dtype` as in `softmax`.
-    Example: `log_softmax(Tensor([0.0, 0.0]))` -> [-0.6931, -0.6931]."""
-    x._resolve_axes(axis, "log_softmax")
-    xf = _float_input(x, dtype, "log_softmax")
-    shifted = xf - xf.max(axis, keepdim=True).detach()  # the shift cancels out, as in softmax
-    return shifted - shifted.exp().sum(axis, keepdim=True).log()
-
-
-def prod(x: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DTypeLike | None = None) -> Tensor:
-    """Product along `axis` (all axes when None) in x's dtype, like the reference (torch widens integers to int64),
-    or cast to `dtype` first; 1 for empty axes. Example: `prod(Tensor([1, 2, 3]))` -> 6."""
-    return (x if dtype is None else x.cast(dtype))._reduce(Ops.MUL, axis, keepdim, "prod")
-
-
 class ReduceMixin:
     """Mixed into Tensor; see the module docstring."""
 
@@ -311,6 +281,68 @@ class ReduceMixin:
             raise ValueError(f"{name}: cannot reduce axis {axis} of size 0 in shape {self.shape}")
         extreme = self.max(ax, keepdim=True) if name == "argmax" else self.min(ax, keepdim=True)
         return _first_index(self, extreme, ax, keepdim).cast(dtypes.int32)
+
+    # *** products and normalisers ***
+
+    @traced
+    def prod(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DTypeLike | None = None) -> Tensor:
+        """Product along `axis` (all axes when None), in this dtype or cast to `dtype` first; 1 over empty axes.
+
+        Args:
+            axis: an axis, a tuple of axes, or None for all.
+            keepdim: keep the reduced axes with size 1.
+            dtype: the dtype to cast to first.
+
+        Returns:
+            The product.
+
+        Examples:
+            >>> Tensor([[1, 2], [3, 4]]).prod().item(), Tensor([[1, 2], [3, 4]]).prod(axis=1).tolist()
+            (24, [2, 12])
+        """
+        # in self's dtype, like the reference (torch widens integers to int64)
+        return (self if dtype is None else self.cast(dtype))._reduce(Ops.MUL, axis, keepdim, "prod")
+
+    @traced
+    def softmax(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
+        """exp(x) / sum(exp(x)) along `axis`, shifted by the max; in `dtype` when given (a float dtype).
+
+        Args:
+            axis: the axis to normalise over.
+            dtype: the dtype to compute in.
+
+        Returns:
+            Weights that sum to 1 along axis.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, 0.6931472]).softmax().tolist()]  # e^0 : e^ln2 = 1 : 2
+            [0.3333, 0.6667]
+        """
+        self._resolve_axes(axis, "softmax")
+        x = _float_input(self, dtype, "softmax")
+        # the shift cancels out: detached, no gradient flows through the max (its rounding error would reach the argmax)
+        e = (x - x.max(axis, keepdim=True).detach()).exp()
+        return e / e.sum(axis, keepdim=True)
+
+    @traced
+    def log_softmax(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
+        """log(softmax(x)) along `axis` without underflow; in `dtype` when given (a float dtype).
+
+        Args:
+            axis: the axis to normalise over.
+            dtype: the dtype to compute in.
+
+        Returns:
+            Log-probabilities along axis.
+
+        Examples:
+            >>> [round(v, 4) for v in Tensor([0.0, 0.0]).log_softmax().tolist()]
+            [-0.6931, -0.6931]
+        """
+        self._resolve_axes(axis, "log_softmax")
+        x = _float_input(self, dtype, "log_softmax")
+        shifted = x - x.max(axis, keepdim=True).detach()  # the shift cancels out, as in softmax
+        return shifted - shifted.exp().sum(axis, keepdim=True).log()
 
     # *** statistics ***
 
