@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
+import math
 import os
 import random
 import shutil
@@ -133,10 +135,14 @@ def synthetic_step(nodes: int, matches: int, seed: int = 0) -> RewriteTrace:
 # *** the page ***
 
 FIRST_FRAME = "() => new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)))"
+# each timed input is marked in the page's trace (console.timeStamp): "viz-input" as it is sent, "viz-frame" once the
+# frame after it is drawn; `main_thread_work` reads the renderer's work between the two from a Chrome trace
 STEP_KEY = """async () => {
   const t = performance.now();
+  console.timeStamp("viz-input");
   document.dispatchEvent(new KeyboardEvent("keydown", { key: "ArrowRight" }));
   await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
+  console.timeStamp("viz-frame");
   return performance.now() - t;
 }"""
 # one input event on `selector` (wheel: [dx, dy]; drag: a mouse move of dx after a press), timed in the page from the
@@ -146,6 +152,7 @@ INPUT_FRAME = """async ([selector, kind, dx, dy]) => {
   const x = box.left + box.width * 0.6, y = box.top + Math.min(60, box.height / 2);
   if (kind === "drag") target.dispatchEvent(new MouseEvent("mousedown", { clientX: x, clientY: y, bubbles: true }));
   const t = performance.now();
+  console.timeStamp("viz-input");
   if (kind === "wheel") {
     target.dispatchEvent(new WheelEvent("wheel", { deltaX: dx, deltaY: dy, clientX: x, clientY: y, bubbles: true,
       cancelable: true }));
@@ -154,6 +161,7 @@ INPUT_FRAME = """async ([selector, kind, dx, dy]) => {
   }
   await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
   const ms = performance.now() - t;
+  console.timeStamp("viz-frame");
   if (kind === "drag") window.dispatchEvent(new MouseEvent("mouseup", { clientX: x + dx, clientY: y + dy }));
   return ms;
 }"""
@@ -177,10 +185,63 @@ BUILT = "() => window.vizProbe.graphsBuilt() === rw.graphs.length"
 
 
 def input_frames(page: Any, selector: str) -> dict[str, list[float]]:
-    """Event-to-frame times (ms) of 24 zoom steps (12 in, 12 out) and 24 pans (drags of ±40 px) on `selector`."""
-    zoom = [page.evaluate(INPUT_FRAME, [selector, "wheel", 0, dy]) for dy in [-240] * 12 + [240] * 12]
-    pan = [page.evaluate(INPUT_FRAME, [selector, "drag", dx, 0]) for dx in [40, -40] * 12]
-    return {"zoom": zoom, "pan": pan}
+    """Event-to-frame times (ms) of 24 zoom steps (12 in, 12 out) and 24 pans (drags of ±40 px) on `selector`, and the
+    renderer's main-thread work for each (`zoom_work`, `pan_work`: `main_thread_work`)."""
+    with main_thread_work(page) as work:
+        zoom = [page.evaluate(INPUT_FRAME, [selector, "wheel", 0, dy]) for dy in [-240] * 12 + [240] * 12]
+        pan = [page.evaluate(INPUT_FRAME, [selector, "drag", dx, 0]) for dx in [40, -40] * 12]
+    return {"zoom": zoom, "pan": pan, "zoom_work": work[:24], "pan_work": work[24:]}
+
+
+def step_frames(page: Any, steps: int) -> tuple[list[float], list[float]]:
+    """Event-to-frame times (ms) of `steps` → keys, and the renderer's main-thread work for each."""
+    with main_thread_work(page) as work:
+        times = [page.evaluate(STEP_KEY) for _ in range(steps)]
+    return times, work
+
+
+# what a frame costs the page, without the wait for the display's next frame that event-to-frame times include (up to
+# ~16.7 ms at 60 Hz whatever the page does): the renderer main thread's busy time between an input's two marks
+# (the handler, scripts, style, layout, paint and the commit to the compositor), from a Chrome trace
+TRACE_CATEGORIES = ["devtools.timeline", "toplevel"]
+
+
+@contextlib.contextmanager
+def main_thread_work(page: Any) -> Iterator[list[float]]:
+    """Trace the page while the block runs; the list it yields is then filled with each marked input's work (ms)."""
+    browser, work = page.context.browser, list[float]()
+    with tempfile.TemporaryDirectory(prefix="bench_viz_trace_") as folder:
+        path = Path(folder) / "trace.json"
+        browser.start_tracing(page=page, path=str(path), categories=TRACE_CATEGORIES)
+        try:
+            yield work
+        finally:
+            browser.stop_tracing()
+        work.extend(work_per_input(json.loads(path.read_text())))
+
+
+def work_per_input(trace: dict[str, Any] | list[dict[str, Any]]) -> list[float]:
+    """Per "viz-input" .. "viz-frame" pair of marks: the busy time (ms) of the thread that made the marks, as the union
+    of its trace slices (nested slices counted once) overlapping the pair."""
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    marks = sorted((e for e in events if e.get("name") == "TimeStamp" and
+                    e.get("args", {}).get("data", {}).get("message") in ("viz-input", "viz-frame")),
+                   key=lambda e: e["ts"])  # fmt: skip
+    if not marks:
+        return []
+    thread = (marks[0]["pid"], marks[0]["tid"])
+    slices = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+                    if e.get("ph") == "X" and "dur" in e and (e["pid"], e["tid"]) == thread)  # fmt: skip
+    busy: list[tuple[float, float]] = []  # the union of the slices, in order
+    for start, end in slices:
+        if busy and start <= busy[-1][1]:
+            busy[-1] = (busy[-1][0], max(busy[-1][1], end))
+        else:
+            busy.append((start, end))
+    message = lambda e: e["args"]["data"]["message"]  # noqa: E731
+    pairs = [(a["ts"], b["ts"]) for a, b in itertools.pairwise(marks)
+             if message(a) == "viz-input" and message(b) == "viz-frame"]  # fmt: skip
+    return [sum(max(0.0, min(end, t1) - max(start, t0)) for start, end in busy) / 1e3 for t0, t1 in pairs]
 
 
 def timeline_figures(page: Any, url: str) -> tuple[float, float, list[float], dict[str, list[float]]]:
@@ -192,7 +253,7 @@ def timeline_figures(page: Any, url: str) -> tuple[float, float, list[float], di
     page.click("#tab-profiler")
     page.wait_for_function("() => window.vizProbe.painted()", timeout=600_000, polling=10)
     first = time.perf_counter() - start
-    page.wait_for_function("() => window.vizProbe.ready() && window.vizProbe.drawMs() > 0", timeout=600_000)
+    page.wait_for_function("() => window.vizProbe.settled()", timeout=600_000)
     full = time.perf_counter() - start
     box = page.locator("#timeline").bounding_box()
     page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + 60)
@@ -202,7 +263,22 @@ def timeline_figures(page: Any, url: str) -> tuple[float, float, list[float], di
         page.evaluate(FIRST_FRAME)
         frames.append(page.evaluate("() => window.vizProbe.drawMs()"))
     page.dblclick("#timeline")  # the whole run again
-    return first, full, frames, input_frames(page, "#timeline")
+    inputs = input_frames(page, "#timeline")
+    page.dblclick("#timeline")
+    inputs["zoom_sharp"] = [page.evaluate(ZOOM_SHARP, ["#timeline", -240]) for _ in range(8)]
+    return first, full, frames, inputs
+
+
+# a zoom of the timeline shows the last whole frame stretched where its tiles are not drawn yet (a frame draws what
+# fits its budget): from the wheel event to the frame with every tile drawn at the new scale (ms)
+ZOOM_SHARP = """async ([selector, dy]) => {
+  const target = document.querySelector(selector), box = target.getBoundingClientRect(), t = performance.now();
+  target.dispatchEvent(new WheelEvent("wheel", { deltaY: dy, clientX: box.left + box.width * 0.6,
+    clientY: box.top + 60, bubbles: true, cancelable: true }));
+  do await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
+  while (!window.vizProbe.settled());
+  return performance.now() - t;
+}"""
 
 
 def graph_figures(page: Any) -> tuple[float, float, list[float], dict[str, list[float]]]:
@@ -227,8 +303,8 @@ def graph_figures(page: Any) -> tuple[float, float, list[float], dict[str, list[
             page.wait_for_function("() => window.vizProbe.layoutsPending() === 0")
             page.wait_for_function(BUILT, timeout=600_000)
             page.evaluate(FIRST_FRAME)
-            steps = [page.evaluate(STEP_KEY) for _ in range(matches)]
-            frames = input_frames(page, "#graph-wrap")
+            steps, step_work = step_frames(page, matches)
+            frames = {"step": steps, "step_work": step_work} | input_frames(page, "#graph-wrap")
         else:
             times = runs
         server.shutdown()
@@ -263,10 +339,25 @@ def report(row: dict[str, Any]) -> str:
     return text
 
 
+def spread(ms: list[float]) -> str:
+    """`median a / p95 b / max c` of times in ms (p95 by nearest rank: of 24 times, the 23rd smallest)."""
+    if not ms:
+        return "none"
+    ordered = sorted(ms)
+    p95 = ordered[math.ceil(0.95 * len(ordered)) - 1]
+    return f"median {statistics.median(ordered):.1f} / p95 {p95:.1f} / max {ordered[-1]:.1f}"
+
+
 def frames_text(inputs: dict[str, list[float]]) -> str:
-    """Event-to-frame times as `zoom max/median, pan max/median` (ms)."""
-    return ", ".join(f"{kind} frames max {max(ms):.1f} / median {statistics.median(ms):.1f} ms"
-                     for kind, ms in inputs.items())  # fmt: skip
+    """Per kind of input: the renderer's main-thread work per frame (what the 16 ms frame budget is about) and the
+    event-to-frame time (that work plus the wait for the display's next frame), each as median / p95 / max (ms)."""
+    kinds = [kind for kind in ("step", "zoom", "pan") if f"{kind}_work" in inputs]
+    text = "; ".join(f"{kind} frame work {spread(inputs[f'{kind}_work'])} ms" +
+                     (f" (event to frame {spread(inputs[kind])})" if kind in inputs else "")
+                     for kind in kinds)  # fmt: skip
+    if "zoom_sharp" in inputs:
+        text += f"; a zoom is sharp (every tile drawn) after {spread(inputs['zoom_sharp'])} ms"
+    return text
 
 
 def replay_seconds(nodes: int = 7000, matches: int = 2) -> tuple[float, float]:
@@ -314,8 +405,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             first, again, steps, frames = graph_figures(page)
             replay_wall, replay_cpu = replay_seconds()
             print(f"7,000-node graph: first paint {first:.2f} s (the server's replay alone: {replay_wall:.2f} s, "
-                  f"{replay_cpu:.2f} s CPU), asked again {again:.3f} s; at 1,000 nodes: ←/→ max {max(steps):.1f} ms, "
-                  f"median {statistics.median(steps):.1f} ms; {frames_text(frames)}")  # fmt: skip
+                  f"{replay_cpu:.2f} s CPU), asked again {again:.3f} s; at 1,000 nodes (←/→ is step): "
+                  f"{frames_text(frames)}")  # fmt: skip
             rows.append({"graph_first_s": first, "graph_again_s": again, "graph_replay_s": replay_wall,
                          "graph_replay_cpu_s": replay_cpu, "step_ms": steps, "graph_inputs": frames})  # fmt: skip
         if args.gpt_steps:
@@ -375,9 +466,9 @@ def trace_graph_figures(page: Any, url: str, trace: RewriteTrace) -> dict[str, A
     nodes, matches, ctx, idx = max(several)
     open_step(page, url, ctx, idx)
     out |= {"step_nodes": nodes, "step_matches": matches, "step_step": [ctx, idx],
-            "step_drawn": page.evaluate("() => rw.drawnMsg.layout.nodes.length"),
-            "step_ms": [page.evaluate(STEP_KEY) for _ in range(min(matches, 8))],
-            "graph_inputs": input_frames(page, "#graph-wrap")}  # fmt: skip
+            "step_drawn": page.evaluate("() => rw.drawnMsg.layout.nodes.length")}  # fmt: skip
+    out["step_ms"], step_work = step_frames(page, min(matches, 8))
+    out["graph_inputs"] = {"step": out["step_ms"], "step_work": step_work} | input_frames(page, "#graph-wrap")
     return out
 
 
@@ -420,11 +511,10 @@ def trace_report(row: dict[str, Any]) -> str:
                      f"draws max {row['frame_max_ms']:.1f} ms / median {row['frame_median_ms']:.1f} ms; "
                      f"{frames_text(row['inputs'])}")  # fmt: skip
     if "graph_first_s" in row:
-        steps = row["step_ms"]
         lines.append(f"biggest graph (step {row['graph_step']}, {row['graph_nodes']:,} nodes, {row['graph_drawn']:,} "
                      f"drawn): first paint {row['graph_first_s']:.2f} s; ←/→ on step {row['step_step']} "
-                     f"({row['step_nodes']:,} nodes, {row['step_drawn']:,} drawn, {row['step_matches']} matches): "
-                     f"max {max(steps, default=0):.1f} ms, median {statistics.median(steps or [0]):.1f} ms; "
+                     f"({row['step_nodes']:,} nodes, {row['step_drawn']:,} drawn, {row['step_matches']} matches; "
+                     "step is ←/→): "
                      f"{frames_text(row['graph_inputs'])}")  # fmt: skip
     return "\n".join(lines)
 

@@ -224,6 +224,85 @@ def test_profiler_stays_smooth_at_100k_events(browser_page: tuple[Page, list[str
         server.server_close()
 
 
+# the timeline's content area (right of the track names) as pixels, kept in the page under `name`; with `against`,
+# how many pixels differ from the ones kept under that name
+CONTENT_PIXELS = """([name, against]) => {
+  const c = document.getElementById('timeline'), dpr = window.devicePixelRatio || 1, x = Math.round(LABEL_W * dpr);
+  const pixels = new Uint32Array(c.getContext('2d').getImageData(x, 0, c.width - x, c.height).data.buffer);
+  window.kept = window.kept || {};
+  window.kept[name] = pixels;
+  if (!against) return pixels.length;
+  const other = window.kept[against];
+  let differ = 0;
+  for (let i = 0; i < pixels.length; i++) if (pixels[i] !== other[i]) differ++;
+  return differ;
+}"""
+SETTLED = "() => window.vizProbe.settled()"  # every tile in view drawn (tiles.js)
+
+
+def test_the_timeline_pans_by_reusing_its_tiles(browser_page: tuple[Page, list[str]]) -> None:
+    """A pan draws at most the one tile that comes into view and shows what a fresh draw of every tile shows; a zoom
+    ends with every tile drawn at the new scale, the same picture as a fresh draw."""
+    page, errors = browser_page
+    server, url = start_in_thread(VizSession(events=synthetic_profile(20_000)))
+    try:
+        page.goto(url)
+        page.click("#tab-profiler")
+        page.wait_for_function("() => window.vizProbe.ready()")
+        page.evaluate("() => window.vizProbe.setView(20000, 60000)")
+        box = page.locator("#timeline").bounding_box()
+        assert box is not None
+        x, y = box["x"] + 600, box["y"] + 50
+        for dx in (-40, -40, 30):  # drags: each moves the view by whole pixels
+            page.mouse.move(x, y)
+            page.mouse.down()
+            page.mouse.move(x + dx, y)
+            page.mouse.up()
+            page.wait_for_function(SETTLED)
+            assert page.evaluate("() => window.vizProbe.tilesMade()") <= 1
+        panned = page.evaluate(CONTENT_PIXELS, ["panned", None])
+        page.evaluate("() => window.vizProbe.redraw(true)")  # every tile again, from this view
+        assert page.evaluate("() => window.vizProbe.tilesMade()") >= 4  # ~1,240 px of content: five 256 px tiles
+        differ = page.evaluate(CONTENT_PIXELS, ["fresh", "panned"])
+        assert differ < panned * 0.01, f"{differ} of {panned} pixels differ from a fresh draw after the pans"
+        page.mouse.move(x, y)
+        for _ in range(3):
+            page.mouse.wheel(0, -240)  # zoom in around the cursor
+        page.wait_for_function(SETTLED)
+        page.evaluate(CONTENT_PIXELS, ["zoomed", None])
+        page.evaluate("() => window.vizProbe.redraw(true)")
+        assert page.evaluate(CONTENT_PIXELS, ["fresh", "zoomed"]) < panned * 0.01
+        assert errors == []
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_range_names_show_where_they_fit(browser_page: tuple[Page, list[str]]) -> None:
+    """A range gets its name once it is wide enough for three letters, zoomed out (found among the long ranges) as
+    zoomed in (among the ranges in view)."""
+    page, errors = browser_page
+    events: list[ProfileEvent] = [ProfileRangeEvent("CPU", f"short_{i % 5}", Decimal(i * 10), Decimal(i * 10 + 4))
+                                  for i in range(5000)]  # fmt: skip
+    events.append(ProfileRangeEvent("CPU", "long_kernel", Decimal(50_000), Decimal(60_000)))  # a fifth of the run
+    server, url = start_in_thread(VizSession(events=events))
+    try:
+        page.goto(url)
+        page.click("#tab-profiler")
+        page.wait_for_function("() => window.vizProbe.ready()")
+        names = "() => window.vizProbe.texts().texts.filter((t) => t.kind === 'range').map((t) => t.text)"
+        page.evaluate("() => window.vizProbe.setView(0, 60000)")
+        assert page.evaluate(names) == ["long_kernel"]  # 10 ms of 60: wide; the 4 us ones under a pixel
+        page.evaluate("() => window.vizProbe.setView(1000, 1050)")  # 5 short ranges across the view, 60+ px each
+        assert sorted(page.evaluate(names)) == [f"short_{i}" for i in range(5)]
+        page.evaluate("() => window.vizProbe.setView(59990, 60100)")  # the long one's last 10 us, its name at the left
+        assert page.evaluate(names) == ["long_kernel"]
+        assert errors == []
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def largest_step(real_trace: RealTrace) -> tuple[int, int]:
     """The step whose input graph has the most nodes: laid out, far wider than the pane."""
     sizes = {(c, i): len(next(get_full_rewrite(s, real_trace.trace.uop_fields))["graph"])

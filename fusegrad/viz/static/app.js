@@ -908,6 +908,7 @@ function layoutRows() {
 }
 
 function resizeCanvas() {
+  tiles.reset(); // rows or width changed
   const canvas = $("timeline"), wrap = $("timeline-wrap"), dpr = window.devicePixelRatio || 1;
   prof.width = Math.max(wrap.clientWidth, 300);
   canvas.width = prof.width * dpr;
@@ -919,10 +920,14 @@ function resizeCanvas() {
 
 // *** profiler: drawing ***
 
+// a frame's time to make missing tiles (tiles.js): with the rest of the frame (labels, the browser's paint and
+// commit) it stays under the 16.7 ms of a 60 Hz frame; the tiles it has no time for come in the next frames
+const FRAME_BUDGET_MS = 4;
+
 function scheduleDraw() {
   if (prof.pending || !prof.ready) return;
   prof.pending = true;
-  requestAnimationFrame(() => { prof.pending = false; draw(); });
+  requestAnimationFrame(() => { prof.pending = false; draw(FRAME_BUDGET_MS); });
 }
 
 const scaleOf = () => (prof.width - LABEL_W - RIGHT_PAD) / (prof.t1 - prof.t0);
@@ -950,7 +955,9 @@ function lowerBound(sorted, value) {
   return lo;
 }
 
-function draw() {
+// a frame: rows and their names, the content from tiles (tiles.js; `budget` ms to make missing ones, the rest in the
+// frames after), and over it the range labels, the selection, markers and the axis, drawn each frame
+function draw(budget = Infinity) {
   const start = performance.now();
   const ctx = $("timeline").getContext("2d"), dpr = window.devicePixelRatio || 1;
   ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
@@ -962,11 +969,14 @@ function draw() {
     ctx.fillStyle = i % 2 ? "#1b1e24" : "#1f232a";
     ctx.fillRect(0, row.y, prof.width, row.h);
   });
+  const view = { t0: prof.t0, scale: scaleOf(), left: LABEL_W, width: prof.width - LABEL_W, height: prof.height, dpr,
+    key: contentKey() };
+  prof.settled = tiles.frame(ctx, view, budget);
   ctx.save();
   ctx.beginPath();
   ctx.rect(LABEL_W, 0, prof.width - LABEL_W, prof.height);
   ctx.clip();
-  for (const row of prof.rows) (row.track.kind === "range" ? drawRanges : drawMemory)(ctx, row);
+  for (const row of prof.rows) if (row.track.kind === "range") drawRangeText(ctx, row);
   drawMarkers(ctx);
   ctx.restore();
   drawAxis(ctx);
@@ -979,58 +989,118 @@ function draw() {
   }
   prof.drawMs = performance.now() - start;
   prof.painted = true;
+  if (prof.settled) tiles.prefetchLater();
+  else scheduleDraw(); // the tiles still missing, in the next frame
 }
 
-function drawRanges(ctx, row) {
-  const tr = row.track, t0 = prof.t0, t1 = prof.t1, scale = scaleOf();
-  const painted = new Float64Array(tr.levels).fill(-Infinity); // per level, the right edge painted so far
+// what the tiles show besides the events: the highlighted kernel and the selected buffer (a change redraws them)
+function contentKey() {
+  const s = prof.selected;
+  return `${prof.highlight}|${s && s.buffer ? `${s.track.name}|${s.buffer.index}` : ""}`;
+}
+
+// one tile: row backgrounds, ranges and memory from time t0 to t1, x = 0 at t0, `width` px wide
+function drawContent(ctx, t0, t1, scale, width) {
+  const v = { t0, t1, scale, left: 0, width };
+  prof.rows.forEach((row, i) => {
+    ctx.fillStyle = i % 2 ? "#1b1e24" : "#1f232a";
+    ctx.fillRect(0, row.y, width, row.h);
+  });
+  for (const row of prof.rows) (row.track.kind === "range" ? drawRanges : drawMemory)(ctx, row, v);
+}
+
+const tiles = new TimelineTiles(drawContent);
+
+// ranges on whole device pixels: a pixel column shows the first range (by start) that covers it, so 100,000 tiny
+// ranges cost ~width draws, and a tile shows what the same columns of any other tile at this scale would
+function drawRanges(ctx, row, v) {
+  const tr = row.track, { t0, t1, scale, left: x0 } = v, dpr = window.devicePixelRatio || 1, unit = scale * dpr;
+  const painted = new Float64Array(tr.levels).fill(-Infinity); // per level, the device pixel column painted up to
   for (let j = lowerBound(tr.stSorted, t0 - tr.maxDur); j < tr.n; j++) {
     const i = tr.order[j], st = tr.st[i];
     if (st > t1) break;
     const en = st + tr.dur[i];
     if (en < t0) continue;
-    const lv = tr.level[i], x = LABEL_W + (st - t0) * scale, x2 = LABEL_W + (en - t0) * scale;
-    if (x2 <= painted[lv] + 0.5) continue; // inside a pixel already painted: 100,000 tiny ranges cost ~width draws
-    const left = Math.max(x, painted[lv]), w = Math.max(x2 - left, 1);
-    painted[lv] = left + w;
-    const y = row.y + 3 + lv * ROW_H;
+    const lv = tr.level[i], c0 = Math.floor(x0 * dpr + (st - t0) * unit);
+    const c1 = Math.max(Math.ceil(x0 * dpr + (en - t0) * unit), c0 + 1);
+    if (c1 <= painted[lv]) continue; // every column it covers is painted already
+    const left = Math.max(c0, painted[lv]);
+    painted[lv] = c1;
     ctx.fillStyle = prof.highlight < 0 || prof.highlight === tr.nameIdx[i] ? colorOf(tr.nameIdx[i]) : "#3a3f4a";
-    ctx.fillRect(left, y, w, ROW_H - 2);
-    if (prof.selected && prof.selected.track === tr && prof.selected.i === i) {
-      ctx.strokeStyle = "#fff";
-      ctx.lineWidth = 2;
-      ctx.strokeRect(left, y, w, ROW_H - 2);
-    }
-    const chars = Math.floor((w - 6) / 6.2);
-    if (chars >= 3) {
-      const name = prof.strings[tr.nameIdx[i]];
-      ctx.fillStyle = "#111";
-      ctx.fillText(name.length > chars ? name.slice(0, chars - 1) + "…" : name, Math.max(left, LABEL_W) + 3, y + ROW_H / 2 - 1);
-    }
+    ctx.fillRect(left / dpr, row.y + 3 + lv * ROW_H, (c1 - left) / dpr, ROW_H - 2);
   }
 }
 
-function drawMemory(ctx, row) {
+// the names of the ranges in view wide enough for three letters, and the selected range's outline. Candidates come
+// from the ranges in view or from those long enough at this scale (byLength), whichever are fewer: zoomed out, few
+// ranges are long enough, zoomed in, few are in view
+function drawRangeText(ctx, row) {
+  const tr = row.track, t0 = prof.t0, t1 = prof.t1, scale = scaleOf(), minDur = (3 * 6.2 + 6) / scale;
+  const j0 = lowerBound(tr.stSorted, t0 - tr.maxDur), j1 = lowerBound(tr.stSorted, t1 + 1e-9);
+  const long = byLength(tr), b = clamp(Math.floor(Math.log2(Math.max(minDur, 1e-30))) - long.low, 0, long.starts.length - 1);
+  const fromLong = long.starts[long.starts.length - 1] - long.starts[b] < j1 - j0;
+  const count = fromLong ? tr.n - long.starts[b] : j1 - j0;
+  ctx.fillStyle = "#111";
+  for (let c = 0; c < count; c++) {
+    const i = fromLong ? long.order[long.starts[b] + c] : tr.order[j0 + c], st = tr.st[i], en = st + tr.dur[i];
+    if (tr.dur[i] < minDur || st >= t1 || en < t0) continue;
+    const left = Math.max(xOf(st), LABEL_W), chars = Math.floor((xOf(en) - left - 6) / 6.2);
+    if (chars < 3) continue;
+    const name = prof.strings[tr.nameIdx[i]], text = name.length > chars ? name.slice(0, chars - 1) + "…" : name;
+    ctx.fillText(text, left + 3, row.y + 3 + tr.level[i] * ROW_H + ROW_H / 2 - 1);
+    prof.texts.push({ kind: "range", text, x0: left + 3, x1: left + 3 + 6.2 * text.length });
+  }
+  const sel = prof.selected;
+  if (!sel || sel.track !== tr || sel.buffer) return;
+  const x = xOf(tr.st[sel.i]), x2 = Math.max(xOf(tr.st[sel.i] + tr.dur[sel.i]), x + 1);
+  ctx.strokeStyle = "#fff";
+  ctx.lineWidth = 2;
+  ctx.strokeRect(x, row.y + 3 + tr.level[sel.i] * ROW_H, x2 - x, ROW_H - 2);
+}
+
+// a range track's events by length, in power-of-two classes: long.order lists them shortest class first, and
+// long.starts[b] is where class low + b begins (the last entry is n), so "every range at least 2^k long" is a suffix
+function byLength(tr) {
+  if (tr.byLength) return tr.byLength;
+  const cls = new Int16Array(tr.n);
+  let low = 0, high = 0;
+  for (let i = 0; i < tr.n; i++) {
+    cls[i] = Math.floor(Math.log2(Math.max(tr.dur[i], 1e-30)));
+    if (i === 0 || cls[i] < low) low = cls[i];
+    if (i === 0 || cls[i] > high) high = cls[i];
+  }
+  const starts = new Uint32Array(high - low + 2), order = new Uint32Array(tr.n);
+  for (let i = 0; i < tr.n; i++) starts[cls[i] - low + 1]++;
+  for (let b = 1; b < starts.length; b++) starts[b] += starts[b - 1];
+  const next = starts.slice(0, -1);
+  for (let i = 0; i < tr.n; i++) order[next[cls[i] - low]++] = i;
+  return (tr.byLength = { low, starts, order });
+}
+
+function drawMemory(ctx, row, v) {
   const tr = row.track, yScale = (row.h - 6) / Math.max(tr.peak, 1), base = row.y + row.h - 3;
-  if (tr.bands) drawBands(ctx, row, yScale, base);
+  if (tr.bands) drawBands(ctx, row, yScale, base, v);
   ctx.strokeStyle = "#e6e6e6"; // bytes in use, as a step line over the bands
   ctx.lineWidth = 1;
   ctx.beginPath();
-  ctx.moveTo(LABEL_W, base);
+  if (!tr.usageAt || tr.usageAt.length !== tr.usage.length) { // as typed arrays, made once
+    [tr.usageAt, tr.usageBytes] = [Float64Array.from(tr.usage, (u) => u[0]), Float64Array.from(tr.usage, (u) => u[1])];
+  }
   // the changes within one pixel column (a whole run has thousands per column) drawn as one line from the lowest to
-  // the highest they reached
-  let last = base, column = NaN, low = base, high = base;
+  // the highest they reached; only the changes in [t0, t1] and the one before (the level the line starts at)
+  const u0 = Math.max(lowerBound(tr.usageAt, v.t0) - 1, 0), xAt = (t) => v.left + (t - v.t0) * v.scale;
+  let last = u0 < tr.usageAt.length && tr.usageAt[u0] < v.t0 ? base - tr.usageBytes[u0] * yScale : base;
+  let column = NaN, low = last, high = last;
+  ctx.moveTo(v.left - 1, last);
   const closeColumn = () => {
     if (low === high) return;
     ctx.lineTo(column, low);
     ctx.lineTo(column, high);
     ctx.lineTo(column, last);
   };
-  if (!tr.usageAt || tr.usageAt.length !== tr.usage.length) { // as typed arrays, made once
-    [tr.usageAt, tr.usageBytes] = [Float64Array.from(tr.usage, (u) => u[0]), Float64Array.from(tr.usage, (u) => u[1])];
-  }
-  for (let u = 0; u < tr.usageAt.length; u++) {
-    const x = xOf(tr.usageAt[u]), y = base - tr.usageBytes[u] * yScale;
+  for (let u = u0; u < tr.usageAt.length && tr.usageAt[u] <= v.t1; u++) {
+    if (tr.usageAt[u] < v.t0) continue;
+    const x = xAt(tr.usageAt[u]), y = base - tr.usageBytes[u] * yScale;
     if (Math.round(x) === column) {
       [low, high] = [Math.min(low, y), Math.max(high, y)];
     } else {
@@ -1042,22 +1112,22 @@ function drawMemory(ctx, row) {
     last = y;
   }
   closeColumn();
-  ctx.lineTo(prof.width, last);
+  ctx.lineTo(v.left + v.width + 1, last);
   ctx.stroke();
 }
 
 // each buffer's lifetime as a band at its offset, painted as the pixels of an image drawn once: zoomed out, most of a
 // run's bands are under a pixel wide (a whole GPT run has ~60,000), and a fill each took 150-300 ms a frame. A pixel
 // shows the last band painted on it; the selected buffer's bands are painted last
-function drawBands(ctx, row, yScale, base) {
+function drawBands(ctx, row, yScale, base, v) {
   const tr = row.track, dpr = window.devicePixelRatio || 1;
-  const W = Math.ceil((prof.width - LABEL_W) * dpr), H = Math.ceil(row.h * dpr);
+  const W = Math.ceil(v.width * dpr), H = Math.ceil(row.h * dpr);
   if (W <= 0 || H <= 0) return;
   if (!tr.packed || tr.packed.n !== tr.segs.length / 4) tr.packed = packBands(tr);
   if (!prof.bandImage || prof.bandImage.width !== W || prof.bandImage.height !== H) prof.bandImage = new ImageData(W, H);
   const P = tr.packed, image = prof.bandImage, pixels = new Uint32Array(image.data.buffer), picked = [];
   pixels.fill(0);
-  const xScale = scaleOf() * dpr, yUnit = yScale * dpr, yBase = (base - row.y) * dpr, t0 = prof.t0, t1 = prof.t1;
+  const xScale = v.scale * dpr, yUnit = yScale * dpr, yBase = (base - row.y) * dpr, t0 = v.t0, t1 = v.t1;
   const paint = (k, color) => {
     const x = (P.start[k] - t0) * xScale, x2 = (P.end[k] - t0) * xScale, y = yBase - P.top[k] * yUnit;
     const c0 = Math.max(Math.floor(x), 0), c1 = Math.min(Math.max(Math.round(x2), c0 + 1), W);
@@ -1075,7 +1145,7 @@ function drawBands(ctx, row, yScale, base) {
   const canvas = prof.bandCanvas || (prof.bandCanvas = document.createElement("canvas"));
   if (canvas.width !== W || canvas.height !== H) [canvas.width, canvas.height] = [W, H]; // a resize clears it: only then
   canvas.getContext("2d").putImageData(image, 0, 0);
-  ctx.drawImage(canvas, LABEL_W, row.y, W / dpr, H / dpr);
+  ctx.drawImage(canvas, v.left, row.y, W / dpr, H / dpr);
 }
 
 // a memory track's bands as typed arrays (start, end, top = offset + bytes, bytes, colour, buffer), made once: a
@@ -1331,9 +1401,11 @@ function setupTimelineInput() {
 window.vizProbe = {
   ready: () => prof.ready,
   painted: () => Boolean(prof.painted), // the overview or the full timeline is on the canvas
-  texts: () => ({ width: prof.width, texts: prof.texts }), // every marker and axis label the last frame drew
+  texts: () => ({ width: prof.width, texts: prof.texts }), // every marker, axis and range label the last frame drew
   drawMs: () => prof.drawMs,
-  redraw: () => { draw(); return prof.drawMs; },
+  settled: () => Boolean(prof.ready && prof.settled && !prof.pending), // every tile in view is drawn
+  tilesMade: () => tiles.made, // tiles the last frame made (the others were kept from earlier frames)
+  redraw: (fresh = false) => { if (fresh) tiles.reset(); draw(); return prof.drawMs; }, // fresh: every tile again
   setView: (t0, t1) => { prof.t0 = t0; prof.t1 = t1; draw(); },
   selectKernel: (name) => selectKernel(name),
   layoutsPending: () => layouts.waiting.size, // graphs sent to the layout worker and not back yet
