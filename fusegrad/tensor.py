@@ -630,7 +630,8 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         sink = Tensor._sink([self, *lst])
         schedule = create_schedule(sink)
         if schedule:
-            schedule[-1].settles = tuple(u for u in sink.toposort() if u.op is Ops.ASSIGN and u.src[1].op is Ops.KERNEL)
+            assigns = [u for u in sink.toposort() if u.op is Ops.ASSIGN and u.src[1].op is Ops.KERNEL]
+            schedule[-1].settle = functools.partial(settle_assigns, assigns)
         return schedule
 
     def schedule_with_vars(self, *lst: Tensor) -> tuple[list[Any], dict[str, builtins.int]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -350,9 +350,9 @@ class ExecItem:
     metadata: tuple[Metadata, ...] | None = None
     fixedvars: dict[str, int] = field(default_factory=dict)
     prg: Runner | None = None
-    # ASSIGN(BUFFER, KERNEL) nodes this item completes: once run_schedule has run it, tensors read the buffer instead
-    # (Tensor.schedule fills it, so a kernel run from a returned schedule is not scheduled again)
-    settles: tuple[UOp, ...] = ()
+    # called once run_schedule has run this item: Tensor.schedule sets it on the last item so that the tensors whose
+    # kernels ran read their buffers (a kernel run from a returned schedule is not scheduled again)
+    settle: Callable[[], None] | None = None
 
     def _buffers(self) -> list[Buffer]:
         if missing := [i for i, b in enumerate(self.bufs) if b is None]:
@@ -460,19 +460,18 @@ def run_schedule(
     schedule: list[ExecItem], var_vals: dict[str, int] | None = None, do_update_stats: bool = True
 ) -> None:
     """Lower and run every item in order, popping each off `schedule` (so its buffers can be freed as it goes).
-    Afterwards the tensors whose kernels ran read their buffers (see ExecItem.settles)."""
-    settled: list[UOp] = []
+    Afterwards the tensors whose kernels ran read their buffers (see ExecItem.settle)."""
+    settles: list[Callable[[], None]] = []
     compile_ahead(schedule)
     while schedule:
         ei = schedule.pop(0).lower()
         if capturing and CAPTURING:
             capturing[0].add(ei)
         ei.run(var_vals, do_update_stats=do_update_stats)
-        settled.extend(ei.settles)
-    if settled:
-        from fusegrad.tensor import settle_assigns  # the frontend imports this module: import on use
-
-        settle_assigns(settled)
+        if ei.settle is not None:
+            settles.append(ei.settle)
+    for settle in settles:
+        settle()
 
 
 # *** eager replays through device graphs ***

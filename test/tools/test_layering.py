@@ -44,8 +44,6 @@ ALLOWED: dict[tuple[str, str], str] = {
         "TinyJit takes and returns Tensors (the reference's engine/jit.py too); its public path is engine.jit",
     ("fusegrad.engine.jit", "fusegrad.mixin.random"):
         "TinyJit captures and advances the random generator's device state with the kernels",
-    ("fusegrad.engine.realize", "fusegrad.tensor"):
-        "run_schedule settles the Tensors whose assigns it ran (settle_assigns); issue 18: one realize path",
 }  # fmt: skip
 
 
