@@ -16,9 +16,9 @@ import functools
 import pathlib
 import re
 
-from fusegrad.codegen.linearize import REDUCE_AXES, range_key
+from fusegrad.codegen.linearize import range_key
 from fusegrad.dtype import DType, PtrDType, dtypes
-from fusegrad.uop import AxisType, GroupOp, Ops
+from fusegrad.uop import REDUCE_AXES, AxisType, GroupOp, Ops
 from fusegrad.uop.ops import UOp, graph_rewrite
 from fusegrad.uop.symbolic import split_uop, sym
 

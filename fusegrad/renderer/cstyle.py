@@ -12,11 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar, cast
 
-from fusegrad.codegen.linearize import REDUCE_AXES
 from fusegrad.dtype import FP8_FORMATS, AddrSpace, ConstType, DType, PtrDType, dtypes, fp8_to_float, truncate
 from fusegrad.helpers import strip_parens, to_function_name
 from fusegrad.renderer import Renderer, index_arithmetic
-from fusegrad.uop import AxisType, GroupOp, Ops
+from fusegrad.uop import REDUCE_AXES, AxisType, GroupOp, Ops
 from fusegrad.uop.ops import PatternMatcher, UOp, UPat
 
 # *** per-kernel render state ***

@@ -165,6 +165,9 @@ class AxisType(Enum):
         return f"AxisType.{self.name}"
 
 
+# axis types whose loops close inside the output loops (they carry an accumulator)
+REDUCE_AXES = frozenset({AxisType.REDUCE, AxisType.GROUP_REDUCE, AxisType.UNROLL})
+
 axis_letters = {AxisType.GLOBAL: "g", AxisType.THREAD: "t", AxisType.LOCAL: "l", AxisType.WARP: "w", AxisType.LOOP: "L",
                 AxisType.UPCAST: "u", AxisType.GROUP_REDUCE: "G", AxisType.REDUCE: "R", AxisType.UNROLL: "r",
                 AxisType.MULTI: "m"}  # fmt: skip

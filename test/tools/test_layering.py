@@ -28,8 +28,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("fusegrad.uop.ops", "fusegrad.schedule.multi"):
         "UOp.axis (the reference's property) reads a sharded tensor's axis off the scheduler's placement",
     # between the kernel stages (owned by the codegen/renderer/schedule work)
-    ("fusegrad.renderer.cstyle", "fusegrad.codegen.linearize"):
-        "REDUCE_AXES only; issue 18: move it into uop",
     ("fusegrad.codegen.search", "fusegrad.engine.realize"):
         "BEAM times candidate kernels on the device through CompiledRunner",
     ("fusegrad.schedule.cache", "fusegrad.engine.realize"):
