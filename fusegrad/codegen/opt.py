@@ -61,7 +61,11 @@ GROUP_MIN_SIZE = 1 << 16  # reduce size from which the split pays for the thread
 SWAP_MIN_REDUCE = 2048  # reduce size from which the vector loads' panel no longer stays cached for the next row tile
 PACK_MAX_BYTES = 256 << 10  # a packed panel lives on the thread's stack and should stay in L2 (512 KiB a core)
 PACK_MIN_REDUCE = 32  # reduce size from which packing pays (matmul 1024: ~2.5x; q @ k.T over 64: ~2x)
-PACK_MIN_REUSE = 4  # reuse tiles a packed panel must serve to pay for its copy
+# rows of the reuse axis a packed panel serves (each packed value feeds that many accumulators): fewer, and the copy
+# costs more than it saves (a strided conv's 8 output channels or 8 columns pay: 164 -> 8.5 us at 8x8 out)
+PACK_MIN_ROWS = 4
+PACK_MIN_REUSE = 4  # reuse tiles a panel of plain (unit-stride, ungated) loads must serve to pay for its copy
+GATHER_MAX_STRIDE = 4  # a vector axis whose loads step by up to this many elements: 16 lanes span 4 cache lines
 MAX_ACC_VECTORS = 14  # accumulator registers of a vector tile: AVX2 has 16, one holds a loaded vector, one a broadcast
 
 
@@ -287,9 +291,9 @@ def register_tile(vector_size: int, reuse_size: int, width: int, max_vectors: in
 def vector_tile_opts(loops: list[UOp], vector: UOp, strides: dict[UOp, list[int | None]], width: int) -> list[Opt]:
     """The upcasts of a register tile (`register_tile`) over the vector axis and its best reuse axis (the one whose
     rows share the most vector loads); [] when no whole vector divides the vector axis."""
-    contiguous = [i for i, s in enumerate(strides[vector]) if s == 1]
-    reuse = [r for r in loops if r is not vector and any(strides[r][i] == 0 for i in contiguous)]
-    reuse.sort(key=lambda r: (sum(strides[r][i] == 0 for i in contiguous), strides[r].count(0), r.arg[0]))
+    along = [i for i, s in enumerate(strides[vector]) if s]  # contiguous, or a strided conv's gathers
+    reuse = [r for r in loops if r is not vector and any(strides[r][i] == 0 for i in along)]
+    reuse.sort(key=lambda r: (sum(strides[r][i] == 0 for i in along), strides[r].count(0), r.arg[0]))
     rows_axis = reuse[-1] if reuse else None
     amount, rows = register_tile(int(vector.src[0].arg), int(rows_axis.src[0].arg) if rows_axis else 1, width)
     if not amount:
@@ -330,6 +334,12 @@ def upcast_opts(loops: list[UOp], loads: list[UOp], acc_bytes: int, vector_width
     candidates = [r for r in loops if 1 in strides[r] and all(s in (0, 1) for s in strides[r])]
     if candidates and vector_width and (tile := vector_tile_opts(loops, candidates[-1], strides, vector_width)):
         return tile
+    if not candidates and vector_width:
+        # a strided conv's output axis (stride 2 reads every other input): its loads become gathers the C compiler
+        # vectorises, worth a tile only where each serves the rows of a reuse axis
+        gathered = [r for r in loops if _gathers(loads, strides[r])]
+        tile = vector_tile_opts(loops, gathered[-1], strides, vector_width) if gathered else []
+        return tile if len(tile) == 2 else []
     budget = UPCAST_BYTES // acc_bytes
     if not candidates or (amount := _first_divisor(int(candidates[-1].src[0].arg), VECTOR_AMOUNTS, budget)) is None:
         return []
@@ -342,6 +352,15 @@ def upcast_opts(loops: list[UOp], loads: list[UOp], acc_bytes: int, vector_width
         if (amount := _first_divisor(int(r.src[0].arg), REUSE_AMOUNTS, budget // vector.arg)) is not None:
             return [Opt(OptOps.UPCAST, r.arg[0], amount), vector]  # the vector axis innermost: it is vectorised
     return [vector]
+
+
+def _gathers(loads: list[UOp], strides: list[int | None]) -> bool:
+    """Do the loads step along an axis by small constant strides, some of them more than 1, all the strided ones
+    ungated? gcc 12 vectorises such a load as two loads and a shuffle, but not a gated one (a strided conv's padded
+    input: the whole tile stays scalar)."""
+    if not any(strides) or any(s is None or not 0 <= s <= GATHER_MAX_STRIDE for s in strides):
+        return False
+    return all(len(ld.src[0].src) < 3 for ld, s in zip(loads, strides, strict=True) if s and s > 1)
 
 
 def swap_opts(opts: list[Opt], reduce_size: int, sizes: dict[int, int]) -> list[Opt]:
@@ -360,11 +379,13 @@ def pack_opts(sink: UOp, opts: list[Opt], loads: list[UOp], reduce_size: int, si
     """For a reuse x vector tile (the last two of `opts`) over a long enough reduce: the vector axis's loop moved
     outside the reuse axis's (SWAP) and the vector loads read from a panel packed once per vector tile (PACK), which
     then serves every reuse tile from L1/L2 with contiguous vector loads (no cache-set conflicts of a power-of-two
-    row stride). Nothing when the reuse loop is too short to pay for the copy or the panel doesn't fit."""
+    row stride). Where the tile takes the whole reuse axis, the panel goes outside an output loop the packed loads don't
+    depend on (a small conv's rows: its weights packed once per image). Nothing when the panel serves too few rows to
+    pay for the copy or doesn't fit."""
     if len(opts) < 2 or reduce_size < PACK_MIN_REDUCE:
         return []
     reuse, vector = opts[-2], opts[-1]
-    if reuse.axis not in sizes or vector.axis not in sizes or sizes[reuse.axis] // reuse.arg < PACK_MIN_REUSE:
+    if reuse.axis not in sizes or vector.axis not in sizes:
         return []
     by_axis = {u.arg[0]: u for u in sink.toposort() if u.op is Ops.RANGE}
     # the loads along the vector axis that serve every row of the reuse axis: the operand to pack (its panel is
@@ -375,13 +396,28 @@ def pack_opts(sink: UOp, opts: list[Opt], loads: list[UOp], reduce_size: int, si
     slots = {ld.src[0].src[0].arg for ld, (along, across) in zip(loads, strides, strict=True) if along and across == 0}
     if not slots:
         return []
-    ret = []
-    across = reuse.axis
-    # the reuse loop goes innermost among the output loops left (they trade axis ids): a conv's rows stay outside it
+    packed = [ld for ld in loads if ld.src[0].src[0].arg in slots]
+    ret: list[Opt] = []
+    across, served = reuse.axis, sizes[reuse.axis]
     amounts = {o.axis: o.arg for o in opts}
-    inner = [a for a, size in sizes.items() if a > reuse.axis and size > amounts.get(a, 1)]
-    if inner:
-        ret, across = [Opt(OptOps.SWAP, reuse.axis, max(inner))], max(inner)
+    left = [a for a, size in sizes.items() if size > amounts.get(a, 1)]  # loops the upcasts leave
+    if reuse.axis in left:
+        # the reuse loop goes innermost among the output loops left (they trade axis ids): a conv's rows stay outside
+        if inner := [a for a in left if a > reuse.axis]:
+            ret, across = [Opt(OptOps.SWAP, reuse.axis, max(inner))], max(inner)
+    else:  # the tile takes the whole reuse axis (a small conv's 4 columns): the panel goes outside the innermost loop
+        # left that the packed loads don't depend on (its rows), and serves each of them
+        fixed = [a for a in left if all(stride(ld.src[0].src[1], by_axis[a]) == 0 for ld in packed)]
+        if not fixed:
+            return []
+        across = max(fixed)
+        served *= sizes[across]
+    # unit-stride ungated loads vectorise as they are: their panel pays only where it serves PACK_MIN_REUSE row tiles;
+    # gated or strided ones (a conv's padded input, its weights along output channels) are masked or gathered in every
+    # tile, so theirs pays from PACK_MIN_ROWS rows
+    plain = all(len(ld.src[0].src) < 3 and stride(ld.src[0].src[1], by_axis[vector.axis]) == 1 for ld in packed)
+    if served < PACK_MIN_ROWS or (plain and reuse.axis in left and sizes[reuse.axis] // reuse.arg < PACK_MIN_REUSE):
+        return []
     ret += [Opt(OptOps.PACK, across, slot) for slot in sorted(slots)]
     try:
         apply_opts(sink, (*opts, *ret))
