@@ -532,9 +532,37 @@ def test_stepping_through_matches_keeps_the_unchanged_nodes(browser_page: tuple[
         server.server_close()
 
 
+# zoomed in: how many drawn nodes are on screen, how many node elements there are, and how many of the on-screen
+# nodes have none (by their boxes in the layout and the view)
+ON_SCREEN = """() => {
+  const B = rw.drawnMsg.layout.boxes, v = rw.view, pane = document.getElementById('graph-wrap');
+  const x0 = -v.x / v.k, y0 = -v.y / v.k, x1 = x0 + pane.clientWidth / v.k, y1 = y0 + pane.clientHeight / v.k;
+  const have = new Set([...document.querySelectorAll('#viewport g.node')].map((g) => g.dataset.id));
+  let shown = 0, missing = 0;
+  for (let i = 0; i < B.length / 4; i++) {
+    const [x, y, w, h] = B.subarray(4 * i, 4 * i + 4);
+    if (x > x1 || x + w < x0 || y > y1 || y + h < y0) continue;
+    shown++;
+    if (!have.has(rw.drawnMsg.parts.drawn[i].id)) missing++;
+  }
+  return { shown, elements: have.size, missing };
+}"""
+
+
+# the view moved (zoom kept) so the drawn node at this fraction of the list is in the pane's middle, as a drag would
+CENTRE_ON = """(part) => {
+  const B = rw.drawnMsg.layout.boxes, i = Math.floor(part * (B.length / 4)), v = rw.view;
+  const pane = document.getElementById('graph-wrap');
+  v.x = pane.clientWidth / 2 - (B[4 * i] + B[4 * i + 2] / 2) * v.k;
+  v.y = pane.clientHeight / 2 - (B[4 * i + 1] + B[4 * i + 3] / 2) * v.k;
+  applyView();
+}"""
+
+
 def test_a_big_graph_gets_its_labels_when_zoomed_in(browser_page: tuple[Page, list[str]]) -> None:
-    """Fitted, a 3,000-node graph is a sketch (a path per colour, one for the edges, no node elements); zoomed in, every
-    node is an element and those on screen get their labels; a click on the sketch picks the node under it."""
+    """Fitted, a 3,000-node graph is a sketch (a path per colour, one for the edges, no node elements); zoomed in, the
+    nodes on and near the pane are elements (not all 3,000) and those on screen get their labels, also after a pan to
+    another part of the graph; a click on the sketch picks the node under it."""
     page, errors = browser_page
     server, url = start_in_thread(VizSession(dag_trace(3000, 1)))
     try:
@@ -561,9 +589,16 @@ def test_a_big_graph_gets_its_labels_when_zoomed_in(browser_page: tuple[Page, li
         page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
         for _ in range(12):
             page.mouse.wheel(0, -300)
-        assert page.locator("#viewport g.node").count() > 2000
-        labelled = page.locator("#viewport g.node text").count()
-        assert 0 < labelled < 500, labelled
+        assert page.evaluate("() => window.vizProbe.graphLod()") == "near"
+        for part in (None, 0.1, 0.5, 0.9):  # then panned to nodes far from the area drawn before
+            if part is not None:
+                page.evaluate(CENTRE_ON, part)
+            seen = page.evaluate(ON_SCREEN)
+            assert seen["shown"] > 0, (part, seen)
+            assert seen["missing"] == 0, (part, seen)
+            assert seen["elements"] < 1500, (part, seen)  # the pane and its surroundings, not the graph
+            labelled = page.locator("#viewport g.node text").count()
+            assert 0 < labelled <= seen["elements"], labelled
         assert errors == []
     finally:
         server.shutdown()
@@ -572,7 +607,7 @@ def test_a_big_graph_gets_its_labels_when_zoomed_in(browser_page: tuple[Page, li
 
 def test_zoomed_out_a_graph_draws_its_edges_as_one_path(browser_page: tuple[Page, list[str]]) -> None:
     """Level of detail: below TEXT_ZOOM the edges are one path (no arrowheads, no input numbers); zoomed in, each edge
-    is its own path with an arrowhead, and zooming out again goes back to one."""
+    that comes into the pane is its own path with an arrowhead, and zooming out again goes back to one."""
     page, errors = browser_page
     server, url = start_in_thread(VizSession(dag_trace(300, 1)))
     try:
@@ -580,9 +615,20 @@ def test_zoomed_out_a_graph_draws_its_edges_as_one_path(browser_page: tuple[Page
         page.evaluate(SET_ZOOM, 0.1)
         assert page.locator("#viewport path.edge").count() == 1
         assert page.locator("#viewport .edge-index").count() == 0
-        page.evaluate(SET_ZOOM, 1)
+        page.evaluate(SET_ZOOM, 0.4)  # zoomed in, but wide enough to show a few dozen edges
         edges = page.locator("#viewport path.edge[marker-end]").count()
-        assert edges > 300, edges
+        on_screen = page.evaluate("""() => { // edges with a point on screen
+          const L = rw.drawnMsg.layout, v = rw.view, pane = document.getElementById('graph-wrap');
+          const x1 = pane.clientWidth / v.k, y1 = pane.clientHeight / v.k;
+          let n = 0;
+          for (let e = 0; e < L.pointStart.length - 1; e++) {
+            for (let q = L.pointStart[e]; q < L.pointStart[e + 1]; q++) {
+              if (L.points[2 * q] <= x1 && L.points[2 * q + 1] <= y1) { n++; break; }
+            }
+          }
+          return n;
+        }""")
+        assert edges >= on_screen > 10, (edges, on_screen)
         assert page.locator("#viewport path.edge").count() == edges
         page.evaluate(SET_ZOOM, 0.1)
         assert page.locator("#viewport path.edge").count() == 1

@@ -365,20 +365,41 @@ function standsOut({ id, label, node }, changed) {
 
 const isFound = (label) => Boolean(rw.found) && label.toLowerCase().replace(/\n/g, " ").includes(rw.found);
 
-// the edge elements of a graph at one level of detail ("far": one path; "near": one per edge), made once
-function edgeElements(msg, lod) {
+// the edge elements of a graph at one level of detail: "far" one path (made once); "near" one per edge with its
+// input number, those whose points come into `area` (layout units; every edge without one), each made once per step
+function edgeElements(msg, lod, area = null) {
   const parts = prepareGraph(msg), L = msg.layout;
-  if (parts.edges[lod]) return parts.edges[lod];
-  const want = (parts.edges[lod] = new Map());
   if (lod === "far" || L.curves === null) {
-    const key = `all|${L.path}`;
-    want.set(key, rw.nodes.get(key) || svg("path", { class: "edge", d: L.path }));
-  } else {
-    addEdges(L, want);
+    if (!parts.edges.far) {
+      const key = `all|${L.path}`;
+      parts.edges.far = new Map([[key, rw.nodes.get(key) || svg("path", { class: "edge", d: L.path })]]);
+    }
+    for (const [key, element] of parts.edges.far) rw.nodes.set(key, element);
+    return parts.edges.far;
   }
-  for (const [key, element] of want) rw.nodes.set(key, element);
+  const want = new Map(), boxes = edgeBoxes(L);
+  for (let e = 0; e < L.curves.length; e++) if (!area || overlaps(boxes, e, area)) addEdge(L, e, want);
   return want;
 }
+
+// each edge's bounding box (x0 y0 x1 y1 per edge, from its points), made once per layout
+function edgeBoxes(L) {
+  if (L.edgeBoxes) return L.edgeBoxes;
+  const boxes = (L.edgeBoxes = new Float64Array(4 * (L.pointStart.length - 1)));
+  for (let e = 0; e < L.pointStart.length - 1; e++) {
+    let [x0, y0, x1, y1] = [Infinity, Infinity, -Infinity, -Infinity];
+    for (let q = L.pointStart[e]; q < L.pointStart[e + 1]; q++) {
+      [x0, x1] = [Math.min(x0, L.points[2 * q]), Math.max(x1, L.points[2 * q])];
+      [y0, y1] = [Math.min(y0, L.points[2 * q + 1]), Math.max(y1, L.points[2 * q + 1])];
+    }
+    boxes.set([x0, y0, x1, y1], 4 * e);
+  }
+  return boxes;
+}
+
+// box `i` of `boxes` (x0 y0 x1 y1) meets `area`
+const overlaps = (boxes, i, area) => boxes[4 * i] <= area.x1 && boxes[4 * i + 2] >= area.x0 && boxes[4 * i + 1] <= area.y1 &&
+  boxes[4 * i + 3] >= area.y0;
 
 // the boxes zoomed out: one path per colour, made once
 function sketchElements(msg) {
@@ -397,23 +418,25 @@ function sketchElements(msg) {
 
 const lodOf = () => (rw.view.k >= TEXT_ZOOM ? "near" : "far");
 
-// each edge as its own path with an arrowhead, and the input number beside it where its node has several inputs
-function addEdges(L, want) {
-  const inputs = new Int32Array(L.nodes.length);
-  for (let e = 2; e < L.edges.length; e += 3) inputs[L.edges[e - 1]]++;
-  L.curves.forEach((d, e) => {
-    const key = `e|${d}`;
-    want.set(key, rw.nodes.get(key) || svg("path", { class: "edge", d, "marker-end": "url(#arrow)" }));
-    if (inputs[L.edges[3 * e + 1]] < 2) return;
-    const end = L.pointStart[e + 1] - 1, x = L.points[2 * end], y = L.points[2 * end + 1], index = L.edges[3 * e + 2];
-    const ikey = `i|${x}|${y}|${index}`;
-    let text = rw.nodes.get(ikey);
-    if (!text) {
-      text = svg("text", { class: "edge-index", x: x - 12, y: y - 3 });
-      text.textContent = index;
-    }
-    want.set(ikey, text);
-  });
+// edge e as its own path with an arrowhead, and the input number beside it where its node has several inputs
+function addEdge(L, e, want) {
+  if (!L.inputs) { // per drawn node, how many edges come into it
+    L.inputs = new Int32Array(L.nodes.length);
+    for (let k = 2; k < L.edges.length; k += 3) L.inputs[L.edges[k - 1]]++;
+  }
+  const d = L.curves[e], key = `e|${d}`;
+  let path = rw.nodes.get(key);
+  if (!path) rw.nodes.set(key, (path = svg("path", { class: "edge", d, "marker-end": "url(#arrow)" })));
+  want.set(key, path);
+  if (L.inputs[L.edges[3 * e + 1]] < 2) return;
+  const end = L.pointStart[e + 1] - 1, x = L.points[2 * end], y = L.points[2 * end + 1], index = L.edges[3 * e + 2];
+  const ikey = `i|${x}|${y}|${index}`;
+  let text = rw.nodes.get(ikey);
+  if (!text) {
+    rw.nodes.set(ikey, (text = svg("text", { class: "edge-index", x: x - 12, y: y - 3 })));
+    text.textContent = index;
+  }
+  want.set(ikey, text);
 }
 
 // the graphs of the shown step whose layouts are back, their elements made in idle periods (for the level of detail
@@ -451,15 +474,21 @@ function prepareElements(msg) {
   parts.built = lod;
 }
 
+// zoomed in, only the nodes and edges in or near the pane are elements: the pane and CULL_MARGIN of its size on each
+// side (`rw.area`); a pan or zoom that shows more than that area draws the graph again
+const CULL_MARGIN = 0.5;
+
 function drawGraph(msg) {
   if (!rw.view) rw.view = fitView(msg); // before the elements change: reading the pane's size then lays out nothing
   const layers = graphLayers(); // by the first letter of an element's key
-  const { drawn, boxes } = prepareGraph(msg);
-  const lod = lodOf(), want = new Map(edgeElements(msg, lod)), changed = new Set(msg.changed.map(String));
-  if (lod === "far") for (const [key, element] of sketchElements(msg)) want.set(key, element);
+  const { drawn, boxes } = prepareGraph(msg), lod = lodOf(), near = lod === "near";
+  rw.area = near ? viewArea(CULL_MARGIN) : null;
+  const want = new Map(edgeElements(msg, lod, rw.area)), changed = new Set(msg.changed.map(String));
+  if (!near) for (const [key, element] of sketchElements(msg)) want.set(key, element);
   rw.boxes = [];
+  const corners = near ? nodeCorners(msg.layout) : null;
   for (const entry of drawn) {
-    if (lod === "far" && !standsOut(entry, changed)) continue;
+    if (near ? !overlaps(corners, entry.i, rw.area) : !standsOut(entry, changed)) continue;
     const g = nodeElement(entry, boxes), { key, id, box, label } = entry;
     want.set(key, g);
     const at = `translate(${box[0]},${box[1]})`;
@@ -499,11 +528,37 @@ function makeNode(id, box, node, label) {
   return g;
 }
 
+// the drawn nodes' boxes as corners (x0 y0 x1 y1), for `overlaps`, made once per layout
+function nodeCorners(L) {
+  if (!L.corners) {
+    L.corners = new Float64Array(L.boxes.length);
+    for (let i = 0; i < L.boxes.length; i += 4) {
+      L.corners.set([L.boxes[i], L.boxes[i + 1], L.boxes[i] + L.boxes[i + 2], L.boxes[i + 1] + L.boxes[i + 3]], i);
+    }
+  }
+  return L.corners;
+}
+
+// the pane's size, read once (and again after a resize): reading it after the graph's elements changed would lay the
+// page out at once
+function paneSize() {
+  if (!rw.pane) rw.pane = { w: $("graph-wrap").clientWidth || 800, h: $("graph-wrap").clientHeight || 600 };
+  return rw.pane;
+}
+
+// what the pane shows, in layout units, grown by `margin` of its size on each side
+function viewArea(margin) {
+  const v = rw.view, { w, h } = paneSize(), W = w / v.k, H = h / v.k, x0 = -v.x / v.k, y0 = -v.y / v.k;
+  return { x0: x0 - margin * W, y0: y0 - margin * H, x1: x0 + (1 + margin) * W, y1: y0 + (1 + margin) * H };
+}
+
+const inside = (a, b) => a.x0 >= b.x0 && a.y0 >= b.y0 && a.x1 <= b.x1 && a.y1 <= b.y1;
+
 // the label of every on-screen node that has none yet, when the view is close enough to read it
 function addVisibleText() {
-  const v = rw.view, wrap = $("graph-wrap");
+  const v = rw.view;
   if (!v || v.k < TEXT_ZOOM || !rw.boxes) return;
-  const x0 = -v.x / v.k, y0 = -v.y / v.k, x1 = x0 + wrap.clientWidth / v.k, y1 = y0 + wrap.clientHeight / v.k;
+  const { x0, y0, x1, y1 } = viewArea(0);
   for (const g of rw.boxes) {
     const b = g.vizBox;
     if (g.vizText || b[0] > x1 || b[0] + b[2] < x0 || b[1] > y1 || b[1] + b[3] < y0) continue;
@@ -520,8 +575,8 @@ function addVisibleText() {
 
 // the whole graph, centred in the pane, at the largest scale that shows all of it (never above 1:1)
 function fitView(msg) {
-  const wrap = $("graph-wrap");
-  const W = wrap.clientWidth || 800, H = wrap.clientHeight || 600, L = msg.layout;
+  rw.pane = null; // read now, before any element changes
+  const { w: W, h: H } = paneSize(), L = msg.layout;
   const k = clamp(Math.min((W - 2 * FIT_MARGIN) / Math.max(L.width, 1), (H - 2 * FIT_MARGIN) / Math.max(L.height, 1)),
     MIN_ZOOM, 1);
   return { k, x: (W - L.width * k) / 2, y: (H - L.height * k) / 2 };
@@ -536,7 +591,9 @@ function fitGraph() {
 function applyView() {
   const viewport = $("viewport");
   const v = rw.view, msg = rw.drawnMsg;
-  if (viewport && msg && msg === rw.graphs[rw.match] && lodOf() !== rw.lod) return drawGraph(msg); // zoom crossed
+  if (viewport && msg && msg === rw.graphs[rw.match]) { // a zoom crossed TEXT_ZOOM, or the view left the drawn area
+    if (lodOf() !== rw.lod || (rw.area && !inside(viewArea(0), rw.area))) return drawGraph(msg);
+  }
   if (viewport && v) viewport.setAttribute("transform", `translate(${v.x},${v.y}) scale(${v.k})`);
   addVisibleText();
 }
@@ -634,6 +691,7 @@ function setupGraphInput() {
     showMatch(rw.match);
   });
   $("slider").addEventListener("input", () => showMatch(Number($("slider").value)));
+  window.addEventListener("resize", () => { rw.pane = null; }); // read again when next needed
   wrap.addEventListener("mouseover", (e) => { // a node's tooltip is made when first hovered, not with the node
     const g = e.target.closest ? e.target.closest("g.node") : null;
     if (!g || g.vizTitled) return;
