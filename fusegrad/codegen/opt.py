@@ -481,12 +481,16 @@ def tile_opts(sink: UOp, opts: list[Opt], rest: list[UOp], width: int, acc_bytes
         math.prod(int(r.src[0].arg) if r.src[0].op is Ops.CONST else 0 for r in u.src[1:]) for u in reduces
     )
     sizes = {r.arg[0]: int(r.src[0].arg) for r in rest}
-    if not upcasts and width:  # no load contiguous in an output axis (a @ b.T): a tile only with a packed panel
-        # as many vectors as keep a panel of the whole reduce within PACK_MAX_BYTES (fewer columns for a long one)
+    if width and not (upcasts and upcasts[-1].arg % width == 0):
+        # no whole vectors along a contiguous output axis (none: a @ b.T; or a small conv's 2 or 4 columns): a tile
+        # along an axis the loads stride in, with a packed panel, takes the whole vector registers (8x2 scalars ->
+        # 2x4 vectors on a 2x2 conv of 64 channels) as many vectors as keep a panel of the whole reduce within
+        # PACK_MAX_BYTES (fewer columns for a long one)
         max_vectors = PACK_MAX_BYTES // max(reduce_size * acc_bytes * width, 1)
         tile = strided_tile_opts(rest, _reduce_loads(nodes), width, max_vectors)
         packed = pack_opts(sink, opts + tile, _reduce_loads(nodes), reduce_size, sizes) if tile else []
-        return tile + packed if packed else []
+        if packed or not upcasts:
+            return tile + packed if packed else []
     if packed := pack_opts(sink, opts + upcasts, _reduce_loads(nodes), reduce_size, sizes):
         return upcasts + packed
     return upcasts + swap_opts(upcasts, reduce_size, sizes)

@@ -374,6 +374,10 @@ def test_heuristic_packs_a_small_convs_weights_once_per_image() -> None:
     assert hand_coded_opts(conv1d_strided(2, 32, 32, 8, 2, 1, dtypes.float32)[0]) == [
         Opt(OptOps.UPCAST, 2, 4), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.PACK, 0, 2)]  # fmt: skip
     check(conv1d_strided(2, 32, 32, 8, 2, 1, dtypes.float32), dtypes.float32, "CPU", None, exact=True)
+    # 2 contiguous columns (a 2x2 stage's conv): vectors of channels, not an upcast of 2 scalar columns
+    assert hand_coded_opts(conv1d_strided(2, 64, 64, 2, 1, 1, dtypes.float32)[0]) == [
+        Opt(OptOps.UPCAST, 2, 2), Opt(OptOps.UPCAST, 1, 32), Opt(OptOps.PACK, 0, 2)]  # fmt: skip
+    check(conv1d_strided(2, 64, 64, 2, 1, 1, dtypes.float32), dtypes.float32, "CPU", None, exact=True)
     # too few rows to pay for a panel: 2 columns of 1 image
     assert hand_coded_opts(conv1d_strided(1, 32, 32, 4, 2, 1, dtypes.float32)[0]) == []
 
