@@ -193,6 +193,25 @@ def input_frames(page: Any, selector: str) -> dict[str, list[float]]:
     return {"zoom": zoom, "pan": pan, "zoom_work": work[:24], "pan_work": work[24:]}
 
 
+# the graph at 1:1 around its middle node (its labels drawn), as a user reads it
+ZOOM_IN = """() => {
+  const B = rw.drawnMsg.layout.boxes, i = Math.floor(B.length / 8), pane = document.getElementById('graph-wrap');
+  rw.view = { k: 1, x: pane.clientWidth / 2 - B[4 * i], y: pane.clientHeight / 2 - B[4 * i + 1] };
+  applyView();
+}"""
+
+
+def near_pans(page: Any) -> dict[str, list[float]]:
+    """Zoomed in on the graph (1:1, every node near the pane an element): 24 drags of 40 px the same way (960 px, past
+    the area drawn at first), event to frame and main-thread work (ms), as `pan_near` and `pan_near_work`."""
+    page.evaluate(ZOOM_IN)
+    page.evaluate(FIRST_FRAME)
+    with main_thread_work(page) as work:
+        pans = [page.evaluate(INPUT_FRAME, ["#graph-wrap", "drag", -40, 0]) for _ in range(24)]
+    page.evaluate("() => fitGraph()")
+    return {"pan_near": pans, "pan_near_work": work}
+
+
 def step_frames(page: Any, steps: int) -> tuple[list[float], list[float]]:
     """Event-to-frame times (ms) of `steps` → keys, and the renderer's main-thread work for each."""
     with main_thread_work(page) as work:
@@ -304,7 +323,7 @@ def graph_figures(page: Any) -> tuple[float, float, list[float], dict[str, list[
             page.wait_for_function(BUILT, timeout=600_000)
             page.evaluate(FIRST_FRAME)
             steps, step_work = step_frames(page, matches)
-            frames = {"step": steps, "step_work": step_work} | input_frames(page, "#graph-wrap")
+            frames = {"step": steps, "step_work": step_work} | input_frames(page, "#graph-wrap") | near_pans(page)
         else:
             times = runs
         server.shutdown()
@@ -351,7 +370,7 @@ def spread(ms: list[float]) -> str:
 def frames_text(inputs: dict[str, list[float]]) -> str:
     """Per kind of input: the renderer's main-thread work per frame (what the 16 ms frame budget is about) and the
     event-to-frame time (that work plus the wait for the display's next frame), each as median / p95 / max (ms)."""
-    kinds = [kind for kind in ("step", "zoom", "pan") if f"{kind}_work" in inputs]
+    kinds = [kind for kind in ("step", "zoom", "pan", "pan_near") if f"{kind}_work" in inputs]
     text = "; ".join(f"{kind} frame work {spread(inputs[f'{kind}_work'])} ms" +
                      (f" (event to frame {spread(inputs[kind])})" if kind in inputs else "")
                      for kind in kinds)  # fmt: skip
@@ -469,6 +488,7 @@ def trace_graph_figures(page: Any, url: str, trace: RewriteTrace) -> dict[str, A
             "step_drawn": page.evaluate("() => rw.drawnMsg.layout.nodes.length")}  # fmt: skip
     out["step_ms"], step_work = step_frames(page, min(matches, 8))
     out["graph_inputs"] = {"step": out["step_ms"], "step_work": step_work} | input_frames(page, "#graph-wrap")
+    out["graph_inputs"] |= near_pans(page)
     return out
 
 
