@@ -457,7 +457,10 @@ def hand_coded_opts(sink: UOp) -> list[Opt]:
     hoist = [r for r in sized if r not in inside and any(r.arg[0] < x.arg[0] for x in inside)]
     opts = [Opt(OptOps.UPCAST, r.arg[0], amount) for r in hoist if (amount := _largest_divisor(r)) is not None]
     acc_bytes = max(u.dtype.itemsize for u in reduces)
-    rest = [r for r in sized if r.arg[0] not in {o.axis for o in opts}]
+    # a tile's loops are ones every reduce depends on: upcasting a loop a reduce ignores (a fused softmax's loop over
+    # the row it has reduced) would compute that reduce again per tile of the loop instead of once before it
+    every = set.intersection(*({r for r in red.src[0].toposort() if r.op is Ops.RANGE} for red in reduces))
+    rest = [r for r in sized if r.arg[0] not in {o.axis for o in opts} and r in every]
     # float32/float64 reduces become vector code (codegen/vectorize.py): a tile of whole vector registers, of the
     # widest vectors whose lanes divide an output axis
     widths = (

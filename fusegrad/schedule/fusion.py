@@ -8,8 +8,10 @@ The read walk (`ReadPolicy.note_read`) is shared with the AST emitter (rangeify.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
+from fusegrad.helpers import prod
 from fusegrad.schedule.indexing import Index
 from fusegrad.uop import AxisType, GroupOp, Ops
 from fusegrad.uop.ops import UOp
@@ -27,16 +29,26 @@ ASSIGN_VALUE = "assigned value is a view of memory or reads its target elsewhere
 SPLIT_REDUCE = "long contraction split in two (split.py)"  # the partial sums
 MULTI_PLACEMENT = "placed on several devices (multi.py)"  # a reshard or communication buffer
 # fusion's own decisions, from one kernel's reads (ReadPolicy.note_read)
-REDUCE_RECOMPUTED = "reduce would be recomputed per output"  # a loop around the read does not change the reduce
+REDUCE_RECOMPUTED = "reduce would be recomputed per output"  # a loop around the read, outside one it uses, repeats it
 USED_BY_KERNELS = "used by several kernels"  # a reduce read by two kernels: computed once, loaded by both
 READ_TWICE = "read at two different indices"  # one kernel reads it at two places (a shifted copy, a transpose)
 COSTLY_IN_REDUCE = "costly value recomputed in a reduce loop"  # 3+ loads or 8+ ops, read again per output column
+# a row's reduce read inside loops over that row (softmax's max, layernorm's mean) is fused into their kernel, which
+# then reads the row several times: from cache only if the row fits (ROW_CACHE_BYTES), else from memory each time
+ROW_UNCACHED = "row reduce read again per row element, its row too long to stay cached"
+# ... or read inside a reduce that also runs over an output loop the row reduce ignores (`(x - x.mean(1)) @ w`): fused,
+# it would cost that contraction its register tile over the rows (codegen/opt.py tiles loops every reduce depends on)
+ROW_IN_CONTRACTION = "row reduce read inside a contraction over other outputs"
+CONTRACTION_IN_REDUCE = "contraction summed by another reduce: stored, so its loops can be tiled"
 # made after them
 WINDOW_CROP = "window gradient: only the crop read is realized"  # windows.py: the crop, not the padded gradient
 SNAPSHOT = "old contents kept for readers of an overwritten buffer"  # ordering.py: readers that run after a write
 REASONS = (OUTPUT, CONTIGUOUS, DEVICE_COPY, ASSIGN, COPY_SOURCE, ASSIGN_VALUE, SPLIT_REDUCE, MULTI_PLACEMENT,
-           REDUCE_RECOMPUTED, USED_BY_KERNELS, READ_TWICE, COSTLY_IN_REDUCE, WINDOW_CROP, SNAPSHOT)  # fmt: skip
+           REDUCE_RECOMPUTED, ROW_UNCACHED, ROW_IN_CONTRACTION, CONTRACTION_IN_REDUCE, USED_BY_KERNELS, READ_TWICE, COSTLY_IN_REDUCE,
+           WINDOW_CROP, SNAPSHOT)  # fmt: skip
 
+# a row read several times by one kernel stays in L2 (512 KiB a core) with room for a second operand's row
+ROW_CACHE_BYTES = 128 << 10
 # operations that cost several simple ones: counted 4x when deciding whether recomputing a value is dear
 _COSTLY_OPS = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.POW})
 
@@ -85,6 +97,8 @@ class ReadPolicy:
     flagged: dict[UOp, str]
     costly: dict[UOp, bool] = field(default_factory=dict)
     range_memo: dict[Index, frozenset[UOp]] = field(default_factory=dict)
+    # reduces read at their own index by some kernel (not once per row element): stored if several kernels read them
+    whole_reads: set[UOp] = field(default_factory=set)
 
     def stored_node(self, u: UOp) -> UOp | None:
         """What `u` is loaded from, if it is not computed inline in this kernel."""
@@ -104,22 +118,53 @@ class ReadPolicy:
             or node.op in GroupOp.Movement
             or node.op in (Ops.CONST, Ops.IOTA, Ops.DEFINE_VAR, Ops.BIND)
             or node._shape is None  # math on kernel constants (a gradient's `e - 1`): the same at every index
+            or is_stored(node)  # memory is loaded wherever it is read: realizing it again would only copy it
         ):
             return
         by_kernel = self.reads.setdefault(node, {})
         here = by_kernel.setdefault(self.root, set())
         here.add((idx, valid))
         if node.op is Ops.REDUCE_AXIS:
-            if ctx - self.ranges_in(idx):  # some loop around this read does not change the reduce: recomputed
-                self.flagged.setdefault(node, REDUCE_RECOMPUTED)
-            if len(by_kernel) > 1:
+            if (reason := self.repeated_reduce(node, idx, ctx)) is None and self.is_contraction_in_reduce(node, idx, ctx):
+                reason = CONTRACTION_IN_REDUCE
+            if reason is not None:
+                self.flagged.setdefault(node, reason)
+            if reason is not None or not ctx - self.ranges_in(idx):
+                self.whole_reads.add(node)
+            # a row statistic every kernel reads per row element is computed again by each over its cached row
+            if len(by_kernel) > 1 and node in self.whole_reads:
                 self.flagged.setdefault(node, USED_BY_KERNELS)
             if len(here) > 1:
                 self.flagged.setdefault(node, READ_TWICE)
-        elif len(here) > 1:  # one kernel reads it at two places
+        elif len(here) > 1 and not _is_row_reread(here):  # one kernel reads it at two places
             self.flagged.setdefault(node, READ_TWICE)
         elif self.is_recomputed_in_reduce(node, idx, ctx) and self.is_costly(node):
             self.flagged.setdefault(node, COSTLY_IN_REDUCE)
+
+    def repeated_reduce(self, node: UOp, idx: Index, ctx: frozenset[UOp]) -> str | None:
+        """Why a reduce read here would be computed more than once per value, or None.
+
+        A loop around the read that the reduce's index ignores repeats it, unless that loop is nested inside every
+        loop the index uses (a row's max read per column of the row): the linearizer computes the reduce once per
+        row, outside it. Such a row is then read again by the loop: fused only when one row fits in cache, and not
+        into a contraction over other outputs (the loops around a reduce's source are those its own index uses)."""
+        extra = ctx - (used := self.ranges_in(idx))
+        if not extra:
+            return None
+        if any(_nesting(m) < _nesting(r) for m in extra for r in used):
+            return REDUCE_RECOMPUTED
+        if len({m.arg[1] is AxisType.REDUCE for m in extra}) == 2:
+            return ROW_IN_CONTRACTION
+        return None if _row_bytes(node) <= ROW_CACHE_BYTES else ROW_UNCACHED
+
+    def is_contraction_in_reduce(self, node: UOp, idx: Index, ctx: frozenset[UOp]) -> bool:
+        """A contraction (a sum of products: a conv, a matmul) whose outputs another reduce sums (a global average
+        pool over a conv): fused, its loops run inside that reduce's, where the kernel opts can't tile them."""
+        if node.arg[0] is not Ops.ADD or any(i.op is not Ops.RANGE for i in idx):  # each output read once
+            return False
+        if not any(r.arg[1] is AxisType.REDUCE for r in self.ranges_in(idx) & ctx):
+            return False
+        return any(u.op is Ops.MUL and all(s.op is not Ops.CONST for s in u.src) for u in node.src[0].toposort())
 
     def ranges_in(self, idx: Index) -> frozenset[UOp]:
         """The RANGEs an index uses (kept per index: a chain of kernels reads through the same ones)."""
@@ -159,6 +204,29 @@ class ReadPolicy:
                     stack.append(s)
         self.costly[node] = result = len(loads) >= 3 or ops >= 8
         return result
+
+
+def _is_row_reread(reads: set[tuple[Index, UOp | None]]) -> bool:
+    """Whether every read is the same row element for element: the indices differ only where each has a loop of
+    its own (a fused row reduce's loop, or the output's loop over that row), at least one of them a reduce loop.
+    Computing the value again per read then costs one more pass over a cached row, not a store and a load."""
+    (first, valid), *rest = reads
+    for idx, other_valid in rest:
+        if other_valid is not valid or len(idx) != len(first):
+            return False
+        differ = [(a, b) for a, b in zip(first, idx, strict=True) if a is not b]
+        for a, b in differ:
+            if a.op is not Ops.RANGE or b.op is not Ops.RANGE or AxisType.REDUCE not in (a.arg[1], b.arg[1]):
+                return False
+            if any(a in i.toposort() or b in i.toposort() for i in (*first, *idx) if i is not a and i is not b):
+                return False
+    return True
+
+
+def _row_bytes(node: UOp) -> int | float:
+    """Bytes of one reduction's input (the row a reduce reads per value; inf when symbolic)."""
+    size = prod(node.src[0].shape[a] for a in node.arg[1])
+    return size * node.src[0].dtype.itemsize if isinstance(size, int) else math.inf
 
 
 def _nesting(r: UOp) -> tuple[int, int]:

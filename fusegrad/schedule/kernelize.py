@@ -112,13 +112,14 @@ def find_realizes(sink: UOp, placements: dict[UOp, Placement] | None = None) -> 
         reads: Reads = {}
         flagged: dict[UOp, str] = {}
         inlined: set[UOp] = set()
+        whole_reads: set[UOp] = set()
         added: list[UOp] = []
         roots = list(realized)
         for root in roots:  # grows while we walk: a reduce that needs its own kernel is walked in this same pass
             if root.op is Ops.COPY:
                 continue
             seen = len(flagged)
-            note_reads(root, realized, reads, flagged, inlined, placements)
+            note_reads(root, realized, reads, flagged, inlined, placements, whole_reads)
             # flagged only grows within a round: the newest entries are the ones this walk added
             for u in reversed([*itertools.islice(reversed(flagged), len(flagged) - seen)]):
                 if u.op is Ops.REDUCE_AXIS and u not in realized and prod(u.shape) != 0:

@@ -104,7 +104,8 @@ class KernelBuilder(ReadPolicy):
             new = tuple(self.reduce_range(node, i, s) if i in axes else r
                         for i, (r, s) in enumerate(zip(idx, node.src[0].shape, strict=True)))  # fmt: skip
             loops = {r for r in new if r.op is Ops.RANGE} | {r for i in axes for r in _loops(new[i])}
-            return [(node.src[0], new, valid, ctx | loops)]
+            # computed inside only the loops its index uses (the linearizer hoists it out of the others)
+            return [(node.src[0], new, valid, (ctx & self.ranges_in(idx)) | loops)]
         if node.op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD):
             return [(node.src[0], idx, valid, ctx)]
         if node.op is Ops.ASSIGN:
@@ -287,10 +288,13 @@ def note_reads(
     flagged: dict[UOp, str],
     inlined: set[UOp],
     placements: dict[UOp, Placement] | None = None,
+    whole_reads: set[UOp] | None = None,
 ) -> None:
     """Walk the kernel of `root` as build_kernel does, recording its reads in `reads` and the nodes they force to
     be realized in `flagged`, without building an AST (find_realizes walks every kernel this way, often twice)."""
     kb = KernelBuilder(root, realized, {}, reads, flagged, reads_only=True, inlined=inlined)
+    if whole_reads is not None:  # shared by the round's walks: reduces some kernel reads other than per row
+        kb.whole_reads = whole_reads
     if placements is not None and (devices := devices_of(root)) is not None:
         if root not in placements or root.op is Ops.AFTER:
             return  # a copy of memory on each device (_local_copy): it reads nothing that could be fused
