@@ -3,7 +3,12 @@ models of about 15M and 110M parameters (fp32, batch 1), fusegrad's decode with 
 captures over the decoded tokens, and whether greedy decoding picks the same tokens as torch.
 
 Shapes are llama2.c's TinyStories models (15M: dim 288, 6 blocks, 6 heads; 110M: dim 768, 12 blocks, 12 heads; vocab
-32000, tied embeddings). Usage: python bench/llm.py [--sizes 15M 110M] [--decode 256] [--prompt 128] [--quick]
+32000, tied embeddings). Both sides compute the logits of the prompt's last token only. The machine is shared, so the
+two run interleaved in one process: prefills alternate (the best of each counts), and decoding alternates in blocks of
+steps, each side's tokens/s taken from its median step time (the mean is printed too). At every switch the bench
+sleeps SETTLE seconds first, so the other side's OpenMP threads stop spinning (torch's spin for milliseconds after
+each call and would share the cores with the side being timed).
+Usage: python bench/llm.py [--sizes 15M 110M] [--decode 256] [--prompt 128] [--quick]
 """
 
 from __future__ import annotations
@@ -11,10 +16,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,18 +39,36 @@ SIZES = {
 }
 VOCAB = 32000
 AGREE_STEPS = 64  # greedy tokens compared with torch
+BLOCK = 16  # decode steps each side runs before the other's turn
+SETTLE = 0.05  # seconds slept before switching sides
+
+
+@dataclass
+class Side:
+    """One system's measurements: prefill seconds per run and seconds per decode step (after the warm-up steps)."""
+
+    prefill: list[float] = field(default_factory=list)
+    steps: list[float] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+
+    def prefill_rate(self, prompt: int) -> float:
+        return prompt / min(self.prefill)
+
+    def decode_rate(self) -> float:
+        return 1 / statistics.median(self.steps)
+
+    def decode_mean_rate(self) -> float:
+        return len(self.steps) / sum(self.steps)
 
 
 @dataclass
 class Figures:
-    """One size's measurements; tokens/s unless named otherwise."""
+    """One size's measurements."""
 
     params: int
-    prefill: float = 0.0
-    decode_jit: float = 0.0
+    ours: Side = field(default_factory=Side)
+    torch: Side = field(default_factory=Side)
     decode_eager: float = 0.0
-    torch_prefill: float = 0.0
-    torch_decode: float = 0.0
     compiles_after_first: int = -1
     captures: int = -1
     same_tokens: int = 0
@@ -101,79 +125,96 @@ def count_compiles() -> Iterator[list[int]]:
         realize_module.get_program = real
 
 
-def best_seconds(fn: Callable[[], Any], repeats: int) -> float:
-    times = []
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    start = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - start, result
+
+
+class TorchSide:
+    """The torch model with greedy steps against its own KV cache (the last position's logits only)."""
+
+    def __init__(self, cfg: TransformerConfig, weights: dict[str, np.ndarray]) -> None:
+        import torch
+
+        from test.llm.torch_llama import TorchLlama
+
+        self.torch = torch
+        self.model = TorchLlama({k: torch.from_numpy(v) for k, v in weights.items()}, cfg)
+
+    def prefill(self, prompt: list[int]) -> int:
+        """Run the prompt from an empty cache; the greedy next token."""
+        time.sleep(SETTLE)
+        self.model.cache = []
+        with self.torch.no_grad():
+            return int(self.model.last_logits(self.torch.tensor([prompt]), 0, cached=True)[0].argmax())
+
+    def step(self, token: int, pos: int) -> int:
+        with self.torch.no_grad():
+            return int(self.model.last_logits(self.torch.tensor([[token]]), pos, cached=True)[0].argmax())
+
+
+def measure_prefill(model: Transformer, theirs: TorchSide, prompt: list[int], repeats: int, f: Figures) -> None:
+    """Alternating runs; fusegrad's first two (they compile, then capture) are warm-up."""
+    for _ in range(2):
+        model.prefill(prompt, len(prompt)).numpy()
+    theirs.prefill(prompt)
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+        time.sleep(SETTLE)
+        f.ours.prefill.append(timed(lambda: model.prefill(prompt, len(prompt)).numpy())[0])
+        f.torch.prefill.append(timed(lambda: theirs.prefill(prompt))[0])  # it sleeps SETTLE before the clock starts
 
 
-@dataclass
-class Decoded:
-    """A greedy decode: its tokens, tokens/s from the third step on, compiles after the first step, captures."""
-
-    tokens: list[int]
-    per_second: float
-    compiles_after_first: int
-    captures: int
-
-
-def fusegrad_decode(model: Transformer, prompt: list[int], steps: int, jit: bool) -> Decoded:
-    """Greedy decoding after the prompt, through the model's rollout_jit or the plain forward."""
+def measure_decode(model: Transformer, theirs: TorchSide, prompt: list[int], steps: int, f: Figures) -> None:
+    """Greedy decoding, BLOCK steps of fusegrad (through rollout_jit) then BLOCK of torch, until each has `steps`
+    tokens. fusegrad's step 0 runs eagerly and step 1 captures: the timed steps start at 2 (torch's too). Compiles
+    are counted from step 1 on."""
+    position = UOp.variable("start_pos", 1, model.max_context - 1)
     with count_compiles() as compiles:
-        logits = model(Tensor([prompt], dtype="int32"), 0)
-        position = UOp.variable("start_pos", 1, model.max_context - 1)
-        tokens, captures, begun, after_first = [], set(), 0.0, 0
-        for i in range(steps):
-            tokens.append(int(logits.numpy()[0].argmax()))
-            if i == 1:
-                after_first = len(compiles)
-            if i == 2:
-                begun = time.perf_counter()  # the first step ran eagerly and the second captured: replays from here
-            ids, pos = Tensor([[tokens[-1]]], dtype="int32"), position.bind(len(prompt) + i)
-            logits = model(ids, pos) if jit else model._forward_realized(ids, pos)
-            if model.rollout_jit.captured is not None:
-                captures.add(id(model.rollout_jit.captured))
-        per_second = (steps - 2) / (time.perf_counter() - begun)
-    return Decoded(tokens, per_second, len(compiles) - after_first, len(captures))
+        ours, mine = int(model.prefill(prompt, len(prompt)).numpy()[0].argmax()), theirs.prefill(prompt)
+        captures, after_first = set(), 0
+        for block in range(0, steps, BLOCK):
+            time.sleep(SETTLE)
+            for i in range(block, min(block + BLOCK, steps)):
+                f.ours.tokens.append(ours)
+                if i == 1:
+                    after_first = len(compiles)
+                ids, pos = Tensor([[ours]], dtype="int32"), position.bind(len(prompt) + i)
+                took, ours = timed(lambda: int(model(ids, pos).numpy()[0].argmax()))  # noqa: B023  # called at once
+                f.ours.steps += [took] if i >= 2 else []
+                if model.rollout_jit.captured is not None:
+                    captures.add(id(model.rollout_jit.captured))
+            time.sleep(SETTLE)
+            for i in range(block, min(block + BLOCK, steps)):
+                f.torch.tokens.append(mine)
+                took, mine = timed(lambda: theirs.step(f.torch.tokens[-1], len(prompt) + i))  # noqa: B023
+                f.torch.steps += [took] if i >= 2 else []
+    f.compiles_after_first, f.captures = len(compiles) - after_first, len(captures)
 
 
-def measure_fusegrad(size: str, args: argparse.Namespace, prompt: list[int], figures: Figures) -> list[int]:
+def measure_eager_decode(model: Transformer, prompt: list[int], steps: int) -> float:
+    """Tokens/s of decoding without TinyJit (the plain forward at a bound position), after one warm-up step."""
+    logits = model.prefill(prompt, len(prompt))
+    position = UOp.variable("start_pos", 1, model.max_context - 1)
+    times = []
+    for i in range(steps):
+        ids = Tensor([[int(logits.numpy()[0].argmax())]], dtype="int32")
+        took, logits = timed(lambda: model._forward_realized(ids, position.bind(len(prompt) + i)))  # noqa: B023
+        times.append(took)
+    return 1 / statistics.median(times[1:])
+
+
+def measure(size: str, args: argparse.Namespace, prompt: list[int]) -> Figures:
     cfg = make_config(size, len(prompt) + args.decode + 1)
-    model = build_fusegrad(cfg, random_weights(Transformer(cfg), args.seed))
-    ids = Tensor([prompt], dtype="int32")
-    figures.prefill = len(prompt) / best_seconds(lambda: model(ids, 0), args.repeats)
-    figures.decode_eager = fusegrad_decode(model, prompt, args.eager_decode, jit=False).per_second
-    decoded = fusegrad_decode(model, prompt, args.decode, jit=True)
-    figures.decode_jit, figures.compiles_after_first, figures.captures = (
-        decoded.per_second, decoded.compiles_after_first, decoded.captures
-    )  # fmt: skip
-    return decoded.tokens
-
-
-def measure_torch(size: str, args: argparse.Namespace, prompt: list[int], figures: Figures) -> list[int]:
-    import torch
-
-    from test.llm.torch_llama import TorchLlama
-
-    torch.set_num_threads(2)
-    cfg = make_config(size, len(prompt) + args.decode + 1)
-    weights = {k: torch.from_numpy(v) for k, v in random_weights(Transformer(cfg), args.seed).items()}
-    model = TorchLlama(weights, cfg)
-    ids = torch.tensor([prompt])
-
-    def prefill() -> None:
-        model.cache = []
-        with torch.no_grad():
-            model.logits(ids, 0, cached=True)
-
-    figures.torch_prefill = len(prompt) / best_seconds(prefill, args.repeats)
-    begun = time.perf_counter()
-    tokens = model.greedy(prompt, args.decode)  # includes the prefill: subtract its best time
-    figures.torch_decode = args.decode / (time.perf_counter() - begun - len(prompt) / figures.torch_prefill)
-    return tokens
+    weights = random_weights(Transformer(cfg), args.seed)
+    figures = Figures(sum(v.size for k, v in weights.items() if k != "output.weight"))
+    model, theirs = build_fusegrad(cfg, weights), TorchSide(cfg, weights)
+    measure_prefill(model, theirs, prompt, args.repeats, figures)
+    figures.decode_eager = measure_eager_decode(model, prompt, args.eager_decode)
+    measure_decode(model, theirs, prompt, args.decode, figures)
+    agree = [a == b for a, b in zip(figures.ours.tokens[:AGREE_STEPS], figures.torch.tokens[:AGREE_STEPS], strict=True)]
+    figures.same_tokens = agree.index(False) if False in agree else AGREE_STEPS
+    return figures
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -182,7 +223,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--prompt", type=int, default=128, help="prompt tokens for prefill (default 128)")
     parser.add_argument("--decode", type=int, default=256, help="tokens decoded with the JIT (default 256)")
     parser.add_argument("--eager-decode", type=int, default=16, help="tokens decoded without it (default 16)")
-    parser.add_argument("--repeats", type=int, default=3, help="prefill runs; the best counts (default 3)")
+    parser.add_argument("--repeats", type=int, default=5, help="prefill runs of each; the best counts (default 5)")
     parser.add_argument("--seed", type=int, default=0, help="seed of weights and prompt (default 0)")
     parser.add_argument("--quick", action="store_true", help="15M only, prompt 32, decode 80, eager 8")
     args = parser.parse_args(argv)
@@ -193,29 +234,33 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def report(size: str, f: Figures) -> None:
+def report(size: str, prompt: int, f: Figures) -> None:
     verdict = "same" if f.same_tokens == AGREE_STEPS else f"first {f.same_tokens} same"
+    ours, theirs = f.ours, f.torch
+    prefill, decode, mean = (
+        ours.prefill_rate(prompt) / theirs.prefill_rate(prompt),
+        ours.decode_rate() / theirs.decode_rate(),
+        ours.decode_mean_rate() / theirs.decode_mean_rate(),
+    )
     print(
-        f"{size:>5} ({f.params / 1e6:.1f}M params)  prefill {f.prefill:8.1f} vs torch {f.torch_prefill:8.1f} tok/s "
-        f"({f.prefill / f.torch_prefill:.2f}x)  decode jit {f.decode_jit:6.1f}, no jit {f.decode_eager:6.1f} "
-        f"vs torch {f.torch_decode:6.1f} tok/s ({f.decode_jit / f.torch_decode:.2f}x)  compiles after step 1: "
+        f"{size:>5} ({f.params / 1e6:.1f}M params)  prefill {ours.prefill_rate(prompt):7.1f} vs torch "
+        f"{theirs.prefill_rate(prompt):7.1f} tok/s ({prefill:.2f}x)  decode jit {ours.decode_rate():6.1f} "
+        f"(mean {ours.decode_mean_rate():6.1f}), no jit {f.decode_eager:5.1f} vs torch {theirs.decode_rate():6.1f} "
+        f"(mean {theirs.decode_mean_rate():6.1f}) tok/s ({decode:.2f}x, mean {mean:.2f}x)  compiles after step 1: "
         f"{f.compiles_after_first}, captures {f.captures}  greedy {AGREE_STEPS} steps: {verdict}"
     )
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    import torch
+
+    torch.set_num_threads(2)
     print(f"load average {os.getloadavg()[0]:.1f}; prompt {args.prompt}, decode {args.decode} tokens, fp32, batch 1")
     for size in args.sizes:
         prompt = np.random.default_rng(args.seed).integers(0, VOCAB, args.prompt).tolist()
-        cfg = make_config(size, 2)
-        params = sum(v.size for k, v in random_weights(Transformer(cfg), 0).items() if k != "output.weight")
-        figures = Figures(params)
-        ours = measure_fusegrad(size, args, prompt, figures)
-        theirs = measure_torch(size, args, prompt, figures)
-        agree = [a == b for a, b in zip(ours[:AGREE_STEPS], theirs[:AGREE_STEPS], strict=True)]
-        figures.same_tokens = agree.index(False) if False in agree else AGREE_STEPS
-        report(size, figures)
+        report(size, args.prompt, measure(size, args, prompt))
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
 
 if __name__ == "__main__":

@@ -241,10 +241,11 @@ def attend_with_cache(cache_kv: Tensor, q: Tensor, k: Tensor, v: Tensor, start_p
             f"attend_with_cache: positions {start_pos}..{start_pos + t - 1} past the cache (0..{max_context - 1})"
         )
     cache_kv[:, :, :, start_pos : start_pos + t, :].assign(Tensor.stack(k, v))
-    if isinstance(t, int) and t == 1 and not isinstance(start_pos, int):
-        # one token at a bound position: the whole cache with the positions past it masked keeps every shape
-        # concrete; a slice to start_pos+1 indexes through symbolic div/mod chains (~85% of a decode step's time)
-        mask = Tensor.full((1, 1, 1, max_context), float("-inf"), dtype=q.dtype, device=q.device).triu(start_pos + 1)
+    if isinstance(t, int) and not isinstance(start_pos, int):
+        # T tokens at a bound position: the whole cache with each query's later positions masked keeps every shape
+        # concrete (so kernels get the concrete-shape optimisations); a slice to start_pos+T indexes through symbolic
+        # div/mod chains (~85% of a decode step's time, 0.1 s per attention kernel of a 128-token chunk)
+        mask = Tensor.full((1, 1, t, max_context), float("-inf"), dtype=q.dtype, device=q.device).triu(start_pos + 1)
         return q.scaled_dot_product_attention(cache_kv[0], cache_kv[1], attn_mask=mask, enable_gqa=True)
     end = start_pos + t
     keys, values = cache_kv[0, :, :, :end, :], cache_kv[1, :, :, :end, :]
@@ -288,9 +289,11 @@ class Transformer:
         self.output_norm = nn.RMSNorm(config.dim, config.norm_eps)
         self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
         self.max_context = config.max_context
-        # one capture for a single token (decode), one for a chunk of a variable number of tokens (prefill)
+        # one capture for a single token (decode), one for a chunk of a variable number of tokens (the reference's
+        # symbolic prefill), and one per chunk size for `prefill`'s fixed-size chunks at a bound position
         self.rollout_jit: TinyJit[Tensor] = TinyJit(self._forward_realized)
         self.prefill_jit: TinyJit[Tensor] = TinyJit(self._forward_realized)
+        self.chunk_jits: dict[tuple[int, bool], TinyJit[Tensor]] = {}  # (chunk size, at position 0) -> capture
 
     @staticmethod
     def from_gguf(
@@ -413,6 +416,18 @@ class Transformer:
     def _forward_realized(self, tokens: Tensor, start_pos: StartPos) -> Tensor:
         return self.forward(tokens, start_pos).realize()
 
+    def _chunk_realized(self, tokens: Tensor, start_pos: UOp, row: UOp) -> Tensor:
+        """The logits of row `row` of a fixed-size chunk at a bound start_pos, realized: (B, vocab)."""
+        return self._row_logits(self._hidden(tokens, start_pos), row).realize()
+
+    def _first_chunk_realized(self, tokens: Tensor, row: UOp) -> Tensor:
+        """`_chunk_realized` at position 0: attention reads only the chunk's own positions (no masked cache tail)."""
+        return self._row_logits(self._hidden(tokens, 0), row).realize()
+
+    def _row_logits(self, x: Tensor, row: UOp) -> Tensor:
+        picked = x[:, row : row + 1, :].reshape(x.shape[0], x.shape[2])
+        return self.output(self.output_norm(picked))
+
     def __call__(self, tokens: Tensor, start_pos: StartPos = 0) -> Tensor:
         """forward, realized. At a bound start_pos, one token goes through `rollout_jit` and a symbolic number of
         tokens (a slice of a realized buffer at bound variables) through `prefill_jit`: each is captured once."""
@@ -431,13 +446,13 @@ class Transformer:
         top_k: int = 0,
         top_p: float = 1.0,
         rng: np.random.Generator | None = None,
-        chunk_size: int = 32,
+        chunk_size: int = 128,
     ) -> Iterator[int]:
         """Yield the next token ids after the prompt `tokens`, until max_context (the caller stops earlier).
 
-        The prompt runs in chunks of up to chunk_size tokens, sliced from one buffer at bound `start_pos` and `toks`
-        variables; each new token then runs alone at `start_pos` bound to its position. So a prompt of any length and
-        every decode step replay captured kernels: no compile after the first calls. Sampling: `llm.sampling.sample`.
+        The prompt runs through `prefill` (fixed-size chunks at a bound `start_pos`); each new token then runs alone
+        at `start_pos` bound to its position. So a prompt of any length and every decode step replay captured
+        kernels: no compile after the first calls. Sampling: `llm.sampling.sample`.
 
         Args:
             tokens: the prompt's token ids (at least one, fewer than max_context).
@@ -445,7 +460,7 @@ class Transformer:
             top_k: sample from the k most likely tokens (0: all).
             top_p: sample from the smallest set of most likely tokens with this much probability (1: all).
             rng: the random generator (None: a fresh unseeded one).
-            chunk_size: the most prompt tokens run at once.
+            chunk_size: the most prompt tokens run at once (see `prefill`).
 
         Yields:
             The next token id, one per step, until the cache is full.
@@ -470,7 +485,7 @@ class Transformer:
         if chunk_size < 1:
             raise ValueError(f"generate: chunk_size must be >= 1: got {chunk_size}")
         position = UOp.variable("start_pos", 0, self.max_context - 1)
-        logits = self._prefill(tokens, position, min(chunk_size, self.max_context))
+        logits = self.prefill(tokens, chunk_size)
         pos = len(tokens)
         while True:
             token = sample(logits.numpy()[0], temperature, top_k, top_p, rng)
@@ -480,18 +495,66 @@ class Transformer:
             logits = self(Tensor([[token]], dtype="int32"), position.bind(pos))
             pos += 1
 
-    def _prefill(self, tokens: list[int], position: UOp, chunk_size: int) -> Tensor:
-        """Run the prompt in chunks through prefill_jit; the logits of its last token."""
-        count = UOp.variable("toks", 1, chunk_size)
-        padded = tokens + [0] * (self.max_context - len(tokens))
-        ids = Tensor(padded, dtype="int32").reshape(1, self.max_context).realize()
-        pos = 0
-        while pos < len(tokens):
-            n = min(chunk_size, len(tokens) - pos)
-            start, size = position.bind(pos), count.bind(n)
-            logits = self(ids[:, start : start + size], start)
-            pos += n
+    def prefill(self, tokens: list[int], chunk_size: int = 128) -> Tensor:
+        """Write the prompt's keys and values into the KV cache (positions 0..len-1); the logits of its last token.
+
+        The prompt runs in chunks of exactly `size` tokens: chunk_size, or for a shorter prompt the power of two
+        (at least 16) that holds it, at most max_context. The first chunk goes through a TinyJit capture at position
+        0 (attention over the chunk alone), the others through one at a bound `start_pos` (attention over the whole
+        cache, later positions masked): every shape in their kernels is concrete, and every prompt length and
+        position replays the same two captures per size (`chunk_jits`).
+        A last partial chunk is padded with token 0 when it fits in the cache (the padding's keys and values land
+        past the prompt, where decoding masks and then overwrites them) and otherwise starts earlier, recomputing
+        positions already cached (the same values are written again).
+
+        Args:
+            tokens: the prompt's token ids (at least one, at most max_context).
+            chunk_size: tokens per chunk (clamped to max_context).
+
+        Returns:
+            (1, vocab) logits of the prompt's last token, realized.
+
+        Raises:
+            ValueError: an empty prompt or one longer than max_context, no KV cache, or chunk_size < 1.
+
+        Examples:
+            >>> model = Transformer(TransformerConfig(1, 16, 32, 2, 1, 1e-5, 50, head_dim=8, max_context=16))
+            >>> model.prefill([1, 2, 3, 4, 5], chunk_size=4).shape
+            (1, 50)
+        """
+        if self.max_context < 1 or not 1 <= len(tokens) <= self.max_context:
+            raise ValueError(
+                f"prefill: expected 1..{self.max_context} tokens (max_context, the KV cache's length): "
+                f"got {len(tokens)}"
+            )
+        if chunk_size < 1:
+            raise ValueError(f"prefill: chunk_size must be >= 1: got {chunk_size}")
+        size = min(chunk_size, max(16, 1 << (len(tokens) - 1).bit_length()), self.max_context)
+        position = UOp.variable("start_pos", 0, self.max_context - size)
+        row = UOp.variable("row", 0, size - 1)
+        logits: Tensor | None = None
+        for start, count in _chunks(len(tokens), size, self.max_context):
+            ids = Tensor([(tokens[start : start + count] + [0] * size)[:size]], dtype="int32")
+            if start == 0:
+                first = self.chunk_jits.setdefault((size, True), TinyJit(self._first_chunk_realized))
+                logits = first(ids, row.bind(count - 1))
+            else:
+                later = self.chunk_jits.setdefault((size, False), TinyJit(self._chunk_realized))
+                logits = later(ids, position.bind(start), row.bind(count - 1))
+        assert logits is not None, "prefill: no chunk ran"
         return logits
+
+
+def _chunks(length: int, size: int, max_context: int) -> Iterator[tuple[int, int]]:
+    """(start, tokens) of each size-token chunk covering positions 0..length-1: whole chunks, then the rest padded
+    when start + size fits in the cache, else a whole chunk ending at the prompt's end (overlapping the one before).
+    Example: `list(_chunks(10, 4, 16)) == [(0, 4), (4, 4), (8, 2)]`; `list(_chunks(10, 4, 10))[-1] == (6, 4)`."""
+    start = 0
+    while length - start >= size:
+        yield start, size
+        start += size
+    if start < length:
+        yield (start, length - start) if start + size <= max_context else (length - size, size)
 
 
 def _deinterleave_rows(w: Tensor, heads: int) -> Tensor:

@@ -125,18 +125,56 @@ def test_decode_captures_once_and_never_recompiles(monkeypatch: pytest.MonkeyPat
 
 
 def test_chunked_prefill_matches_and_compiles_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Prompts of 7 and 5 tokens in chunks of 3: the logits of the whole sequence, and no compile in the second."""
+    """Prompts of 7 and 5 tokens in chunks of 3 (the last one padded): the logits of the whole sequence, through two
+    captures (the chunk at position 0, the chunks at a bound position); a third prompt compiles nothing."""
     model = _cached_model(32)
     for prompt in ([3, 1, 4, 1, 5, 9, 2], [2, 7, 1, 8, 2]):
         full = model.logits(Tensor([prompt], dtype="int32")).numpy()[0, -1]
-        last = model._prefill(prompt, UOp.variable("start_pos", 0, 31), 3).numpy()[0]
-        np.testing.assert_allclose(last, full, rtol=1e-4, atol=1e-4)
-    assert model.prefill_jit.captured is not None
+        np.testing.assert_allclose(model.prefill(prompt, 3).numpy()[0], full, rtol=1e-4, atol=1e-4)
+    assert sorted(model.chunk_jits) == [(3, False), (3, True)]
+    assert all(jit.captured is not None for jit in model.chunk_jits.values())
     compiles: list[int] = []
     real = realize_module.get_program
     monkeypatch.setattr(realize_module, "get_program", lambda ast, r: compiles.append(1) or real(ast, r))
-    model._prefill([5, 5, 5, 5], UOp.variable("start_pos", 0, 31), 3)
+    model.prefill([5, 5, 5, 5, 6, 6, 6, 6], 3)
     assert compiles == []
+
+
+def test_prefill_chunks_cover_the_prompt() -> None:
+    """Whole chunks, then the rest padded when it fits in the cache, else a whole chunk ending at the prompt's end."""
+    from fusegrad.llm.model import _chunks
+
+    assert list(_chunks(10, 4, 16)) == [(0, 4), (4, 4), (8, 2)]
+    assert list(_chunks(10, 4, 10)) == [(0, 4), (4, 4), (6, 4)]
+    assert list(_chunks(3, 4, 16)) == [(0, 3)]
+    assert list(_chunks(8, 4, 8)) == [(0, 4), (4, 4)]
+
+
+def test_prefill_that_ends_at_the_cache_recomputes_the_last_chunk() -> None:
+    """7 tokens in chunks of 3 in an 8-token cache: the third chunk can't be padded (6 + 3 > 8), so it covers
+    positions 4..6 again; a short prompt runs as one chunk of 16 (the smallest size for it) and leaves the stale
+    positions of the longer one past it unread."""
+    model = _cached_model(8)
+    prompt = [3, 1, 4, 1, 5, 9, 2]
+    full = model.logits(Tensor([prompt], dtype="int32")).numpy()[0, -1]
+    np.testing.assert_allclose(model.prefill(prompt, 3).numpy()[0], full, rtol=1e-4, atol=1e-4)
+    model = _cached_model(32)
+    full = model.logits(Tensor([prompt * 4], dtype="int32")).numpy()[0, -1]
+    np.testing.assert_allclose(model.prefill(prompt * 4).numpy()[0], full, rtol=1e-4, atol=1e-4)
+    assert sorted(model.chunk_jits) == [(32, True)]  # 28 tokens: one chunk of 32 (their power of two, max_context)
+    full = model.logits(Tensor([prompt[:3]], dtype="int32")).numpy()[0, -1]
+    np.testing.assert_allclose(model.prefill(prompt[:3]).numpy()[0], full, rtol=1e-4, atol=1e-4)
+    assert (16, True) in model.chunk_jits
+
+
+def test_prefill_checks_its_arguments() -> None:
+    model = _cached_model(4)
+    with pytest.raises(ValueError, match=r"prefill: expected 1\.\.4 tokens .*: got 5"):
+        model.prefill([1, 2, 3, 4, 5])
+    with pytest.raises(ValueError, match=r"prefill: expected 1\.\.4 tokens .*: got 0"):
+        model.prefill([])
+    with pytest.raises(ValueError, match="prefill: chunk_size must be >= 1: got 0"):
+        model.prefill([1], 0)
 
 
 def test_greedy_generation_matches_torch() -> None:

@@ -61,21 +61,29 @@ class TorchLlama:
         )
         return h + ffn
 
-    def logits(self, ids: torch.Tensor, start: int = 0, cached: bool = False) -> torch.Tensor:
-        """(B, T) ids -> (B, T, vocab)."""
+    def _hidden(self, ids: torch.Tensor, start: int, cached: bool) -> torch.Tensor:
+        """(B, T) ids -> (B, T, dim) after the last block and the final norm."""
         x = F.embedding(ids, self.w["token_embd.weight"])
         for i in range(self.cfg.num_blocks):  # type: ignore[attr-defined]
             x = self._block(i, x, start, cached)
-        return F.linear(rms_norm(x, self.w["output_norm.weight"], self.cfg.norm_eps), self.w["output.weight"])  # type: ignore[attr-defined]
+        return rms_norm(x, self.w["output_norm.weight"], self.cfg.norm_eps)  # type: ignore[attr-defined]
+
+    def logits(self, ids: torch.Tensor, start: int = 0, cached: bool = False) -> torch.Tensor:
+        """(B, T) ids -> (B, T, vocab)."""
+        return F.linear(self._hidden(ids, start, cached), self.w["output.weight"])
+
+    def last_logits(self, ids: torch.Tensor, start: int = 0, cached: bool = False) -> torch.Tensor:
+        """(B, T) ids -> (B, vocab): the logits of the last position only (the output projection on one row)."""
+        return F.linear(self._hidden(ids, start, cached)[:, -1], self.w["output.weight"])
 
     def greedy(self, prompt: list[int], steps: int) -> list[int]:
         """Greedy continuation with the KV cache: the same loop as Transformer.generate at temperature 0."""
         self.cache = []
         with torch.no_grad():
-            logits = self.logits(torch.tensor([prompt]), 0, cached=True)[0, -1]
+            logits = self.last_logits(torch.tensor([prompt]), 0, cached=True)[0]
             out, pos = [], len(prompt)
             for _ in range(steps):
                 out.append(int(logits.argmax()))
-                logits = self.logits(torch.tensor([[out[-1]]]), pos, cached=True)[0, -1]
+                logits = self.last_logits(torch.tensor([[out[-1]]]), pos, cached=True)[0]
                 pos += 1
         return out
