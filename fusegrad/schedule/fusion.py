@@ -39,12 +39,11 @@ ROW_UNCACHED = "row reduce read again per row element, its row too long to stay 
 # ... or read inside a reduce that also runs over an output loop the row reduce ignores (`(x - x.mean(1)) @ w`): fused,
 # it would cost that contraction its register tile over the rows (codegen/opt.py tiles loops every reduce depends on)
 ROW_IN_CONTRACTION = "row reduce read inside a contraction over other outputs"
-CONTRACTION_IN_REDUCE = "contraction summed by another reduce: stored, so its loops can be tiled"
 # made after them
 WINDOW_CROP = "window gradient: only the crop read is realized"  # windows.py: the crop, not the padded gradient
 SNAPSHOT = "old contents kept for readers of an overwritten buffer"  # ordering.py: readers that run after a write
 REASONS = (OUTPUT, CONTIGUOUS, DEVICE_COPY, ASSIGN, COPY_SOURCE, ASSIGN_VALUE, SPLIT_REDUCE, MULTI_PLACEMENT,
-           REDUCE_RECOMPUTED, ROW_UNCACHED, ROW_IN_CONTRACTION, CONTRACTION_IN_REDUCE, USED_BY_KERNELS, READ_TWICE, COSTLY_IN_REDUCE,
+           REDUCE_RECOMPUTED, ROW_UNCACHED, ROW_IN_CONTRACTION, USED_BY_KERNELS, READ_TWICE, COSTLY_IN_REDUCE,
            WINDOW_CROP, SNAPSHOT)  # fmt: skip
 
 # a row read several times by one kernel stays in L2 (512 KiB a core) with room for a second operand's row
@@ -125,9 +124,7 @@ class ReadPolicy:
         here = by_kernel.setdefault(self.root, set())
         here.add((idx, valid))
         if node.op is Ops.REDUCE_AXIS:
-            if (reason := self.repeated_reduce(node, idx, ctx)) is None and self.is_contraction_in_reduce(node, idx, ctx):
-                reason = CONTRACTION_IN_REDUCE
-            if reason is not None:
+            if (reason := self.repeated_reduce(node, idx, ctx)) is not None:
                 self.flagged.setdefault(node, reason)
             if reason is not None or not ctx - self.ranges_in(idx):
                 self.whole_reads.add(node)
@@ -157,14 +154,6 @@ class ReadPolicy:
             return ROW_IN_CONTRACTION
         return None if _row_bytes(node) <= ROW_CACHE_BYTES else ROW_UNCACHED
 
-    def is_contraction_in_reduce(self, node: UOp, idx: Index, ctx: frozenset[UOp]) -> bool:
-        """A contraction (a sum of products: a conv, a matmul) whose outputs another reduce sums (a global average
-        pool over a conv): fused, its loops run inside that reduce's, where the kernel opts can't tile them."""
-        if node.arg[0] is not Ops.ADD or any(i.op is not Ops.RANGE for i in idx):  # each output read once
-            return False
-        if not any(r.arg[1] is AxisType.REDUCE for r in self.ranges_in(idx) & ctx):
-            return False
-        return any(u.op is Ops.MUL and all(s.op is not Ops.CONST for s in u.src) for u in node.src[0].toposort())
 
     def ranges_in(self, idx: Index) -> frozenset[UOp]:
         """The RANGEs an index uses (kept per index: a chain of kernels reads through the same ones)."""
