@@ -115,8 +115,10 @@ def test_rewrites_view(browser_page: tuple[Page, list[str]], served: Served, rea
     page.keyboard.press("ArrowRight")
     page.wait_for_function("n => document.getElementById('match-label').textContent.startsWith(`match ${n} /`)", arg=1)
     assert ".py:" in page.inner_text("#details")  # the rule's file:line
+    page.click("#details details > summary")  # the step's call trace, opened
     page.keyboard.press("ArrowLeft")
     page.wait_for_function("() => document.getElementById('match-label').textContent.startsWith('match 0 /')")
+    assert page.evaluate("() => document.querySelector('#details details').open")  # kept (and open) across matches
     page.locator("#slider").fill(str(len(step.matches)))
     page.wait_for_function("n => document.getElementById('match-label').textContent.startsWith(`match ${n} /`)",
                            arg=len(step.matches))  # fmt: skip
