@@ -16,7 +16,7 @@ import sys
 import tokenize
 import tomllib
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path, PurePosixPath
 
@@ -45,10 +45,12 @@ class LineCount:
 
 @dataclass(frozen=True, slots=True)
 class Budget:
-    """Soft budgets per group, and which top-level modules form a named group."""
+    """Soft budgets per group, which top-level modules form a named group, and which paths inside a subpackage (a
+    folder or a module) are a group of their own: a feature with its own budget, e.g. nn/onnx."""
 
     limits: dict[str, int]
     top_level_groups: dict[str, str]  # module file name -> group name
+    path_groups: dict[str, str] = field(default_factory=dict)  # "nn/onnx" or "nn/datasets.py" -> group name
 
 
 def docstring_spans(source: str) -> dict[Position, Position]:
@@ -90,19 +92,27 @@ def count_lines(source: str) -> LineCount:
 
 
 def group_of(module: PurePosixPath, budget: Budget) -> str:
-    """A module in a subpackage belongs to its first folder; a top-level module to its named group, else to itself."""
+    """A module whose path (or a folder above it) is named in [groups] belongs to that group, the deepest name
+    first; any other module in a subpackage to its first folder; a top-level module to its named group, else to
+    itself."""
+    for depth in range(len(module.parts), 1, -1):
+        if (group := budget.path_groups.get("/".join(module.parts[:depth]))) is not None:
+            return group
     if len(module.parts) > 1:
         return module.parts[0]
     return budget.top_level_groups.get(module.name, module.stem)
 
 
 def load_budget(path: Path) -> Budget:
-    """Read loc_budget.toml: [budget] group = code lines, [groups] group = [top-level module files]."""
+    """Read loc_budget.toml: [budget] group = code lines, [groups] group = [top-level module files, or paths inside a
+    subpackage]."""
     if not path.is_file():
         return Budget(limits={}, top_level_groups={})
     data = tomllib.loads(path.read_text())
-    top_level = {name: group for group, names in data.get("groups", {}).items() for name in names}
-    return Budget(limits=dict(data.get("budget", {})), top_level_groups=top_level)
+    members = [(name, group) for group, names in data.get("groups", {}).items() for name in names]
+    top_level = {name: group for name, group in members if "/" not in name}
+    paths = {name.strip("/"): group for name, group in members if "/" in name}
+    return Budget(limits=dict(data.get("budget", {})), top_level_groups=top_level, path_groups=paths)
 
 
 def count_tree(root: Path) -> dict[PurePosixPath, LineCount]:

@@ -98,6 +98,25 @@ def test_group_of_uses_first_folder_or_named_top_level_group() -> None:
     assert loc.group_of(PurePosixPath("diskcache.py"), budget) == "diskcache"
 
 
+def test_a_path_named_in_groups_is_its_own_group() -> None:
+    paths = {"nn/onnx": "onnx", "nn/datasets.py": "datasets", "nn/onnx/proto.py": "proto"}
+    budget = loc.Budget(limits={}, top_level_groups={}, path_groups=paths)
+    assert loc.group_of(PurePosixPath("nn/onnx/runner.py"), budget) == "onnx"
+    assert loc.group_of(PurePosixPath("nn/onnx/ops/math.py"), budget) == "onnx"
+    assert loc.group_of(PurePosixPath("nn/onnx/proto.py"), budget) == "proto"  # the deepest name wins
+    assert loc.group_of(PurePosixPath("nn/datasets.py"), budget) == "datasets"
+    assert loc.group_of(PurePosixPath("nn/optim.py"), budget) == "nn"
+    assert loc.group_of(PurePosixPath("nn/onnxlike.py"), budget) == "nn"
+
+
+def test_the_budget_file_names_paths_inside_subpackages(tmp_path: Path) -> None:
+    path = tmp_path / "budget.toml"
+    path.write_text('[budget]\nonnx = 5\n[groups]\ncore = ["tensor.py"]\nonnx = ["nn/onnx/"]\n')
+    budget = loc.load_budget(path)
+    assert budget.top_level_groups == {"tensor.py": "core"}
+    assert budget.path_groups == {"nn/onnx": "onnx"}
+
+
 def test_repository_budget_file_parses() -> None:
     budget = loc.load_budget(loc.DEFAULT_BUDGET_FILE)
     assert budget.limits["uop"] == 2500
