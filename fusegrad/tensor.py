@@ -29,8 +29,20 @@ from fusegrad.dtype import (
     sum_acc_dtype,
     to_dtype,
 )
+from fusegrad.engine.cache import Structure, cache_counts, graph_structure, record, replay, schedule_cache
 from fusegrad.errors import ArangeOverflowError, DTypeArgumentError, OpTypeError, OpValueError, UnknownDTypeError
-from fusegrad.helpers import _METADATA, DEBUG, TRACEMETA, argfix, colored, prod
+from fusegrad.helpers import (
+    _METADATA,
+    DEBUG,
+    PROFILE,
+    SCHEDULE_CACHE,
+    TRACEMETA,
+    TRACK_MATCH_STATS,
+    argfix,
+    colored,
+    cpu_profile,
+    prod,
+)
 from fusegrad.mixin import call_metadata as _call_metadata
 from fusegrad.mixin import traced as _mixin_traced
 from fusegrad.mixin.elementwise import ElementwiseMixin
@@ -40,6 +52,7 @@ from fusegrad.mixin.nn import NNMixin
 from fusegrad.mixin.random import RandomMixin
 from fusegrad.mixin.reduce import ReduceMixin
 from fusegrad.uop import Ops
+from fusegrad.uop.mathtraits import OperatorTrait
 from fusegrad.uop.ops import UOp, all_metadata
 from fusegrad.uop.symbolic_shape import (
     check_concrete,
@@ -96,7 +109,7 @@ def _broadcast_shape(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
 _PY_NUMBERS = (bool, int, float)  # the Python scalars an elementwise op takes as a constant
 
 
-class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin, LinalgMixin):
+class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin, LinalgMixin, OperatorTrait):
     """A lazily evaluated n-d array on a device: ops build a graph, and it runs when a value is read.
 
     Ops raise ValueError for shape mismatches (naming the op and both shapes), TypeError for unsupported dtypes.
@@ -671,10 +684,14 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             >>> a.tolist(), b.tolist()
             ([2, 3], [6])
         """
-        from fusegrad.schedule.cache import realize_tensors
-
         realize_tensors([self, *lst], do_update_stats=do_update_stats)
         return self
+
+    @staticmethod
+    def _realize_alone(*tensors: Tensor) -> None:
+        """`realize` for tensors whose nodes no other live tensor's graph holds (a random draw's key and the generator
+        state): the same path, repointing only them (see realize_tensors)."""
+        realize_tensors(tensors, alone=True)
 
     def contiguous(self) -> Tensor:
         """This tensor's values in memory of its own, row-major. A realized buffer is returned as it is; otherwise each
@@ -2609,34 +2626,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             x = x.reshape(*x.shape[: a + 1], *x.shape[a + 2 :])
         return x
 
-    # *** Python operators ***
-
-    def __neg__(self) -> Tensor:
-        return self.neg()
-
-    def __add__(self, y: Any) -> Tensor:
-        return self.add(y)
-
-    def __radd__(self, y: Any) -> Tensor:
-        return self.add(y, True)
-
-    def __sub__(self, y: Any) -> Tensor:
-        return self.sub(y)
-
-    def __rsub__(self, y: Any) -> Tensor:
-        return self.sub(y, True)
-
-    def __mul__(self, y: Any) -> Tensor:
-        return self.mul(y)
-
-    def __rmul__(self, y: Any) -> Tensor:
-        return self.mul(y, True)
-
-    def __truediv__(self, y: Any) -> Tensor:
-        return self.div(y)
-
-    def __rtruediv__(self, y: Any) -> Tensor:
-        return self.div(y, True)
+    # *** Python operators (OperatorTrait has those that mean the same on a UOp: + - * / & | ^ << >> < >) ***
 
     # `//` and `%` follow Python (and torch, numpy, tinygrad): floor division, remainder with the divisor's sign;
     # `idiv` and `mod` are the C operations (toward zero), as kernels compute them
@@ -2654,30 +2644,6 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     def __matmul__(self, y: Tensor) -> Tensor:
         return self.dot(y)
-
-    def __and__(self, y: Any) -> Tensor:
-        return self.bitwise_and(y)
-
-    def __rand__(self, y: Any) -> Tensor:
-        return self.bitwise_and(y, True)
-
-    def __or__(self, y: Any) -> Tensor:
-        return self.bitwise_or(y)
-
-    def __ror__(self, y: Any) -> Tensor:
-        return self.bitwise_or(y, True)
-
-    def __xor__(self, y: Any) -> Tensor:
-        return self.bitwise_xor(y)
-
-    def __rxor__(self, y: Any) -> Tensor:
-        return self.bitwise_xor(y, True)
-
-    def __lt__(self, y: Any) -> Tensor:
-        return self.lt(y)
-
-    def __gt__(self, y: Any) -> Tensor:
-        return self.gt(y)
 
     def __le__(self, y: Any) -> Tensor:
         return self.le(y)
@@ -2957,6 +2923,78 @@ def _infer_list_dtype(data: Any) -> DType:
     if all(isinstance(x, (bool, int)) for x in flat):
         return dtypes.default_int
     return dtypes.default_float
+
+
+# *** realizing: the one path from lazy tensors to buffers (Tensor.realize, a random draw inside a capture) ***
+
+
+def realize_tensors(tensors: Sequence[Tensor], do_update_stats: bool = True, alone: bool = False) -> None:
+    """Compute `tensors` in one schedule: a cached one when an earlier realize had this structure (SCHEDULE_CACHE,
+    engine/cache.py). `alone`: no other live tensor's graph holds their nodes (a random draw's key and state), so
+    only they are repointed, without the walk over every lazy tensor's graph."""
+    only = tensors if alone else None
+    sink = UOp.sink(*[t.uop for t in tensors])
+    if all(_is_settled(u) for u in sink.src):  # realized memory and constants (`loss.item()`): nothing to run
+        return
+    if all(_is_done(u) for u in sink.src):  # nothing to kernelize; kernels an earlier kernelize() built still run
+        _schedule_and_run(tensors, None, do_update_stats, only, kernelized=True)
+        return
+    if not SCHEDULE_CACHE or TRACK_MATCH_STATS.value >= 2:  # VIZ shows the scheduler's rewrites of every realize
+        cache_counts["off"] += 1
+        _schedule_and_run(tensors, None, do_update_stats, only)
+        return
+    start = time.perf_counter()
+    structure = graph_structure(sink)
+    entry = schedule_cache.get(structure.key) if structure.key is not None else None
+    if entry is None:
+        cache_counts["miss"] += 1
+        _schedule_and_run(tensors, structure, do_update_stats, only)
+        return
+    cache_counts["hit"] += 1
+    if DEBUG.value >= 1:  # the time to find the schedule, like the miss path's line (kernels run after it)
+        took = (time.perf_counter() - start) * 1e3
+        print(colored(f"scheduled {entry.kernel_count} kernels in {took:.2f} ms (schedule cache hit)", "cyan"))
+    if PROFILE:
+        with cpu_profile("schedule cache hit", "TINY"):
+            _apply_map(replay(entry, structure, do_update_stats), only)
+    else:
+        _apply_map(replay(entry, structure, do_update_stats), only)
+
+
+def _schedule_and_run(
+    tensors: Sequence[Tensor],
+    structure: Structure | None,
+    do_update_stats: bool,
+    only: Sequence[Tensor] | None,
+    kernelized: bool = False,
+) -> None:
+    """The scheduler's path: kernelize (unless every tensor is `kernelized` already), create the schedule, run it,
+    settle the tensors (`only` these, see realize_tensors); then remember it under `structure`."""
+    from fusegrad.engine.realize import run_schedule
+    from fusegrad.engine.schedule import create_schedule
+    from fusegrad.schedule.kernelize import kernelize
+
+    becomes: dict[UOp, UOp] = {}
+    if not kernelized:
+        start = time.perf_counter()
+        result = kernelize(UOp.sink(*[t.uop for t in tensors]))
+        if DEBUG.value >= 1:
+            took = (time.perf_counter() - start) * 1e3
+            hit = "" if structure is None else " (schedule cache miss)"
+            print(colored(f"scheduled {result.kernel_count} kernels in {took:.2f} ms{hit}", "cyan"))
+        becomes = result.becomes
+        _apply_map(becomes, only)
+    sink = UOp.sink(*[t.uop for t in tensors])
+    items = create_schedule(sink)
+    ran = list(items)  # run_schedule pops them
+    run_schedule(items, do_update_stats=do_update_stats)
+    assigns = [u for u in sink.toposort() if u.op is Ops.ASSIGN and u.src[1].op is Ops.KERNEL]
+    settle = {u: u.src[0] for u in assigns}
+    _apply_map(settle, only)
+    if structure is not None and structure.key is not None:
+        leaves = set(structure.leaves)
+        made = list(dict.fromkeys(a.src[0] for a in assigns if a.src[0] not in leaves))
+        record(structure, ran, made, {old: new.substitute(settle) for old, new in becomes.items()})
 
 
 def _kernelize(tensors: list[Tensor]) -> None:

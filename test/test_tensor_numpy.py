@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import fusegrad.schedule.cache as schedule_cache
+import fusegrad.tensor as tensor_module
 from fusegrad import Tensor
 from fusegrad.uop import Ops
 
@@ -17,7 +17,7 @@ def test_a_realized_tensor_is_read_without_a_realize(monkeypatch: pytest.MonkeyP
     assert flat.uop.op is Ops.BUFFER
     assert grid.uop.op is Ops.RESHAPE
     calls: list[object] = []
-    monkeypatch.setattr(schedule_cache, "realize_tensors", lambda *args, **kwargs: calls.append(args))
+    monkeypatch.setattr(tensor_module, "realize_tensors", lambda *args, **kwargs: calls.append(args))
     np.testing.assert_array_equal(flat.numpy(), [2, 4, 6, 8, 10, 12])
     np.testing.assert_array_equal(grid.numpy(), [[2, 4, 6], [8, 10, 12]])
     assert grid.tolist() == [[2, 4, 6], [8, 10, 12]]

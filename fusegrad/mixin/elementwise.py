@@ -422,18 +422,6 @@ class ElementwiseMixin:
     def __invert__(self: Tensor) -> Tensor:
         return self.bitwise_not()
 
-    def __lshift__(self: Tensor, x: Tensor | int) -> Tensor:
-        return self.lshift(x)
-
-    def __rshift__(self: Tensor, x: Tensor | int) -> Tensor:
-        return self.rshift(x)
-
-    def __rlshift__(self: Tensor, x: Tensor | int) -> Tensor:
-        return self.lshift(x, True)
-
-    def __rrshift__(self: Tensor, x: Tensor | int) -> Tensor:
-        return self.rshift(x, True)
-
     # *** trigonometric and hyperbolic ***
 
     @traced

@@ -90,8 +90,8 @@ def scatter_source(x: Tensor, index: Tensor, src: Tensor | ConstType, order: lis
     """src shrunk to the index's shape, in the mask's layout: (J_other..., J_dim, 1)."""
     cls = type(x)
 
-    if not isinstance(src, cls):
-        return cls.full((1,) * (x.ndim + 1), src, dtype=x.dtype, device=x.device)
+    if not isinstance(src, cls):  # a constant; mypy does not narrow the union through type(x)
+        return cls.full((1,) * (x.ndim + 1), src, dtype=x.dtype, device=x.device)  # type: ignore[arg-type]
     if src.dtype != x.dtype:
         raise OpTypeError(f"scatter: src dtype {src.dtype} does not match self's {x.dtype}")
     if src.ndim != index.ndim or any(j > s for j, s in zip(index.shape, src.shape, strict=True)):

@@ -405,10 +405,10 @@ class MovementMixin:
             >>> Tensor.stack([Tensor([1, 2]), Tensor([3, 4])], dim=1).tolist()
             [[1, 3], [2, 4]]
         """
-        one_by_one = isinstance(self, MovementMixin)  # `Tensor.stack([a, b])` passes the sequence as self
-        if not one_by_one and args:
+        # `Tensor.stack([a, b])` passes the sequence as self (every Tensor is a MovementMixin)
+        if not isinstance(self, MovementMixin) and args:
             raise ValueError(f"stack: give the tensors either as one sequence or one by one, got a sequence and {args}")
-        first, *rest = (self, *args) if one_by_one else self
+        first, *rest = (self, *args) if isinstance(self, MovementMixin) else self
         for t in rest:
             if t.shape != first.shape:
                 raise ValueError(f"stack: all tensors need the same shape: got {first.shape} and {t.shape}")

@@ -100,7 +100,6 @@ def _next_key(cls: type[Tensor], device: str | tuple[str, ...] | None) -> Tensor
     kernel runs. Inside one, it is copied from the device state, which advances, both as kernels the capture records
     (run now, so the replays re-run them in the same order)."""
     from fusegrad.engine.realize import capturing
-    from fusegrad.schedule.cache import realize_tensors
 
     if _state.seed is None:
         _state.seed = int(time.time())  # unseeded: a new stream per process, as in the reference
@@ -115,7 +114,7 @@ def _next_key(cls: type[Tensor], device: str | tuple[str, ...] | None) -> Tensor
     key = cls.empty(3, device=dev, dtype=dtypes.uint32).assign(state)
     call_word = cls.arange(3, device=dev) == 2  # (3,): 0, 0, 1
     state.assign(key + call_word.cast(dtypes.uint32))
-    realize_tensors([key, state], alone=True)  # no other tensor's graph holds them: skip the walk over all of those
+    cls._realize_alone(key, state)  # no other tensor's graph holds them: skip the walk over every lazy tensor
     _state.held[dev] = (_state.seed, call + 1)
     return key
 

@@ -1,17 +1,104 @@
 """Python operators for graph builders: `UOp` and `UPat` both get `+ - * // % < & | ^ << >>` from `MathTrait`.
 
 A subclass supplies `alu(op, *src)` (build a node) and `const_like(b)` (a constant shaped like self); every operator
-is written once here in terms of those two, so patterns read exactly like the expressions they match.
+is written once here in terms of those two, so patterns read exactly like the expressions they match. The operators
+that mean the same on a Tensor (`OperatorTrait`: `a + b` is `a.add(b)`) are Tensor's too.
 """
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from fusegrad.uop import Ops
 
 
-class MathTrait:
+class OperatorTrait:
+    """Python operators as calls of named methods (`a + b` is `a.add(b)`, `2 - a` is `a.sub(2, True)`), shared by
+    UOp (through MathTrait) and Tensor. `//`, `%`, `<=` and `>=` are not here: on nodes they are C's division and
+    not-less-than, on tensors Python's floor division and an ordered comparison (False against NaN)."""
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:  # the named methods a class with these operators provides
+
+        def neg(self) -> Self: ...
+        def add(self, x: Any, reverse: bool = False) -> Self: ...
+        def sub(self, x: Any, reverse: bool = False) -> Self: ...
+        def mul(self, x: Any, reverse: bool = False) -> Self: ...
+        def div(self, x: Any, reverse: bool = False) -> Self: ...
+        def bitwise_and(self, x: Any, reverse: bool = False) -> Self: ...
+        def bitwise_or(self, x: Any, reverse: bool = False) -> Self: ...
+        def bitwise_xor(self, x: Any, reverse: bool = False) -> Self: ...
+        def lshift(self, x: Any, reverse: bool = False) -> Self: ...
+        def rshift(self, x: Any, reverse: bool = False) -> Self: ...
+        def lt(self, x: Any) -> Self: ...
+        def gt(self, x: Any) -> Self: ...
+
+    def __neg__(self) -> Self:
+        return self.neg()
+
+    def __add__(self, x: Any) -> Self:
+        return self.add(x)
+
+    def __radd__(self, x: Any) -> Self:
+        return self.add(x, True)
+
+    def __sub__(self, x: Any) -> Self:
+        return self.sub(x)
+
+    def __rsub__(self, x: Any) -> Self:
+        return self.sub(x, True)
+
+    def __mul__(self, x: Any) -> Self:
+        return self.mul(x)
+
+    def __rmul__(self, x: Any) -> Self:
+        return self.mul(x, True)
+
+    def __truediv__(self, x: Any) -> Self:
+        return self.div(x)
+
+    def __rtruediv__(self, x: Any) -> Self:
+        return self.div(x, True)
+
+    def __and__(self, x: Any) -> Self:
+        return self.bitwise_and(x)
+
+    def __rand__(self, x: Any) -> Self:
+        return self.bitwise_and(x, True)
+
+    def __or__(self, x: Any) -> Self:
+        return self.bitwise_or(x)
+
+    def __ror__(self, x: Any) -> Self:
+        return self.bitwise_or(x, True)
+
+    def __xor__(self, x: Any) -> Self:
+        return self.bitwise_xor(x)
+
+    def __rxor__(self, x: Any) -> Self:
+        return self.bitwise_xor(x, True)
+
+    def __lshift__(self, x: Any) -> Self:
+        return self.lshift(x)
+
+    def __rlshift__(self, x: Any) -> Self:
+        return self.lshift(x, True)
+
+    def __rshift__(self, x: Any) -> Self:
+        return self.rshift(x)
+
+    def __rrshift__(self, x: Any) -> Self:
+        return self.rshift(x, True)
+
+    def __lt__(self, x: Any) -> Self:
+        return self.lt(x)
+
+    def __gt__(self, x: Any) -> Self:
+        return self.gt(x)
+
+
+class MathTrait(OperatorTrait):
     """Operator overloading in terms of `alu` and `const_like`."""
 
     __slots__ = ()
@@ -116,34 +203,7 @@ class MathTrait:
     def trunc(self) -> Self:
         return self.alu(Ops.TRUNC)
 
-    # Python operators
-    def __neg__(self) -> Self:
-        return self.neg()
-
-    def __add__(self, x: Any) -> Self:
-        return self.add(x)
-
-    def __radd__(self, x: Any) -> Self:
-        return self.add(x, True)
-
-    def __sub__(self, x: Any) -> Self:
-        return self.sub(x)
-
-    def __rsub__(self, x: Any) -> Self:
-        return self.sub(x, True)
-
-    def __mul__(self, x: Any) -> Self:
-        return self.mul(x)
-
-    def __rmul__(self, x: Any) -> Self:
-        return self.mul(x, True)
-
-    def __truediv__(self, x: Any) -> Self:
-        return self.div(x)
-
-    def __rtruediv__(self, x: Any) -> Self:
-        return self.div(x, True)
-
+    # Python operators that differ from a Tensor's (OperatorTrait has the rest): C division, not-less-than
     def __floordiv__(self, x: Any) -> Self:
         return self.idiv(x)
 
@@ -155,42 +215,6 @@ class MathTrait:
 
     def __rmod__(self, x: Any) -> Self:
         return self.mod(x, True)
-
-    def __and__(self, x: Any) -> Self:
-        return self.bitwise_and(x)
-
-    def __rand__(self, x: Any) -> Self:
-        return self.bitwise_and(x, True)
-
-    def __or__(self, x: Any) -> Self:
-        return self.bitwise_or(x)
-
-    def __ror__(self, x: Any) -> Self:
-        return self.bitwise_or(x, True)
-
-    def __xor__(self, x: Any) -> Self:
-        return self.bitwise_xor(x)
-
-    def __rxor__(self, x: Any) -> Self:
-        return self.bitwise_xor(x, True)
-
-    def __lshift__(self, x: Any) -> Self:
-        return self.lshift(x)
-
-    def __rlshift__(self, x: Any) -> Self:
-        return self.lshift(x, True)
-
-    def __rshift__(self, x: Any) -> Self:
-        return self.rshift(x)
-
-    def __rrshift__(self, x: Any) -> Self:
-        return self.rshift(x, True)
-
-    def __lt__(self, x: Any) -> Self:
-        return self.lt(x)
-
-    def __gt__(self, x: Any) -> Self:
-        return self.gt(x)
 
     def __ge__(self, x: Any) -> Self:
         return self.lt(x).logical_not()

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fusegrad import Tensor
+from fusegrad.engine.cache import schedule_cache
 from fusegrad.schedule import fusion
-from fusegrad.schedule.cache import schedule_cache
 from test.shared import count_kernels
 
 Op = Callable[[Tensor], Tensor]

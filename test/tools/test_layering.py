@@ -30,10 +30,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     # between the kernel stages (owned by the codegen/renderer/schedule work)
     ("fusegrad.codegen.search", "fusegrad.engine.realize"):
         "BEAM times candidate kernels on the device through CompiledRunner",
-    ("fusegrad.schedule.cache", "fusegrad.engine.realize"):
-        "the schedule cache (in progress) replays a cached schedule: it runs what it scheduled",
-    ("fusegrad.schedule.cache", "fusegrad.engine.schedule"): "as above: the cache builds ExecItems",
-    ("fusegrad.schedule.cache", "fusegrad.tensor"): "as above: the cache settles the realized Tensors",
     # runtime and engine reaching up
     ("fusegrad.runtime.ops_cpu", "fusegrad.runtime.graph.cpu"):
         "a device names its graph class (Compiled.graph); imported when the device opens",

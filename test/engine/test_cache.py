@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fusegrad import Tensor
+from fusegrad.engine import cache
+from fusegrad.engine.cache import cache_counts, graph_structure, schedule_cache
 from fusegrad.helpers import Context, GlobalCounters
-from fusegrad.schedule import cache
-from fusegrad.schedule.cache import cache_counts, graph_structure, schedule_cache
 from fusegrad.uop.ops import UOp
 
 N_INPUTS = 3

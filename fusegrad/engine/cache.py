@@ -4,13 +4,12 @@ Structure means every node's op, dtype, arg (constants by value) and sources, wi
 same kernels run with this realize's buffers, in the same order, and the tensors are repointed the same way, without
 kernelize or create_schedule. The key is built in one walk of the graph (`graph_structure`). Graphs the cache can't
 express (symbolic variables, tensors sharded over several devices, storage views) are scheduled every time.
-Entry point: `realize_tensors(tensors)`, what `Tensor.realize` runs.
+`Tensor.realize` (tensor.py's `realize_tensors`) keys its graph with `graph_structure`, runs a kept schedule with
+`replay` and keeps a new one with `record`.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,13 +18,8 @@ from fusegrad.helpers import (
     DEBUG,
     JIT,
     PROFILE,
-    SCHEDULE_CACHE,
-    TRACK_MATCH_STATS,
     ContextVar,
-    colored,
-    cpu_profile,
 )
-from fusegrad.tensor import _apply_map, _is_done, _is_settled
 from fusegrad.uop import GroupOp, Ops
 from fusegrad.uop.ops import UOp, buffers
 
@@ -33,7 +27,6 @@ if TYPE_CHECKING:
     from fusegrad.device import Buffer
     from fusegrad.dtype import DType
     from fusegrad.engine.realize import Runner
-    from fusegrad.tensor import Tensor
 
 CACHE_SIZE = 512  # schedules kept; the oldest goes first (a graph with a fresh random draw is a new structure)
 GRAPH_AFTER_HITS = 2  # a schedule replayed this often runs its kernels through device graphs (one call per batch)
@@ -252,10 +245,8 @@ def record(structure: Structure, items: list[ExecItem], made: list[UOp], becomes
     schedule_cache[structure.key] = CachedSchedule(steps, new_buffers, tuple(templates), len(items), nodes)
 
 
-def replay(
-    entry: CachedSchedule, structure: Structure, do_update_stats: bool, only: Sequence[Tensor] | None = None
-) -> None:
-    """Run a cached schedule on this graph's buffers and repoint its tensors."""
+def replay(entry: CachedSchedule, structure: Structure, do_update_stats: bool) -> dict[UOp, UOp]:
+    """Run a cached schedule on this graph's buffers; returns what its graph's nodes become (the tensors to repoint)."""
     params = [*structure.leaves, *[UOp.new_buffer(d, size, dt) for d, size, dt in entry.new_buffers]]
     bufs = [p.buffer for p in params]
     entry.hits += 1
@@ -265,7 +256,7 @@ def replay(
         run_schedule([_exec_item(s, bufs) for s in entry.steps], do_update_stats=do_update_stats)
     else:
         _run_plan(entry, bufs, do_update_stats)
-    _apply_map({structure.nodes[pos]: template.instantiate(params) for pos, template in entry.becomes}, only)
+    return {structure.nodes[pos]: template.instantiate(params) for pos, template in entry.becomes}
 
 
 def _exec_item(step: Step, bufs: list[Buffer]) -> ExecItem:
@@ -308,74 +299,3 @@ def _plan(steps: tuple[Step, ...], bufs: list[Buffer]) -> tuple[Step | Batch, ..
             assert ei.prg is not None, "schedule cache: a graph item without its runner"
             plan.append(Batch(ei.prg, len(getattr(ei.prg, "jit_cache", ()))))
     return tuple(plan)
-
-
-# *** the realize ***
-
-
-def realize_tensors(tensors: Sequence[Tensor], do_update_stats: bool = True, alone: bool = False) -> None:
-    """Compute `tensors` in one schedule: a cached one when an earlier realize had this structure (SCHEDULE_CACHE).
-    `alone`: no other live tensor's graph holds their nodes (a random draw's key and state), so only they are
-    repointed, without the walk over every lazy tensor's graph."""
-    only = tensors if alone else None
-    sink = UOp.sink(*[t.uop for t in tensors])
-    if all(_is_settled(u) for u in sink.src):  # realized memory and constants (`loss.item()`): nothing to run
-        return
-    if all(_is_done(u) for u in sink.src):  # nothing to kernelize; kernels an earlier kernelize() built still run
-        _schedule_and_run(tensors, None, do_update_stats, only, kernelized=True)
-        return
-    if not SCHEDULE_CACHE or TRACK_MATCH_STATS.value >= 2:  # VIZ shows the scheduler's rewrites of every realize
-        cache_counts["off"] += 1
-        _schedule_and_run(tensors, None, do_update_stats, only)
-        return
-    start = time.perf_counter()
-    structure = graph_structure(sink)
-    entry = schedule_cache.get(structure.key) if structure.key is not None else None
-    if entry is None:
-        cache_counts["miss"] += 1
-        _schedule_and_run(tensors, structure, do_update_stats, only)
-        return
-    cache_counts["hit"] += 1
-    if DEBUG.value >= 1:  # the time to find the schedule, like the miss path's line (kernels run after it)
-        took = (time.perf_counter() - start) * 1e3
-        print(colored(f"scheduled {entry.kernel_count} kernels in {took:.2f} ms (schedule cache hit)", "cyan"))
-    if PROFILE:
-        with cpu_profile("schedule cache hit", "TINY"):
-            replay(entry, structure, do_update_stats, only)
-    else:
-        replay(entry, structure, do_update_stats, only)
-
-
-def _schedule_and_run(
-    tensors: Sequence[Tensor],
-    structure: Structure | None,
-    do_update_stats: bool,
-    only: Sequence[Tensor] | None,
-    kernelized: bool = False,
-) -> None:
-    """The scheduler's path: kernelize (unless every tensor is `kernelized` already), create the schedule, run it,
-    settle the tensors (`only` these, see realize_tensors); then remember it under `structure`."""
-    from fusegrad.engine.schedule import create_schedule
-    from fusegrad.schedule.kernelize import kernelize
-
-    becomes: dict[UOp, UOp] = {}
-    if not kernelized:
-        start = time.perf_counter()
-        result = kernelize(UOp.sink(*[t.uop for t in tensors]))
-        if DEBUG.value >= 1:
-            took = (time.perf_counter() - start) * 1e3
-            hit = "" if structure is None else " (schedule cache miss)"
-            print(colored(f"scheduled {result.kernel_count} kernels in {took:.2f} ms{hit}", "cyan"))
-        becomes = result.becomes
-        _apply_map(becomes, only)
-    sink = UOp.sink(*[t.uop for t in tensors])
-    items = create_schedule(sink)
-    ran = list(items)  # run_schedule pops them
-    run_schedule(items, do_update_stats=do_update_stats)
-    assigns = [u for u in sink.toposort() if u.op is Ops.ASSIGN and u.src[1].op is Ops.KERNEL]
-    settle = {u: u.src[0] for u in assigns}
-    _apply_map(settle, only)
-    if structure is not None and structure.key is not None:
-        leaves = set(structure.leaves)
-        made = list(dict.fromkeys(a.src[0] for a in assigns if a.src[0] not in leaves))
-        record(structure, ran, made, {old: new.substitute(settle) for old, new in becomes.items()})
