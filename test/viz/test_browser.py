@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.util
+import itertools
 import json
 import random
 import shutil
@@ -398,6 +399,31 @@ def test_the_timeline_keeps_its_last_marker_and_axis_label(browser_page: tuple[P
         page.evaluate("() => window.vizProbe.setView(0, 980)")  # the end marker at the run's very end
         assert page.evaluate(MARKER_LABEL_PIXELS_AT_THE_RIGHT) > 20, "the last marker's label is not on the canvas"
         screenshot(page, "viz_timeline_ends.png")
+        assert errors == []
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_marker_names_do_not_pile_up(browser_page: tuple[Page, list[str]]) -> None:
+    """Zoomed out on 300 markers, their names are drawn from the last one leftwards, each only where it fits beside the
+    next; zoomed in, every marker in view is named."""
+    page, errors = browser_page
+    events: list[ProfileEvent] = [ProfileRangeEvent("CPU", "E_0", Decimal(0), Decimal(3000))]
+    events += [ProfilePointEvent("TINY", "marker", None, {"name": f"step {i}"}, ts=Decimal(i * 10)) for i in range(300)]
+    server, url = start_in_thread(VizSession(events=events))
+    try:
+        page.goto(url)
+        page.click("#tab-profiler")
+        page.wait_for_function("() => window.vizProbe.ready()")
+        marker_texts = "() => window.vizProbe.texts().texts.filter((t) => t.kind === 'marker')"
+        page.evaluate("() => window.vizProbe.setView(0, 3000)")
+        names = page.evaluate(marker_texts)
+        assert 3 <= len(names) < 100, names
+        assert names[-1]["text"] == "step 299"
+        assert all(a["x1"] < b["x0"] for a, b in itertools.pairwise(names)), names  # left to right, apart
+        page.evaluate("() => window.vizProbe.setView(995, 1106)")  # markers 100 .. 110, ~75 px apart, room at the right
+        assert [t["text"] for t in page.evaluate(marker_texts)] == [f"step {i}" for i in range(100, 111)]
         assert errors == []
     finally:
         server.shutdown()

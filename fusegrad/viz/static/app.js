@@ -1046,7 +1046,7 @@ function draw(budget = Infinity) {
   ctx.rect(LABEL_W, 0, prof.width - LABEL_W, prof.height);
   ctx.clip();
   for (const row of prof.rows) if (row.track.kind === "range") drawRangeText(ctx, row);
-  drawMarkers(ctx);
+  drawMarkerNames(ctx);
   ctx.restore();
   drawAxis(ctx);
   for (const row of prof.rows) {
@@ -1076,6 +1076,7 @@ function drawContent(ctx, t0, t1, scale, width) {
     ctx.fillRect(0, row.y, width, row.h);
   });
   for (const row of prof.rows) (row.track.kind === "range" ? drawRanges : drawMemory)(ctx, row, v);
+  drawMarkerLines(ctx, t0 - 2 / scale, t1 + 2 / scale, scale, -2); // a line on the edge shows in both tiles
 }
 
 const tiles = new TimelineTiles(drawContent);
@@ -1126,8 +1127,10 @@ function byLevel(tr) {
 function drawRangeText(ctx, row) {
   const tr = row.track, t0 = prof.t0, t1 = prof.t1, scale = scaleOf(), minDur = (3 * 6.2 + 6) / scale;
   const j0 = lowerBound(tr.stSorted, t0 - tr.maxDur), j1 = lowerBound(tr.stSorted, t1 + 1e-9);
-  const long = byLength(tr), b = clamp(Math.floor(Math.log2(Math.max(minDur, 1e-30))) - long.low, 0, long.starts.length - 1);
-  const fromLong = long.starts[long.starts.length - 1] - long.starts[b] < j1 - j0;
+  const long = byLength(tr), last = long.starts.length - 1;
+  let b = clamp(lengthClass(minDur) - long.low, 0, last);
+  if (b < last && long.max[b] < minDur) b++; // the class minDur falls in has none long enough
+  const fromLong = long.starts[last] - long.starts[b] < j1 - j0;
   const count = fromLong ? tr.n - long.starts[b] : j1 - j0;
   ctx.fillStyle = "#111";
   for (let c = 0; c < count; c++) {
@@ -1147,23 +1150,29 @@ function drawRangeText(ctx, row) {
   ctx.strokeRect(x, row.y + 3 + tr.level[sel.i] * ROW_H, x2 - x, ROW_H - 2);
 }
 
-// a range track's events by length, in power-of-two classes: long.order lists them shortest class first, and
-// long.starts[b] is where class low + b begins (the last entry is n), so "every range at least 2^k long" is a suffix
+// a range track's events by length, in quarter-octave classes: long.order lists them shortest class first,
+// long.starts[b] is where class low + b begins (the last entry is n) and long.max[b] its longest, so "every range at
+// least this long" is a suffix, give or take the class the length falls in
+const lengthClass = (dur) => Math.floor(4 * Math.log2(Math.max(dur, 1e-30)));
+
 function byLength(tr) {
   if (tr.byLength) return tr.byLength;
   const cls = new Int16Array(tr.n);
   let low = 0, high = 0;
   for (let i = 0; i < tr.n; i++) {
-    cls[i] = Math.floor(Math.log2(Math.max(tr.dur[i], 1e-30)));
+    cls[i] = lengthClass(tr.dur[i]);
     if (i === 0 || cls[i] < low) low = cls[i];
     if (i === 0 || cls[i] > high) high = cls[i];
   }
-  const starts = new Uint32Array(high - low + 2), order = new Uint32Array(tr.n);
-  for (let i = 0; i < tr.n; i++) starts[cls[i] - low + 1]++;
+  const starts = new Uint32Array(high - low + 2), order = new Uint32Array(tr.n), max = new Float64Array(high - low + 1);
+  for (let i = 0; i < tr.n; i++) {
+    starts[cls[i] - low + 1]++;
+    max[cls[i] - low] = Math.max(max[cls[i] - low], tr.dur[i]);
+  }
   for (let b = 1; b < starts.length; b++) starts[b] += starts[b - 1];
   const next = starts.slice(0, -1);
   for (let i = 0; i < tr.n; i++) order[next[cls[i] - low]++] = i;
-  return (tr.byLength = { low, starts, order });
+  return (tr.byLength = { low, starts, order, max });
 }
 
 function drawMemory(ctx, row, v) {
@@ -1265,20 +1274,48 @@ function bandColor(key) {
   return bandColors.get(hue);
 }
 
-function drawMarkers(ctx) {
+// the markers' times, in order (the markers are sorted by time once)
+function markerTimes() {
+  if (!prof.markerTs || prof.markerTs.length !== prof.markers.length) {
+    prof.markers.sort((a, b) => a.ts - b.ts);
+    prof.markerTs = Float64Array.from(prof.markers, (m) => m.ts);
+  }
+  return prof.markerTs;
+}
+
+// the markers' dashed lines from time t0 to t1 (x = x0 at t0), drawn in the tiles: a run marking each step has
+// thousands, and drawn each frame they cost ~2 ms to record and more to paint
+function drawMarkerLines(ctx, t0, t1, scale, x0) {
+  const ts = markerTimes();
   ctx.setLineDash([4, 3]);
-  for (const m of prof.markers) {
-    const x = xOf(m.ts);
-    if (x < LABEL_W || x > prof.width) continue;
-    ctx.strokeStyle = m.color && m.color !== "gray" ? m.color : "#b0b0b0";
+  ctx.lineWidth = 1;
+  for (let m = lowerBound(ts, t0); m < ts.length && ts[m] <= t1; m++) {
+    const mark = prof.markers[m], x = x0 + (ts[m] - t0) * scale;
+    ctx.strokeStyle = mark.color && mark.color !== "gray" ? mark.color : "#b0b0b0";
     ctx.beginPath();
     ctx.moveTo(x, AXIS_H - 12);
     ctx.lineTo(x, prof.height);
     ctx.stroke();
-    ctx.fillStyle = "#ffd27f";
-    fillTextBeside(ctx, m.name, x, AXIS_H - 10, "marker");
   }
   ctx.setLineDash([]);
+}
+
+// the names of the markers in view, over the tiles: from the right, each that fits left of the one drawn after it
+// (the last marker's name always shows; zoomed out, the others do not pile up)
+function drawMarkerNames(ctx) {
+  const ts = markerTimes(), names = [];
+  let edge = Infinity; // the left end of the name drawn last
+  ctx.fillStyle = "#ffd27f";
+  for (let m = lowerBound(ts, tOf(prof.width) + 1e-9) - 1; m >= 0 && ts[m] >= tOf(LABEL_W); m--) {
+    const mark = prof.markers[m], x = xOf(ts[m]);
+    if (mark.textWidth === undefined) mark.textWidth = ctx.measureText(mark.name).width;
+    const w = mark.textWidth, left = x + 3 + w <= prof.width ? x + 3 : Math.max(x - 3 - w, LABEL_W);
+    if (left + w + 4 > edge) continue;
+    ctx.fillText(mark.name, left, AXIS_H - 10);
+    names.push({ kind: "marker", text: mark.name, x0: left, x1: left + w });
+    edge = left;
+  }
+  prof.texts.push(...names.reverse());
 }
 
 // text right of the line at x, or left of it where the right would run past the canvas; kept for vizProbe.texts()
