@@ -1,9 +1,10 @@
 """Kernel speed, side by side in one process: fusegrad vs numpy vs torch (CPU, 2 threads) vs tinygrad (reference).
 
-Cases: a fused elementwise chain on 4M floats (numpy must make temporaries), a 16M-float sum, softmax over
-(4096, 1024), matmul 1024² and 2048² and conv2d (8, 64, 56, 56) with 64 3x3 filters, padding 1 (throughput in
-GFLOP/s beside the time; fusegrad's matmul and conv run under TinyJit, so only the kernel is timed), and cold vs warm
-time for a small graph (schedule + compile, then a hit in the kernel cache).
+Cases: a fused elementwise chain on 4M floats (numpy must make temporaries), a 16M-float sum, softmax and layernorm
+(with weight and bias) over (4096, 1024), forward and forward+backward (the output and the input's gradient), matmul
+1024² and 2048² and conv2d (8, 64, 56, 56) with 64 3x3 filters, padding 1 (throughput in GFLOP/s beside the time;
+fusegrad's matmul and conv run under TinyJit, so only the kernel is timed), and cold vs warm time for a small graph
+(schedule + compile, then a hit in the kernel cache).
 Usage: python bench/kernels.py [--reps N] [--cases SUBSTRING ...]. Missing peers (torch, tinygrad) are reported and
 skipped. Unset OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE for numpy's own speed (they slow its BLAS on these machines).
 """
@@ -61,10 +62,21 @@ def cases_fusegrad(a: np.ndarray, b: np.ndarray, big: np.ndarray, sm: np.ndarray
 
     ta, tb, tbig, tsm = (Tensor(x).realize() for x in (a, b, big, sm))
     heavy = {k: Tensor(x).realize() for k, x in heavy_inputs().items()}
+    weight, bias = Tensor(sm[0]).realize(), Tensor(sm[1]).realize()
+
+    def forward_backward(op: Callable[[Tensor], Tensor]) -> None:  # the output and the gradient of sum(out * sm)
+        x = tsm.detach().requires_grad_(True)
+        out = op(x)
+        (out * tsm).sum().backward()
+        Tensor.realize(out, *([x.grad] if x.grad is not None else []))
+
     ret = {
         "chain 4M": lambda: (((ta + 1.0) * tb - 0.5).exp() * 0.25 + ta).realize(),
         "sum 16M": lambda: tbig.sum().realize(),
         "softmax 4096x1024": lambda: tsm.softmax(-1).realize(),
+        "layernorm 4096x1024": lambda: (tsm.layernorm(-1) * weight + bias).realize(),
+        "softmax fwd+bwd": lambda: forward_backward(lambda x: x.softmax(-1)),
+        "layernorm fwd+bwd": lambda: forward_backward(lambda x: x.layernorm(-1) * weight + bias),
     }
     for n in MATMUL_SIZES:
         ret[f"matmul {n}"] = functools.partial(TinyJit(lambda x: (x @ x).realize()), heavy[f"mm{n}"])
@@ -92,10 +104,21 @@ def cases_torch(a: np.ndarray, b: np.ndarray, big: np.ndarray, sm: np.ndarray) -
     torch.set_num_threads(2)
     ta, tb, tbig, tsm = (torch.from_numpy(x) for x in (a, b, big, sm))
     heavy = {k: torch.from_numpy(x) for k, x in heavy_inputs().items()}
+    weight, bias = torch.from_numpy(sm[0]), torch.from_numpy(sm[1])
+    layernorm = functools.partial(torch.nn.functional.layer_norm, normalized_shape=(sm.shape[1],), weight=weight,
+                                  bias=bias)  # fmt: skip
+
+    def forward_backward(op: Callable[[Any], Any]) -> None:
+        x = tsm.detach().requires_grad_(True)
+        (op(x) * tsm).sum().backward()
+
     ret: dict[str, Callable[[], Any]] = {
         "chain 4M": lambda: torch.exp((ta + 1.0) * tb - 0.5) * 0.25 + ta,
         "sum 16M": lambda: tbig.sum(),
         "softmax 4096x1024": lambda: torch.softmax(tsm, -1),
+        "layernorm 4096x1024": lambda: layernorm(tsm),
+        "softmax fwd+bwd": lambda: forward_backward(lambda x: torch.softmax(x, -1)),
+        "layernorm fwd+bwd": lambda: forward_backward(layernorm),
     }
     for n in MATMUL_SIZES:
         ret[f"matmul {n}"] = functools.partial(torch.matmul, heavy[f"mm{n}"], heavy[f"mm{n}"])

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from fusegrad.codegen import vectorize
 from fusegrad.codegen.gpudims import gpu_heuristic, split_group, split_local
 from fusegrad.codegen.linearize import flat_index, range_key
+from fusegrad.codegen.rowbuffer import keep_row_value, kept_value
 from fusegrad.codegen.vectorize import VECTOR_DTYPES
 from fusegrad.dtype import AddrSpace
 from fusegrad.helpers import NOOPT
@@ -39,6 +40,7 @@ class OptOps(Enum):
     LOCAL = auto()  # GPUs: output axis of size n -> n/arg work-groups of arg threads (codegen/gpudims.py)
     GROUPTOP = auto()  # GPUs: reduce axis -> arg threads reducing contiguous chunks, combined in local memory
     PACK = auto()  # the reduce's loads from buffer slot `arg` read a panel copied once outside output loop `axis`
+    KEEP = auto()  # a costly value the reduce over `axis` (of size arg) computes per row, kept for later loops over it
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +241,9 @@ def apply_opts(sink: UOp, opts: tuple[Opt, ...], has_local: bool = False) -> UOp
             case OptOps.PACK:
                 new_reg = max((u.arg for u in nodes if u.op is Ops.DEFINE_REG), default=-1) + 1
                 sink = pack(sink, opt, new_axis, new_reg)
+            case OptOps.KEEP:  # codegen/rowbuffer.py
+                new_reg = max((u.arg for u in nodes if u.op is Ops.DEFINE_REG), default=-1) + 1
+                sink = keep_row_value(sink, opt.axis, new_reg)
     return graph_rewrite(sink, sym, name="simplify optimized indexing") if opts else sink
 
 
@@ -470,7 +475,7 @@ def hand_coded_opts(sink: UOp) -> list[Opt]:
         tile = tile_opts(sink, opts, rest, width, acc_bytes)
         vector = [o for o in tile if o.op is OptOps.UPCAST]
         if width == widths[-1] or (vector and vector[-1].arg % width == 0):
-            return opts + tile
+            return opts + tile if opts or tile else keep_opts(sink, reduces)  # a fused row op: no tile, a row buffer
     raise AssertionError("hand_coded_opts: the last width always returns")
 
 
@@ -497,6 +502,14 @@ def tile_opts(sink: UOp, opts: list[Opt], rest: list[UOp], width: int, acc_bytes
     if packed := pack_opts(sink, opts + upcasts, _reduce_loads(nodes), reduce_size, sizes):
         return upcasts + packed
     return upcasts + swap_opts(upcasts, reduce_size, sizes)
+
+
+def keep_opts(sink: UOp, reduces: list[UOp]) -> list[Opt]:
+    """KEEP for the first reduce with a costly value the kernel computes again over its row (codegen/rowbuffer.py)."""
+    for red in reduces:
+        if kept_value(sink, red) is not None:
+            return [Opt(OptOps.KEEP, red.src[1].arg[0], int(red.src[1].src[0].arg))]
+    return []
 
 
 def _largest_divisor(rng: UOp, limit: int = HOIST_MAX) -> int | None:

@@ -590,7 +590,8 @@ class _LoopShapes:
                 # a loop whose range picks the element stored (acc[j] in the j loop) writes a new one each iteration
                 picked = u.src[0].src[1].toposort() if len(u.src[0].src) > 1 else {}
                 ret.carrying.update(r for r in open_loops[declared_in[reg] :] if r not in picked)
-                if open_loops:
+                # an element per iteration (a row buffer filled by a reduce's loop, codegen/rowbuffer.py) is no update
+                if open_loops and open_loops[-1] not in picked:
                     ret.updates.setdefault(open_loops[-1], []).append((reg, u.src[1].op))
             value = u.src[1] if u.op is Ops.STORE else u
             if open_loops and value.dtype.count > 1 and not isinstance(value.dtype, PtrDType):

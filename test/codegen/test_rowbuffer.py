@@ -1,0 +1,119 @@
+"""Row buffers (codegen/rowbuffer.py, the KEEP opt) and max lanes (codegen/linearize.max_lanes) of a fused row op's
+kernel: the heuristic picks KEEP for softmax, the C computes one exp per element, and the kernel with them gives the
+plain kernel's bits on CPU and PYTHON (hypothesis over row sizes, values and which later loops read the value)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fusegrad import Device, Tensor
+from fusegrad.codegen import KernelInfo, kernel_names, to_program
+from fusegrad.codegen.opt import Opt, OptOps, hand_coded_opts
+from fusegrad.codegen.rowbuffer import keep_row_value
+from fusegrad.device import Buffer
+from fusegrad.dtype import dtypes
+from fusegrad.engine.realize import CompiledRunner
+from fusegrad.helpers import Context
+from fusegrad.uop import AxisType, Ops
+from fusegrad.uop.ops import UOp
+from fusegrad.uop.rewrite import graph_rewrite
+from fusegrad.uop.symbolic import sym
+
+
+@pytest.fixture(autouse=True)
+def _fresh_kernel_names() -> None:
+    kernel_names.clear()
+
+
+def _glob(slot: int, size: int) -> UOp:
+    return UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(size), arg=slot)
+
+
+def softmax_ast(rows: int, cols: int, backward: bool = False) -> UOp:
+    """out[i, j] = exp(x[i, j] - max_k x[i, k]) / sum_k exp(x[i, k] - max), as the scheduler fuses it; with
+    `backward`, out = e * (g / s - sum_k g[i, k] * e[i, k] / s^2) (softmax's gradient, one more pass over the row)."""
+    i, j = UOp.range(rows, 0, AxisType.LOOP), UOp.range(cols, 1, AxisType.LOOP)
+    r_max, r_sum, r_g = (UOp.range(cols, axis, AxisType.REDUCE) for axis in (2, 3, 4))
+    x, g = _glob(1, rows * cols), _glob(2, rows * cols)
+    top = x.index(i * cols + r_max).load().reduce(r_max, arg=Ops.MAX)
+
+    def exp_at(r: UOp) -> UOp:
+        return ((x.index(i * cols + r).load() - top) * 1.4426950408889634).exp2()
+
+    total = exp_at(r_sum).reduce(r_sum, arg=Ops.ADD)
+    value = exp_at(j) * total.reciprocal()
+    if backward:
+        dot = (g.index(i * cols + r_g).load() * exp_at(r_g)).reduce(r_g, arg=Ops.ADD) * (total * total).reciprocal()
+        value = exp_at(j) * (g.index(i * cols + j).load() * total.reciprocal() - dot)
+    return graph_rewrite(UOp.sink(_glob(0, rows * cols).index(i * cols + j).store(value)), sym)
+
+
+def run(ast: UOp, inputs: list[np.ndarray], device: str, opts: tuple[Opt, ...] | None) -> np.ndarray:
+    sink = ast if opts is None else ast.replace(arg=KernelInfo(opts_to_apply=opts))
+    prg = to_program(sink, Device[device].renderer)
+    out = Buffer(device, inputs[0].size, dtypes.float32).allocate()
+    bufs = [Buffer(device, a.size, dtypes.float32).allocate().copyin(memoryview(a.ravel())) for a in inputs]
+    CompiledRunner(prg)([out, *bufs], {}, wait=True)
+    return out.numpy().copy()
+
+
+def test_the_heuristic_keeps_softmax_exp_in_a_row_buffer() -> None:
+    ast = softmax_ast(4, 64)
+    assert hand_coded_opts(ast) == [Opt(OptOps.KEEP, 3, 64)]  # the sum's loop fills it
+    src = to_program(ast, Device["CPU"].renderer).src
+    assert src.count("exp2f((") == 1  # the output loop loads what the sum's loop stored
+    assert "float acc0[64];" in src
+
+
+def test_softmax_backward_keeps_one_exp_for_three_passes() -> None:
+    ast = softmax_ast(4, 64, backward=True)
+    assert hand_coded_opts(ast) == [Opt(OptOps.KEEP, 3, 64)]
+    assert to_program(ast, Device["CPU"].renderer).src.count("exp2f((") == 1
+
+
+def test_keep_without_a_costly_value_raises() -> None:
+    i, r = UOp.range(4, 0, AxisType.LOOP), UOp.range(8, 1, AxisType.REDUCE)
+    total = _glob(1, 32).index(i * 8 + r).load().reduce(r, arg=Ops.ADD)
+    ast = UOp.sink(_glob(0, 4).index(i).store(total))
+    with pytest.raises(ValueError, match="KEEP of axis 1"):
+        keep_row_value(ast, 1, 0)
+
+
+def test_fused_softmax_tensor_kernel_keeps_its_exp() -> None:
+    x = Tensor.empty(16, 256)
+    (item,) = x.softmax(-1).schedule()
+    assert to_program(item.ast, Device["CPU"].renderer).src.count("exp2f((") == 1
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    rows=st.integers(1, 3),
+    cols=st.sampled_from([1, 7, 8, 16, 40, 64]),
+    backward=st.booleans(),
+    seed=st.integers(0, 2**16),
+    specials=st.booleans(),
+)
+def test_row_buffer_and_max_lanes_give_the_plain_kernels_bits(
+    rows: int, cols: int, backward: bool, seed: int, specials: bool
+) -> None:
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((rows, cols)) * 4).astype(np.float32)
+    g = rng.standard_normal((rows, cols)).astype(np.float32)
+    if specials:  # a -inf row (NaN out), a +inf, a NaN, signed zeros tied for the max
+        x[0, :] = -np.inf
+        x[-1, 0], x[-1, -1] = np.inf if cols > 1 else 0.0, -0.0
+        if rows > 1 and cols > 2:
+            x[1, 1] = np.nan
+    ast = softmax_ast(rows, cols, backward)
+    with Context(NOOPT=1):
+        plain = run(ast, [x, g], "PYTHON", None)
+    opts = tuple(hand_coded_opts(ast))
+    for device in ("PYTHON", "CPU"):
+        got = run(ast, [x, g], device, opts)
+        if device == "PYTHON":
+            np.testing.assert_array_equal(got, plain)  # same values stored and loaded, maxima exact
+        else:  # the C sums in SIMD lanes (`simd reduction`), with or without the buffer
+            np.testing.assert_allclose(got, plain, rtol=1e-5, atol=1e-6)
