@@ -328,6 +328,43 @@ def strided_tile_opts(loops: list[UOp], loads: list[UOp], width: int, max_vector
     return []
 
 
+def row_tile_opts(loops: list[UOp], loads: list[UOp], width: int, max_vectors: int) -> list[Opt]:
+    """A one-row tile of vectors along the innermost output axis some loads stride in, for a kernel with no reuse axis
+    (a conv fused into the global average pool reading it: its output channels and the image are the only output
+    loops). Only worth it with a PACK (`pack_row_opts`); [] when no whole vector divides such an axis."""
+    for vector in reversed(loops):
+        strides = [stride(ld.src[0].src[1], vector) for ld in loads]
+        if any(strides) and None not in strides:
+            amount, _ = register_tile(int(vector.src[0].arg), 1, width, max_vectors)
+            return [Opt(OptOps.UPCAST, vector.arg[0], amount)] if amount else []
+    return []
+
+
+def pack_row_opts(sink: UOp, vector: Opt, loads: list[UOp], sizes: dict[int, int]) -> list[Opt]:
+    """PACK for a one-row tile (`row_tile_opts`): the loads along its vector axis that don't depend on the innermost
+    output loop left, packed outside it, when their panel serves PACK_MIN_ROWS rows: that loop's iterations times those
+    of the reduces around theirs that they ignore (a pool's 2x2 over a conv's weights: 2 images x 4 = 8)."""
+    by_axis = {u.arg[0]: u for u in sink.toposort() if u.op is Ops.RANGE}
+    left = [a for a, size in sizes.items() if a != vector.axis or size > vector.arg]
+    along = [ld for ld in loads if stride(ld.src[0].src[1], by_axis[vector.axis])]
+    for across in sorted(left, reverse=True):
+        packed = [ld for ld in along if stride(ld.src[0].src[1], by_axis[across]) == 0]
+        if not packed:
+            continue
+        used = {r for ld in packed for r in ld.src[0].toposort() if r.op is Ops.RANGE}
+        reduces = [u for u in sink.toposort() if u.op is Ops.REDUCE and any(ld in u.src[0].toposort() for ld in packed)]
+        around = {r for red in reduces for r in red.src[1:] if r not in used}
+        if sizes[across] * math.prod(int(r.src[0].arg) for r in around) < PACK_MIN_ROWS:
+            return []
+        ret = [Opt(OptOps.PACK, across, slot) for slot in sorted({ld.src[0].src[0].arg for ld in packed})]
+        try:
+            apply_opts(sink, (vector, *ret))
+        except ValueError:  # the panel is too big, or its loads are shared with other uses
+            return []
+        return ret
+    return []
+
+
 def upcast_opts(loops: list[UOp], loads: list[UOp], acc_bytes: int, vector_width: int = 0) -> list[Opt]:
     """A vector axis (some load contiguous in it, none strided) upcast by up to 8, then a reuse axis (the vector
     loads don't depend on it, so each serves all its rows) by up to 8, within UPCAST_BYTES of accumulators.
@@ -497,6 +534,14 @@ def tile_opts(sink: UOp, opts: list[Opt], rest: list[UOp], width: int, acc_bytes
         max_vectors = PACK_MAX_BYTES // max(reduce_size * acc_bytes * width, 1)
         tile = strided_tile_opts(rest, _reduce_loads(nodes), width, max_vectors)
         packed = pack_opts(sink, opts + tile, _reduce_loads(nodes), reduce_size, sizes) if tile else []
+        if (
+            not packed
+            and not upcasts
+            and not opts
+            and reduce_size >= PACK_MIN_REDUCE
+            and (row := row_tile_opts(rest, _reduce_loads(nodes), width, max_vectors))
+        ):
+            tile, packed = row, pack_row_opts(sink, row[0], _reduce_loads(nodes), sizes)
         if packed or not upcasts:
             return tile + packed if packed else []
     if packed := pack_opts(sink, opts + upcasts, _reduce_loads(nodes), reduce_size, sizes):
