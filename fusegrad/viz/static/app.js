@@ -1479,6 +1479,9 @@ function openGroup(ctx) {
   else if (group && group.kernel) showKernel(ctx);
 }
 
+// a pan of dx CSS px as whole device pixels: the tiles then land on the pixels a fresh draw would give them
+const wholePixels = (dx) => Math.round(dx * (window.devicePixelRatio || 1)) / (window.devicePixelRatio || 1);
+
 function setupTimelineInput() {
   const canvas = $("timeline");
   let drag = null;
@@ -1486,7 +1489,7 @@ function setupTimelineInput() {
     if (e.shiftKey || !prof.ready) return; // shift+wheel scrolls the rows
     e.preventDefault();
     if (Math.abs(e.deltaX) > Math.abs(e.deltaY)) {
-      const dt = e.deltaX / scaleOf();
+      const dt = wholePixels(e.deltaX) / scaleOf();
       prof.t0 += dt;
       prof.t1 += dt;
     } else {
@@ -1503,7 +1506,7 @@ function setupTimelineInput() {
   window.addEventListener("mousemove", (e) => {
     if (!drag) return;
     drag.moved = drag.moved || Math.abs(e.clientX - drag.x) > 3;
-    const dt = (drag.x - e.clientX) / scaleOf();
+    const dt = wholePixels(drag.x - e.clientX) / scaleOf();
     prof.t0 = drag.t0 + dt;
     prof.t1 = drag.t1 + dt;
     scheduleDraw();
