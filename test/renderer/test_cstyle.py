@@ -660,3 +660,22 @@ def test_half_accumulator_arrays_are_aligned_for_gcc() -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=root, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["True"] * 4
+
+
+def test_strided_gated_load_takes_an_int_subscript() -> None:
+    # a stride-2 conv's padded input, packed per row: its gated load steps by 2 along the copy loop, so its subscript
+    # is cast to int (gcc vectorises that as a masked gather; a 64-bit one stayed scalar); the unit-stride gated load
+    # of a stride-1 conv keeps the 64-bit subscript (a masked vector load)
+    from test.codegen.test_opt import check, conv1d_strided
+
+    def source(step: int) -> str:
+        ast = conv1d_strided(2, 16, 16, 32, step, 1, dtypes.float32)[0]
+        return to_program(ast.replace(arg=KernelInfo()), ClangRenderer()).src
+
+    strided = source(2)
+    assert "[(int)" in strided
+    gathered = next(line for line in strided.splitlines() if "[(int)" in line)
+    assert "?data1[(int)" in gathered  # the input, under its gate
+    assert "[(int)" not in source(1)
+    for step in (1, 2, 3):
+        check(conv1d_strided(2, 16, 16, 32, step, 1, dtypes.float32), dtypes.float32, "CPU", None, exact=True)
