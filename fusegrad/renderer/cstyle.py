@@ -50,7 +50,7 @@ class RenderContext:
     def __post_init__(self) -> None:
         if self.lang.index_c_type is not None:
             self.wide = index_arithmetic(self.uops)
-        level, open_loops = 0, []
+        level, open_loops = 0, list[UOp]()
         for u in self.uops:
             if u.op is Ops.END:
                 level -= 1
