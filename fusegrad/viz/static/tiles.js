@@ -10,7 +10,7 @@ class TimelineTiles {
   // render(ctx, t0, t1, scale, width): draw the content from time t0 to t1 at `scale` px per time unit, x = 0 at t0,
   // into a tile `width` CSS px wide (ctx is scaled to device pixels)
   constructor(render) {
-    Object.assign(this, { render, set: null, pool: [], snap: null, view: null, idle: 0, drawn: 0, made: 0 });
+    Object.assign(this, { render, set: null, pool: [], snap: null, view: null, idle: 0, drawn: 0, made: 0, cost: 0 });
   }
 
   // forget every tile (the content changed: new rows, colours, a selection)
@@ -31,9 +31,11 @@ class TimelineTiles {
     const mid = (k0 + k1) / 2; // the middle first: the eye is there, and a zoom keeps the cursor's place
     missing.sort((a, b) => Math.abs(a - mid) - Math.abs(b - mid));
     let made = 0;
-    for (const k of missing) {
-      if (made && performance.now() - start > budget) break;
+    for (const k of missing) { // one tile at least; another only if it should fit in what is left of the budget
+      if (made && performance.now() - start + this.cost > budget) break;
+      const t = performance.now();
       this.make(k);
+      this.cost = (this.cost + performance.now() - t) / 2; // the recent tiles' cost: it follows the scale and the load
       made++;
     }
     this.made = made;
