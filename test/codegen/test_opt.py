@@ -3,6 +3,7 @@ against the same kernel without opts, on odd sizes and float32/float16/int32; wh
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -152,6 +153,20 @@ def conv1d_pooled(batch: int, cin: int, cout: int, width: int, dt: DType) -> Cas
     ast = UOp.sink(glob(0, batch * cout, dt).index(n * cout + o).store(value))
     _, inputs, expected = conv1d(batch, cin, cout, width, dt)
     return ast, inputs, expected.reshape(batch, cout, width).sum(-1).ravel()
+
+
+def pool1d_strided(batch: int, width: int, dt: DType) -> Case:
+    """out (batch, (width - 1) // 2 + 1) = max over windows of 3 of x (batch, width) padded by 1 with -inf, stepping 2
+    (a max pool's gated stride-2 load, as the scheduler writes it: valid.where(x[..., valid], -inf))."""
+    out = (width - 1) // 2 + 1
+    n, x, k = loop(batch, 0), loop(out, 1), red(3, 2)
+    pos = x * 2 + k - 1
+    valid = (pos >= 0) & (pos < width)
+    value = valid.where(glob(1, batch * width, dt).index(n * width + pos, valid).load(), -math.inf)
+    ast = UOp.sink(glob(0, batch * out, dt).index(n * out + x).store(value.reduce(k, arg=Ops.MAX)))
+    xs = data((batch, width), dt)
+    padded = np.pad(xs.astype(np.float64), ((0, 0), (1, 1)), constant_values=-np.inf)
+    return ast, [xs], np.stack([padded[:, i : i + 2 * (out - 1) + 1 : 2] for i in range(3)], -1).max(-1).ravel()
 
 
 def max_columns(rows: int, cols: int, dt: DType) -> Case:
@@ -371,6 +386,14 @@ def test_heuristic_tiles_an_unpadded_strided_conv_over_its_columns() -> None:
     assert hand_coded_opts(conv1d_strided(2, 8, 16, 33, 2, 0, dtypes.float32)[0]) == [
         Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 2, 16)]  # fmt: skip
     check(conv1d_strided(2, 8, 16, 33, 2, 0, dtypes.float32), dtypes.float32, "CPU", None, exact=True)
+
+
+def test_heuristic_vectorises_a_strided_max_pool_through_gathers() -> None:
+    # a 3-wide stride-2 max pool with a pad: no reuse, but its gated strided loads vectorise as masked gathers
+    assert hand_coded_opts(pool1d_strided(4, 64, dtypes.float32)[0]) == [Opt(OptOps.UPCAST, 1, 32)]
+    for dt in (dtypes.float32, dtypes.float16):
+        check(pool1d_strided(4, 64, dt), dt, "CPU", None, exact=True)
+    check(pool1d_strided(3, 31, dtypes.float32), dtypes.float32, "CPU", None, exact=True)
 
 
 def test_heuristic_packs_a_padded_strided_convs_inputs() -> None:
