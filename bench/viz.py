@@ -285,9 +285,11 @@ def timeline_figures(page: Any, url: str) -> tuple[float, float, list[float], di
         page.mouse.wheel(0, dy)
         page.evaluate(FIRST_FRAME)
         frames.append(page.evaluate("() => window.vizProbe.drawMs()"))
-    page.dblclick("#timeline")  # the whole run again
+    page.dblclick("#timeline")  # the whole run again, every tile drawn (its frames are not the inputs')
+    page.wait_for_function("() => window.vizProbe.settled()")
     inputs = input_frames(page, "#timeline")
     page.dblclick("#timeline")
+    page.wait_for_function("() => window.vizProbe.settled()")
     inputs["zoom_sharp"] = [page.evaluate(ZOOM_SHARP, ["#timeline", -240]) for _ in range(8)]
     return first, full, frames, inputs
 

@@ -62,9 +62,9 @@ class TimelineTiles {
     this.idle = requestIdleCallback((deadline) => {
       this.idle = 0;
       if (!this.set || !this.fits(this.view)) return;
-      const { k0, k1 } = this.span(this.view);
-      for (let d = 1; d <= IDLE_TILES && deadline.timeRemaining() > 4; d++) {
-        for (const k of [k1 + d, k0 - d]) if (!this.set.tiles.has(k) && deadline.timeRemaining() > 4) this.make(k);
+      const { k0, k1 } = this.span(this.view), room = () => deadline.timeRemaining() > this.cost + 2; // no overrun
+      for (let d = 1; d <= IDLE_TILES && room(); d++) {
+        for (const k of [k1 + d, k0 - d]) if (!this.set.tiles.has(k) && room()) this.make(k);
       }
     });
   }
