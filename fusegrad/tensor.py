@@ -30,6 +30,7 @@ from fusegrad.dtype import (
     to_dtype,
 )
 from fusegrad.engine.cache import Structure, cache_counts, graph_structure, record, replay, schedule_cache
+from fusegrad.engine.realize import run_schedule
 from fusegrad.errors import ArangeOverflowError, DTypeArgumentError, OpTypeError, OpValueError, UnknownDTypeError
 from fusegrad.helpers import (
     _METADATA,
@@ -2970,8 +2971,7 @@ def _schedule_and_run(
 ) -> None:
     """The scheduler's path: kernelize (unless every tensor is `kernelized` already), create the schedule, run it,
     settle the tensors (`only` these, see realize_tensors); then remember it under `structure`."""
-    from fusegrad.engine.realize import run_schedule
-    from fusegrad.engine.schedule import create_schedule
+    from fusegrad.engine.schedule import create_schedule  # the scheduler loads on the first realize
     from fusegrad.schedule.kernelize import kernelize
 
     becomes: dict[UOp, UOp] = {}
