@@ -17,6 +17,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Literal, TypeVar
 
+from fusegrad.device import Device, canonicalize_device
 from fusegrad.dtype import (
     ConstType,
     DType,
@@ -30,10 +31,18 @@ from fusegrad.dtype import (
     to_dtype,
 )
 from fusegrad.engine.cache import Structure, cache_counts, graph_structure, record, replay, schedule_cache
-from fusegrad.engine.realize import run_schedule
-from fusegrad.errors import ArangeOverflowError, DTypeArgumentError, OpTypeError, OpValueError, UnknownDTypeError
+from fusegrad.engine.realize import capturing, run_schedule
+from fusegrad.errors import (
+    ArangeOverflowError,
+    DTypeArgumentError,
+    JitError,
+    OpTypeError,
+    OpValueError,
+    UnknownDTypeError,
+)
 from fusegrad.helpers import (
     _METADATA,
+    CAPTURING,
     DEBUG,
     PROFILE,
     SCHEDULE_CACHE,
@@ -42,11 +51,12 @@ from fusegrad.helpers import (
     argfix,
     colored,
     cpu_profile,
+    fetch,
     prod,
 )
 from fusegrad.mixin import call_metadata as _call_metadata
 from fusegrad.mixin import traced as _mixin_traced
-from fusegrad.mixin.elementwise import ElementwiseMixin
+from fusegrad.mixin.elementwise import ElementwiseMixin, _in_float, _sigmoid, _tanh
 from fusegrad.mixin.linalg import LinalgMixin
 from fusegrad.mixin.movement import MovementMixin
 from fusegrad.mixin.nn import NNMixin
@@ -83,8 +93,6 @@ _viewed_buffer: dict[weakref.ReferenceType[Tensor], UOp] = {}  # the reverse: te
 
 
 def _canonical_device(device: str | tuple[str, ...] | None) -> str | tuple[str, ...]:
-    from fusegrad.device import Device, canonicalize_device
-
     return canonicalize_device(device) if device is not None else Device.DEFAULT
 
 
@@ -782,12 +790,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     def _buffer(self) -> Any:
         """The realized, contiguous Buffer holding this tensor's values (a multi-device tensor: gathered first)."""
-        from fusegrad.engine.realize import capturing
-        from fusegrad.helpers import CAPTURING
-
         if capturing and CAPTURING.value:  # a replay would return the value read now, never the new one
-            from fusegrad.engine.jit import JitError
-
             raise JitError("reading tensor data during a TinyJit capture: the value would be baked into every replay")
         if isinstance(self.device, tuple):
             return self.to(self.device[0])._buffer()
@@ -1067,8 +1070,6 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             ...
             fusegrad.helpers.FetchError: fetch: cannot download bogus://example: unknown url type: bogus
         """
-        from fusegrad.helpers import fetch
-
         path = fetch(url, gunzip=gunzip)
         device = kwargs.pop("device", None)
         on_disk = Tensor.empty(path.stat().st_size, dtype=dtypes.uint8, device=f"disk:{path}", **kwargs)
@@ -1836,8 +1837,6 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             >>> Tensor([0.0, 100.0]).sigmoid().tolist()
             [0.5, 1.0]
         """
-        from fusegrad.mixin.elementwise import _sigmoid
-
         return _sigmoid(self._as_float())
 
     @_traced
@@ -1851,8 +1850,6 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             >>> [round(v, 4) for v in Tensor([0.0, 1.0]).tanh().tolist()]
             [0.0, 0.7616]
         """
-        from fusegrad.mixin.elementwise import _in_float, _tanh
-
         return _in_float(self, _tanh)
 
     @_traced

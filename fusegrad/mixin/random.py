@@ -23,7 +23,9 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from fusegrad.device import Device, canonicalize_device
 from fusegrad.dtype import DType, DTypeLike, dtypes, to_dtype
+from fusegrad.engine.realize import capturing
 from fusegrad.errors import SampleError as SampleError  # its home before errors.py
 from fusegrad.helpers import argfix, ceildiv, prod
 from fusegrad.uop import Ops
@@ -80,8 +82,6 @@ def _seed_words(seed: int, call: int = 0) -> list[int]:
 
 
 def _device(device: str | tuple[str, ...] | None) -> str | tuple[str, ...]:
-    from fusegrad.device import Device, canonicalize_device
-
     return canonicalize_device(device) if device is not None else Device.DEFAULT
 
 
@@ -99,8 +99,6 @@ def _next_key(cls: type[Tensor], device: str | tuple[str, ...] | None) -> Tensor
     """A uint32 tensor (seed low, seed high, call number) for one draw. Outside a TinyJit capture it is host data: no
     kernel runs. Inside one, it is copied from the device state, which advances, both as kernels the capture records
     (run now, so the replays re-run them in the same order)."""
-    from fusegrad.engine.realize import capturing
-
     if _state.seed is None:
         _state.seed = int(time.time())  # unseeded: a new stream per process, as in the reference
     dev = _device(device)
@@ -263,8 +261,6 @@ class RandomMixin:
             >>> Tensor.rand(3).tolist() == a
             True
         """
-        from fusegrad.engine.realize import capturing
-
         _state.seed, _state.reseeds = int(seed), _state.reseeds + 1
         _state.calls.clear()
         _state.drawn.clear()
