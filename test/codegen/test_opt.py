@@ -404,6 +404,17 @@ def test_heuristic_packs_a_padded_strided_convs_inputs() -> None:
     check(conv1d_strided(2, 16, 16, 32, 2, 1, dtypes.float32), dtypes.float32, "CPU", None, exact=True)
 
 
+def test_heuristic_halves_whole_rows_to_pack_a_padded_convs_input() -> None:
+    # 4 output channels x 2 vectors of columns would take every channel, leaving no loop to pack the (gated) input
+    # outside: 2 channels a tile, the channel loop innermost, the input row packed once for both tiles
+    tile = [Opt(OptOps.UPCAST, 1, 2), Opt(OptOps.UPCAST, 2, 16), Opt(OptOps.SWAP, 1, 2), Opt(OptOps.PACK, 2, 1)]
+    assert hand_coded_opts(conv1d_strided(2, 16, 4, 32, 1, 1, dtypes.float32)[0]) == tile
+    check(conv1d_strided(2, 16, 4, 32, 1, 1, dtypes.float32), dtypes.float32, "CPU", None, exact=True)
+    # plain loads (unpadded) keep the whole-axis tile: nothing to gain from a panel
+    assert hand_coded_opts(conv1d_strided(2, 16, 4, 34, 1, 0, dtypes.float32)[0]) == [
+        Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 2, 16)]  # fmt: skip
+
+
 def test_heuristic_packs_a_small_convs_weights_once_per_image() -> None:
     # 4 output columns, 32 channels: the tile takes every column and vectors of channels, whose weights (576 apart)
     # come from a panel packed outside the batch loop, which they don't depend on (was scalar: 158 -> 10.6 us)
