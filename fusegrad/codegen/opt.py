@@ -466,24 +466,16 @@ def pack_opts(sink: UOp, opts: list[Opt], loads: list[UOp], reduce_size: int, si
 
 
 def group_opts(nodes: dict[UOp, None]) -> list[Opt]:
-    """A full reduction (no output loops) of at least GROUP_MIN_SIZE elements split into GROUP_PARTS partials. With
-    several reduces, the one no other holds that holds the most (a fused cross-entropy's sum over rows holds each
-    row's max and sum: one step of it reads a row, so 4096 steps are worth the threads)."""
+    """A full reduction (no output loops) of at least GROUP_MIN_SIZE elements split into GROUP_PARTS partials."""
     reduces = [u for u in nodes if u.op is Ops.REDUCE]
-    held = {v: _reduce_size(v) for u in reduces for v in u.src[0].toposort() if v.op is Ops.REDUCE}
-    inner = {u: max((n for v, n in held.items() if v in u.src[0].toposort()), default=1) for u in reduces}
-    top = max((u for u in reduces if u not in held), key=lambda u: inner[u] * _reduce_size(u), default=None)
-    for rng in sorted(top.src[1:] if top is not None else (), key=lambda r: r.arg):
+    if len(reduces) != 1:
+        return []
+    for rng in sorted(reduces[0].src[1:], key=lambda r: r.arg):
         size = int(rng.src[0].arg) if rng.src[0].op is Ops.CONST else 0
         parts = _first_divisor(size, (GROUP_PARTS, 8, 4, 2), GROUP_PARTS)
-        if size * inner[top] >= GROUP_MIN_SIZE and parts is not None:
+        if size >= GROUP_MIN_SIZE and parts is not None:
             return [Opt(OptOps.GROUP, rng.arg[0], parts)]
     return []
-
-
-def _reduce_size(red: UOp) -> int:
-    """Elements a reduce combines (0 for a symbolic loop)."""
-    return math.prod(int(r.src[0].arg) if r.src[0].op is Ops.CONST else 0 for r in red.src[1:])
 
 
 def hand_coded_opts(sink: UOp) -> list[Opt]:
