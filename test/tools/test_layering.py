@@ -4,6 +4,7 @@ entry that is no longer needed, and docs/ARCHITECTURE.md names only modules that
 
 from __future__ import annotations
 
+import ast
 import re
 import textwrap
 
@@ -20,8 +21,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("fusegrad.device", "fusegrad.renderer"):
         "type annotation only (TYPE_CHECKING): Compiled holds a renderer factory; Renderer lives above uop",
     ("fusegrad.device", "fusegrad.tensor"):
-        "enumerate_devices_str (the reference's public name, `python -m fusegrad.device`) runs one Tensor kernel per "
-        "device, as the reference's does; issue 18 asks to move the smoke test to runtime/__main__.py",
+        "enumerate_devices_str runs one Tensor kernel per device, as the reference's does, and is the reference's "
+        "public name in its device module (tinygrad.device.enumerate_devices_str), so it cannot move out",
     ("fusegrad.device", "fusegrad.viz.serve"):
         "arm_viz_at_exit, the one helper through which the first device open (VIZ/PROFILE) and the first traced "
         "rewrite (VIZ) arm the exit hook that saves the trace",
@@ -117,6 +118,45 @@ def test_allow_list_has_no_stale_entries() -> None:
     modules = {i.module for i in layering.scan(ROOT)}
     stale = [pair for pair in ALLOWED if pair not in found and pair[0] in modules]
     assert not stale, f"no longer needed, remove from ALLOWED: {stale}"
+
+
+def runtime_imports_of_tensor(source: str) -> list[int]:
+    """Lines importing fusegrad.tensor outside an `if TYPE_CHECKING:` block (at module level or in a function)."""
+    tree = ast.parse(source)
+    type_only = {
+        id(node)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and isinstance(block.test, ast.Name) and block.test.id == "TYPE_CHECKING"
+        for node in ast.walk(block)
+    }
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "fusegrad.tensor" and id(node) not in type_only
+    ]
+
+
+def test_runtime_imports_of_tensor_are_found() -> None:
+    source = """
+        from typing import TYPE_CHECKING
+        if TYPE_CHECKING:
+            from fusegrad.tensor import Tensor
+        def f(x):
+            from fusegrad.tensor import Tensor
+            return Tensor(x)
+    """
+    assert runtime_imports_of_tensor(textwrap.dedent(source)) == [6]
+
+
+def test_mixins_never_import_tensor() -> None:
+    """Tensor inherits the mixins, so they build results with `type(self)` / `cls`, not an import of Tensor (issue
+    18: such imports made tensor.py and mixin/ depend on each other both ways)."""
+    found = {
+        path.name: lines
+        for path in sorted((ROOT / "fusegrad" / "mixin").glob("*.py"))
+        if (lines := runtime_imports_of_tensor(path.read_text(encoding="utf-8")))
+    }
+    assert not found, f"mixin modules importing fusegrad.tensor at run time (file: lines): {found}"
 
 
 def test_architecture_doc_names_real_modules_and_the_enforced_layers() -> None:
