@@ -466,16 +466,24 @@ def pack_opts(sink: UOp, opts: list[Opt], loads: list[UOp], reduce_size: int, si
 
 
 def group_opts(nodes: dict[UOp, None]) -> list[Opt]:
-    """A full reduction (no output loops) of at least GROUP_MIN_SIZE elements split into GROUP_PARTS partials."""
+    """A full reduction (no output loops) of at least GROUP_MIN_SIZE elements split into GROUP_PARTS partials. With
+    several reduces, the one no other holds that holds the most (a fused cross-entropy's sum over rows holds each
+    row's max and sum: one step of it reads a row, so 4096 steps are worth the threads)."""
     reduces = [u for u in nodes if u.op is Ops.REDUCE]
-    if len(reduces) != 1:
-        return []
-    for rng in sorted(reduces[0].src[1:], key=lambda r: r.arg):
+    held = {v: _reduce_size(v) for u in reduces for v in u.src[0].toposort() if v.op is Ops.REDUCE}
+    inner = {u: max((n for v, n in held.items() if v in u.src[0].toposort()), default=1) for u in reduces}
+    top = max((u for u in reduces if u not in held), key=lambda u: inner[u] * _reduce_size(u), default=None)
+    for rng in sorted(top.src[1:] if top is not None else (), key=lambda r: r.arg):
         size = int(rng.src[0].arg) if rng.src[0].op is Ops.CONST else 0
         parts = _first_divisor(size, (GROUP_PARTS, 8, 4, 2), GROUP_PARTS)
-        if size >= GROUP_MIN_SIZE and parts is not None:
+        if size * inner[top] >= GROUP_MIN_SIZE and parts is not None:
             return [Opt(OptOps.GROUP, rng.arg[0], parts)]
     return []
+
+
+def _reduce_size(red: UOp) -> int:
+    """Elements a reduce combines (0 for a symbolic loop)."""
+    return math.prod(int(r.src[0].arg) if r.src[0].op is Ops.CONST else 0 for r in red.src[1:])
 
 
 def hand_coded_opts(sink: UOp) -> list[Opt]:
@@ -543,15 +551,6 @@ def tile_opts(sink: UOp, opts: list[Opt], rest: list[UOp], width: int, acc_bytes
             return tile + packed if packed else []
     if packed := pack_opts(sink, opts + upcasts, _reduce_loads(nodes), reduce_size, sizes):
         return upcasts + packed
-    if len(upcasts) == 2 and upcasts[0].arg >= 4 and sizes.get(upcasts[0].axis) == upcasts[0].arg:
-        # the rows took the whole reuse axis, so no loop is left to pack the vector loads outside: with half of it
-        # the panel serves both halves and the tile reads it ungated (a 16x16 conv of 8 channels: 8x16 over masked
-        # input loads 42 -> 12 us as 4x16 from a packed row); pack_opts keeps plain loads (a matmul's) unpacked
-        halved = [Opt(OptOps.UPCAST, upcasts[0].axis, upcasts[0].arg // 2), upcasts[1]]
-        if upcasts[0].arg % 2 == 0 and (
-            packed := pack_opts(sink, opts + halved, _reduce_loads(nodes), reduce_size, sizes)
-        ):
-            return halved + packed
     return upcasts + swap_opts(upcasts, reduce_size, sizes)
 
 

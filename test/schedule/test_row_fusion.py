@@ -13,7 +13,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fusegrad import Tensor
+from fusegrad import Device, Tensor
+from fusegrad.codegen import to_program
 from fusegrad.engine.cache import schedule_cache
 from fusegrad.schedule import fusion
 from test.shared import count_kernels
@@ -124,6 +125,19 @@ def test_a_row_too_long_for_cache_is_reduced_by_kernels_of_its_own() -> None:
 def test_a_statistic_ignoring_an_outer_loop_is_still_stored() -> None:
     x = Tensor.empty(64, 32)
     assert count_kernels(x.softmax(0)) == 3  # a column's max read in the loop over rows: once per column, stored
+
+
+def test_cross_entropy_is_one_kernel_summing_blocks_of_rows_in_parallel() -> None:
+    """The loss's sum over rows holds each row's max and sum (fused): GROUP splits it into partial sums over blocks
+    of rows (codegen/opt.group_opts), which the C computes on every core; the value is torch's."""
+    rng = np.random.default_rng(5)
+    logits = rng.standard_normal((512, 256)).astype(np.float32)
+    labels = rng.integers(0, 256, 512).astype(np.int32)
+    x, y = Tensor(logits).realize(), Tensor(labels).realize()
+    (item,) = x.sparse_categorical_crossentropy(y).schedule()
+    assert "#pragma omp parallel for" in to_program(item.ast, Device["CPU"].renderer).src
+    expected = torch.nn.functional.cross_entropy(torch.tensor(logits), torch.tensor(labels).long()).item()
+    np.testing.assert_allclose(x.sparse_categorical_crossentropy(y).item(), expected, rtol=1e-5)
 
 
 def _reasons(t: Tensor) -> list[str]:
