@@ -281,6 +281,38 @@ def test_the_timeline_pans_by_reusing_its_tiles(browser_page: tuple[Page, list[s
         server.server_close()
 
 
+# the share of the first range row's middle line (content area) that shows a range, not the row's background
+RANGE_ROW_COVERED = """() => {
+  const c = document.getElementById('timeline'), dpr = window.devicePixelRatio || 1, x = Math.round(LABEL_W * dpr);
+  const y = Math.round((prof.rows[0].y + 3 + ROW_H / 2) * dpr);
+  const d = c.getContext('2d').getImageData(x, y, c.width - x, 1).data;
+  let covered = 0;
+  for (let i = 0; i < d.length; i += 4) if (d[i] + d[i + 1] + d[i + 2] > 200) covered++;
+  return covered / (d.length / 4);
+}"""
+
+
+def test_a_zoom_shows_the_last_frame_stretched_until_its_tiles_are_drawn(browser_page: tuple[Page, list[str]]) -> None:
+    page, errors = browser_page
+    server, url = start_in_thread(VizSession(events=synthetic_profile(20_000)))
+    try:
+        page.goto(url)
+        page.click("#tab-profiler")
+        page.wait_for_function("() => window.vizProbe.ready()")
+        page.evaluate("() => window.vizProbe.setView(20000, 60000)")
+        assert page.evaluate(RANGE_ROW_COVERED) > 0.9  # kernels back to back: the row is full
+        page.evaluate("() => { prof.t0 = 30000; prof.t1 = 50000; }")  # zoomed in twice
+        assert not page.evaluate("() => window.vizProbe.frameWithin(0)")  # time for one tile only
+        assert page.evaluate("() => window.vizProbe.tilesMade()") == 1
+        assert page.evaluate(RANGE_ROW_COVERED) > 0.9  # the rest: the last frame, stretched
+        page.wait_for_function(SETTLED)  # the frames after draw the other tiles
+        assert page.evaluate(RANGE_ROW_COVERED) > 0.9
+        assert errors == []
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_range_names_show_where_they_fit(browser_page: tuple[Page, list[str]]) -> None:
     """A range gets its name once it is wide enough for three letters, zoomed out (found among the long ranges) as
     zoomed in (among the ranges in view)."""

@@ -1536,6 +1536,7 @@ window.vizProbe = {
   settled: () => Boolean(prof.ready && prof.settled && !prof.pending), // every tile in view is drawn
   tilesMade: () => tiles.made, // tiles the last frame made (the others were kept from earlier frames)
   redraw: (fresh = false) => { if (fresh) tiles.reset(); draw(); return prof.drawMs; }, // fresh: every tile again
+  frameWithin: (budget) => { draw(budget); return prof.settled; }, // a frame as input gets it, with this tile budget
   setView: (t0, t1) => { prof.t0 = t0; prof.t1 = t1; draw(); },
   selectKernel: (name) => selectKernel(name),
   layoutsPending: () => layouts.waiting.size, // graphs sent to the layout worker and not back yet

@@ -10,7 +10,8 @@ class TimelineTiles {
   // render(ctx, t0, t1, scale, width): draw the content from time t0 to t1 at `scale` px per time unit, x = 0 at t0,
   // into a tile `width` CSS px wide (ctx is scaled to device pixels)
   constructor(render) {
-    Object.assign(this, { render, set: null, pool: [], snap: null, view: null, idle: 0, drawn: 0, made: 0, cost: 0 });
+    Object.assign(this, { render, set: null, pool: [], snap: null, view: null, complete: false, idle: 0, drawn: 0, made: 0,
+      cost: 0 });
   }
 
   // forget every tile (the content changed: new rows, colours, a selection)
@@ -51,7 +52,7 @@ class TimelineTiles {
       if (tile) ctx.drawImage(tile, x + k * tw - origin, 0);
     }
     ctx.restore();
-    if (complete) this.keepFrame(ctx.canvas, view);
+    this.complete = complete;
     this.trim(k0, k1);
     return complete;
   }
@@ -89,6 +90,7 @@ class TimelineTiles {
   }
 
   replace(view) {
+    if (this.set && this.complete) this.keepFrame(); // the last whole frame stands in for this view's missing tiles
     if (this.set) this.release(this.set);
     this.set = { scale: view.scale, anchor: view.t0, key: view.key, height: view.height, dpr: view.dpr, tiles: new Map() };
   }
@@ -123,15 +125,17 @@ class TimelineTiles {
     }
   }
 
-  // the content of the last whole frame, and its view, for frames that wait on tiles
-  keepFrame(canvas, view) {
-    const x = Math.round(view.left * view.dpr), w = Math.ceil(view.width * view.dpr), h = canvas.height;
+  // the content of the last whole frame (its tiles, put together once the scale changes: not each frame), and its
+  // view, for the frames that wait on tiles at the new scale
+  keepFrame() {
+    const view = this.view, { k0, k1, origin } = this.span(view), tw = this.tileWidth(view);
+    const w = Math.ceil(view.width * view.dpr), h = Math.ceil(view.height * view.dpr);
     const snap = this.snap || (this.snap = { canvas: document.createElement("canvas") });
     if (snap.canvas.width !== w || snap.canvas.height !== h) [snap.canvas.width, snap.canvas.height] = [w, h];
     const ctx = snap.canvas.getContext("2d");
     ctx.clearRect(0, 0, w, h);
-    ctx.drawImage(canvas, x, 0, w, h, 0, 0, w, h);
-    Object.assign(snap, { t0: view.t0, scale: view.scale, dpr: view.dpr, key: view.key, height: view.height });
+    for (let k = k0; k <= k1; k++) if (this.set.tiles.has(k)) ctx.drawImage(this.set.tiles.get(k), k * tw - origin, 0);
+    Object.assign(snap, { t0: view.t0, scale: view.scale, dpr: view.dpr, height: view.height });
   }
 
   // the last whole frame moved and stretched to this view's time axis: a stand-in until the tiles are drawn
