@@ -516,7 +516,7 @@ class Transformer:
 
         Args:
             tokens: the prompt's token ids (at least one, at most max_context).
-            chunk_size: tokens per chunk (clamped to max_context).
+            chunk_size: tokens per chunk (at most; see above).
 
         Returns:
             (1, vocab) logits of the prompt's last token, realized.
@@ -542,12 +542,13 @@ class Transformer:
         logits: Tensor | None = None
         for start, count in _chunks(len(tokens), size, self.max_context):
             ids = Tensor([(tokens[start : start + count] + [0] * size)[:size]], dtype="int32")
-            if start == 0:
-                first = self.chunk_jits.setdefault((size, True), TinyJit(self._first_chunk_realized))
-                logits = first(ids, row.bind(count - 1))
-            else:
-                later = self.chunk_jits.setdefault((size, False), TinyJit(self._chunk_realized))
-                logits = later(ids, position.bind(start), row.bind(count - 1))
+            if (size, start == 0) not in self.chunk_jits:
+                self.chunk_jits[size, start == 0] = TinyJit(
+                    self._first_chunk_realized if start == 0 else self._chunk_realized
+                )
+            jit = self.chunk_jits[size, start == 0]
+            args = (row.bind(count - 1),) if start == 0 else (position.bind(start), row.bind(count - 1))
+            logits = jit(ids, *args)
         assert logits is not None, "prefill: no chunk ran"
         return logits
 
