@@ -1,6 +1,7 @@
 """Test-suite set-up: lets the tests import fusegrad from this checkout when it is not installed."""
 
 import importlib.util
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,3 +21,15 @@ def _training_mode_off() -> Iterator[None]:
     Tensor.training = False
     yield
     Tensor.training = False
+
+
+@pytest.fixture(autouse=True)
+def _environment_restored() -> Iterator[None]:
+    """Every test ends with os.environ as it began. The reference system writes DEV=<its default> into the environment
+    the first time it picks a device (CL where PoCL is installed); fusegrad reads DEV at call time, so one test that
+    built a reference tensor ran the later tests of its worker on CL, and their subprocesses (mpiexec ranks) too."""
+    before = dict(os.environ)
+    yield
+    if os.environ != before:
+        os.environ.clear()
+        os.environ.update(before)
