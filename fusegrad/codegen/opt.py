@@ -21,7 +21,7 @@ from fusegrad.codegen.rowbuffer import keep_row_value, kept_value
 from fusegrad.codegen.vectorize import VECTOR_DTYPES
 from fusegrad.dtype import AddrSpace
 from fusegrad.helpers import NOOPT
-from fusegrad.uop import AxisType, Ops
+from fusegrad.uop import AxisType, GroupOp, Ops
 from fusegrad.uop.ops import PatternMatcher, UOp, UPat, graph_rewrite
 from fusegrad.uop.symbolic import split_uop, sym
 
@@ -209,15 +209,38 @@ def pack(sink: UOp, opt: Opt, new_axis: int, new_reg: int) -> UOp:
     return sink.substitute({value: read})
 
 
+# what a packed value may be computed from: elementwise math on loads, none of it per accumulator
+_PROLOGUE_OPS = GroupOp.ALU | {Ops.LOAD, Ops.INDEX, Ops.CONST, Ops.RANGE, Ops.DEFINE_GLOBAL, Ops.CAST, Ops.BITCAST}
+
+
 def _packed_value(sink: UOp, load: UOp, across: UOp) -> UOp:
     """The load, or the select that zeroes it outside its gate (a pad's read) when that is its only user and the gate
-    doesn't depend on `across`: the panel then holds the zeros and its reads need no gate."""
+    doesn't depend on `across`: the panel then holds the zeros and its reads need no gate. Where the load is one factor
+    of the reduce's product (its other factor runs over a loop the load doesn't: a conv's weights) and that factor is
+    elementwise math on loads without `across` (a fused batchnorm + relu + pad of the conv's input), the whole factor:
+    the panel holds it computed once, not per accumulator row."""
+    if (factor := _packed_factor(sink, load, across)) is not None:
+        return factor
     users = [u for u in sink.toposort() if load in u.src]
     if len(users) != 1 or users[0].op is not Ops.WHERE or users[0].src[1] is not load:
         return load
     gate, other = users[0].src[0], users[0].src[2]
     is_zero = other.op is Ops.CONST and other.arg == 0
     return users[0] if is_zero and across not in gate.toposort() else load
+
+
+def _packed_factor(sink: UOp, load: UOp, across: UOp) -> UOp | None:
+    own = {r for r in load.toposort() if r.op is Ops.RANGE}
+    for mul in (u for u in sink.toposort() if u.op is Ops.MUL):
+        for factor, other in (mul.src, mul.src[::-1]):
+            nodes = factor.toposort()
+            if factor is load or load not in nodes or across in nodes or any(n.op not in _PROLOGUE_OPS for n in nodes):
+                continue
+            if {r for r in nodes if r.op is Ops.RANGE} <= own and any(
+                r.op is Ops.RANGE and r not in own for r in other.toposort()
+            ):
+                return factor
+    return None
 
 
 def apply_opts(sink: UOp, opts: tuple[Opt, ...], has_local: bool = False) -> UOp:
