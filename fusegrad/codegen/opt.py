@@ -554,7 +554,9 @@ def tile_opts(sink: UOp, opts: list[Opt], rest: list[UOp], width: int, acc_bytes
         math.prod(int(r.src[0].arg) if r.src[0].op is Ops.CONST else 0 for r in u.src[1:]) for u in reduces
     )
     sizes = {r.arg[0]: int(r.src[0].arg) for r in rest}
-    if width and not (upcasts and upcasts[-1].arg % width == 0):
+    narrow = min(vectorize.vector_sizes()) // acc_bytes  # lanes of the narrowest vector: a longer axis gets whole
+    # vectors at some width (hand_coded_opts tries each), so only a shorter one turns to the strided tile
+    if width and not (upcasts and upcasts[-1].arg % width == 0) and not (upcasts and sizes[upcasts[-1].axis] >= narrow):
         # no whole vectors along a contiguous output axis (none: a @ b.T; or a small conv's 2 or 4 columns): a tile
         # along an axis the loads stride in, with a packed panel, takes the whole vector registers (8x2 scalars ->
         # 2x4 vectors on a 2x2 conv of 64 channels) as many vectors as keep a panel of the whole reduce within

@@ -423,6 +423,18 @@ def test_heuristic_packs_a_padded_strided_convs_inputs() -> None:
     check(conv1d_strided(2, 16, 16, 32, 2, 1, dtypes.float32), dtypes.float32, "CPU", None, exact=True)
 
 
+def test_heuristic_keeps_a_wide_conv_row_on_a_wide_vector_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    # with 64-byte vectors a row of 56 is no whole number of 16 lanes, but 7 of 8: the contiguous tile at the
+    # narrower width, not the channel tile meant for rows shorter than any vector (it made a 56x56 conv 2x slower)
+    from fusegrad.codegen import vectorize
+
+    monkeypatch.setattr(vectorize, "host_vector_bytes", lambda: vectorize.WIDE_VECTOR_BYTES)
+    assert hand_coded_opts(conv1d(8, 128, 64, 56, dtypes.float32)[0]) == [
+        Opt(OptOps.UPCAST, 1, 2), Opt(OptOps.UPCAST, 2, 56), Opt(OptOps.PACK, 1, 1)]  # fmt: skip
+    # 4 columns: no width gives whole vectors, so the channels do
+    assert hand_coded_opts(conv1d_strided(2, 32, 32, 8, 2, 1, dtypes.float32)[0])[1] == Opt(OptOps.UPCAST, 1, 32)
+
+
 def test_heuristic_halves_whole_rows_to_pack_a_padded_convs_input() -> None:
     # 4 output channels x 2 vectors of columns would take every channel, leaving no loop to pack the (gated) input
     # outside: 2 channels a tile, the channel loop innermost, the input row packed once for both tiles
