@@ -522,6 +522,11 @@ def hand_coded_opts(sink: UOp) -> list[Opt]:
     inside = {r for red in reduces for r in red.src[0].toposort() if r.op is Ops.RANGE and r.arg[1] is AxisType.LOOP}
     if not inside:
         return []
+    # a reduce that ignores an output loop nested inside one it uses (a fused row op's statistic) runs once per row,
+    # outside that loop; upcast loops nest innermost, so an upcast of a loop it uses would move it inside (x.T's
+    # softmax: 50 ms -> 3.4 s): such a kernel keeps its loops (and may keep a row buffer)
+    if any(_ignores_inner_loop(red, loops) for red in reduces):
+        return keep_opts(sink, reduces)
     sized = sorted((r for r in loops if r.src[0].op is Ops.CONST), key=lambda r: r.arg)
     # an output loop no reduce depends on, around one they do, would repeat them: inside all of them, they run once
     hoist = [r for r in sized if r not in inside and any(r.arg[0] < x.arg[0] for x in inside)]
@@ -586,6 +591,12 @@ def tile_opts(sink: UOp, opts: list[Opt], rest: list[UOp], width: int, acc_bytes
         ):
             return halved + packed
     return upcasts + swap_opts(upcasts, reduce_size, sizes)
+
+
+def _ignores_inner_loop(red: UOp, loops: list[UOp]) -> bool:
+    """Does the reduce ignore an output loop nested inside one it depends on?"""
+    used = {r for r in red.src[0].toposort() if r.op is Ops.RANGE and r.arg[1] is AxisType.LOOP}
+    return any(r not in used and any(r.arg[0] > u.arg[0] for u in used) for r in loops)
 
 
 def keep_opts(sink: UOp, reduces: list[UOp]) -> list[Opt]:

@@ -117,3 +117,13 @@ def test_row_buffer_and_max_lanes_give_the_plain_kernels_bits(
             np.testing.assert_array_equal(got, plain)  # same values stored and loaded, maxima exact
         else:  # the C sums in SIMD lanes (`simd reduction`), with or without the buffer
             np.testing.assert_allclose(got, plain, rtol=1e-5, atol=1e-6)
+
+
+def test_a_fused_row_kernel_gets_no_register_tile() -> None:
+    """out[i, j] = x[j, i] - max_k x[k, i]: the loads are contiguous along i, which the max depends on; an upcast of i
+    would nest innermost, inside j, and compute the max again per j (codegen/opt.py)."""
+    i, j, k = UOp.range(64, 0, AxisType.LOOP), UOp.range(32, 1, AxisType.LOOP), UOp.range(32, 2, AxisType.REDUCE)
+    x = _glob(1, 32 * 64)
+    top = x.index(k * 64 + i).load().reduce(k, arg=Ops.MAX)
+    ast = UOp.sink(_glob(0, 64 * 32).index(i * 32 + j).store(x.index(j * 64 + i).load() - top))
+    assert hand_coded_opts(ast) == []

@@ -122,6 +122,13 @@ def test_a_row_too_long_for_cache_is_reduced_by_kernels_of_its_own() -> None:
     assert fusion.ROW_UNCACHED in _reasons(x.softmax(-1))
 
 
+def test_a_row_read_through_a_permute_is_reduced_by_kernels_of_its_own() -> None:
+    x = Tensor.empty(256, 64)
+    assert count_kernels(x.T.softmax(-1)) == 3  # its rows lie across memory: kernels that tile along memory's rows
+    assert fusion.ROW_UNCACHED in _reasons(x.T.softmax(-1))
+    assert count_kernels(x.T.contiguous().softmax(-1)) == 2  # the copy, then one pass per row
+
+
 def test_a_statistic_ignoring_an_outer_loop_is_still_stored() -> None:
     x = Tensor.empty(64, 32)
     assert count_kernels(x.softmax(0)) == 3  # a column's max read in the loop over rows: once per column, stored
