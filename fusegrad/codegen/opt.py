@@ -496,7 +496,9 @@ def group_opts(nodes: dict[UOp, None]) -> list[Opt]:
     held = {v: _reduce_size(v) for u in reduces for v in u.src[0].toposort() if v.op is Ops.REDUCE}
     inner = {u: max((n for v, n in held.items() if v in u.src[0].toposort()), default=1) for u in reduces}
     top = max((u for u in reduces if u not in held), key=lambda u: inner[u] * _reduce_size(u), default=None)
-    for rng in sorted(top.src[1:] if top is not None else (), key=lambda r: r.arg):
+    if top is None:
+        return []
+    for rng in sorted(top.src[1:], key=lambda r: r.arg):
         size = int(rng.src[0].arg) if rng.src[0].op is Ops.CONST else 0
         parts = _first_divisor(size, (GROUP_PARTS, 8, 4, 2), GROUP_PARTS)
         if size * inner[top] >= GROUP_MIN_SIZE and parts is not None:
