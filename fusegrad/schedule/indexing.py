@@ -112,18 +112,24 @@ def _unflatten(flat: UOp, shape: tuple[Any, ...]) -> Index:
 
 
 def _reshape_groups(in_shape: tuple[Any, ...], shape: tuple[Any, ...]) -> list[tuple[list[int], list[int]]] | None:
-    """Axes of a reshape in groups of equal size, (source axes, result axes), size-1 axes left out; None for
-    symbolic shapes. A group with one source axis needs no div/mod, and a window's negative (masked) index stays in
-    its own axis instead of carrying into the others."""
-    if not all(isinstance(s, int) for s in (*in_shape, *shape)):
-        return None
-    ins = [i for i, s in enumerate(in_shape) if s != 1]
-    outs = [i for i, s in enumerate(shape) if s != 1]
+    """Axes of a reshape in groups of equal size, (source axes, result axes), size-1 axes left out; None when a
+    symbolic axis is not matched one-to-one by the same size on the other side. A group with one source axis needs
+    no div/mod, and a window's negative (masked) index stays in its own axis instead of carrying into the others."""
+    ins = [i for i, s in enumerate(in_shape) if not isinstance(s, int) or s != 1]
+    outs = [i for i, s in enumerate(shape) if not isinstance(s, int) or s != 1]
     groups: list[tuple[list[int], list[int]]] = []
     while ins and outs:
         group_in, group_out = [ins.pop(0)], [outs.pop(0)]
         size_in, size_out = in_shape[group_in[0]], shape[group_out[0]]
+        if not isinstance(size_in, int) or not isinstance(size_out, int):
+            if size_in is not size_out:  # sizes are hash-consed: the same variable expression is the same node
+                return None
+            groups.append((group_in, group_out))
+            continue
         while size_in != size_out:
+            nxt = ins if size_in < size_out else outs
+            if not nxt or not isinstance((in_shape if nxt is ins else shape)[nxt[0]], int):
+                return None
             if size_in < size_out:
                 group_in.append(ins.pop(0))
                 size_in *= in_shape[group_in[-1]]
@@ -131,7 +137,7 @@ def _reshape_groups(in_shape: tuple[Any, ...], shape: tuple[Any, ...]) -> list[t
                 group_out.append(outs.pop(0))
                 size_out *= shape[group_out[-1]]
         groups.append((group_in, group_out))
-    return groups
+    return None if ins or outs else groups
 
 
 def _regroup(groups: list[tuple[list[int], list[int]]], in_shape: tuple[Any, ...], shape: tuple[Any, ...],

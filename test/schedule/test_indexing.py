@@ -57,3 +57,28 @@ def test_unit_axes_and_splits_need_no_div_or_mod() -> None:
     split = _reshape_index((6, 8), (2, 3, 8), (i % 2, i % 3, j))
     assert split[1] is j
     assert not any(u.op in (Ops.IDIV, Ops.MOD) for u in split[0].toposort() if u not in ((i % 2), (i % 3)))
+
+
+def test_symbolic_axes_matched_one_to_one_need_no_div_or_mod() -> None:
+    """A slice to a bound variable, then a reshape that only drops unit axes or splits/merges concrete ones: the
+    variable's axis keeps its index (it used to go through a flat index and back: `(x / (i*48)) % 6` chains)."""
+    n = UOp.variable("n", 1, 16)
+    a, b, c = (UOp.range(idx_const(s), k, AxisType.LOOP) for k, s in enumerate((6, 16, 48)))
+    src = _reshape_index((1, 6, n, 48), (6, n, 48), (a, b, c))
+    assert src[1:] == (a, b, c)
+    merged = _reshape_index((1, n, 6, 48), (1, n, 288), (idx_const(0), b, a * 48 + c))
+    assert merged[1] is b
+    assert not any(u.op in (Ops.IDIV, Ops.MOD) for u in merged[1].toposort())
+
+
+def test_symbolic_slice_values() -> None:
+    """The sliced keys' scores at a bound length equal numpy's on the first n rows."""
+    import numpy as np
+
+    from fusegrad import Tensor
+
+    rng = np.random.default_rng(0)
+    cache, q = rng.standard_normal((2, 1, 6, 16, 48)).astype(np.float32), rng.standard_normal((1, 6, 4, 48))
+    keys = Tensor(cache).contiguous().realize()[0, :, :, : UOp.variable("i", 1, 16).bind(5), :]
+    got = (Tensor(q.astype(np.float32)) @ keys.transpose(-1, -2)).sum(-1).numpy()
+    np.testing.assert_allclose(got, (q @ cache[0, :, :, :5].transpose(0, 1, 3, 2)).sum(-1), rtol=1e-4, atol=1e-4)
