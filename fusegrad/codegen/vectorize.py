@@ -4,10 +4,11 @@ on renderers with vector types (`Renderer.supports_float4`; the C renderer spell
 Loads and stores contiguous in the loop move whole vectors, values that don't depend on it are broadcast, and a reduce
 of a vector value keeps a vector accumulator, so a register tile of `rows x vectors` accumulators needs no scalar
 code. Each lane computes what its iteration of the loop did, in the same order, so results are bit for bit the same.
-After a vector reduce, work with no vector form (a silu's compare, select and exp2 on the accumulators) runs once per
-lane on the lanes' scalars (`GEP`), so a fused epilogue doesn't keep the reduce scalar. Entry point:
-`vectorize_upcast`; anything else it can't express (gates, strided or computed indexes, other ops inside a reduce)
-leaves the kernel as it was.
+In a kernel with a vector reduce, work outside the reduce loops with no vector form (a silu's compare, select and exp2
+on the accumulators; the store of a tile of channel vectors, whose lanes lie a channel plane apart in NCHW) runs once
+per lane on the lanes' scalars (`GEP`), so a fused epilogue or a strided output doesn't keep the reduce scalar.
+Entry point: `vectorize_upcast`; anything else it can't express (gates, strided or computed indexes, other ops inside a
+reduce) leaves the kernel as it was.
 """
 
 from __future__ import annotations
@@ -156,6 +157,9 @@ class _Vectorizer:
         has_vector_reduce = False
         for u in sink.toposort():
             if u is sink:
+                # lane by lane only beside a vector reduce: inside one, or with none, scalar code is as good
+                if self.lanes and not has_vector_reduce:
+                    raise _NoVectorFormError("lane-by-lane work in a kernel with no vector reduce")
                 stores = [self.lanes.get(s, (self.new.get(s, s),)) for s in sink.src]
                 return sink.replace(src=tuple(x for lanes in stores for x in lanes))
             if u not in dependent or u is self.lane or u.dtype == dtypes.index:
@@ -164,8 +168,10 @@ class _Vectorizer:
                 self.new[u] = self.convert(u)
                 has_vector_reduce |= u.op is Ops.REDUCE
             except _NoVectorFormError:
-                # lane by lane only after a vector reduce: inside one, or with none, scalar code is as good
-                if not has_vector_reduce or u.op not in LANE_OPS or is_inside_reduce(u):
+                # outside the reduce loops, a node with no vector form runs once per lane: the output's address when
+                # the lanes store apart (channel vectors in NCHW), a strided epilogue load. The toposort may put such
+                # an address before the reduce whose value it stores, so the reduce is checked for at the sink.
+                if u.op not in LANE_OPS or is_inside_reduce(u):
                     raise
                 self.lanes[u] = tuple(self.lane_node(u, i) for i in range(self.vec.count))
         raise AssertionError("vectorize: the sink is the last node of its toposort")
