@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 
 from fusegrad.device import Buffer
 from fusegrad.dtype import DType
+from fusegrad.engine.capture import CAPTURE_STATES, CaptureState
 from fusegrad.engine.graph import GraphException as GraphException  # the reference imports these from engine.jit
 from fusegrad.engine.graph import GraphRunner, apply_graph_to_jit
 from fusegrad.engine.graph import MultiGraphRunner as MultiGraphRunner
@@ -23,7 +24,6 @@ from fusegrad.engine.memory import output_buffers, plan_memory, replan_arenas
 from fusegrad.engine.realize import ExecItem, capturing
 from fusegrad.errors import JitError as JitError  # its home before errors.py; the reference imports it from here
 from fusegrad.helpers import DEBUG, JIT, JIT_BATCH_SIZE, NO_MEMORY_PLANNER, PROFILE, GlobalCounters, colored
-from fusegrad.mixin.random import JitRecord, jit_begin, jit_end, jit_replay
 from fusegrad.schedule.multi import multi_buffer, register_multi_buffer
 from fusegrad.tensor import Tensor, _all_tensors
 from fusegrad.uop import GroupOp, Ops
@@ -566,7 +566,8 @@ class TinyJit(Generic[R]):
         self.cnt = 0
         self.captured: CapturedJit[R] | None = None
         self._items: list[ExecItem] = []
-        self._rng: JitRecord | None = None  # what the capture did to the random generator, redone before each replay
+        # what the capture did to host state its kernels advance (the random generator), redone before each replay
+        self._records: list[tuple[CaptureState[Any], Any]] = []
         self._names: tuple[str, ...] = _positional_names(fxn) if fxn is not None else ()
         if fxn is not None:
             functools.update_wrapper(self, fxn, updated=())  # name and docstring; never the function's attributes
@@ -650,8 +651,8 @@ class TinyJit(Generic[R]):
             assert self.captured is not None, "TinyJit: call 3+ without a capture"
             self._check_inputs(inputs, args, kwargs)
             start = time.perf_counter()
-            if self._rng is not None:
-                jit_replay(self._rng)
+            for state, record in self._records:
+                state.replay(record)
             ret = self.captured.replay(inputs, var_vals)
             if DEBUG.value >= 1:
                 took = (time.perf_counter() - start) * 1e3
@@ -670,14 +671,14 @@ class TinyJit(Generic[R]):
             Tensor.realize(*pending)  # writes made before this call run once now, not on every replay
         self._items = []
         aliases = _alias_inputs(inputs)
-        rng = jit_begin()  # the random generator's device states hold the host's words before the kernels read them
+        begun = [(state, state.begin()) for state in CAPTURE_STATES]  # e.g. the random states hold the host's words
         capturing.append(self)
         try:
             ret = _call_and_realize(self.fxn, args, kwargs, strict=True)
         finally:
             capturing.remove(self)
             _undo_aliases(aliases, inputs)
-        self._rng = jit_end(rng)
+        self._records = [(state, state.end(start)) for state, start in begun]
         items, self._items = self._items, []
         for ei in items:  # the call's variables take each replay's values; values bound inside the function stay
             ei.fixedvars = {k: v for k, v in ei.fixedvars.items() if k not in var_vals}

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from fusegrad.device import Device, canonicalize_device
 from fusegrad.dtype import DType, DTypeLike, dtypes, to_dtype
+from fusegrad.engine.capture import CaptureState, register_capture_state
 from fusegrad.engine.realize import capturing
 from fusegrad.errors import SampleError as SampleError  # its home before errors.py
 from fusegrad.helpers import argfix, ceildiv, prod
@@ -178,6 +179,9 @@ def jit_replay(record: JitRecord) -> None:
             _sync(dev)
             _state.calls[dev] = _state.calls.get(dev, 0) + advance
             _state.held[dev] = (_state.held[dev][0], _state.calls[dev])
+
+
+register_capture_state(CaptureState(jit_begin, jit_end, jit_replay))  # TinyJit records and redoes the generator
 
 
 def _random_words(cls: type[Tensor], n: int, device: str | tuple[str, ...] | None) -> tuple[Tensor, Tensor]:

@@ -37,8 +37,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("fusegrad.runtime.ops_null", "fusegrad.runtime.graph.null"): "as above, for NULL",
     ("fusegrad.engine.jit", "fusegrad.tensor"):
         "TinyJit takes and returns Tensors (the reference's engine/jit.py too); its public path is engine.jit",
-    ("fusegrad.engine.jit", "fusegrad.mixin.random"):
-        "TinyJit captures and advances the random generator's device state with the kernels",
 }  # fmt: skip
 
 
