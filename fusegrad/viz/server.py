@@ -3,9 +3,10 @@
 `make_server(session, port)` binds (port 0 picks a free one; a taken port raises PortInUseError saying what to do),
 `start_in_thread` runs it in the background (tests, the benchmark), `serve_until_interrupted` in the foreground.
 Endpoints: `/` and the files of static/, `/ctxs`, `/ctxs?ctx=i&idx=j` (JSON lines, one graph per line, streamed),
-`/kernel?ctx=i`, `/search?q=text`, `/get_profile` (packed bytes), `/profile_info`, `/kernel_stats`,
-`/timeline_overview?bins=N`. HEAD is answered like GET, bodiless; an index out of range or not a number 0 or more is
-a 404 whose JSON says which numbers exist.
+`/prepare?ctx=i&idx=j` (replay that step in the background now: the page asks when a group opens; JSON
+`{"started": bool}`), `/kernel?ctx=i`, `/search?q=text`, `/get_profile` (packed bytes), `/profile_info`,
+`/kernel_stats`, `/timeline_overview?bins=N`. HEAD is answered like GET, bodiless; an index out of range or not a
+number 0 or more is a 404 whose JSON says which numbers exist.
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ class VizHandler(BaseHTTPRequestHandler):
         routes: dict[str, Callable[[dict[str, list[str]]], None]] = {
             "/ctxs": self.ctxs, "/kernel": self.kernel, "/search": self.search,
             "/get_profile": self.get_profile, "/profile_info": self.profile_info,
-            "/kernel_stats": self.kernel_stats, "/timeline_overview": self.timeline_overview}  # fmt: skip
+            "/kernel_stats": self.kernel_stats, "/timeline_overview": self.timeline_overview,
+            "/prepare": self.prepare}  # fmt: skip
         try:
             if (route := routes.get(url.path)) is not None:
                 return route(query)
@@ -130,6 +132,13 @@ class VizHandler(BaseHTTPRequestHandler):
         ctx, idx = _int_arg(query, "ctx"), _int_arg(query, "idx")
         self.session.step(ctx, idx)  # raises IndexError (404) before the stream starts
         return self.send_lines(self.session.step_stream(ctx, idx))
+
+    def prepare(self, query: dict[str, list[str]]) -> None:
+        ctx, idx = _int_arg(query, "ctx"), _int_arg(query, "idx")
+        if not self.wants_body:  # HEAD: the numbers are checked, nothing is started
+            self.session.step(ctx, idx)
+            return self.send_json({"started": False})
+        return self.send_json({"started": self.session.prepare(ctx, idx)})
 
     def kernel(self, query: dict[str, list[str]]) -> None:
         return self.send_json(self.session.kernel(_int_arg(query, "ctx")))

@@ -107,6 +107,17 @@ class SearchIndex:
 
 
 @dataclass
+class _Preparing:
+    """A step being replayed in the background: its messages so far, and whether it has finished; `changed` is
+    notified on each message. `followers` counts the streams sending it as it goes."""
+
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    finished: bool = False
+    followers: int = 0
+    changed: threading.Condition = field(default_factory=threading.Condition)
+
+
+@dataclass
 class VizSession:
     """A rewrite trace (with saved source lines) and profile events; payloads are built on request and cached."""
 
@@ -123,6 +134,8 @@ class VizSession:
     _rewrites_error: TraceFileError | None = None
     # finished replays by (group, step), newest last: asking again costs nothing (STEP_CACHE steps kept)
     _steps: OrderedDict[tuple[int, int], list[dict[str, Any]]] = field(default_factory=OrderedDict)
+    _preparing: dict[tuple[int, int], _Preparing] = field(default_factory=dict)  # replays running in the background
+    _wanted: tuple[int, int] | None = None  # the step last asked for
 
     def load_profile_in_background(self, path: str | Path) -> None:
         """Read the profile file (and pack the timeline) in a thread; the profile endpoints wait for it, except the
@@ -218,31 +231,99 @@ class VizSession:
         return steps[idx]
 
     def step_stream(self, ctx: int, idx: int) -> Iterator[dict[str, Any]]:
-        """A header, then the step's graph before any match and after each one, then "done" (or "error")."""
+        """A header, then the step's graph before any match and after each one, then "done" (or "error").
+
+        A step is replayed once: a kept replay is sent again, one being prepared (`prepare`) is followed as it goes, and
+        otherwise this stream replays it (a stream closed early keeps nothing)."""
         step = self.step(ctx, idx)
-        assert self.trace is not None, "step() checked the trace"
-        trace = [{"file": f, "line": n, "name": name, "code": code} for f, n, name, code in step.trace]
-        yield {"kind": "step", "ctx": ctx, "idx": idx, "name": step.name or "graph_rewrite", "loc": list(step.loc),
-               "code_line": self.source_line(step.loc), "depth": step.depth, "match_count": len(step.matches),
-               "group": self.trace.keys[ctx].display_name, "trace": trace[-CALL_TRACE_FRAMES:]}  # fmt: skip
+        yield self._step_header(ctx, idx, step)
+        key = (ctx, idx)
         with self._lock:
-            cached = self._steps.get((ctx, idx))
-            if cached is not None:
-                self._steps.move_to_end((ctx, idx))
+            self._wanted = key  # a preparation of another step, followed by no one, stops at its next graph
+            if (cached := self._steps.get(key)) is not None:
+                self._steps.move_to_end(key)
+            elif (preparing := self._preparing.get(key)) is not None:
+                preparing.followers += 1
         if cached is not None:
             yield from cached
-            return
-        graphs = []
-        for message in self._replay(step):
-            graphs.append(message)
-            yield message
-        if graphs[-1]["kind"] == "done":  # a complete replay (not one that failed or was abandoned) is kept
-            with self._lock:
-                self._steps[(ctx, idx)] = graphs
-                while len(self._steps) > STEP_CACHE:
-                    self._steps.popitem(last=False)
+        elif preparing is not None:
+            try:
+                yield from self._follow(preparing)
+            finally:
+                with self._lock:
+                    preparing.followers -= 1
+        else:
+            graphs = []
+            for message in self._replay(step):
+                graphs.append(message)
+                yield message
+            self._keep(key, graphs)
 
-    def _replay(self, step: TrackedGraphRewrite) -> Iterator[dict[str, Any]]:
+    def _step_header(self, ctx: int, idx: int, step: TrackedGraphRewrite) -> dict[str, Any]:
+        assert self.trace is not None, "step() checked the trace"
+        trace = [{"file": f, "line": n, "name": name, "code": code} for f, n, name, code in step.trace]
+        return {"kind": "step", "ctx": ctx, "idx": idx, "name": step.name or "graph_rewrite", "loc": list(step.loc),
+                "code_line": self.source_line(step.loc), "depth": step.depth, "match_count": len(step.matches),
+                "group": self.trace.keys[ctx].display_name, "trace": trace[-CALL_TRACE_FRAMES:]}  # fmt: skip
+
+    def _keep(self, key: tuple[int, int], graphs: list[dict[str, Any]]) -> None:
+        """A complete replay (not one that failed or was abandoned) is kept, the STEP_CACHE newest ones."""
+        if not graphs or graphs[-1]["kind"] != "done":
+            return
+        with self._lock:
+            self._steps[key] = graphs
+            self._steps.move_to_end(key)
+            while len(self._steps) > STEP_CACHE:
+                self._steps.popitem(last=False)
+
+    def prepare(self, ctx: int, idx: int) -> bool:
+        """/prepare: replay step `idx` of group `ctx` in a background thread (the page asks when a group opens), so
+        the step's request finds its graphs made. False when it is kept or being made already. A preparation that no
+        request follows stops once another step is asked for (the CPU is the asked step's)."""
+        step, key = self.step(ctx, idx), (ctx, idx)
+        with self._lock:
+            if key in self._steps or key in self._preparing:
+                return False
+            self._preparing[key] = preparing = _Preparing()
+        threading.Thread(target=self._prepare, args=(key, step, preparing), name="viz-prepare", daemon=True).start()
+        return True
+
+    def _prepare(self, key: tuple[int, int], step: TrackedGraphRewrite, preparing: _Preparing) -> None:
+        graphs: list[dict[str, Any]] = []
+        replay = self._replay(step)
+        try:
+            for message in replay:
+                with self._lock:  # decided under the lock streams join under: none can join an abandoned one
+                    if not preparing.followers and self._wanted not in (None, key) and message["kind"] == "graph":
+                        del self._preparing[key]  # a later request for it replays it itself
+                        return  # nothing kept
+                graphs.append(message)
+                with preparing.changed:
+                    preparing.messages.append(message)
+                    preparing.changed.notify_all()
+            self._keep(key, graphs)
+        finally:
+            replay.close()
+            with self._lock:
+                self._preparing.pop(key, None)
+            with preparing.changed:
+                preparing.finished = True
+                preparing.changed.notify_all()
+
+    def _follow(self, preparing: _Preparing) -> Iterator[dict[str, Any]]:
+        """A preparation's messages as they are made: those made already at once, then each as it comes."""
+        sent = 0
+        while True:
+            with preparing.changed:
+                while sent == len(preparing.messages) and not preparing.finished:
+                    preparing.changed.wait()
+                new, finished = preparing.messages[sent:], preparing.finished
+            yield from new
+            sent += len(new)
+            if finished and sent == len(preparing.messages):
+                return
+
+    def _replay(self, step: TrackedGraphRewrite) -> Generator[dict[str, Any], None, None]:
         """The step's graph before any match and after each one, laid out, then "done" (or "error" then "done")."""
         assert self.trace is not None, "step() checked the trace"
         replays, count = get_full_rewrite(step, self.trace.uop_fields, self.trace.keys), 0

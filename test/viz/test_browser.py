@@ -540,6 +540,31 @@ def open_dag_step(page: Page, url: str, matches: int) -> None:
     page.wait_for_function(GRAPH_DRAWN)
 
 
+def test_opening_a_group_prepares_its_first_step(browser_page: tuple[Page, list[str]]) -> None:
+    """A group's list opened in the sidebar has the server replay its first step at once (not when it is picked), and
+    the step picked then shows that replay: the server made it once."""
+    page, errors = browser_page
+    session = VizSession(dag_trace(300, 2))
+    server, url = start_in_thread(session)
+    try:
+        page.goto(url)
+        page.click("#groups .group > div")
+        for _ in range(3000):  # the page asked for no step: only the preparation replays it
+            if (0, 0) in session._steps:
+                break
+            page.wait_for_timeout(10)
+        assert (0, 0) in session._steps
+        kept = session._steps[(0, 0)]
+        page.click("#groups .step")
+        page.wait_for_function("() => document.getElementById('status').textContent === '3 graphs'")
+        page.wait_for_function(GRAPH_DRAWN)
+        assert session._steps[(0, 0)] is kept  # sent from what the preparation kept, not replayed again
+        assert errors == []
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_graphs_of_a_step_are_built_before_they_are_shown(browser_page: tuple[Page, list[str]]) -> None:
     """Once laid out, every graph of the step gets its elements in idle time, so a ←/→ step makes none: the node
     elements shown after stepping through all matches are ones made before the first step."""
@@ -571,7 +596,7 @@ def test_stepping_through_matches_keeps_the_unchanged_nodes(browser_page: tuple[
     page, errors = browser_page
     server, url = start_in_thread(VizSession(dag_trace(1000, 6)))
     asked: list[str] = []
-    page.on("request", lambda r: asked.append(r.url) if "ctx=" in r.url else None)
+    page.on("request", lambda r: asked.append(r.url) if "/ctxs?" in r.url else None)  # step streams, not /prepare
     try:
         open_dag_step(page, url, 6)
         page.evaluate(SET_ZOOM, 1)  # every node an element (zoomed out, the sketch has few)

@@ -20,7 +20,7 @@ from fusegrad.helpers import TRACK_MATCH_STATS, Context
 from fusegrad.uop.ops import tracked_ctxs
 from fusegrad.viz.profile import get_profile
 from fusegrad.viz.rewrites import get_full_rewrite
-from fusegrad.viz.server import STATIC, PortInUseError, make_server
+from fusegrad.viz.server import STATIC, PortInUseError, make_server, start_in_thread
 from fusegrad.viz.session import VizSession
 
 if TYPE_CHECKING:  # the fixture's type; conftest is not importable in importlib mode
@@ -144,6 +144,26 @@ class TestRewriteEndpoints:
             assert TRACK_MATCH_STATS.value == 2
         assert sum(len(s) for s in tracked_ctxs) == steps_before
         assert all(r[-1]["kind"] == "done" for r in results)
+
+    def test_prepare_replays_a_step_before_it_is_asked_for(self, real_trace: RealTrace) -> None:
+        session = real_trace.session()
+        server, url = start_in_thread(session)
+        try:
+            ctx, idx = next((c, i) for c, steps in enumerate(real_trace.trace.rewrites) for i, s in enumerate(steps)
+                            if s.matches)  # fmt: skip
+            assert raw_get(url, f"/prepare?ctx={ctx}&idx={idx}", method="HEAD")[0] == 200
+            assert not session._preparing  # HEAD checks the numbers and starts nothing
+            assert get_json(url + f"prepare?ctx={ctx}&idx={idx}") == {"started": True}
+            messages = stream(url + f"ctxs?ctx={ctx}&idx={idx}")  # follows the preparation, or reads what it kept
+            assert messages[-1] == {"kind": "done", "count": len(real_trace.trace.rewrites[ctx][idx].matches) + 1}
+            assert (ctx, idx) in session._steps
+            assert get_json(url + f"prepare?ctx={ctx}&idx={idx}") == {"started": False}  # kept: nothing to do
+            status, _, body = raw_get(url, f"/prepare?ctx={ctx}&idx=100000")
+            assert status == 404
+            assert "no step 100000" in json.loads(body)["error"]
+        finally:
+            server.shutdown()
+            server.server_close()
 
     def test_bad_queries_are_404_json(self, served: Served) -> None:
         _, url = served

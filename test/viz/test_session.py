@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import gc
 import struct
+import threading
+import time
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -50,6 +52,107 @@ def test_an_abandoned_replay_is_not_kept(real_trace: RealTrace) -> None:
     next(stream)
     stream.close()  # the page went elsewhere after the first graph
     assert list(session.step_stream(ctx, idx))[-1]["kind"] == "done"
+
+
+def counted_replays(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Each replay of a step (get_full_rewrite called) appends to the returned list."""
+    replays: list[object] = []
+    real = session_module.get_full_rewrite
+    monkeypatch.setattr(session_module, "get_full_rewrite", lambda *a: replays.append(a) or real(*a))
+    return replays
+
+
+def drawn(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages with node ids as places in their graph's order: a replay's nodes that died in between are made
+    again at new ids, so two replays compare by what they draw."""
+    out = []
+    for m in messages:
+        if m["kind"] == "graph":
+            at = {int(k): i for i, k in enumerate(m["order"])}
+            nodes = [(n["label"], [(i, at.get(int(s), -1)) for i, s in n["src"]], n["color"], n["ref"])
+                     for n in (m["graph"][str(k)] for k in m["order"])]  # fmt: skip
+            m = {**m, "graph": nodes, "order": None, "changed": sorted(at.get(int(c), -1) for c in m["changed"])}
+        out.append(m)
+    return out
+
+
+def held_replay(session: VizSession, release: threading.Event) -> None:
+    """The session's next replays start once `release` is set (waiting outside the replay lock: others go on)."""
+    real = session._replay
+
+    def held(*args: Any) -> Any:
+        release.wait(30)
+        yield from real(*args)
+
+    session._replay = held  # type: ignore[method-assign]  # this session's replays only
+
+
+def wait_prepared(session: VizSession) -> None:
+    for _ in range(3000):
+        if not session._preparing:
+            return
+        time.sleep(0.01)
+    raise AssertionError("a preparation did not finish in 30 s")
+
+
+def test_a_prepared_step_is_replayed_once_and_sent_as_a_stream_replays_it(
+    real_trace: RealTrace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ctx, idx = first_step_with_matches(real_trace)
+    want = drawn(list(real_trace.session().step_stream(ctx, idx)))
+    replays = counted_replays(monkeypatch)
+    session = real_trace.session()
+    assert session.prepare(ctx, idx)
+    assert drawn(list(session.step_stream(ctx, idx))) == want  # followed while it is made, or sent from the cache
+    assert not session.prepare(ctx, idx)  # kept: nothing to start
+    assert drawn(list(session.step_stream(ctx, idx))) == want
+    wait_prepared(session)
+    assert len(replays) == 1
+
+
+def test_a_stream_follows_a_preparation_as_it_goes(real_trace: RealTrace, monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx, idx = first_step_with_matches(real_trace)
+    want = drawn(list(real_trace.session().step_stream(ctx, idx)))
+    session, release, replays = real_trace.session(), threading.Event(), counted_replays(monkeypatch)
+    held_replay(session, release)  # the preparation waits until the stream has joined it
+    session.prepare(ctx, idx)
+    stream = session.step_stream(ctx, idx)
+    assert next(stream)["kind"] == "step"
+    threading.Timer(0.2, release.set).start()
+    assert drawn([next(stream), *stream]) == want[1:]
+    assert len(replays) == 1  # the preparation's, followed: the stream made none of its own
+    assert session._preparing == {}
+    assert (ctx, idx) in session._steps
+
+
+def test_a_preparation_nobody_follows_stops_when_another_step_is_asked_for(real_trace: RealTrace) -> None:
+    ctx, idx = first_step_with_matches(real_trace)
+    session, release = real_trace.session(), threading.Event()
+    held_replay(session, release)
+    session.prepare(ctx, idx)
+    del session._replay  # the other step's stream replays at once
+    other = next((c, i) for c, steps in enumerate(real_trace.trace.rewrites) for i in range(len(steps))
+                 if (c, i) != (ctx, idx))  # fmt: skip
+    list(session.step_stream(*other))
+    release.set()
+    wait_prepared(session)
+    assert (ctx, idx) not in session._steps  # abandoned after its first graph: not kept
+    assert other in session._steps
+
+
+def test_the_kept_replays_are_bounded(real_trace: RealTrace, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(session_module, "STEP_CACHE", 2)
+    session = real_trace.session()
+    steps = [(c, i) for c, group in enumerate(real_trace.trace.rewrites) for i in range(len(group))][:3]
+    for key in steps:
+        list(session.step_stream(*key))
+    assert list(session._steps) == steps[1:]  # the oldest went
+    replays = counted_replays(monkeypatch)
+    list(session.step_stream(*steps[1]))  # kept: sent again, and now the newest
+    assert replays == []
+    list(session.step_stream(*steps[0]))
+    assert len(replays) == 1
+    assert list(session._steps) == [steps[1], steps[0]]
 
 
 def write_profile(path: Path, events: list, run_id: str | None) -> Path:  # type: ignore[type-arg]  # profile events
