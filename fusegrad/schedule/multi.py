@@ -13,17 +13,14 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from fusegrad.device import Buffer, Device
 from fusegrad.dtype import DType, dtypes
 from fusegrad.helpers import prod
 from fusegrad.schedule.fusion import is_kernelized
 from fusegrad.schedule.indexing import Index, idx_const, linearize_index, simplify_index
 from fusegrad.uop import AxisType, GroupOp, Ops
 from fusegrad.uop.ops import UOp
-
-if TYPE_CHECKING:
-    from fusegrad.device import Buffer
 
 DEVICE_VAR = "_device_num"  # the variable a MULTI range becomes when a kernel is lowered for one device
 
@@ -64,8 +61,6 @@ class MultiBuffer:
     def bufs(self) -> list[Buffer]:
         """The per-device Buffers (created on first use, allocated when a kernel first runs)."""
         if self._bufs is None:
-            from fusegrad.device import Buffer
-
             self._bufs = [Buffer(d, self.capacity, self.dtype) for d in self.devices]
         return self._bufs
 
@@ -100,8 +95,6 @@ def devices_of(u: UOp) -> tuple[str, ...] | None:
 
 def can_compute(device: str) -> bool:
     """Can kernels run on `device`? (DISK and NPY only store data.)"""
-    from fusegrad.device import Device  # the device layer imports the IR this module builds on
-
     try:
         Device[device].compiler  # noqa: B018  # the property raises for storage-only devices
     except RuntimeError:

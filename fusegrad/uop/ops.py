@@ -12,10 +12,11 @@ import itertools
 import math
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
+from fusegrad.device import Buffer
 from fusegrad.dtype import ConstType, DType, PtrDType, dtypes
-from fusegrad.helpers import Metadata, prod
+from fusegrad.helpers import TRACK_MATCH_STATS, Metadata, prod
 from fusegrad.uop import AxisType, GroupOp, Ops
 from fusegrad.uop.alu import exec_alu
 from fusegrad.uop.bounds import compute_bounds
@@ -41,11 +42,6 @@ from fusegrad.uop.rewrite import (
 )
 from fusegrad.uop.shape import compute_device, compute_shape, movement_shape
 from fusegrad.uop.upat import PatternMatcher, UPat
-
-if TYPE_CHECKING:
-    from fusegrad.device import Buffer
-
-from fusegrad.helpers import TRACK_MATCH_STATS
 
 __all__ = [
     "TRACK_MATCH_STATS",
@@ -344,8 +340,6 @@ class UOp(MathTrait, metaclass=UOpMetaClass):
             raise ValueError(f"buffer: only BUFFER nodes own a Buffer, got {self.op}")
         if (ret := buffers.get(self)) is not None:
             return ret
-        from fusegrad.device import Buffer  # device depends on this module
-
         buffers[self] = ret = Buffer(self.src[1].arg, self.arg, self.dtype)
         return ret
 
