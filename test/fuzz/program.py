@@ -281,30 +281,86 @@ def order_decides_overflow(op: str, x: np.ndarray, axis: int | None, out_dtype: 
     return bool(np.any(np.sum(terms, axis=along) > info.max))  # the largest partial sum in any order
 
 
+# steps that carry a reduction's absolute rounding bound through unchanged (a constant added or subtracted, a sign),
+# or scaled by |constant| (a product with a constant); anything else drops the bound
+_SHIFTS, _SCALES = {"add", "sub", "neg", "contiguous"}, {"mul"}
+
+
+def order_error_bound(op: str, x: np.ndarray, axis: int | None, out_dtype: str) -> np.ndarray | None:
+    """How far a float sum, mean, cumsum or matmul may land from the exact value in any summation order: (n - 1) ulps
+    of eps relative to the sum of the terms' magnitudes (the standard bound for recursive summation, which covers
+    pairwise, SIMD-lane and OpenMP-split orders too). The terms, not the result, set it: where large terms cancel
+    (+-9.2e18 summing to 3.6e13) two orders legitimately differ by far more than a relative tolerance of the result."""
+    if not is_float(out_dtype) or op not in ("sum", "mean", "cumsum", "matmul") or x.size == 0:
+        return None
+    terms, k_axis = _finite_magnitudes(op, x)
+    along = k_axis if op == "matmul" else axis
+    n = terms.shape[along] if along is not None else terms.size
+    eps = float(np.finfo(out_dtype).eps)
+    with np.errstate(all="ignore"):
+        total = np.cumsum(terms, axis=along) if op == "cumsum" else np.sum(terms, axis=along)
+        if op == "mean":
+            total = total / max(n, 1)
+        return np.asarray(total * max(n - 1, 1) * eps, dtype=np.float64)
+
+
+def _carried_bound(
+    op: str, refs: list[int], params: dict[str, Any], bounds: dict[int, np.ndarray]
+) -> np.ndarray | None:
+    """The bound of a step's result from its input's (see _SHIFTS/_SCALES), None when the step does not carry one."""
+    if len(refs) != 1 or refs[0] not in bounds:
+        return None
+    if op in _SHIFTS:
+        return bounds[refs[0]]
+    if op in _SCALES and "const" in params and isinstance(params["const"], int | float):
+        return bounds[refs[0]] * abs(float(params["const"]))
+    return None
+
+
+def run_numpy_bounded(program: Program, out_dtypes: list[str]) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """`run_numpy`, with the result's absolute rounding bound when it comes from a float reduction whose summation
+    order is free (see order_error_bound), through steps that keep the bound meaningful; None otherwise."""
+    bounds: dict[int, np.ndarray] = {}
+    values: list[np.ndarray] = [np.array(i["values"], dtype=i["dtype"]).reshape(i["shape"]) for i in program["inputs"]]
+    for k, (op, refs, params) in enumerate(program["steps"]):
+        ret = _run_step(program, out_dtypes, values, k)
+        if ret is None:
+            return None, None
+        at = len(values)
+        values.append(ret)
+        out = out_dtypes[at]
+        found = order_error_bound(op, values[refs[0]], params.get("axis"), out) if refs else None
+        if found is None:
+            found = _carried_bound(op, refs, params, bounds)
+        if found is not None and found.shape == ret.shape:
+            bounds[at] = found
+    return values[-1], bounds.get(len(values) - 1)
+
+
+def _run_step(program: Program, out_dtypes: list[str], values: list[np.ndarray], k: int) -> np.ndarray | None:
+    """Step k of the program by numpy, its inputs in `values` (see run_numpy for the errors it raises)."""
+    op, refs, params = program["steps"][k]
+    args = [values[r] for r in refs]
+    out = out_dtypes[len(program["inputs"]) + k]
+    if op in ("matmul", *_NP_REDUCE) and order_decides_overflow(op, args[0], params.get("axis"), out):
+        raise OrderOverflowError(f"step {k} ({op}) overflows in some orders")
+    if op == "matmul":
+        with np.errstate(all="ignore"):
+            return np.asarray(args[0].astype(out) @ args[0].astype(out).T)
+    if op in _NP_REDUCE:
+        if op == "prod" and args[0].dtype.kind == "b":
+            return None
+        return np_reduce(op, args[0], params["axis"], out)
+    ret = np_step(op, args, params)
+    return None if ret is None else np.asarray(ret)
+
+
 def run_numpy(program: Program, out_dtypes: list[str]) -> np.ndarray | None:
     """The program's result by numpy; `out_dtypes` are the dtypes fusegrad gave each value (for reductions). None:
     numpy defines a step differently (or not at all). Raises OrderOverflowError where numpy's order is no reference:
     neither is any one order of fusegrad's (the C renderer lets OpenMP split a sum into SIMD lanes, PYTHON adds in
     loop order), so the configurations then agree only where their results are finite."""
-    values: list[np.ndarray] = [np.array(i["values"], dtype=i["dtype"]).reshape(i["shape"]) for i in program["inputs"]]
-    for k, (op, refs, params) in enumerate(program["steps"]):
-        args = [values[r] for r in refs]
-        out = out_dtypes[len(program["inputs"]) + k]
-        if op in ("matmul", *_NP_REDUCE) and order_decides_overflow(op, args[0], params.get("axis"), out):
-            raise OrderOverflowError(f"step {k} ({op}) overflows in some orders")
-        if op == "matmul":
-            with np.errstate(all="ignore"):
-                ret = args[0].astype(out) @ args[0].astype(out).T
-        elif op in _NP_REDUCE:
-            if op == "prod" and args[0].dtype.kind == "b":
-                return None
-            ret = np_reduce(op, args[0], params["axis"], out)
-        else:
-            ret = np_step(op, args, params)
-        if ret is None:
-            return None
-        values.append(np.asarray(ret))
-    return values[-1]
+    return run_numpy_bounded(program, out_dtypes)[0]
 
 
 def run_fusegrad(program: Program, device: str) -> tuple[Any, list[str]]:

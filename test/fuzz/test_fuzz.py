@@ -19,7 +19,16 @@ from hypothesis import HealthCheck, given, settings
 from fusegrad import Tensor
 from test.fuzz.__main__ import load_programs, replay
 from test.fuzz.pool import Pool, _same, _tolerance, report
-from test.fuzz.program import OrderOverflowError, Program, fg_dtype, np_cast, order_decides_overflow, run_numpy
+from test.fuzz.program import (
+    OrderOverflowError,
+    Program,
+    fg_dtype,
+    np_cast,
+    order_decides_overflow,
+    order_error_bound,
+    run_numpy,
+    run_numpy_bounded,
+)
 from test.fuzz.strategies import float_edges, int_edges, programs
 
 EXAMPLES = 200  # ~40 s alone on 2 cores (5 programs/s), ~70 s beside another fuzz run
@@ -229,6 +238,23 @@ def test_a_shift_by_a_huge_count_is_zero_without_building_the_number(device: str
     np.testing.assert_array_equal((x << 1).numpy(), [10, 0])
 
 
+# a 32-minute fuzz run's finding (program 5493, seed 5005), int64 (17, 8): see the cancelling program below
+CANCELLING_INT64 = (
+    "9223372036854775807 -218564 200 -7 -1087 107 2147483648 -2147483648 9672725 190 -36564817707648 2147483647 "
+    "-64235486789 255 -9223372036854775808 2147483647 -250497962 65537 -1 -1 -9223372036854775807 "
+    "4611686018427387904 -4619888405200 -1066590 69536 -87404 170767961369930208 -22821900428212 126 "
+    "-41310480348005608 3743582 9223372036854775807 39916801 9223372036854775807 32768 61578395591 450350 1000000 "
+    "-2147483648 -7 -1 1401615 -7 2147483648 -20867 -2147483648 2147483648 2147483647 54 2147483647 "
+    "-9223372036854775807 1 2 -21387 65537 1615 -9223372036854775807 2368 -9223372036854775808 -9223372036854775807 "
+    "127 2147483647 9223372036854775806 20414499 597 256 -218791176298 128 -355687428096000 -9223372036854775808 "
+    "4844289 2838 26861265 -21362015 -839140665634 4294967295 0 255 -1 9223372036854775806 14 255 128 256 "
+    "-116794659192 -1 -129 -42488527 837 255 23016738538074 3 0 3 4677870 128 127 100 -1486154343043 1 848 "
+    "-9223372036854775807 3 195191 -192714 128330 65537 -391 2147483647 -7 -963 1 2 32768 127 8440232 1 128 100 "
+    "9223372036854775806 -202 37917716744 255 -2147483648 4294967295 3831 -17592186044416 -9388 -1735505 "
+    "-9223372036854775808 9223372036854775807 127 256 9223372036854775807 2147483648 -2128387630 "
+)
+
+
 def test_the_recorded_findings_agree_on_every_configuration(pool: Pool) -> None:
     """The fuzz programs behind the fixes above, run as the fuzzer runs them (CPU and PYTHON, NOOPT=0/1, numpy)."""
     grid = {"dtype": "int32", "shape": [3, 4], "values": list(range(12))}
@@ -237,6 +263,7 @@ def test_the_recorded_findings_agree_on_every_configuration(pool: Pool) -> None:
     big = {"dtype": "uint32", "shape": [32], "values": [0] * 31 + [4294967294]}
     edge = {"dtype": "float64", "shape": [1, 4], "values": [-F64_MAX, -2.8e-85, 65535.5, F64_MAX]}
     overflowing = {"dtype": "float64", "shape": [2, 2], "values": [math.inf, -F64_MAX, -F64_MAX, -F64_MAX]}
+    cancelling = {"dtype": "int64", "shape": [17, 8], "values": [int(v) for v in CANCELLING_INT64.split()]}
     findings = [
         {"inputs": [grid], "steps": [["gather", [0], {"index": [-5, 1, -1]}], ["gather", [1], {"index": [-5]}]]},
         {"inputs": [row], "steps": [["setitem", [0], {"start": 3, "stop": 1, "value": 5}]]},
@@ -246,6 +273,19 @@ def test_the_recorded_findings_agree_on_every_configuration(pool: Pool) -> None:
         {"inputs": [edge], "steps": [["mod", [0], {"const": 1.0}], ["add", [1, 0], {}]]},
         # numpy's BLAS gives -inf at [0, 1] (a fused multiply-add keeps max*max finite), fusegrad inf + -inf = NaN
         {"inputs": [overflowing], "steps": [["matmul", [0], {}], ["cumsum", [1], {"axis": 0}]]},
+        # +-9.2e18 cancelling in a float32 row sum (abs of int64 min stays negative): CPU's SIMD order and numpy's
+        # pairwise one differ by 4e9 in a result of 3.6e13, far inside the terms' rounding (5.5e11 an ulp)
+        {
+            "inputs": [cancelling],
+            "steps": [
+                ["abs", [0], {}],
+                ["reshape", [1], {"shape": [8, 17]}],
+                ["cast", [2], {"dtype": "float32"}],
+                ["gather", [3], {"index": [2, 5, -7, -8]}],
+                ["add", [4], {"const": -1.401298464324817e-45}],
+                ["sum", [5], {"axis": 1}],
+            ],
+        },
     ]
     for program in findings:
         problems = pool.check(program)
@@ -388,6 +428,30 @@ def test_numpy_is_no_reference_where_the_order_decides_an_overflow() -> None:
     }
     with pytest.raises(OrderOverflowError):
         run_numpy(program, ["float64", "float64"])
+
+
+def test_a_sums_rounding_bound_comes_from_its_terms_not_its_result() -> None:
+    """Large terms cancelling leave a small result whose error is set by the terms: two summation orders may differ by
+    (n - 1) eps times the sum of magnitudes, far beyond a relative tolerance of the result. The bound carries through
+    a constant added or multiplied, not through other steps; a wrong value outside it still fails."""
+    terms = np.array([[9.2e18, -9.2e18, 3.6e13, 1.0]], dtype=np.float32)
+    bound = order_error_bound("sum", terms, 1, "float32")
+    assert bound is not None
+    assert bound.shape == (1,)
+    assert bound[0] == pytest.approx(3 * 1.84e19 * 2.0**-23, rel=1e-3)
+    got, other = np.array([3.6284135e13], np.float32), np.array([3.6288179e13], np.float32)  # 4e9 apart
+    assert not _same(got, other, 1e-4)
+    assert _same(got, other, 1e-4, bound=bound)
+    assert not _same(got, np.array([9e12], np.float32), 1e-4, bound=bound)  # 2.7e13 off: beyond 2 * 6.6e12
+    assert order_error_bound("sum", np.array([[7, -7, 1]], np.int32), 1, "int32") is None  # ints are exact
+    assert order_error_bound("max", terms, 1, "float32") is None  # order-free
+    program = {"inputs": [{"dtype": "float32", "shape": [1, 4], "values": terms.tolist()[0]}], "steps": []}
+    steps_and_scale = [([["add", [1], {"const": 5.0}]], 1.0), ([["mul", [1], {"const": -2.0}]], 2.0),
+                       ([["sqrt", [1], {}]], None)]  # fmt: skip
+    for after, scale in steps_and_scale:
+        program["steps"] = [["sum", [0], {"axis": 1}], *[[op, [1], p] for op, _, p in after]]
+        _, carried = run_numpy_bounded(program, ["float32"] * (1 + len(program["steps"])))
+        assert (carried is None) if scale is None else carried == pytest.approx(bound * scale)
 
 
 def test_an_order_dependent_overflow_compares_configurations_where_finite() -> None:
