@@ -233,31 +233,27 @@ class VizSession:
     def step_stream(self, ctx: int, idx: int) -> Iterator[dict[str, Any]]:
         """A header, then the step's graph before any match and after each one, then "done" (or "error").
 
-        A step is replayed once: a kept replay is sent again, one being prepared (`prepare`) is followed as it goes, and
-        otherwise this stream replays it (a stream closed early keeps nothing)."""
+        A step is replayed once, in a thread of its own that streams follow as it goes (`prepare` starts one ahead); a
+        finished replay is kept and sent again. One that no stream follows any more stops once another step is asked
+        for, and keeps nothing."""
         step = self.step(ctx, idx)
         yield self._step_header(ctx, idx, step)
         key = (ctx, idx)
         with self._lock:
-            self._wanted = key  # a preparation of another step, followed by no one, stops at its next graph
+            self._wanted = key  # a replay of another step, followed by no one, stops at its next graph
             if (cached := self._steps.get(key)) is not None:
                 self._steps.move_to_end(key)
-            elif (preparing := self._preparing.get(key)) is not None:
+            else:
+                preparing = self._preparing.get(key) or self._start_replay(key, step)
                 preparing.followers += 1
         if cached is not None:
             yield from cached
-        elif preparing is not None:
-            try:
-                yield from self._follow(preparing)
-            finally:
-                with self._lock:
-                    preparing.followers -= 1
-        else:
-            graphs = []
-            for message in self._replay(step):
-                graphs.append(message)
-                yield message
-            self._keep(key, graphs)
+            return
+        try:
+            yield from self._follow(preparing)
+        finally:
+            with self._lock:
+                preparing.followers -= 1
 
     def _step_header(self, ctx: int, idx: int, step: TrackedGraphRewrite) -> dict[str, Any]:
         assert self.trace is not None, "step() checked the trace"
@@ -284,9 +280,14 @@ class VizSession:
         with self._lock:
             if key in self._steps or key in self._preparing:
                 return False
-            self._preparing[key] = preparing = _Preparing()
-        threading.Thread(target=self._prepare, args=(key, step, preparing), name="viz-prepare", daemon=True).start()
-        return True
+            self._start_replay(key, step)
+            return True
+
+    def _start_replay(self, key: tuple[int, int], step: TrackedGraphRewrite) -> _Preparing:
+        """A thread replaying `step` (called with `_lock` held): streams follow it, and it keeps what it made."""
+        self._preparing[key] = preparing = _Preparing()
+        threading.Thread(target=self._prepare, args=(key, step, preparing), name="viz-replay", daemon=True).start()
+        return preparing
 
     def _prepare(self, key: tuple[int, int], step: TrackedGraphRewrite, preparing: _Preparing) -> None:
         graphs: list[dict[str, Any]] = []

@@ -36,6 +36,7 @@ def test_the_small_size_runs(bench: ModuleType, capsys: pytest.CaptureFixture[st
         assert size["first_paint_s"] > 0
         assert size["frame_max_ms"] >= size["frame_median_ms"] >= 0
         assert rows[1]["graph_first_s"] > 0
+        assert rows[1]["graph_at_once_s"] > 0
         assert len(rows[1]["step_ms"]) == 8
         assert "7,000-node graph: first paint" in out
         for frames in (size["inputs"], rows[1]["graph_inputs"]):  # zoom and pan, event to frame

@@ -110,13 +110,32 @@ function renderSidebar() {
   });
 }
 
-// a group's step list opened (or closed): its first step is most likely picked next, so the server replays it now,
-// while the user reads the list (a 7,000-node graph's replay was ~40% of its first paint)
+// a group's step list opened (or closed): its first step is most likely picked next, so it is made ready while the
+// user reads the list (a 7,000-node graph's first paint was ~40% the server's replay and ~45% its layout)
 function openSteps(ctx) {
   const steps = listSteps(ctx);
   steps.toggleAttribute("hidden");
-  if (!steps.hidden && rw.groups[ctx].steps.length && !stepCache.has(`${ctx}:0`)) {
-    fetch(`/prepare?ctx=${ctx}&idx=0`).catch(() => {}); // only a head start: a failure shows when the step is picked
+  if (!steps.hidden && rw.groups[ctx].steps.length && !stepCache.has(`${ctx}:0`)) prepareStep(ctx, 0);
+}
+
+// the server replays the step in the background (kept there in full), and its first graph is laid out in the worker
+// ahead (layout.js keeps it for when that graph's line comes): only a head start, so a failure shows when the step is
+// picked. Picking any step stops the reading (`ahead.abort`): the step's own stream then reads its lines once
+const ahead = { abort: null };
+
+async function prepareStep(ctx, idx) {
+  if (ahead.abort) ahead.abort.abort();
+  const abort = (ahead.abort = new AbortController());
+  try {
+    await fetch(`/prepare?ctx=${ctx}&idx=${idx}`, { signal: abort.signal }); // first: the stream then follows it
+    await readLines(`/ctxs?ctx=${ctx}&idx=${idx}`, abort.signal, (line) => {
+      if (!line.startsWith('{"kind": "graph"') || abort.signal.aborted) return;
+      if (!layouts.worker) startLayoutWorker();
+      layouts.worker.postMessage({ ahead: line });
+      abort.abort(); // the rest of the step stays on the server, kept
+    });
+  } catch {
+    // aborted, or the server is gone: picking the step says so
   }
 }
 
@@ -171,6 +190,7 @@ function allSteps() {
 // show a step's graphs as they stream in; `want` is the match to show first, `found` search text to highlight
 async function selectStep(ctx, idx, want, found = "") {
   if (rw.abort) rw.abort.abort();
+  if (ahead.abort) ahead.abort.abort(); // still reading: this stream reads it once (a layout posted ahead stays)
   dropQueuedLayouts();
   const abort = (rw.abort = new AbortController());
   for (const msg of rw.graphs) delete msg.parts; // its elements belong to the step's rw.nodes, dropped here

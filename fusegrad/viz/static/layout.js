@@ -455,11 +455,30 @@ function layoutGraph(graph, order, maxNodes = MAX_NODES) {
   return Object.assign(out, drawEdges(out), { sketch: sketchBoxes(graph, order, out) });
 }
 
+// layouts made ahead ({ahead: text}: the page expects that graph message soon), by the message's text, the newest
+// AHEAD_KEPT; each is handed out once, when the same text is asked for
+const AHEAD_KEPT = 2, ahead = new Map();
+
+function layoutOfText(text) {
+  const made = ahead.get(text);
+  if (made) ahead.delete(text);
+  return made || layoutOfMessage(JSON.parse(text));
+}
+
+function layoutOfMessage({ graph, order, maxNodes }) {
+  return layoutGraph(graph, order, maxNodes);
+}
+
 if (typeof WorkerGlobalScope !== "undefined" && self instanceof WorkerGlobalScope) {
-  self.onmessage = (e) => { // {key, graph, order, maxNodes}, or {key, text}: the server's graph message as it came
-    const { key, graph, order, maxNodes } = e.data.text ? { ...JSON.parse(e.data.text), key: e.data.key } : e.data;
-    const layout = layoutGraph(graph, order, maxNodes);
+  // {key, graph, order, maxNodes}, or {key, text}: the server's graph message as it came, or {ahead: text}
+  self.onmessage = (e) => {
+    if (e.data.ahead) {
+      if (!ahead.has(e.data.ahead)) ahead.set(e.data.ahead, layoutOfMessage(JSON.parse(e.data.ahead)));
+      while (ahead.size > AHEAD_KEPT) ahead.delete(ahead.keys().next().value);
+      return;
+    }
+    const layout = e.data.text ? layoutOfText(e.data.text) : layoutOfMessage(e.data);
     const arrays = [layout.nodes, layout.boxes, layout.edges, layout.points, layout.pointStart];
-    self.postMessage({ key, layout }, arrays.map((a) => a.buffer));
+    self.postMessage({ key: e.data.key, layout }, arrays.map((a) => a.buffer));
   };
 }
