@@ -810,6 +810,43 @@ IN_A_WORKER = """([graph, order, maxNodes]) => new Promise((resolve, reject) => 
 })"""
 
 
+# graph messages' texts laid out by one worker, in order: [text] asked for (its layout's arrays and size back), or
+# ["ahead", text] posted to be laid out ahead (nothing back)
+LAID_OUT_IN_ORDER = """(asks) => new Promise((resolve, reject) => {
+  const worker = new Worker("layout.js"), got = [], plain = (L) => ({ nodes: [...L.nodes], boxes: [...L.boxes],
+    edges: [...L.edges], points: [...L.points], width: L.width, height: L.height, hidden: L.hidden });
+  const wanted = asks.filter((a) => a.length === 1).length;
+  worker.onmessage = (e) => {
+    got[e.data.key] = plain(e.data.layout);
+    if (got.filter(Boolean).length === wanted) resolve(got);
+  };
+  worker.onerror = (e) => reject(new Error(e.message));
+  asks.forEach((a, key) => worker.postMessage(a.length === 1 ? { key, text: a[0] } : { ahead: a[1] }));
+}).then((got) => got.filter(Boolean))"""
+
+
+def test_a_layout_made_ahead_is_the_layout_of_that_text_only(browser_page: tuple[Page, list[str]]) -> None:
+    """The worker keeps a graph laid out ahead for the same line only: another graph asked for meanwhile gets its own
+    layout, and the line laid out ahead gets what a fresh layout gives (also when asked again, once handed out)."""
+    from test.viz.test_layout import random_dag
+
+    page, errors = browser_page
+    server, url = start_in_thread(VizSession(dag_trace(40, 1)))
+    texts = []
+    for graph in (random_dag(300, 3), random_dag(500, 4)):
+        nodes = {str(k): {"label": v["label"], "src": [list(s) for s in v["src"]]} for k, v in graph.items()}
+        texts.append(json.dumps({"kind": "graph", "graph": nodes, "order": list(graph)}))
+    try:
+        page.goto(url)
+        fresh = page.evaluate(LAID_OUT_IN_ORDER, [[texts[0]], [texts[1]]])
+        got = page.evaluate(LAID_OUT_IN_ORDER, [["ahead", texts[0]], [texts[1]], [texts[0]], [texts[0]]])
+        assert got == [fresh[1], fresh[0], fresh[0]]
+        assert errors == []
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_the_page_lays_graphs_out_as_the_python_reference_does(browser_page: tuple[Page, list[str]]) -> None:
     """layout.js (the page's, run in a worker) and layout_reference.py are one algorithm: the same boxes and edge
     routes, to the pixel (rounding halves differs), for plain, deep, repeated and collapsed graphs."""
