@@ -44,14 +44,19 @@ def test_a_step_is_replayed_once(real_trace: RealTrace, monkeypatch: pytest.Monk
     assert len(replays) == 1  # a step not asked for before is replayed
 
 
-def test_an_abandoned_replay_is_not_kept(real_trace: RealTrace) -> None:
-    session = real_trace.session()
+def test_a_stream_closed_early_leaves_its_step_replayed_once(
+    real_trace: RealTrace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page stopped reading after the first graph (a reload, the same step picked again): no other step was asked
+    for, so the replay goes on, and asking again follows or reads it instead of starting over."""
+    session, replays = real_trace.session(), counted_replays(monkeypatch)
     ctx, idx = first_step_with_matches(real_trace)
     stream = session.step_stream(ctx, idx)
     next(stream)
     next(stream)
-    stream.close()  # the page went elsewhere after the first graph
+    stream.close()
     assert list(session.step_stream(ctx, idx))[-1]["kind"] == "done"
+    assert len(replays) == 1
 
 
 def counted_replays(monkeypatch: pytest.MonkeyPatch) -> list[object]:
