@@ -1,7 +1,8 @@
 """What the VIZ server and the terminal view serve: one loaded rewrite trace and profile, as JSON-ready payloads.
 
 `VizSession(trace, events)` answers the endpoints: `groups()` (/ctxs), `step_stream(ctx, idx)` (a step's graph after
-every match, laid out, kept once replayed), `kernel(ctx)`, `search(text)`, `profile_bytes()` and `profile_info()`
+every match, replayed once in a thread that streams follow, the STEP_CACHE newest replays kept), `prepare(ctx, idx)`
+(that replay started ahead), `kernel(ctx)`, `search(text)`, `profile_bytes()` and `profile_info()`
 (/get_profile), `timeline_overview(bins)` and `kernel_stats()` (read from a streaming file's columns at once).
 `open_session` reads saved files, the big parts in background threads, so a server answers at once.
 """
