@@ -302,9 +302,12 @@ def test_a_zoom_shows_the_last_frame_stretched_until_its_tiles_are_drawn(browser
         page.evaluate("() => window.vizProbe.setView(20000, 60000)")
         assert page.evaluate(RANGE_ROW_COVERED) > 0.9  # kernels back to back: the row is full
         page.evaluate("() => { prof.t0 = 30000; prof.t1 = 50000; }")  # zoomed in twice
-        assert not page.evaluate("() => window.vizProbe.frameWithin(0)")  # time for one tile only
-        assert page.evaluate("() => window.vizProbe.tilesMade()") == 1
-        assert page.evaluate(RANGE_ROW_COVERED) > 0.9  # the rest: the last frame, stretched
+        # one evaluate: between two, the page's own frames and idle time may already draw more tiles
+        one_frame = (
+            "() => { const settled = window.vizProbe.frameWithin(0); return [settled, window.vizProbe.tilesMade()] }"
+        )
+        assert page.evaluate(one_frame) == [False, 1]  # time for one tile only
+        assert page.evaluate(RANGE_ROW_COVERED) > 0.9  # the rest: the last frame, stretched (or tiles drawn since)
         page.wait_for_function(SETTLED)  # the frames after draw the other tiles
         assert page.evaluate(RANGE_ROW_COVERED) > 0.9
         assert errors == []
