@@ -556,10 +556,9 @@ def tile_opts(sink: UOp, opts: list[Opt], rest: list[UOp], width: int, acc_bytes
     over the output loops `rest`, after the hoisting upcasts `opts`."""
     nodes = sink.toposort()
     reduces = [u for u in nodes if u.op is Ops.REDUCE]
-    upcasts = upcast_opts(rest, _reduce_loads(nodes), acc_bytes, width)
-    reduce_size = max(
-        math.prod(int(r.src[0].arg) if r.src[0].op is Ops.CONST else 0 for r in u.src[1:]) for u in reduces
-    )
+    loads = _reduce_loads(nodes)
+    upcasts = upcast_opts(rest, loads, acc_bytes, width)
+    reduce_size = max(_reduce_size(u) for u in reduces)
     sizes = {r.arg[0]: int(r.src[0].arg) for r in rest}
     narrow = min(vectorize.vector_sizes()) // acc_bytes  # lanes of the narrowest vector: a longer axis gets whole
     # vectors at some width (hand_coded_opts tries each), so only a shorter one turns to the strided tile
@@ -569,28 +568,26 @@ def tile_opts(sink: UOp, opts: list[Opt], rest: list[UOp], width: int, acc_bytes
         # 2x4 vectors on a 2x2 conv of 64 channels) as many vectors as keep a panel of the whole reduce within
         # PACK_MAX_BYTES (fewer columns for a long one)
         max_vectors = PACK_MAX_BYTES // max(reduce_size * acc_bytes * width, 1)
-        tile = strided_tile_opts(rest, _reduce_loads(nodes), width, max_vectors)
-        packed = pack_opts(sink, opts + tile, _reduce_loads(nodes), reduce_size, sizes) if tile else []
+        tile = strided_tile_opts(rest, loads, width, max_vectors)
+        packed = pack_opts(sink, opts + tile, loads, reduce_size, sizes) if tile else []
         if (
             not packed
             and not upcasts
             and not opts
             and reduce_size >= PACK_MIN_REDUCE
-            and (row := row_tile_opts(rest, _reduce_loads(nodes), width, max_vectors))
+            and (row := row_tile_opts(rest, loads, width, max_vectors))
         ):
-            tile, packed = row, pack_row_opts(sink, row[0], _reduce_loads(nodes), sizes)
+            tile, packed = row, pack_row_opts(sink, row[0], loads, sizes)
         if packed or not upcasts:
             return tile + packed if packed else []
-    if packed := pack_opts(sink, opts + upcasts, _reduce_loads(nodes), reduce_size, sizes):
+    if packed := pack_opts(sink, opts + upcasts, loads, reduce_size, sizes):
         return upcasts + packed
     if len(upcasts) == 2 and upcasts[0].arg >= 4 and sizes.get(upcasts[0].axis) == upcasts[0].arg:
         # the rows took the whole reuse axis, so no loop is left to pack the vector loads outside: with half of it
         # the panel serves both halves and the tile reads it ungated (a 16x16 conv of 8 channels: 8x16 over masked
         # input loads 42 -> 12 us as 4x16 from a packed row); pack_opts keeps plain loads (a matmul's) unpacked
         halved = [Opt(OptOps.UPCAST, upcasts[0].axis, upcasts[0].arg // 2), upcasts[1]]
-        if upcasts[0].arg % 2 == 0 and (
-            packed := pack_opts(sink, opts + halved, _reduce_loads(nodes), reduce_size, sizes)
-        ):
+        if upcasts[0].arg % 2 == 0 and (packed := pack_opts(sink, opts + halved, loads, reduce_size, sizes)):
             return halved + packed
     return upcasts + swap_opts(upcasts, reduce_size, sizes)
 
