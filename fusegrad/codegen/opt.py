@@ -257,16 +257,13 @@ def apply_opts(sink: UOp, opts: tuple[Opt, ...], has_local: bool = False) -> UOp
             case OptOps.GROUP | OptOps.GROUPTOP if has_local or opt.op is OptOps.GROUPTOP:
                 sink = split_group(sink, opt.axis, opt.arg, new_axis, top=opt.op is OptOps.GROUPTOP)
             case OptOps.GROUP:
-                new_reg = max((u.arg for u in nodes if u.op is Ops.DEFINE_REG), default=-1) + 1
-                sink = group(sink, opt, new_axis, new_reg)
+                sink = group(sink, opt, new_axis, _next_reg(nodes))
             case OptOps.SWAP:
                 sink = swap(sink, opt)
             case OptOps.PACK:
-                new_reg = max((u.arg for u in nodes if u.op is Ops.DEFINE_REG), default=-1) + 1
-                sink = pack(sink, opt, new_axis, new_reg)
+                sink = pack(sink, opt, new_axis, _next_reg(nodes))
             case OptOps.KEEP:  # codegen/rowbuffer.py
-                new_reg = max((u.arg for u in nodes if u.op is Ops.DEFINE_REG), default=-1) + 1
-                sink = keep_row_value(sink, opt.axis, new_reg)
+                sink = keep_row_value(sink, opt.axis, _next_reg(nodes))
     return graph_rewrite(sink, sym, name="simplify optimized indexing") if opts else sink
 
 
@@ -289,6 +286,11 @@ def stride(idx: UOp, rng: UOp) -> int | None:
 
 def _first_divisor(size: int, amounts: tuple[int, ...], limit: int) -> int | None:
     return next((a for a in amounts if a <= min(size, limit) and size % a == 0), None)
+
+
+def _next_reg(nodes: dict[UOp, None]) -> int:
+    """The first DEFINE_REG number the kernel doesn't use yet (an opt's new accumulator or buffer)."""
+    return max((u.arg for u in nodes if u.op is Ops.DEFINE_REG), default=-1) + 1
 
 
 def _reduce_loads(nodes: dict[UOp, None]) -> list[UOp]:
