@@ -291,7 +291,6 @@ class VizSession:
         return preparing
 
     def _prepare(self, key: tuple[int, int], step: TrackedGraphRewrite, preparing: _Preparing) -> None:
-        graphs: list[dict[str, Any]] = []
         replay = self._replay(step)
         try:
             for message in replay:
@@ -299,11 +298,10 @@ class VizSession:
                     if not preparing.followers and self._wanted not in (None, key) and message["kind"] == "graph":
                         del self._preparing[key]  # a later request for it replays it itself
                         return  # nothing kept
-                graphs.append(message)
                 with preparing.changed:
                     preparing.messages.append(message)
                     preparing.changed.notify_all()
-            self._keep(key, graphs)
+            self._keep(key, preparing.messages)  # finished: no more messages come
         finally:
             replay.close()
             with self._lock:
