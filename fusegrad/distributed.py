@@ -286,14 +286,15 @@ def _staged(t: Tensor, op: str) -> tuple[np.ndarray, bool]:
     """`host_view(t)`, remembering the zero-copy array of a plain realized buffer (valid while the buffer keeps the
     same allocation; the device's pending work is still waited for on every call)."""
     if (entry := _host_views.get(t.uop)) is not None:
-        buffer, storage, values = entry
-        if buffer._storage is storage and buffer.is_allocated():
-            buffer.allocator.dev.synchronize()
-            return values, True
-    values, in_place = host_view(t, op)
-    if in_place and (fresh := _realized_buffer(t)) is not None:
-        _host_views[t.uop] = (fresh, fresh._storage, values)
-    return values, in_place
+        held, storage, kept = entry
+        if held._storage is storage and held.is_allocated():
+            held.allocator.dev.synchronize()
+            return kept, True
+    dtype = _numpy_dtype(t, op)  # before realizing, as host_view checks it
+    if (buffer := _realized_buffer(t)) is not None and (values := _host_array(buffer, dtype)) is not None:
+        _host_views[t.uop] = (buffer, buffer._storage, values)
+        return values, True
+    return host_view(t, op)  # a staging copy (another device's memory, a view, a sharded tensor)
 
 
 def _host_array(buffer: Buffer, dtype: np.dtype[np.generic]) -> np.ndarray | None:

@@ -652,7 +652,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         sink = Tensor._sink([self, *lst])
         schedule = create_schedule(sink)
         if schedule:
-            assigns = [u for u in sink.toposort() if u.op is Ops.ASSIGN and u.src[1].op is Ops.KERNEL]
+            assigns = _kernel_assigns(sink)
             schedule[-1].settle = functools.partial(settle_assigns, assigns)
         return schedule
 
@@ -2747,6 +2747,11 @@ def _check_storage_write(target: UOp, value: UOp) -> None:
         check_storage_write(target, value)
 
 
+def _kernel_assigns(sink: UOp) -> list[UOp]:
+    """The ASSIGN(BUFFER, KERNEL) nodes of a kernelized graph: each kernel's write, settled once the kernel has run."""
+    return [u for u in sink.toposort() if u.op is Ops.ASSIGN and u.src[1].op is Ops.KERNEL]
+
+
 def settle_assigns(assigns: Sequence[UOp]) -> None:
     """Kernels that have run: every tensor reading one of these ASSIGN(BUFFER, KERNEL) nodes reads its buffer."""
     _apply_map({u: u.src[0] for u in assigns})
@@ -2985,7 +2990,7 @@ def _schedule_and_run(
     items = create_schedule(sink)
     ran = list(items)  # run_schedule pops them
     run_schedule(items, do_update_stats=do_update_stats)
-    assigns = [u for u in sink.toposort() if u.op is Ops.ASSIGN and u.src[1].op is Ops.KERNEL]
+    assigns = _kernel_assigns(sink)
     settle = {u: u.src[0] for u in assigns}
     _apply_map(settle, only)
     if structure is not None and structure.key is not None:
