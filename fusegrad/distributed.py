@@ -110,6 +110,9 @@ def init() -> WorldInfo:
     return info
 
 
+ABORT_GRACE_S = 0.5  # seconds between printing a rank's error and aborting every rank
+
+
 def _abort_on_exception(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
     """sys.excepthook under init(): print the traceback, then take every rank down rather than let them hang."""
     sys.__excepthook__(kind, value, tb)
@@ -119,6 +122,9 @@ def _abort_on_exception(kind: type[BaseException], value: BaseException, tb: Tra
     sys.stderr.write(f"fusegrad.distributed: rank {info.rank} raised {kind.__name__}; aborting all "
                      f"{info.world_size} ranks\n")  # fmt: skip
     sys.stderr.flush()
+    # the launcher forwards each rank's output asynchronously and Abort tears the job down: without a pause the
+    # message could be lost (seen as a cut traceback from the other rank, killed while printing the same error)
+    time.sleep(ABORT_GRACE_S)
     comm.Abort(1)
 
 
