@@ -56,9 +56,9 @@ def kept_value(sink: UOp, red: UOp) -> tuple[UOp, list[UOp]] | None:
         if rng in ranges and value.dtype.count == 1 and size * value.dtype.itemsize <= ROW_BUFFER_BYTES:
             outer = ranges - {rng}
             if all(r.arg[1] is AxisType.LOOP for r in outer) and _is_costly_in(value, rng):
-                again = [r for r in same_size if value.substitute({rng: r}) in nodes]
-                if again and not any(value.substitute({rng: r}) in before for r in again):
-                    return value, again
+                copies = {r: copy for r in same_size if (copy := value.substitute({rng: r})) in nodes}
+                if copies and not any(copy in before for copy in copies.values()):
+                    return value, list(copies)
         for s in value.src:
             if s not in seen and rng in s.toposort():
                 seen.add(s)
