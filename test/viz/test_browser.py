@@ -201,6 +201,20 @@ def synthetic_profile(n: int) -> list[ProfileEvent]:
     return events
 
 
+@contextlib.contextmanager
+def profiler_open(page: Page, events: list[ProfileEvent]) -> Iterator[None]:
+    """A server for `events` while the block runs, its page on the Profiler tab with the timeline ready."""
+    server, url = start_in_thread(VizSession(events=events))
+    try:
+        page.goto(url)
+        page.click("#tab-profiler")
+        page.wait_for_function("() => window.vizProbe.ready()")
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_profiler_stays_smooth_at_100k_events(browser_page: tuple[Page, list[str]]) -> None:
     page, errors = browser_page
     server, url = start_in_thread(VizSession(events=synthetic_profile(100_000)))
@@ -247,11 +261,7 @@ def test_the_timeline_pans_by_reusing_its_tiles(browser_page: tuple[Page, list[s
     """A pan draws at most the one tile that comes into view and shows what a fresh draw of every tile shows; a zoom
     ends with every tile drawn at the new scale, the same picture as a fresh draw."""
     page, errors = browser_page
-    server, url = start_in_thread(VizSession(events=synthetic_profile(20_000)))
-    try:
-        page.goto(url)
-        page.click("#tab-profiler")
-        page.wait_for_function("() => window.vizProbe.ready()")
+    with profiler_open(page, synthetic_profile(20_000)):
         page.evaluate("() => window.vizProbe.setView(20000, 60000)")
         box = page.locator("#timeline").bounding_box()
         assert box is not None
@@ -276,9 +286,6 @@ def test_the_timeline_pans_by_reusing_its_tiles(browser_page: tuple[Page, list[s
         page.evaluate("() => window.vizProbe.redraw(true)")
         assert page.evaluate(CONTENT_PIXELS, ["fresh", "zoomed"]) < panned * 0.01
         assert errors == []
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 # the share of the first range row's middle line (content area) that shows a range, not the row's background
@@ -294,11 +301,7 @@ RANGE_ROW_COVERED = """() => {
 
 def test_a_zoom_shows_the_last_frame_stretched_until_its_tiles_are_drawn(browser_page: tuple[Page, list[str]]) -> None:
     page, errors = browser_page
-    server, url = start_in_thread(VizSession(events=synthetic_profile(20_000)))
-    try:
-        page.goto(url)
-        page.click("#tab-profiler")
-        page.wait_for_function("() => window.vizProbe.ready()")
+    with profiler_open(page, synthetic_profile(20_000)):
         page.evaluate("() => window.vizProbe.setView(20000, 60000)")
         assert page.evaluate(RANGE_ROW_COVERED) > 0.9  # kernels back to back: the row is full
         page.evaluate("() => { prof.t0 = 30000; prof.t1 = 50000; }")  # zoomed in twice
@@ -311,9 +314,6 @@ def test_a_zoom_shows_the_last_frame_stretched_until_its_tiles_are_drawn(browser
         page.wait_for_function(SETTLED)  # the frames after draw the other tiles
         assert page.evaluate(RANGE_ROW_COVERED) > 0.9
         assert errors == []
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_range_names_show_where_they_fit(browser_page: tuple[Page, list[str]]) -> None:
@@ -323,11 +323,7 @@ def test_range_names_show_where_they_fit(browser_page: tuple[Page, list[str]]) -
     events: list[ProfileEvent] = [ProfileRangeEvent("CPU", f"short_{i % 5}", Decimal(i * 10), Decimal(i * 10 + 4))
                                   for i in range(5000)]  # fmt: skip
     events.append(ProfileRangeEvent("CPU", "long_kernel", Decimal(50_000), Decimal(60_000)))  # a fifth of the run
-    server, url = start_in_thread(VizSession(events=events))
-    try:
-        page.goto(url)
-        page.click("#tab-profiler")
-        page.wait_for_function("() => window.vizProbe.ready()")
+    with profiler_open(page, events):
         names = "() => window.vizProbe.texts().texts.filter((t) => t.kind === 'range').map((t) => t.text)"
         page.evaluate("() => window.vizProbe.setView(0, 60000)")
         assert page.evaluate(names) == ["long_kernel"]  # 10 ms of 60: wide; the 4 us ones under a pixel
@@ -336,9 +332,6 @@ def test_range_names_show_where_they_fit(browser_page: tuple[Page, list[str]]) -
         page.evaluate("() => window.vizProbe.setView(59990, 60100)")  # the long one's last 10 us, its name at the left
         assert page.evaluate(names) == ["long_kernel"]
         assert errors == []
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def largest_step(real_trace: RealTrace) -> tuple[int, int]:
@@ -416,11 +409,7 @@ def test_the_timeline_keeps_its_last_marker_and_axis_label(browser_page: tuple[P
                                   for i in range(10)]  # fmt: skip
     events += [ProfilePointEvent("TINY", "marker", None, {"name": name}, ts=Decimal(ts))
                for name, ts in (("start of run", 0), ("end of run", 980))]  # fmt: skip
-    server, url = start_in_thread(VizSession(events=events))
-    try:
-        page.goto(url)
-        page.click("#tab-profiler")
-        page.wait_for_function("() => window.vizProbe.ready()")
+    with profiler_open(page, events):
         for view in ((0, 980), (0, 1000), (500, 990), (180, 980)):
             page.evaluate("v => window.vizProbe.setView(v[0], v[1])", list(view))
             drawn: dict[str, Any] = page.evaluate("() => window.vizProbe.texts()")
@@ -435,9 +424,6 @@ def test_the_timeline_keeps_its_last_marker_and_axis_label(browser_page: tuple[P
         assert page.evaluate(MARKER_LABEL_PIXELS_AT_THE_RIGHT) > 20, "the last marker's label is not on the canvas"
         screenshot(page, "viz_timeline_ends.png")
         assert errors == []
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_marker_names_do_not_pile_up(browser_page: tuple[Page, list[str]]) -> None:
@@ -446,11 +432,7 @@ def test_marker_names_do_not_pile_up(browser_page: tuple[Page, list[str]]) -> No
     page, errors = browser_page
     events: list[ProfileEvent] = [ProfileRangeEvent("CPU", "E_0", Decimal(0), Decimal(3000))]
     events += [ProfilePointEvent("TINY", "marker", None, {"name": f"step {i}"}, ts=Decimal(i * 10)) for i in range(300)]
-    server, url = start_in_thread(VizSession(events=events))
-    try:
-        page.goto(url)
-        page.click("#tab-profiler")
-        page.wait_for_function("() => window.vizProbe.ready()")
+    with profiler_open(page, events):
         marker_texts = "() => window.vizProbe.texts().texts.filter((t) => t.kind === 'marker')"
         page.evaluate("() => window.vizProbe.setView(0, 3000)")
         names = page.evaluate(marker_texts)
@@ -460,9 +442,6 @@ def test_marker_names_do_not_pile_up(browser_page: tuple[Page, list[str]]) -> No
         page.evaluate("() => window.vizProbe.setView(995, 1106)")  # markers 100 .. 110, ~75 px apart, room at the right
         assert [t["text"] for t in page.evaluate(marker_texts)] == [f"step {i}" for i in range(100, 111)]
         assert errors == []
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_the_profiler_says_when_no_profile_is_loaded(
