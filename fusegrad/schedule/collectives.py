@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from fusegrad.dtype import dtypes
 from fusegrad.helpers import RING, RING_ALLREDUCE_THRESHOLD, prod
+from fusegrad.schedule.fusion import is_kernelized
 from fusegrad.schedule.multi import (
     REPLICATED,
     Placement,
@@ -20,7 +21,7 @@ from fusegrad.schedule.multi import (
     multi_range,
     register_multi_buffer,
 )
-from fusegrad.schedule.rangeify import Kernel, is_kernelized, simplify_kernel
+from fusegrad.schedule.rangeify import Kernel, simplify_kernel
 from fusegrad.uop import AxisType, Ops
 from fusegrad.uop.ops import UOp
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from fusegrad.helpers import TRACK_MATCH_STATS, prod
 from fusegrad.schedule.fusion import ReadPolicy, Reads
-from fusegrad.schedule.fusion import is_kernelized as is_kernelized  # engine/schedule.py, collectives.py read it here
+from fusegrad.schedule.fusion import is_kernelized as is_kernelized  # engine/schedule.py reads it here
 from fusegrad.schedule.indexing import Index, idx_const, linearize_index, simplify_index, source_index
 from fusegrad.schedule.multi import (
     DeviceIndexing,
