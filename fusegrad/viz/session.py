@@ -304,8 +304,9 @@ class VizSession:
             self._keep(key, preparing.messages)  # finished: no more messages come
         finally:
             replay.close()
-            with self._lock:
-                self._preparing.pop(key, None)
+            with self._lock:  # only this replay's entry: an abandoned one may have been replaced by a new one
+                if self._preparing.get(key) is preparing:
+                    del self._preparing[key]
             with preparing.changed:
                 preparing.finished = True
                 preparing.changed.notify_all()
