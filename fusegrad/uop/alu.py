@@ -5,13 +5,16 @@ Integer division and modulo truncate toward zero, integers wrap at their width, 
 zero gives inf/nan, never an exception) and float32/float16 results are rounded to their width. Where C leaves a
 result undefined, numpy's result on x86 is the definition: x // 0 and x % 0 are 0, INT_MIN // -1 wraps to INT_MIN
 (and INT_MIN % -1 is 0), shifts by a count outside [0, bits) give 0 (or -1 for a negative value shifted right), and
-a float converts to an int as `float_to_int` says.
+a float converts to an int as `float_to_int` says. MULACC on floats is IEEE's fusedMultiplyAdd: x*y + z rounded once
+(C's fmaf/fma), which `fused_multiply_add` computes exactly.
 """
 
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 from fusegrad.dtype import ConstType, DType, dtypes, truncate
@@ -102,6 +105,45 @@ def _trunc(x: float) -> float:
     return float(math.trunc(x)) if math.isfinite(x) else x
 
 
+def _round_to_odd_fma(x: float, y: float, z: float) -> float:
+    """x*y + z rounded to odd in a double, for operands of at most 26 significant bits (float32 and narrower): their
+    product is exact in a double, TwoSum gives the sum's exact rounding error, and a double rounded to odd rounds to
+    any format of at most 51 bits as the exact value would (no double rounding: Boldo & Melquiond)."""
+    product = x * y  # exact
+    total = product + z
+    if not math.isfinite(total):
+        return total  # inf or nan operands: what IEEE's fma gives (the product cannot overflow a double)
+    z_part = total - product
+    error = (product - (total - z_part)) + (z - z_part)  # TwoSum: total + error == product + z exactly
+    if error == 0 or struct.unpack("<q", struct.pack("<d", total))[0] & 1:
+        return total
+    return math.nextafter(total, math.copysign(math.inf, error))  # the odd neighbour, on the exact value's side
+
+
+def _exact_fma(x: float, y: float, z: float) -> float:
+    """x*y + z rounded once to a double, by exact rational arithmetic (math.fma is Python 3.13+)."""
+    if not (math.isfinite(x) and math.isfinite(y)):
+        return x * y + z  # an inf or nan product is exact, and the add follows IEEE
+    if not math.isfinite(z):
+        return z  # finite + inf is inf, + nan is nan (x*y + z in doubles could overflow to inf - inf = nan)
+    exact = Fraction(x) * Fraction(y) + Fraction(z)
+    if exact == 0:
+        # zero operands add as IEEE zeros do (-0 only for -0 + -0); a cancellation is +0 in round-to-nearest
+        return x * y + z if x == 0 or y == 0 else 0.0
+    try:
+        return float(exact)  # int / int is correctly rounded (to nearest even), subnormals and underflow included
+    except OverflowError:  # raised only when the rounded value overflows
+        return math.inf if exact > 0 else -math.inf
+
+
+def fused_multiply_add(x: float, y: float, z: float, dtype: DType) -> float:
+    """IEEE fusedMultiplyAdd of float `dtype` values: x*y + z with one rounding, to a double here (exec_alu rounds it
+    to `dtype`): exact rationals for float64, a double rounded to odd for float32 and narrower."""
+    if dtype.scalar().itemsize == 8:
+        return _exact_fma(x, y, z)
+    return _round_to_odd_fma(x, y, z)
+
+
 python_alu: dict[Ops, Callable[..., Any]] = {
     Ops.NEG: lambda x: (not x) if isinstance(x, bool) else -x,
     Ops.EXP2: _exp2,
@@ -127,7 +169,7 @@ python_alu: dict[Ops, Callable[..., Any]] = {
     Ops.SHL: _shl,  # exec_alu passes the dtype's width
     Ops.SHR: _shr,
     Ops.WHERE: lambda c, x, y: x if c else y,
-    Ops.MULACC: lambda x, y, z: x * y + z,
+    Ops.MULACC: lambda x, y, z: x * y + z,  # ints (wrapped by exec_alu); floats take fused_multiply_add
 }
 
 
@@ -138,6 +180,8 @@ def exec_alu(op: Ops, dtype: DType, operands: tuple[Any, ...] | list[Any], trunc
         return tuple(exec_alu(op, dtype.scalar(), lane, truncate_output) for lane in lanes)
     if op in (Ops.SHL, Ops.SHR):
         ret: Any = python_alu[op](*operands, bits=min(dtype.scalar().bitsize, 64))
+    elif op is Ops.MULACC and dtypes.is_float(dtype):
+        ret = fused_multiply_add(*(float(x) for x in operands), dtype=dtype)
     elif op not in python_alu:
         raise NotImplementedError(f"exec_alu: no Python meaning for {op}")
     else:
