@@ -1,33 +1,39 @@
 """BEAM search over kernel opts (codegen/opt.py): time candidate opt lists on the kernel's own device, keep the fastest.
 
-`beam_search(ast, device, width)` starts from no opts and the heuristic's, then each round extends every kept opt list
-by one legal action (`actions`), compiles and times the new kernels on fresh buffers (best of a few runs), drops any
-whose output differs from the unoptimised kernel's, and keeps the `width` fastest, until a round finds nothing faster.
-The winner goes to the disk cache, keyed by kernel AST and device, so a later process reuses it (`IGNORE_BEAM_CACHE=1`
-searches again). `beam_ast` is the engine's hook: the AST with the chosen opts in its KernelInfo when `BEAM` is set.
+`beam_search(ast, device, width)` starts from the heuristic's opts (and no opts, for a small kernel), then each round
+extends every kept opt list by one legal action (`actions`), compiles the new kernels in parallel, times them on fresh
+buffers (best of a few runs), drops any whose output differs from the reference kernel's, and keeps the `width`
+fastest, until a round finds nothing faster or the kernel's time budget (BUDGET_S) is spent. The winner goes to the
+disk cache, keyed by kernel AST, device and width, so a later process reuses it (`IGNORE_BEAM_CACHE=1` searches
+again); `searches` lists every answer of this process. `beam_ast` is the engine's hook: the AST with the chosen opts in
+its KernelInfo when `BEAM` is set.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
 from fusegrad.codegen import KernelInfo, get_kernel_name, to_program
 from fusegrad.codegen.opt import Opt, OptOps, apply_opts, choose_opts
+from fusegrad.codegen.rowbuffer import kept_value
 from fusegrad.device import Buffer, Device
 from fusegrad.diskcache import CacheValue, JSONValue
 from fusegrad.dtype import DType, PtrDType, _to_np_dtype, dtypes
 from fusegrad.engine.realize import CompiledRunner
 from fusegrad.helpers import BEAM, DEBUG, IGNORE_BEAM_CACHE, NOOPT, Context, dedup, diskcache_get, diskcache_put
+from fusegrad.renderer import ProgramSpec, Renderer
 from fusegrad.uop import AxisType, Ops
 from fusegrad.uop.ops import UOp, graph_rewrite
 from fusegrad.uop.symbolic import sym
 
-__all__ = ["actions", "beam_ast", "beam_search"]
+__all__ = ["SearchResult", "actions", "beam_ast", "beam_search", "searches"]
 
 # splits tried for an output axis: powers of two only, as gcc 12 -O2 -fopenmp miscompiled an `omp simd` loop of 3
 # inside an upcast loop of 4 (an aligned store to acc0 + 3: a crash, e.g. UPCAST 1 4 then UPCAST 0 3 of a 6x5x8 matmul)
@@ -41,7 +47,12 @@ TIMING_RUNS = 3  # a candidate's time is the best of at least this many runs aft
 MIN_TIMING_S, MAX_TIMING_RUNS = 2e-3, 50  # fast kernels run more often, until this much time: one run is noise
 MIN_GAIN = 0.97  # a round must beat the best so far by 3%: smaller wins are timing noise on a busy machine
 MAX_ROUNDS = 8  # actions appended to an opt list at most: bounds the search when every round improves a little
-BEAM_TABLE = "beam_search"  # disk-cache table: (AST key, device, renderer) -> the chosen opts as [op, axis, arg] lists
+BUDGET_S = 60.0  # seconds one kernel's search may take: no round starts and no candidate is timed after that
+ABANDON = 2.0  # a candidate whose checked run is this many times the best time so far is not run again (a loser)
+# the unoptimised kernel is the reference output (and a beam start) up to this many ops; past it (a 2048² matmul runs
+# 64 s without opts) the heuristic's kernel is, as tested in test/codegen against numpy and the PYTHON device
+PLAIN_MAX_OPS = 1 << 27
+BEAM_TABLE = "beam_search"  # disk-cache table: (AST key, device, renderer, width) -> the SearchResult's fields
 SKIPPED_DEVICES = ("NULL", "DISK", "NPY")  # nothing runs there (NULL) or no kernels at all: no timing to search on
 
 
@@ -58,9 +69,10 @@ def actions(sink: UOp, has_local: bool = False) -> list[Opt]:
     """The opts that may extend `sink`'s current ones: UPCAST of each constant output loop by a divisor (the upcast
     loops' sizes multiplying to at most MAX_UPCAST) unless a reduce is grouped or packed, GROUP of each constant
     reduce axis by a divisor unless there are upcasts, SWAP of each pair of output loops, PACK of each buffer a reduce
-    loads across each constant output loop that load doesn't depend on. On GPUs (`has_local`) LOCAL and GROUP
-    (`gpu_actions`) instead of GROUP and PACK. Candidates only: apply_opts still decides whether one fits
-    (ValueError: it doesn't)."""
+    loads across each constant output loop that load doesn't depend on, KEEP of each reduce whose costly value the
+    kernel computes again over its row (codegen/rowbuffer.py). On GPUs (`has_local`) LOCAL and GROUP (`gpu_actions`)
+    instead of GROUP, PACK and KEEP. Candidates only: apply_opts still decides whether one fits (ValueError: it
+    doesn't)."""
     upcast = math.prod(int(r.src[0].arg) for r in _const_ranges(sink, AxisType.UPCAST))
     loops, reduces = _const_ranges(sink, AxisType.LOOP), _const_ranges(sink, AxisType.REDUCE)
     # GROUP and UPCAST exclude each other: gcc took 37 s to compile a 64x64 matmul tile with its reduce grouped
@@ -74,7 +86,14 @@ def actions(sink: UOp, has_local: bool = False) -> list[Opt]:
     for r in [] if upcast > 1 else reduces:
         ret += [Opt(OptOps.GROUP, r.arg[0], a) for a in GROUP_AMOUNTS if int(r.src[0].arg) % a == 0]
     ret += [Opt(OptOps.SWAP, a.arg[0], b.arg[0]) for i, a in enumerate(loops) for b in loops[i + 1 :]]
-    return ret + pack_actions(sink, loops)
+    return ret + pack_actions(sink, loops) + keep_actions(sink)
+
+
+def keep_actions(sink: UOp) -> list[Opt]:
+    """KEEP(reduce loop, its size) of each reduce with a value worth a row buffer (kept: kept_value finds none)."""
+    reduces = [u for u in sink.toposort() if u.op is Ops.REDUCE]
+    return [Opt(OptOps.KEEP, red.src[1].arg[0], int(red.src[1].src[0].arg)) for red in reduces
+            if kept_value(sink, red) is not None]  # fmt: skip
 
 
 def gpu_actions(sink: UOp, loops: list[UOp], reduces: list[UOp], upcast: bool) -> list[Opt]:
@@ -113,6 +132,10 @@ def extensions(sink: UOp, opts: tuple[Opt, ...], has_local: bool = False) -> lis
             apply_opts(sink, (*opts, action), has_local)
         except ValueError:
             continue
+        except Exception as e:  # an opt.py defect on an odd candidate: dropped (and shown), never fatal to the search
+            if DEBUG >= 2:
+                print(f"beam: {(*opts, action)} failed to apply: {type(e).__name__}: {e}")
+            continue
         ret.append((*opts, action))
     return ret
 
@@ -139,8 +162,9 @@ def _close(got: np.ndarray, expected: np.ndarray) -> bool:
 
 @dataclass
 class Bench:
-    """One kernel's search state: fresh random buffers (the same for every candidate), the unoptimised kernel's
-    outputs on them, and the opt lists timed so far (None: dropped, it failed or gave a different answer)."""
+    """One kernel's search state: fresh random buffers (the same for every candidate), the reference kernel's outputs
+    on them, the opt lists timed so far (None: dropped, it failed or gave a different answer) and the time the search
+    must end by (`deadline`, perf_counter seconds; `capped` once a candidate was skipped for it)."""
 
     ast: UOp
     device: str
@@ -148,11 +172,14 @@ class Bench:
     bufs: list[Buffer]
     initial: list[np.ndarray]
     var_vals: dict[str, int]
+    deadline: float = math.inf
+    capped: bool = False
     expected: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)
     timed: dict[tuple[Opt, ...], float | None] = dataclasses.field(default_factory=dict)
 
     @staticmethod
-    def of(ast: UOp, device: str) -> Bench:
+    def of(ast: UOp, device: str, reference: tuple[Opt, ...] = ()) -> Bench:
+        """The bench of kernel `ast` on `device`, its expected outputs those of the kernel with opts `reference`."""
         nodes = ast.toposort()
         slots = {int(u.arg): u.dtype for u in nodes if u.op is Ops.DEFINE_GLOBAL and isinstance(u.dtype, PtrDType)}
         rng = np.random.default_rng(0)
@@ -162,39 +189,65 @@ class Bench:
                 for s, x in enumerate(initial)]  # fmt: skip
         var_vals = {u.expr: int(u.vmax) for u in nodes if u.op is Ops.DEFINE_VAR}  # the largest: buffers fit it
         bench = Bench(ast, device, get_kernel_name(ast), bufs, initial, var_vals)
-        with Context(NOOPT=1):
-            plain = bench.run(())
-        if plain is None:
-            raise RuntimeError(f"beam: the unoptimised kernel {bench.name} failed on {device}")
-        bench.timed[()], bench.expected = plain
+        with Context(NOOPT=int(reference == ())):
+            first = bench.run(reference, bench.compile([reference])[reference])
+        if first is None:
+            raise RuntimeError(f"beam: the reference kernel {bench.name} {reference} failed on {device}")
+        bench.timed[reference], bench.expected = first
         return bench
 
-    def run(self, opts: tuple[Opt, ...]) -> tuple[float, dict[int, np.ndarray]] | None:
-        """(best time, outputs) of the kernel with `opts`, or None when it fails to compile or run."""
-        try:
-            program = to_program(with_opts(self.ast, opts, self.name), Device[self.device].renderer)
-            runner = CompiledRunner(program)
-        except Exception as e:  # a candidate that cannot be compiled is dropped, never fatal
-            if DEBUG >= 3:
-                print(f"beam: {self.name} {opts} failed: {type(e).__name__}: {e}")
+    def compile(self, candidates: list[tuple[Opt, ...]]) -> dict[tuple[Opt, ...], CompiledRunner | None]:
+        """Each candidate's kernel, rendered here and compiled by a pool of compiler processes (None: it failed)."""
+        programs: dict[tuple[Opt, ...], ProgramSpec | None] = {}
+        for opts in candidates:
+            try:
+                programs[opts] = to_program(with_opts(self.ast, opts, self.name), Device[self.device].renderer)
+            except Exception as e:  # a candidate that cannot be rendered is dropped, never fatal
+                self._failed(opts, e)
+                programs[opts] = None
+        compiler = Device[self.device].compiler
+        with ThreadPoolExecutor(max(2, min(os.cpu_count() or 1, len(programs))), thread_name_prefix="beam-cc") as pool:
+            libs = {opts: pool.submit(compiler.compile_cached, p.src) for opts, p in programs.items() if p is not None}
+        runners: dict[tuple[Opt, ...], CompiledRunner | None] = dict.fromkeys(candidates)
+        for opts, lib in libs.items():
+            try:
+                runners[opts] = CompiledRunner(programs[opts], lib.result())  # type: ignore[arg-type]  # not None here
+            except Exception as e:  # a compile error drops the candidate
+                self._failed(opts, e)
+        return runners
+
+    def _failed(self, opts: tuple[Opt, ...], e: Exception) -> None:
+        if DEBUG >= 3:
+            print(f"beam: {self.name} {opts} failed: {type(e).__name__}: {e}")
+
+    def run(self, opts: tuple[Opt, ...], runner: CompiledRunner | None) -> tuple[float, dict[int, np.ndarray]] | None:
+        """(best time, outputs) of the compiled candidate, or None when there is none or it fails to run. A candidate
+        whose checked run takes ABANDON times the best so far keeps that run's time: it is no contender."""
+        if runner is None:
             return None
         for buf, values in zip(self.bufs, self.initial, strict=True):  # outputs may be read too (in-place kernels)
             buf.copyin(values.data.cast("B"))
-        runner(self.bufs, self.var_vals, wait=True)
-        outputs = {s: self.bufs[s].numpy().copy() for s in program.outs}
+        checked = runner(self.bufs, self.var_vals, wait=True) or 0.0
+        outputs = {s: self.bufs[s].numpy().copy() for s in runner.p.outs}
+        if checked > ABANDON * self.best():
+            return checked, outputs
         return time_runner(runner, self.bufs, self.var_vals), outputs
 
-    def time(self, opts: tuple[Opt, ...]) -> float | None:
-        """The candidate's best time, or None when it failed or its outputs differ from the unoptimised kernel's."""
-        if opts not in self.timed:
-            ran = self.run(opts)
-            good = ran is not None and all(_close(ran[1][s], x) for s, x in self.expected.items())
-            self.timed[opts] = ran[0] if ran is not None and good else None
-        return self.timed[opts]
+    def best(self) -> float:
+        return min((t for t in self.timed.values() if t is not None), default=math.inf)
 
     def ranked(self, candidates: list[tuple[Opt, ...]]) -> list[tuple[float, tuple[Opt, ...]]]:
-        """The candidates that ran right, fastest first."""
-        timed = [(self.time(opts), opts) for opts in candidates]
+        """The candidates that ran right before the deadline, fastest first."""
+        new = [opts for opts in candidates if opts not in self.timed]
+        runners = self.compile(new) if new and time.perf_counter() < self.deadline else {}
+        for opts in new:
+            if time.perf_counter() >= self.deadline:  # out of budget: the rest stay untimed (not dropped for good)
+                self.capped = True
+                break
+            ran = self.run(opts, runners.get(opts))
+            good = ran is not None and all(_close(ran[1][s], x) for s, x in self.expected.items())
+            self.timed[opts] = ran[0] if ran is not None and good else None
+        timed = [(self.timed.get(opts), opts) for opts in candidates]
         return sorted(((t, opts) for t, opts in timed if t is not None), key=lambda x: x[0])
 
 
@@ -215,54 +268,128 @@ def with_opts(ast: UOp, opts: tuple[Opt, ...], name: str) -> UOp:
 # *** the search ***
 
 
-def _cache_key(ast: UOp, device: str) -> tuple[bytes, str, str]:
-    return ast.key, device.split(":")[0], type(Device[device].renderer).__name__
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    """One kernel's BEAM answer: the chosen opts and the heuristic's, both timed in the same search (seconds, nan when
+    the heuristic's failed), how long the search took, how many opt lists it timed, whether the budget cut it short,
+    and whether this answer came from the disk cache."""
+
+    name: str
+    width: int
+    opts: tuple[Opt, ...]
+    best_s: float
+    heuristic: tuple[Opt, ...]
+    heuristic_s: float
+    search_s: float
+    timed: int
+    capped: bool
+    cached: bool = False
+
+    def to_json(self) -> JSONValue:
+        fields: dict[str, JSONValue] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        for name in ("opts", "heuristic"):
+            fields[name] = [[o.op.name, o.axis, o.arg] for o in getattr(self, name)]
+        fields["heuristic_s"] = None if math.isnan(self.heuristic_s) else self.heuristic_s
+        del fields["cached"]
+        return fields
+
+    @staticmethod
+    def from_json(hit: CacheValue | None) -> SearchResult | None:
+        """The cached answer, or None for a missing or malformed entry (an older cache's plain opt list: searched
+        again)."""
+        if not isinstance(hit, dict) or (opts := _opts(hit.get("opts"))) is None:
+            return None
+        heuristic = _opts(hit.get("heuristic"))
+        name, width, timed, capped = hit.get("name"), hit.get("width"), hit.get("timed"), hit.get("capped")
+        times = [hit.get(k) for k in ("best_s", "heuristic_s", "search_s")]
+        if heuristic is None or not isinstance(name, str) or not isinstance(width, int) or not isinstance(timed, int):
+            return None
+        if not isinstance(capped, bool) or not all(t is None or isinstance(t, (int, float)) for t in times):
+            return None
+        best_s, heuristic_s, search_s = (math.nan if t is None else float(t) for t in times)  # type: ignore[arg-type]
+        return SearchResult(name, width, opts, best_s, heuristic, heuristic_s, search_s, timed, capped, cached=True)
+
+
+def _opts(entry: JSONValue | None) -> tuple[Opt, ...] | None:
+    """Opts from [op name, axis, arg] lists, or None when `entry` holds anything else."""
+    if not isinstance(entry, list):
+        return None
+    ret = []
+    for item in entry:
+        if not (isinstance(item, list) and len(item) == 3 and isinstance(op := item[0], str)):
+            return None
+        if op not in OptOps.__members__ or not (isinstance(item[1], int) and isinstance(item[2], int)):
+            return None
+        ret.append(Opt(OptOps[op], item[1], item[2]))
+    return tuple(ret)
+
+
+# every BEAM answer of this process, searched or from the disk cache, in order: the bench's per-kernel report
+searches: list[SearchResult] = []
+
+
+def _cache_key(ast: UOp, device: str, width: int) -> tuple[bytes, str, str, int]:
+    return ast.key, device.split(":")[0], type(Device[device].renderer).__name__, width
+
+
+def _is_small(sink: UOp, renderer: Renderer) -> bool:
+    """Does the unoptimised kernel do at most PLAIN_MAX_OPS ops (so it can be the reference)?"""
+    with Context(NOOPT=1):
+        ops = to_program(sink, renderer).estimates.ops
+    return isinstance(ops, int) and ops <= PLAIN_MAX_OPS
 
 
 def beam_search(ast: UOp, device: str, width: int) -> tuple[Opt, ...]:
     """The fastest opts found for kernel `ast` on `device` by a beam of `width` (from the disk cache if it has them)."""
-    key = _cache_key(ast, device)
-    if not IGNORE_BEAM_CACHE.value and (hit := _cached_opts(diskcache_get(BEAM_TABLE, key))) is not None:
-        return hit
+    key = _cache_key(ast, device, width)
+    if not IGNORE_BEAM_CACHE.value and (hit := SearchResult.from_json(diskcache_get(BEAM_TABLE, key))) is not None:
+        return _answer(hit)
     start = time.perf_counter()
     sink = graph_rewrite(ast, sym, name="simplify indexing")
-    bench = Bench.of(ast, device)
     renderer = Device[device].renderer  # the device's own heuristic starts the beam (GPUs: codegen/gpudims.py's)
-    beam = bench.ranked(dedup([(), choose_opts(sink, None, renderer)]))[:width]
+    heuristic = choose_opts(sink, None, renderer)
+    small = _is_small(ast, renderer)
+    bench = Bench.of(ast, device, () if small else heuristic)
+    beam = bench.ranked(dedup([(), heuristic] if small else [heuristic]))[:width]  # the starts: timed in any budget
+    bench.deadline = start + BUDGET_S
     for round_ in range(MAX_ROUNDS):
+        if not beam or time.perf_counter() >= bench.deadline:
+            bench.capped |= bool(beam)
+            break
         candidates = dedup(ext for _, opts in beam for ext in extensions(sink, opts, renderer.has_local))
         ranked = bench.ranked(candidates)
         if DEBUG >= 2:
-            dropped, fastest = sum(bench.timed[c] is None for c in candidates), ranked[0][0] if ranked else math.nan
-            print(f"beam {bench.name}: round {round_ + 1}, {len(candidates)} candidates ({dropped} dropped), "
-                  f"best {fastest * 1e6:.1f} us vs {beam[0][0] * 1e6:.1f} us")  # fmt: skip
+            _show_round(bench, round_, candidates, ranked, beam[0][0])
         if not ranked or ranked[0][0] >= beam[0][0] * MIN_GAIN:
             break
         beam = ranked[:width]
-    best = beam[0][1]
+    best_s, best = beam[0] if beam else (math.nan, heuristic)
+    found = bench.timed.get(heuristic)
+    result = SearchResult(bench.name, width, best, best_s, heuristic, math.nan if found is None else found,
+                          time.perf_counter() - start, len(bench.timed), bench.capped)  # fmt: skip
+    diskcache_put(BEAM_TABLE, key, result.to_json())
+    return _answer(result)
+
+
+Ranked = list[tuple[float, tuple[Opt, ...]]]  # (seconds, opts), fastest first
+
+
+def _show_round(bench: Bench, round_: int, candidates: list[tuple[Opt, ...]], ranked: Ranked, best: float) -> None:
+    dropped = sum(bench.timed.get(c, 0) is None for c in candidates)
+    fastest = ranked[0][0] if ranked else math.nan
+    print(f"beam {bench.name}: round {round_ + 1}, {len(candidates)} candidates ({dropped} dropped), "
+          f"best {fastest * 1e6:.1f} us vs {best * 1e6:.1f} us")  # fmt: skip
+
+
+def _answer(result: SearchResult) -> tuple[Opt, ...]:
+    """Record `result` in `searches` and, with DEBUG=2, print it: the chosen opts beside the heuristic's."""
+    searches.append(result)
     if DEBUG >= 2:
-        plain = bench.timed[()] or math.nan
-        print(f"beam {bench.name}: {len(bench.timed)} kernels timed in {time.perf_counter() - start:.1f} s, "
-              f"{plain * 1e6:.1f} us -> {beam[0][0] * 1e6:.1f} us with {best}")  # fmt: skip
-    stored: list[JSONValue] = [[o.op.name, o.axis, o.arg] for o in best]
-    diskcache_put(BEAM_TABLE, key, stored)
-    return best
-
-
-def _cached_opts(hit: CacheValue | None) -> tuple[Opt, ...] | None:
-    """The opts a disk-cache entry holds ([op name, axis, arg] lists), or None when it holds none (or garbage)."""
-    if not isinstance(hit, list):
-        return None
-    ret = []
-    for entry in hit:
-        if not (
-            isinstance(entry, list) and len(entry) == 3 and isinstance(op := entry[0], str) and op in OptOps.__members__
-        ):
-            return None
-        if not (isinstance(axis := entry[1], int) and isinstance(arg := entry[2], int)):
-            return None
-        ret.append(Opt(OptOps[op], axis, arg))
-    return tuple(ret)
+        how = "cached" if result.cached else f"searched in {result.search_s:.1f} s, {result.timed} kernels timed"
+        cap = ", budget reached" if result.capped else ""
+        print(f"beam {result.width} {result.name}: {result.opts} {result.best_s * 1e6:.1f} us ({how}{cap}); "
+              f"heuristic {result.heuristic} {result.heuristic_s * 1e6:.1f} us")  # fmt: skip
+    return result.opts
 
 
 def _loads_an_address(ast: UOp) -> bool:

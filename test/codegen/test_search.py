@@ -1,8 +1,14 @@
-"""BEAM search (fusegrad/codegen/search.py): the actions it enumerates, the opts it picks under a fake clock and on the
-real one, that a wrong candidate is never picked, and the disk cache of its choice (hit, and IGNORE_BEAM_CACHE)."""
+"""BEAM search (fusegrad/codegen/search.py): the actions it enumerates (KEEP and PACK included), the opts it picks under
+a fake clock and on the real one, that a wrong candidate is never picked, the disk cache of its choice per beam width
+(hit, and IGNORE_BEAM_CACHE), DEBUG=2's report, candidates compiled in parallel, the time budget, and the reference
+a large kernel is checked against."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,15 +18,18 @@ import pytest
 from fusegrad import Tensor
 from fusegrad.codegen import kernel_names
 from fusegrad.codegen import search as search_module
-from fusegrad.codegen.opt import Opt, OptOps
-from fusegrad.codegen.search import Bench, actions, beam_ast, extensions
+from fusegrad.codegen.opt import Opt, OptOps, apply_opts
+from fusegrad.codegen.search import Bench, SearchResult, actions, beam_ast, extensions
+from fusegrad.device import Device
 from fusegrad.dtype import dtypes
 from fusegrad.engine.realize import CompiledRunner, ExecItem, method_cache
 from fusegrad.helpers import Context
 from fusegrad.uop import AxisType, Ops
-from fusegrad.uop.ops import UOp
+from fusegrad.uop.ops import UOp, graph_rewrite
+from fusegrad.uop.symbolic import sym
 
-UPCAST, GROUP, SWAP, PACK = OptOps.UPCAST, OptOps.GROUP, OptOps.SWAP, OptOps.PACK
+UPCAST, GROUP, SWAP, PACK, KEEP = OptOps.UPCAST, OptOps.GROUP, OptOps.SWAP, OptOps.PACK, OptOps.KEEP
+Ran = tuple[float, dict[int, np.ndarray]] | None
 
 
 @pytest.fixture(autouse=True)
@@ -65,6 +74,19 @@ def fake_clock(monkeypatch: pytest.MonkeyPatch, fastest: tuple[Opt, ...]) -> lis
     return timed
 
 
+def keep_benches(monkeypatch: pytest.MonkeyPatch) -> list[Bench]:
+    """Every Bench the searches make, kept for the test to read."""
+    benches: list[Bench] = []
+    real_of = Bench.of
+
+    def of(ast: UOp, device: str, reference: tuple[Opt, ...] = ()) -> Bench:
+        benches.append(real_of(ast, device, reference))
+        return benches[-1]
+
+    monkeypatch.setattr(Bench, "of", staticmethod(of))
+    return benches
+
+
 def loop(end: int, axis: int) -> UOp:
     return UOp.range(end, axis, AxisType.LOOP)
 
@@ -107,14 +129,7 @@ def test_beam_picks_the_fastest_and_stops_when_nothing_is_faster(monkeypatch: py
 def test_beam_considers_pack_and_its_choice_is_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     fastest = (Opt(UPCAST, 0, 4), Opt(UPCAST, 1, 16), Opt(PACK, 0, 2))  # the heuristic's tile, then b packed
     timed = fake_clock(monkeypatch, fastest)
-    checked: dict[tuple[Opt, ...], float | None] = {}
-    real_time = Bench.time
-
-    def time(self: Bench, opts: tuple[Opt, ...]) -> float | None:
-        checked[opts] = real_time(self, opts)
-        return checked[opts]
-
-    monkeypatch.setattr(Bench, "time", time)
+    benches = keep_benches(monkeypatch)
     # integer-valued floats: every summation order gives the same bits, so any difference is a wrong value read
     rng = np.random.default_rng(1)
     x, y = (rng.integers(-4, 5, (16, 16)).astype(np.float32) for _ in range(2))
@@ -124,7 +139,7 @@ def test_beam_considers_pack_and_its_choice_is_exact(monkeypatch: pytest.MonkeyP
     packed = [opts for opts in timed if opts and opts[-1].op is PACK]
     # from no opts: a packed across the columns, b across the rows; from the heuristic's tile: b across its row tiles
     assert {(Opt(PACK, 1, 1),), (Opt(PACK, 0, 2),), fastest} <= set(packed)
-    assert all(checked[opts] is not None for opts in packed)  # each ran and matched the unoptimised kernel
+    assert all(benches[0].timed[opts] is not None for opts in packed)  # each ran and matched the unoptimised kernel
     ei.run()
     chosen = ei.bufs[0].numpy().copy()
     method_cache.clear()
@@ -140,8 +155,8 @@ def test_beam_never_picks_a_wrong_candidate(monkeypatch: pytest.MonkeyPatch) -> 
     fake_clock(monkeypatch, wrong)
     real_run = Bench.run
 
-    def run(self: Bench, opts: tuple[Opt, ...]) -> tuple[float, dict[int, np.ndarray]] | None:
-        ret = real_run(self, opts)
+    def run(self: Bench, opts: tuple[Opt, ...], runner: CompiledRunner | None) -> Ran:
+        ret = real_run(self, opts, runner)
         if ret is None or opts != wrong:
             return ret
         return ret[0], {slot: x + 1 for slot, x in ret[1].items()}  # the fastest candidate computes the wrong thing
@@ -160,7 +175,7 @@ def test_beam_choice_is_cached_on_disk(monkeypatch: pytest.MonkeyPatch) -> None:
     with Context(BEAM=2):
         assert beam_ast(ei.ast, "CPU").arg.opts_to_apply == fastest
 
-    def no_search(ast: UOp, device: str) -> Bench:
+    def no_search(ast: UOp, device: str, reference: tuple[Opt, ...] = ()) -> Bench:
         raise AssertionError("searched again despite the cached choice")
 
     monkeypatch.setattr(Bench, "of", staticmethod(no_search))
@@ -191,3 +206,120 @@ def test_beam_leaves_gathers_and_null_devices_alone() -> None:
     with Context(BEAM=2, IGNORE_BEAM_CACHE=1):
         assert beam_ast(gather, "CPU") is gather
         assert beam_ast(ei.ast, "NULL") is ei.ast  # nothing runs on NULL: nothing to time
+
+
+def test_keep_is_searched_and_runs_right() -> None:
+    # a fused softmax recomputes exp(x - max) over its row for the sum and the output: KEEP keeps it in a row buffer
+    ei = Tensor.randn(8, 256).realize().softmax(-1).schedule()[-1]
+    sink = graph_rewrite(ei.ast, sym)
+    keeps = [o for o in actions(sink) if o.op is KEEP]
+    assert keeps == [Opt(KEEP, 3, 256)]
+    bench = Bench.of(ei.ast, "CPU")
+    assert [opts for _, opts in bench.ranked([(keeps[0],)])] == [(keeps[0],)]  # ran, and matched the plain kernel
+    assert not [o for o in actions(apply_opts(sink, (keeps[0],))) if o.op is KEEP]  # kept once
+
+
+def test_cache_is_per_width_and_debug_2_prints_the_choice(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fastest = (Opt(UPCAST, 1, 4),)
+    fake_clock(monkeypatch, fastest)
+    benches = keep_benches(monkeypatch)
+    ei, _ = matmul_kernel()
+    search_module.searches.clear()
+    with Context(DEBUG=2):
+        for width in (1, 2, 2):  # BEAM=1 and BEAM=2 are searched apart; the second BEAM=2 reads the disk cache
+            with Context(BEAM=width):
+                assert beam_ast(ei.ast, "CPU").arg.opts_to_apply == fastest
+    assert len(benches) == 2
+    assert [(r.width, r.cached) for r in search_module.searches] == [(1, False), (2, False), (2, True)]
+    searched, cached = search_module.searches[1:]
+    assert cached == dataclasses.replace(searched, cached=True)  # every field survives the disk cache
+    assert searched.heuristic == (Opt(UPCAST, 0, 4), Opt(UPCAST, 1, 16))
+    assert searched.heuristic_s == 1.0
+    assert searched.best_s == 0.5
+    assert not searched.capped
+    out = capsys.readouterr().out.splitlines()
+    assert f"beam 2 {searched.name}: {fastest} 500000.0 us (cached); heuristic {searched.heuristic}" in out[-1]
+    assert any(line.startswith(f"beam 2 {searched.name}: {fastest} 500000.0 us (searched in") for line in out)
+
+
+def test_cache_entries_that_are_not_a_search_result_are_ignored() -> None:
+    assert SearchResult.from_json([["UPCAST", 0, 4]]) is None  # an older cache's plain opt list
+    assert SearchResult.from_json({"opts": [["NOPE", 0, 4]], "heuristic": []}) is None
+    assert SearchResult.from_json(None) is None
+    result = SearchResult("k", 2, (Opt(PACK, 0, 2),), 1e-3, (), math.nan, 3.5, 7, True)
+    assert SearchResult.from_json(result.to_json()) == dataclasses.replace(result, cached=True, heuristic_s=math.nan)
+
+
+def test_budget_caps_the_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    def slow(runner: CompiledRunner, bufs: object, var_vals: object) -> float:
+        time.sleep(0.05)
+        return 1.0
+
+    monkeypatch.setattr(search_module, "time_runner", slow)
+    monkeypatch.setattr(search_module, "BUDGET_S", 0.3)
+    ei, expected = matmul_kernel()
+    search_module.searches.clear()
+    with Context(BEAM=2, IGNORE_BEAM_CACHE=1):
+        applied(ei)
+    run_checked(ei, expected)
+    (result,) = search_module.searches
+    sink = graph_rewrite(ei.ast, sym)
+    in_round_1 = {e for start in ((), result.heuristic) for e in extensions(sink, start)}
+    assert result.capped
+    assert 2 <= result.timed < 2 + len(in_round_1)  # the two starts, then as many as the budget let through
+    assert result.search_s < 10  # the budget plus one round's compiles and the last candidate
+
+
+def test_candidates_compile_in_parallel(monkeypatch: pytest.MonkeyPatch) -> None:
+    compiler = Device["CPU"].compiler
+    real_compile, lock = compiler.compile_cached, threading.Lock()
+    running, most = [0], [0]
+
+    def compile_cached(src: str) -> bytes:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.1)  # long enough for a second compile to start beside it, when there is a pool
+        try:
+            return real_compile(src)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(compiler, "compile_cached", compile_cached)
+    ei, _ = matmul_kernel()
+    bench = Bench.of(ei.ast, "CPU")
+    runners = bench.compile([(Opt(UPCAST, 0, 2),), (Opt(UPCAST, 1, 2),), (Opt(UPCAST, 1, 4),)])
+    assert all(r is not None for r in runners.values())
+    assert most[0] >= 2
+
+
+def test_a_large_kernel_is_checked_against_the_heuristic(monkeypatch: pytest.MonkeyPatch) -> None:
+    fastest = (Opt(UPCAST, 0, 4), Opt(UPCAST, 1, 16), Opt(PACK, 0, 2))
+    timed = fake_clock(monkeypatch, fastest)
+    monkeypatch.setattr(search_module, "PLAIN_MAX_OPS", 0)  # every kernel is "large": its plain run would be too slow
+    benches = keep_benches(monkeypatch)
+    ei, expected = matmul_kernel()
+    with Context(BEAM=2, IGNORE_BEAM_CACHE=1):
+        assert applied(ei) == fastest
+    run_checked(ei, expected)
+    assert timed[0] == fastest[:2]  # the heuristic's kernel is the reference and the one start
+    assert () not in timed
+    assert () not in benches[0].timed
+
+
+def test_a_losing_candidate_is_run_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    ei, _ = matmul_kernel()
+    bench = Bench.of(ei.ast, "CPU")
+    bench.timed[(Opt(UPCAST, 0, 2),)] = 1e-12  # a best time nothing can come close to
+
+    def no_repeats(runner: CompiledRunner, bufs: object, var_vals: object) -> float:
+        raise AssertionError("a loser was timed again")
+
+    monkeypatch.setattr(search_module, "time_runner", no_repeats)
+    opts = (Opt(UPCAST, 1, 2),)
+    ran = bench.run(opts, bench.compile([opts])[opts])
+    assert ran is not None
+    assert ran[0] > 1e-12
