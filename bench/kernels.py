@@ -2,7 +2,8 @@
 
 Cases: a fused elementwise chain on 4M floats (numpy must make temporaries), a 16M-float sum, softmax and layernorm
 (with weight and bias) over (4096, 1024), forward and forward+backward (the output and the input's gradient), matmul
-1024² and 2048² and conv2d (8, 64, 56, 56) with 64 3x3 filters, padding 1 (throughput in GFLOP/s beside the time;
+1024² and 2048², conv2d (8, 64, 56, 56) with 64 3x3 filters, padding 1, and scaled_dot_product_attention of
+(4, 8, 256, 64) without and with a causal mask (eager) (throughput in GFLOP/s beside the time;
 fusegrad's matmul and conv run under TinyJit, so only the kernel is timed), and cold vs warm time for a small graph
 (schedule + compile, then a hit in the kernel cache).
 Usage: python bench/kernels.py [--reps N] [--cases SUBSTRING ...]. Missing peers (torch, tinygrad) are reported and
@@ -41,8 +42,10 @@ def chain_numpy(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 MATMUL_SIZES = (1024, 2048)
 CONV_X, CONV_W = (8, 64, 56, 56), (64, 64, 3, 3)
+SDPA = (4, 8, 256, 64)  # (batch, heads, length, head size): q @ k.T and p @ v are 2 * B * H * L * L * E FLOPs each
 FLOPS = {
     **{f"matmul {n}": 2.0 * n**3 for n in MATMUL_SIZES},
+    **dict.fromkeys(("sdpa", "sdpa causal"), 4.0 * SDPA[0] * SDPA[1] * SDPA[2] ** 2 * SDPA[3]),
     "conv2d 3x3": 2.0 * CONV_X[0] * CONV_W[0] * CONV_X[2] * CONV_X[3] * CONV_W[1] * CONV_W[2] * CONV_W[3],
 }
 
@@ -54,6 +57,8 @@ def heavy_inputs() -> dict[str, np.ndarray]:
         rng.standard_normal(CONV_X, dtype=np.float32),
         rng.standard_normal(CONV_W, dtype=np.float32),
     )
+    for name in ("q", "k", "v"):
+        ret[name] = rng.standard_normal(SDPA, dtype=np.float32)
     return ret
 
 
@@ -82,6 +87,9 @@ def cases_fusegrad(a: np.ndarray, b: np.ndarray, big: np.ndarray, sm: np.ndarray
         ret[f"matmul {n}"] = functools.partial(TinyJit(lambda x: (x @ x).realize()), heavy[f"mm{n}"])
     conv = TinyJit(lambda x, w: x.conv2d(w, padding=1).realize())
     ret["conv2d 3x3"] = functools.partial(conv, heavy["conv x"], heavy["conv w"])
+    q, k, v = heavy["q"], heavy["k"], heavy["v"]  # eager, as softmax: kernels plus the frontend's time
+    ret["sdpa"] = lambda: q.scaled_dot_product_attention(k, v).realize()
+    ret["sdpa causal"] = lambda: q.scaled_dot_product_attention(k, v, is_causal=True).realize()
     return ret
 
 
@@ -124,6 +132,9 @@ def cases_torch(a: np.ndarray, b: np.ndarray, big: np.ndarray, sm: np.ndarray) -
         ret[f"matmul {n}"] = functools.partial(torch.matmul, heavy[f"mm{n}"], heavy[f"mm{n}"])
     conv = torch.nn.functional.conv2d
     ret["conv2d 3x3"] = functools.partial(conv, heavy["conv x"], heavy["conv w"], padding=1)
+    sdpa = functools.partial(torch.nn.functional.scaled_dot_product_attention, heavy["q"], heavy["k"], heavy["v"])
+    ret["sdpa"] = sdpa
+    ret["sdpa causal"] = functools.partial(sdpa, is_causal=True)
     return ret
 
 

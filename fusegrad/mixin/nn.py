@@ -587,9 +587,10 @@ class NNMixin:
             attn_mask = type(self).arange(rows, device=self.device).reshape(rows, 1) >= type(self).arange(
                 cols, device=self.device
             )
-        if attn_mask is not None:
-            scores = scores + (attn_mask.where(0.0, -math.inf) if attn_mask.dtype == dtypes.bool else attn_mask)
-        probs = scores.cast(self.dtype).softmax(-1)
+        if attn_mask is not None and attn_mask.dtype == dtypes.bool:
+            probs = _masked_softmax(scores.cast(self.dtype), attn_mask)
+        else:
+            probs = (scores if attn_mask is None else scores + attn_mask).cast(self.dtype).softmax(-1)
         if dropout_p > 0.0:
             probs = probs.dropout(dropout_p)  # only while Tensor.training
         return probs.dot(value)
@@ -1011,6 +1012,16 @@ def _repeat_heads(x: Tensor, heads: int) -> Tensor:
     if heads % H:
         raise ValueError(f"scaled_dot_product_attention: {heads} query heads are not a multiple of {H} key/value heads")
     return x.reshape(*lead, H, 1, S, E).expand(*lead, H, heads // H, S, E).reshape(*lead, heads, S, E)
+
+
+def _masked_softmax(x: Tensor, mask: Tensor) -> Tensor:
+    """softmax(x + where(mask, 0, -inf)) along the last axis, with no exp of -inf: glibc's vector exp2f computes lanes
+    past its range (-inf included) one by one with the scalar exp2f (a causal (4, 8, 256, 256) softmax 5.7 -> 2.0 ms
+    single-thread), so masked lanes take exp(0) and are then set to 0. The same values, bit for bit: a fully masked
+    row is NaN (0 / 0) as -inf - -inf makes it there."""
+    row_max = mask.where(x, -math.inf).max(-1, keepdim=True).detach()  # as softmax: no gradient through the shift
+    e = mask.where(mask.where(x - row_max, 0.0).exp(), 0.0)
+    return e / e.sum(-1, keepdim=True)
 
 
 def _check_smoothing(op: str, label_smoothing: float) -> None:
