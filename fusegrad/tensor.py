@@ -923,8 +923,15 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         if self.uop.base.op not in (Ops.BUFFER, Ops.AFTER) and not _is_kernelized_view(self.uop):
             self.uop = xt.uop
             return self
+        self._write(self.uop.assign(xt.uop))
+        return self
+
+    def _write(self, assigned: UOp) -> None:
+        """Hold `assigned`, an ASSIGN into this tensor's memory (checked by the caller), and point the other tensors
+        that view that memory after it. The tail of `assign`; an optimiser's rebuilt step (nn/optim.py) calls it
+        with the ASSIGN it rebuilt."""
         target_base = self.uop.base
-        self.uop = self.uop.assign(xt.uop)
+        self.uop = assigned
         # every other tensor reading this memory sees the write once it has run
         after = UOp(Ops.AFTER, target_base.dtype, (target_base, self.uop))
         # only views of the same buffer can read target_base (a view of it after an earlier write that has run, too:
@@ -937,7 +944,6 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
                 t.uop = _settle_base(t.uop)
             if t.uop.base is target_base:
                 t.uop = t.uop.substitute({target_base: after})
-        return self
 
     def to(self, device: str | tuple[str, ...] | None) -> Tensor:
         """This tensor on `device`; a tuple of devices replicates it on each, one device gathers a multi-device one.

@@ -21,7 +21,7 @@ from fusegrad.helpers import (
     ContextVar,
 )
 from fusegrad.uop import GroupOp, Ops
-from fusegrad.uop.ops import UOp, buffers
+from fusegrad.uop.ops import UOp, all_metadata, buffers
 
 if TYPE_CHECKING:
     from fusegrad.device import Buffer
@@ -97,6 +97,20 @@ def graph_structure(sink: UOp) -> Structure:
 _EMIT = None  # graph_structure's stack marker
 
 
+def view_structure(u: UOp) -> tuple[Any, ...] | None:
+    """The structure of a realized buffer or a (non-symbolic) view of one on one device: its movement ops' (op,
+    arg) and the buffer's dtype, size and device. None for anything else."""
+    chain: list[Any] = []
+    while u.op in GroupOp.Movement:
+        if not _is_replayable(u):
+            return None
+        chain.append((u.op, u.arg))
+        u = u.src[0]
+    if u.op is not Ops.BUFFER or isinstance(device := u.src[1].arg, tuple):
+        return None
+    return (*chain, u.dtype, u.arg, device)
+
+
 def _is_replayable(node: UOp) -> bool:
     """Not a symbolic value (a bound variable, or a movement op sized by one: symbolic_shape.py), a kernel built
     by an earlier kernelize(), or a device tuple (a sharded tensor's placements live outside the graph)."""
@@ -118,6 +132,11 @@ def _flag_values() -> tuple[int | str, ...]:
 # the flags' values as a small int in the key (one int hashes faster than ~40 values): recomputed when a flag was set
 _flag_ids: dict[tuple[int | str, ...], int] = {}
 _flag_state: list[int] = [-1, -1]  # [ContextVar.generation it was read at, its id]
+
+
+def flag_state_id() -> int:
+    """A small int naming every flag's current value: two equal ids mean the same settings."""
+    return _flag_id()
 
 
 def _flag_id() -> int:
@@ -159,6 +178,55 @@ class Template:
                 op, dtype, arg, tag, srcs = node
                 made.append(UOp(op, dtype, tuple([made[i] for i in srcs]), arg, tag))
         return made[-1]
+
+
+@dataclass(frozen=True, slots=True)
+class GraphRecipe:
+    """Output nodes as a recipe over leaf nodes, for frontend code that builds the same graph on other leaves of the
+    same structure (an optimiser's update): per node, sources first, a leaf's index (an int) or (op, dtype, arg,
+    tag, source positions, labels). Rebuilt on new leaves it is the graph that code would build (hash-consing
+    returns live equal nodes), with the same labels where a node has none yet. Like Template, it keeps no UOp."""
+
+    nodes: tuple[int | tuple[Any, ...], ...]
+    outputs: tuple[int, ...]
+
+    @staticmethod
+    def of(outputs: list[UOp], leaves: list[UOp]) -> GraphRecipe | None:
+        """None when the outputs read memory that is no leaf, or hold a node that is new at every build (a
+        `Tensor.contiguous()`, a unique id) or a symbolic value."""
+        nodes: list[int | tuple[Any, ...]] = []
+        position: dict[UOp, int] = {}
+        for i, leaf in enumerate(leaves):  # equal leaves share the first one's position
+            position.setdefault(leaf, i)
+            nodes.append(position[leaf])
+        sink = UOp.sink(*outputs)
+        for u in sink.toposort(gate=lambda u: u not in position):
+            if u is sink:
+                continue
+            if u.op in _NOT_REBUILT or (u.op is Ops.CONTIGUOUS and u.arg is not None):
+                return None
+            label = all_metadata.get(u)
+            position[u] = len(nodes)
+            nodes.append((u.op, u.dtype, u.arg, u.tag, tuple([position[s] for s in u.src]), label))
+        return GraphRecipe(tuple(nodes), tuple(position[u] for u in outputs))
+
+    def build(self, leaves: list[UOp]) -> list[UOp]:
+        made: list[UOp] = []
+        labels = all_metadata
+        for node in self.nodes:
+            if type(node) is int:
+                made.append(leaves[node])
+                continue
+            op, dtype, arg, tag, srcs, label = node  # type: ignore[misc]  # the tuple form
+            u = UOp(op, dtype, tuple([made[i] for i in srcs]), arg, tag)
+            if label is not None and u not in labels:
+                labels[u] = label
+            made.append(u)
+        return [made[i] for i in self.outputs]
+
+
+# nodes a GraphRecipe can't rebuild: memory (a leaf or nothing), identities and symbolic values
+_NOT_REBUILT = _UNCACHEABLE | {Ops.BUFFER, Ops.UNIQUE}
 
 
 @dataclass(frozen=True, slots=True)

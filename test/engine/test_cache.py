@@ -16,6 +16,7 @@ from fusegrad import Tensor
 from fusegrad.engine import cache
 from fusegrad.engine.cache import cache_counts, graph_structure, schedule_cache
 from fusegrad.helpers import Context, GlobalCounters
+from fusegrad.uop import Ops
 from fusegrad.uop.ops import UOp
 
 N_INPUTS = 3
@@ -349,3 +350,35 @@ def test_jit_2_keeps_hot_schedules_kernel_by_kernel() -> None:
             _layer_step(x, w).realize(w)
     assert max(e.hits for e in schedule_cache.values()) > cache.GRAPH_AFTER_HITS
     assert _batches() == 0
+
+
+# *** GraphRecipe: frontend graphs rebuilt on other leaves ***
+
+
+def _update(w: Tensor, g: Tensor) -> Tensor:
+    return (w.detach() - 0.1 * (g * g + 1).sqrt()).cast(w.dtype)
+
+
+def test_graph_recipe_rebuilds_the_graph_on_new_leaves() -> None:
+    """Rebuilt on other buffers of the same structure, a recipe gives the very nodes the code builds on them, and
+    the labels a rebuilt node has none of."""
+    w, g1, g2 = (Tensor.rand(3, 4).realize() for _ in range(3))
+    built = _update(w, g1).uop
+    recipe = cache.GraphRecipe.of([built], [w.uop, g1.uop])
+    assert recipe is not None
+    direct = _update(w, g2).uop
+    (rebuilt,) = recipe.build([w.uop, g2.uop])
+    assert rebuilt is direct
+    labels = [cache.all_metadata.get(u) for u in built.toposort() if u.op is not Ops.BUFFER]
+    assert any(labels)
+    del direct, rebuilt
+    (fresh,) = recipe.build([w.uop, Tensor.rand(3, 4).realize().uop])
+    assert [cache.all_metadata.get(u) for u in fresh.toposort() if u.op is not Ops.BUFFER] == labels
+
+
+def test_graph_recipe_refuses_memory_that_is_no_leaf() -> None:
+    """A buffer the leaves don't name would be the old one in every rebuild, and a contiguous() a fresh identity."""
+    w, g = Tensor.rand(4).realize(), Tensor.rand(4).realize()
+    assert cache.GraphRecipe.of([(w + g).uop], [w.uop]) is None
+    assert cache.GraphRecipe.of([(w + 1).contiguous().uop], [w.uop]) is None
+    assert cache.GraphRecipe.of([(w + 1).uop], [w.uop]) is not None
