@@ -3,9 +3,10 @@
 Cases: a fused elementwise chain on 4M floats (numpy must make temporaries), a 16M-float sum, softmax and layernorm
 (with weight and bias) over (4096, 1024), forward and forward+backward (the output and the input's gradient), matmul
 1024² and 2048², conv2d (8, 64, 56, 56) with 64 3x3 filters, padding 1, and scaled_dot_product_attention of
-(4, 8, 256, 64) without and with a causal mask (eager) (throughput in GFLOP/s beside the time;
-fusegrad's matmul and conv run under TinyJit, so only the kernel is timed), and cold vs warm time for a small graph
-(schedule + compile, then a hit in the kernel cache).
+(4, 8, 256, 64) without and with a causal mask (throughput in GFLOP/s beside the time; fusegrad's matmul and conv
+run under TinyJit, so only the kernel is timed; its other cases run eagerly, and again under TinyJit in the
+fusegrad-jit column: the difference is the frontend's time), and cold vs warm time for a small graph (schedule +
+compile, then a hit in the kernel cache).
 Usage: python bench/kernels.py [--reps N] [--cases SUBSTRING ...]. Missing peers (torch, tinygrad) are reported and
 skipped. Unset OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE for numpy's own speed (they slow its BLAS on these machines).
 """
@@ -57,40 +58,72 @@ def heavy_inputs() -> dict[str, np.ndarray]:
         rng.standard_normal(CONV_X, dtype=np.float32),
         rng.standard_normal(CONV_W, dtype=np.float32),
     )
-    for name in ("q", "k", "v"):
-        ret[name] = rng.standard_normal(SDPA, dtype=np.float32)
     return ret
 
 
-def cases_fusegrad(a: np.ndarray, b: np.ndarray, big: np.ndarray, sm: np.ndarray) -> dict[str, Callable[[], Any]]:
-    from fusegrad import Tensor, TinyJit
+def _sdpa_inputs() -> list[np.ndarray]:
+    rng = np.random.default_rng(2)
+    return [rng.standard_normal(SDPA, dtype=np.float32) for _ in range(3)]
+
+
+def _fusegrad_ops(
+    a: np.ndarray, b: np.ndarray, big: np.ndarray, sm: np.ndarray
+) -> dict[str, tuple[Callable[..., list[Any]], tuple[Any, ...]]]:
+    """The cases fusegrad runs eagerly: case -> (the tensors to realize from the inputs, the inputs)."""
+    from fusegrad import Tensor
 
     ta, tb, tbig, tsm = (Tensor(x).realize() for x in (a, b, big, sm))
-    heavy = {k: Tensor(x).realize() for k, x in heavy_inputs().items()}
     weight, bias = Tensor(sm[0]).realize(), Tensor(sm[1]).realize()
+    q, k, v = (Tensor(x).realize() for x in _sdpa_inputs())
 
-    def forward_backward(op: Callable[[Tensor], Tensor]) -> None:  # the output and the gradient of sum(out * sm)
-        x = tsm.detach().requires_grad_(True)
-        out = op(x)
-        (out * tsm).sum().backward()
-        Tensor.realize(out, *([x.grad] if x.grad is not None else []))
+    def layernorm(x: Tensor) -> Tensor:
+        return x.layernorm(-1) * weight + bias
 
-    ret = {
-        "chain 4M": lambda: (((ta + 1.0) * tb - 0.5).exp() * 0.25 + ta).realize(),
-        "sum 16M": lambda: tbig.sum().realize(),
-        "softmax 4096x1024": lambda: tsm.softmax(-1).realize(),
-        "layernorm 4096x1024": lambda: (tsm.layernorm(-1) * weight + bias).realize(),
-        "softmax fwd+bwd": lambda: forward_backward(lambda x: x.softmax(-1)),
-        "layernorm fwd+bwd": lambda: forward_backward(lambda x: x.layernorm(-1) * weight + bias),
+    def forward_backward(op: Callable[[Tensor], Tensor]) -> Callable[[Tensor], list[Tensor]]:
+        def run(t: Tensor) -> list[Tensor]:  # the output and the gradient of sum(out * sm)
+            x = t.detach().requires_grad_(True)
+            out = op(x)
+            (out * t).sum().backward()
+            return [out, *([x.grad] if x.grad is not None else [])]
+
+        return run
+
+    return {
+        "chain 4M": (lambda x, y: [((x + 1.0) * y - 0.5).exp() * 0.25 + x], (ta, tb)),
+        "sum 16M": (lambda x: [x.sum()], (tbig,)),
+        "softmax 4096x1024": (lambda x: [x.softmax(-1)], (tsm,)),
+        "layernorm 4096x1024": (lambda x: [layernorm(x)], (tsm,)),
+        "softmax fwd+bwd": (forward_backward(lambda x: x.softmax(-1)), (tsm,)),
+        "layernorm fwd+bwd": (forward_backward(layernorm), (tsm,)),
+        "sdpa": (lambda x, y, z: [x.scaled_dot_product_attention(y, z)], (q, k, v)),
+        "sdpa causal": (lambda x, y, z: [x.scaled_dot_product_attention(y, z, is_causal=True)], (q, k, v)),
     }
+
+
+def cases_fusegrad(a: np.ndarray, b: np.ndarray, big: np.ndarray, sm: np.ndarray) -> dict[str, Callable[[], Any]]:
+    """Row ops, reductions and attention eagerly (kernels plus the frontend's time); matmul and conv under TinyJit."""
+    from fusegrad import Tensor, TinyJit
+
+    ret: dict[str, Callable[[], Any]] = {
+        case: functools.partial(lambda op, args: Tensor.realize(*op(*args)), op, args)
+        for case, (op, args) in _fusegrad_ops(a, b, big, sm).items()
+    }
+    heavy = {k: Tensor(x).realize() for k, x in heavy_inputs().items()}
     for n in MATMUL_SIZES:
         ret[f"matmul {n}"] = functools.partial(TinyJit(lambda x: (x @ x).realize()), heavy[f"mm{n}"])
     conv = TinyJit(lambda x, w: x.conv2d(w, padding=1).realize())
     ret["conv2d 3x3"] = functools.partial(conv, heavy["conv x"], heavy["conv w"])
-    q, k, v = heavy["q"], heavy["k"], heavy["v"]  # eager, as softmax: kernels plus the frontend's time
-    ret["sdpa"] = lambda: q.scaled_dot_product_attention(k, v).realize()
-    ret["sdpa causal"] = lambda: q.scaled_dot_product_attention(k, v, is_causal=True).realize()
     return ret
+
+
+def cases_fusegrad_jit(a: np.ndarray, b: np.ndarray, big: np.ndarray, sm: np.ndarray) -> dict[str, Callable[[], Any]]:
+    """fusegrad's eager cases under TinyJit: the kernels alone, so the gap to the eager column is the frontend's."""
+    from fusegrad import Tensor, TinyJit
+
+    def jitted(op: Callable[..., list[Any]], args: tuple[Any, ...]) -> Callable[[], Any]:
+        return functools.partial(TinyJit(lambda *xs: Tensor.realize(*op(*xs))), *args)
+
+    return {case: jitted(op, args) for case, (op, args) in _fusegrad_ops(a, b, big, sm).items()}
 
 
 def cases_numpy(a: np.ndarray, b: np.ndarray, big: np.ndarray, sm: np.ndarray) -> dict[str, Callable[[], Any]]:
@@ -132,7 +165,7 @@ def cases_torch(a: np.ndarray, b: np.ndarray, big: np.ndarray, sm: np.ndarray) -
         ret[f"matmul {n}"] = functools.partial(torch.matmul, heavy[f"mm{n}"], heavy[f"mm{n}"])
     conv = torch.nn.functional.conv2d
     ret["conv2d 3x3"] = functools.partial(conv, heavy["conv x"], heavy["conv w"], padding=1)
-    sdpa = functools.partial(torch.nn.functional.scaled_dot_product_attention, heavy["q"], heavy["k"], heavy["v"])
+    sdpa = functools.partial(torch.nn.functional.scaled_dot_product_attention, *map(torch.from_numpy, _sdpa_inputs()))
     ret["sdpa"] = sdpa
     ret["sdpa causal"] = functools.partial(sdpa, is_causal=True)
     return ret
@@ -200,7 +233,8 @@ def main() -> None:
     big = rng.standard_normal(16 << 20, dtype=np.float32)
     sm = rng.standard_normal((4096, 1024), dtype=np.float32)
     peers: dict[str, Callable[..., dict[str, Callable[[], Any]]]] = {
-        "fusegrad": cases_fusegrad, "numpy": cases_numpy, "torch": cases_torch, "tinygrad": cases_tinygrad}  # fmt: skip
+        "fusegrad": cases_fusegrad, "fusegrad-jit": cases_fusegrad_jit, "numpy": cases_numpy, "torch": cases_torch,
+        "tinygrad": cases_tinygrad}  # fmt: skip
     results: dict[str, dict[str, float]] = {}
     for name, make in peers.items():
         if args.peers and name != "fusegrad" and name not in args.peers:
