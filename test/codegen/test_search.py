@@ -323,3 +323,15 @@ def test_a_losing_candidate_is_run_once(monkeypatch: pytest.MonkeyPatch) -> None
     ran = bench.run(opts, bench.compile([opts])[opts])
     assert ran is not None
     assert ran[0] > 1e-12
+
+
+def test_a_long_sum_keeps_its_grouped_candidate() -> None:
+    # 16M float32 terms summed in order (the unoptimised reference) and in 16 parts drift ~1e-3 apart relatively: the
+    # check scales its tolerance with the reduce's length (at 1e-4 the heuristic's own GROUP was dropped as wrong)
+    ei = Tensor.randn(16 << 20).realize().sum().schedule()[-1]
+    bench = Bench.of(ei.ast, "CPU")
+    assert bench.scale == 128
+    grouped = (Opt(GROUP, 0, 16),)
+    assert [opts for _, opts in bench.ranked([grouped])] == [grouped]
+    partial = bench.initial[1][: 15 << 20].sum(dtype=np.float32)  # a kernel that skipped a 16th of the terms
+    assert not search_module._close(np.array([partial]), bench.expected[0], bench.scale)
