@@ -32,12 +32,19 @@ def _open_ranges(value: UOp) -> set[UOp]:
 
 def _is_costly_in(value: UOp, rng: UOp) -> bool:
     """Does computing `value` run a costly operation per step of `rng`?"""
-    return any(u.op in _COSTLY and rng in u.toposort() for u in value.toposort())
+    return _costly_count(value, rng) > 0
+
+
+def _costly_count(value: UOp, rng: UOp) -> int:
+    """How many costly operations computing `value` runs per step of `rng`."""
+    return sum(u.op in _COSTLY and rng in u.toposort() for u in value.toposort())
 
 
 def kept_value(sink: UOp, red: UOp) -> tuple[UOp, list[UOp]] | None:
-    """(value, loops): the largest costly value the reduce `red` computes per step of its one loop that the kernel
-    computes again, with that loop's index replaced, in `loops` (of the same size); None when there is none.
+    """(value, loops): the costly value the reduce `red` computes per step of its one loop that saves the most costly
+    operations when kept, because the kernel computes it again, with that loop's index replaced, in `loops` (of the
+    same size); None when there is none. Of values that save as many, the largest: a masked softmax's backward reads
+    where(mask, exp(y), 0) in one loop and exp(y) alone in another, so exp(y) is kept for both.
 
     The value may only depend on that loop and on output loops around it (the buffer is one row), and `red` must not
     depend on any of its other uses: they read the buffer after the reduce's loop has filled it."""
@@ -49,21 +56,23 @@ def kept_value(sink: UOp, red: UOp) -> tuple[UOp, list[UOp]] | None:
     nodes = sink.toposort()
     same_size = [r for r in nodes if r is not rng and _row_loop(r) and r.src[0].arg == size]
     before = red.toposort()
+    best: tuple[UOp, list[UOp]] | None = None
+    best_saved = 0
     stack, seen = [red.src[0]], {red.src[0]}
     while stack:  # widest first: the value itself, then its sources
         value = stack.pop(0)
         ranges = _open_ranges(value)
         if rng in ranges and value.dtype.count == 1 and size * value.dtype.itemsize <= ROW_BUFFER_BYTES:
             outer = ranges - {rng}
-            if all(r.arg[1] is AxisType.LOOP for r in outer) and _is_costly_in(value, rng):
+            if all(r.arg[1] is AxisType.LOOP for r in outer) and (costly := _costly_count(value, rng)):
                 copies = {r: copy for r in same_size if (copy := value.substitute({rng: r})) in nodes}
-                if copies and not any(copy in before for copy in copies.values()):
-                    return value, list(copies)
+                if copies and not any(copy in before for copy in copies.values()) and costly * len(copies) > best_saved:
+                    best, best_saved = (value, list(copies)), costly * len(copies)
         for s in value.src:
             if s not in seen and rng in s.toposort():
                 seen.add(s)
                 stack.append(s)
-    return None
+    return best
 
 
 def keep_row_value(sink: UOp, axis: int, new_reg: int) -> UOp:

@@ -32,22 +32,34 @@ def _glob(slot: int, size: int) -> UOp:
     return UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(size), arg=slot)
 
 
-def softmax_ast(rows: int, cols: int, backward: bool = False) -> UOp:
+def softmax_ast(rows: int, cols: int, backward: bool = False, masked: bool = False) -> UOp:
     """out[i, j] = exp(x[i, j] - max_k x[i, k]) / sum_k exp(x[i, k] - max), as the scheduler fuses it; with
-    `backward`, out = e * (g / s - sum_k g[i, k] * e[i, k] / s^2) (softmax's gradient, one more pass over the row)."""
+    `backward`, out = e * (g / s - sum_k g[i, k] * e[i, k] / s^2) (softmax's gradient, one more pass over the row).
+    `masked`: a causal mask (k <= i kept) as mixin/nn.py's _masked_softmax writes it, e = where(m, exp(where(m, y, 0)),
+    0), whose gradient reads the bare exp(where(m, y, 0)) in the output loop."""
     i, j = UOp.range(rows, 0, AxisType.LOOP), UOp.range(cols, 1, AxisType.LOOP)
     r_max, r_sum, r_g = (UOp.range(cols, axis, AxisType.REDUCE) for axis in (2, 3, 4))
     x, g = _glob(1, rows * cols), _glob(2, rows * cols)
-    top = x.index(i * cols + r_max).load().reduce(r_max, arg=Ops.MAX)
+
+    def kept(r: UOp) -> UOp:
+        return (r < i + 1) if masked else UOp.const(dtypes.bool, True)
+
+    def masked_by(r: UOp, value: UOp, other: float) -> UOp:
+        return kept(r).where(value, value.const_like(other)) if masked else value
+
+    top = masked_by(r_max, x.index(i * cols + r_max).load(), -np.inf).reduce(r_max, arg=Ops.MAX)
+
+    def bare_exp_at(r: UOp) -> UOp:
+        return (masked_by(r, x.index(i * cols + r).load() - top, 0.0) * 1.4426950408889634).exp2()
 
     def exp_at(r: UOp) -> UOp:
-        return ((x.index(i * cols + r).load() - top) * 1.4426950408889634).exp2()
+        return masked_by(r, bare_exp_at(r), 0.0)
 
     total = exp_at(r_sum).reduce(r_sum, arg=Ops.ADD)
     value = exp_at(j) * total.reciprocal()
     if backward:
         dot = (g.index(i * cols + r_g).load() * exp_at(r_g)).reduce(r_g, arg=Ops.ADD) * (total * total).reciprocal()
-        value = exp_at(j) * (g.index(i * cols + j).load() * total.reciprocal() - dot)
+        value = masked_by(j, bare_exp_at(j) * (g.index(i * cols + j).load() * total.reciprocal() - dot), 0.0)
     return graph_rewrite(UOp.sink(_glob(0, rows * cols).index(i * cols + j).store(value)), sym)
 
 
@@ -74,6 +86,15 @@ def test_softmax_backward_keeps_one_exp_for_three_passes() -> None:
     assert to_program(ast, Device["CPU"].renderer).src.count("exp2f((") == 1
 
 
+def test_masked_softmax_backward_keeps_the_bare_exp_for_every_pass() -> None:
+    """where(m, exp, 0) is read by the sum's and the dot's loops, exp alone by the output loop: keeping exp saves two
+    exps per element, keeping the select one."""
+    ast = softmax_ast(4, 64, backward=True, masked=True)
+    assert hand_coded_opts(ast) == [Opt(OptOps.KEEP, 3, 64)]
+    assert to_program(ast, Device["CPU"].renderer).src.count("exp2f((") == 1
+    assert to_program(softmax_ast(4, 64, masked=True), Device["CPU"].renderer).src.count("exp2f((") == 1
+
+
 def test_keep_without_a_costly_value_raises() -> None:
     i, r = UOp.range(4, 0, AxisType.LOOP), UOp.range(8, 1, AxisType.REDUCE)
     total = _glob(1, 32).index(i * 8 + r).load().reduce(r, arg=Ops.ADD)
@@ -93,11 +114,12 @@ def test_fused_softmax_tensor_kernel_keeps_its_exp() -> None:
     rows=st.integers(1, 3),
     cols=st.sampled_from([1, 7, 8, 16, 40, 64]),
     backward=st.booleans(),
+    masked=st.booleans(),
     seed=st.integers(0, 2**16),
     specials=st.booleans(),
 )
 def test_row_buffer_and_max_lanes_give_the_plain_kernels_bits(
-    rows: int, cols: int, backward: bool, seed: int, specials: bool
+    rows: int, cols: int, backward: bool, masked: bool, seed: int, specials: bool
 ) -> None:
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal((rows, cols)) * 4).astype(np.float32)
@@ -107,7 +129,7 @@ def test_row_buffer_and_max_lanes_give_the_plain_kernels_bits(
         x[-1, 0], x[-1, -1] = np.inf if cols > 1 else 0.0, -0.0
         if rows > 1 and cols > 2:
             x[1, 1] = np.nan
-    ast = softmax_ast(rows, cols, backward)
+    ast = softmax_ast(rows, cols, backward, masked)
     with Context(NOOPT=1):
         plain = run(ast, [x, g], "PYTHON", None)
     opts = tuple(hand_coded_opts(ast))
