@@ -83,7 +83,7 @@ def full_rewrite(ast: UOp, renderer: Renderer) -> list[UOp]:
         sink = add_gpudims(sink, renderer.global_max or (2**31 - 1,) * 3, renderer.local_max or (1024,) * 3)
     sink = graph_rewrite(sink, pm_simplify_gates, name="simplify gates")
     if renderer.supports_float4:
-        sink = vectorize_upcast(sink)  # the innermost upcast loop as vector values
+        sink = vectorize_upcast(sink, masks=not renderer.has_local)  # the innermost upcast loop as vector values
     sink = graph_rewrite(sink, pm_reduce_to_accumulator, ctx=AccumulatorContext.of(sink), name="reduce to accumulators")
     if renderer.extra_matcher is not None:
         sink = graph_rewrite(sink, renderer.extra_matcher, name="renderer decompositions")

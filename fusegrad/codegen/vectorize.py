@@ -30,6 +30,11 @@ WIDE_VECTOR_BYTES = 64  # one AVX-512 register, where the host has them
 # float ops a vector spells like a scalar (MAX, comparisons and selects need lane masks the C renderer doesn't have)
 VECTOR_ALU = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV})
 VECTOR_REDUCES = frozenset({Ops.ADD, Ops.MUL})
+# on the CPU (GCC vectors) float32 work after a vector reduce also has vector forms: compares give lane masks (a vector
+# of int, all bits set where true), a select picks by mask, max is a compare and a select, and the math ops call
+# glibc's vector variants (a fused silu or gelu epilogue was ~80% of its matmul's time lane by lane)
+MASK_ALU = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
+SELECT_ALU = frozenset({Ops.NEG, Ops.RECIPROCAL, Ops.MAX, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.WHERE}) | MASK_ALU
 VECTOR_DTYPES = (dtypes.float32, dtypes.float64)
 # ops that may run once per lane after a vector reduce (loads and stores too: their addresses are lane by lane)
 LANE_OPS = GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.LOAD, Ops.STORE, Ops.INDEX}
@@ -55,9 +60,10 @@ def vector_sizes() -> tuple[int, ...]:
     return tuple(sorted({host_vector_bytes(), VECTOR_BYTES}, reverse=True))
 
 
-def vectorize_upcast(sink: UOp) -> UOp:
+def vectorize_upcast(sink: UOp, masks: bool = False) -> UOp:
     """`sink` with its innermost UPCAST loop as vector lanes (split into an upcast loop of whole vectors when longer
-    than one), or `sink` unchanged when that loop's work doesn't fit the vector forms above."""
+    than one), or `sink` unchanged when that loop's work doesn't fit the vector forms above. `masks`: the renderer
+    spells SELECT_ALU's forms on float32 vectors (the C renderer; the GPU dialects don't yet)."""
     lane = _lane_loop(sink)
     if lane is None:
         return sink
@@ -79,7 +85,7 @@ def vectorize_upcast(sink: UOp) -> UOp:
         split = graph_rewrite(sink.substitute({lane: whole * width + lane_in}), sym, name="split vector loop")
         lane = lane_in
     try:
-        return _Vectorizer(lane, dtype.vec(width)).run(split)
+        return _Vectorizer(lane, dtype.vec(width), masks).run(split)
     except _NoVectorFormError:
         return sink
 
@@ -146,8 +152,9 @@ def vector_offset(idx: UOp, lane: UOp) -> UOp | None:
 class _Vectorizer:
     """One rewrite of a kernel: every node that depends on `lane` becomes its vector form (dtype `vec`)."""
 
-    def __init__(self, lane: UOp, vec: DType) -> None:
+    def __init__(self, lane: UOp, vec: DType, masks: bool = False) -> None:
         self.lane, self.vec = lane, vec
+        self.masks = masks and vec.scalar() == dtypes.float32  # SELECT_ALU's forms: the C renderer, float32 lanes
         self.new: dict[UOp, UOp] = {}
         self.lanes: dict[UOp, tuple[UOp, ...]] = {}  # nodes computed once per lane, after a vector reduce
         self.vector_index: set[UOp] = set()  # new INDEX nodes addressing a vector's first element
@@ -212,7 +219,23 @@ class _Vectorizer:
                 return UOp(Ops.REDUCE, self.vec, (self.operand(u.src[0]), *u.src[1:]), u.arg)
             case op if op in VECTOR_ALU and u.dtype == self.vec.scalar():
                 return UOp(op, self.vec, tuple(self.operand(s) for s in u.src))
+            case op if self.masks and op in SELECT_ALU:
+                return self.convert_select(u)
         raise _NoVectorFormError(f"{u.op} of {u.dtype}")
+
+    def convert_select(self, u: UOp) -> UOp:
+        """Compares as lane masks (bool vectors), selects by a mask or by a scalar condition, max and math ops."""
+        if u.op in MASK_ALU and u.src[0].dtype == self.vec.scalar():
+            return UOp(u.op, dtypes.bool.vec(self.vec.count), tuple(self.operand(s) for s in u.src))
+        if u.dtype != self.vec.scalar():
+            raise _NoVectorFormError(f"{u.op} of {u.dtype}")
+        if u.op is not Ops.WHERE:
+            return UOp(u.op, self.vec, tuple(self.operand(s) for s in u.src))
+        cond = u.src[0]
+        if (mask := self.new.get(cond)) is None and self.lane in cond.toposort():
+            raise _NoVectorFormError("a select whose condition is computed lane by lane")
+        values = (self.operand(u.src[1]), self.operand(u.src[2]))
+        return UOp(Ops.WHERE, self.vec, (cond if mask is None else mask, *values))
 
     def convert_index(self, u: UOp) -> UOp:
         """buf[base + lane] -> the address of buf[base], read or written as one vector (ungated; global buffers and

@@ -675,7 +675,11 @@ def render_vector_typedefs(uops: list[UOp], lang: CStyleLanguage) -> str:
     """A register type (aligned) and a memory type (element-aligned, may alias its elements) per vector dtype used."""
     vectors = sorted({u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype for u in uops} - {dtypes.void})
     lines = []
-    for dt in (d for d in vectors if d.count > 1):
+    # lane masks (int lanes as wide as float32's): bool vectors, and the selects of vector max and where
+    masks = {d.count for d in vectors if d.count > 1 and _is_bool(d)}
+    masks |= {u.dtype.count for u in uops if u.op in (Ops.MAX, Ops.WHERE) and u.dtype.count > 1}
+    lines += [f"typedef int fg_mask{n} __attribute__((vector_size({4 * n})));" for n in sorted(masks)]
+    for dt in (d for d in vectors if d.count > 1 and not _is_bool(d)):
         scalar, name = lang.render_dtype(dt.scalar()), lang.render_dtype(dt)
         size, align = dt.itemsize, dt.scalar().itemsize
         lines.append(f"typedef {scalar} {name} __attribute__((vector_size({size})));")
@@ -684,12 +688,75 @@ def render_vector_typedefs(uops: list[UOp], lang: CStyleLanguage) -> str:
 
 
 def render_vectorize(ctx: RenderContext, x: UOp) -> str:
-    return f"(({ctx.lang.render_dtype(x.dtype)}){{{','.join(ctx[s] for s in x.src)}}})"
+    literal = f"(({ctx.lang.render_dtype(x.dtype)}){{{','.join(ctx[s] for s in x.src)}}})"
+    return f"(-{literal})" if _is_bool(x.dtype) else literal  # a lane mask is all bits set where true
 
 
 def render_gep(ctx: RenderContext, x: UOp) -> str | None:
-    """One lane of a vector: GCC's vector types take a subscript."""
-    return f"{ctx[x.src[0]]}[{x.arg[0]}]" if len(x.arg) == 1 else None
+    """One lane of a vector: GCC's vector types take a subscript (a mask's lane is -1 where true: made a 0/1 bool)."""
+    if len(x.arg) != 1:
+        return None
+    return f"({ctx[x.src[0]]}[{x.arg[0]}]!=0)" if _is_bool(x.dtype) else f"{ctx[x.src[0]]}[{x.arg[0]}]"
+
+
+# *** lane masks (codegen/vectorize.py's SELECT_ALU): a float vector compare gives a vector of int, -1 where true ***
+
+
+def mask_type(dt: DType) -> str:
+    """The GCC vector of int holding a bool vector's lanes as masks (float32 lanes: vectorize makes no others)."""
+    return f"fg_mask{dt.count}"
+
+
+def _select(mask: str, x: str, y: str, dt: DType, lang: CStyleLanguage) -> str:
+    """x where the mask's lane is set, else y: bitwise on the lanes' bits (GCC's C has no vector `?:`)."""
+    m = mask_type(dt)
+    return f"(({lang.render_dtype(dt)})((({m}){x}&{mask})|(({m}){y}&~{mask})))"
+
+
+def render_vector_where(ctx: RenderContext, x: UOp, c: UOp) -> str | None:
+    if x.dtype.count == 1:
+        return None
+    if c.dtype.count == 1:  # a scalar condition: C's `?:` picks a whole vector (of one type: a load is `_u`-typed)
+        t = ctx.lang.render_dtype(x.dtype)
+        return f"({ctx[c]}?(({t}){ctx[x.src[1]]}):(({t}){ctx[x.src[2]]}))"
+    return _select(ctx[c], ctx[x.src[1]], ctx[x.src[2]], x.dtype, ctx.lang)
+
+
+def render_vector_max(ctx: RenderContext, x: UOp) -> str | None:
+    """The scalar form's order: x where x > y or x is NaN, else y."""
+    if x.dtype.count == 1 or x.dtype.scalar() != dtypes.float32:  # masks of int lanes: float32 vectors only
+        return None
+    a, b = ctx[x.src[0]], ctx[x.src[1]]
+    return _select(f"(({a}>{b})|({a}!={a}))", a, b, x.dtype, ctx.lang)
+
+
+def render_vector_math(ctx: RenderContext, x: UOp) -> str | None:
+    return f"fg_{x.op.name.lower()}_{ctx.lang.render_dtype(x.dtype)}({ctx[x.src[0]]})" if x.dtype.count > 1 else None
+
+
+_MVEC_ISA = {32: "d", 64: "e"}  # the x86-64 vector function ABI's letter: AVX2 (32-byte), AVX-512 (64-byte) vectors
+
+
+def render_vector_math_helpers(uops: list[UOp], lang: CStyleLanguage) -> str:
+    """`fg_exp2_float16(v)` and the like for the vector math ops used: glibc's libmvec variant where it links
+    (FUSEGRAD_MVEC) on x86-64 with the ISA the vector needs, else the scalar builtin lane by lane."""
+    used = sorted({(u.op.name.lower(), u.dtype) for u in uops if u.op in _VECTOR_MATH and u.dtype.count > 1})
+    lines = []
+    for fn, dt in used:
+        name, scalar, libm = lang.render_dtype(dt), lang.render_dtype(dt.scalar()), f"{fn}{_math_suffix(dt)}"
+        lane = f"  for (int i = 0; i < {dt.count}; i++) v[i] = ({scalar})__builtin_{libm}(v[i]);"
+        fallback = [f"static inline {name} fg_{fn}_{name}({name} v) {{", lane, "  return v;", "}"]
+        if (isa := _MVEC_ISA.get(dt.itemsize)) is None:
+            lines += fallback
+            continue
+        guard = "__AVX512F__" if isa == "e" else "__AVX2__"
+        vector_fn = f"_ZGV{isa}N{dt.count}v_{libm}"
+        lines += [f"#if defined(FUSEGRAD_MVEC) && defined(__x86_64__) && defined({guard})"]
+        lines += [f"{name} {vector_fn}({name});", f"#define fg_{fn}_{name} {vector_fn}", "#else", *fallback, "#endif"]
+    return "".join(line + "\n" for line in lines)
+
+
+_VECTOR_MATH = (Ops.EXP2, Ops.LOG2, Ops.SIN)
 
 
 # vector forms first: they decline (None) scalar nodes and accumulator arrays of vectors, which fall through to the
@@ -699,6 +766,9 @@ _vector_rules: list[tuple[UPat, Callable[..., str | None]]] = [
     (UPat(Ops.STORE, src=(UPat(Ops.INDEX, name="idx"), UPat.var("value"))), render_vector_store),
     (UPat(Ops.VECTORIZE, name="x"), render_vectorize),  # (float8){a, a, ...}
     (UPat(Ops.GEP, name="x"), render_gep),  # v[i]
+    (UPat(Ops.WHERE, src=(UPat.var("c"), UPat(), UPat()), name="x"), render_vector_where),  # bitwise by lane mask
+    (UPat(Ops.MAX, name="x"), render_vector_max),
+    (UPat(_VECTOR_MATH, name="x"), render_vector_math),  # fg_exp2_float16(v)
 ]
 # text, not UOps, as for base_rewrite
 pm_render_vectors = PatternMatcher(_vector_rules)  # type: ignore[arg-type]
@@ -744,6 +814,8 @@ class ClangRenderer(CStyleLanguage):
         """Vectors of float and double as GCC vector types named like OpenCL's (`float8`), typedef'd by `render`."""
         if dt.count > 1 and not isinstance(dt, PtrDType) and dt.scalar() in (dtypes.float32, dtypes.float64):
             return f"{super().render_dtype(dt.scalar())}{dt.count}"
+        if dt.count > 1 and not isinstance(dt, PtrDType) and _is_bool(dt):
+            return mask_type(dt)
         return super().render_dtype(dt)
 
     def render_register(self, name: str, ptr: PtrDType) -> str:
@@ -755,7 +827,7 @@ class ClangRenderer(CStyleLanguage):
         return super().render_register(name, ptr)
 
     def render(self, uops: list[UOp]) -> str:
-        return render_vector_typedefs(uops, self) + super().render(uops)
+        return render_vector_typedefs(uops, self) + render_vector_math_helpers(uops, self) + super().render(uops)
 
     def loop_pragmas(self, uops: list[UOp]) -> dict[UOp, str]:
         """OpenMP on output loops, whose iterations write disjoint elements and declare their own accumulators:

@@ -118,7 +118,7 @@ def silu(x: UOp) -> UOp:
 # libm's exp2 and Python's may differ in the last bit: those epilogues match PYTHON to an ulp on the CPU
 TRANSCENDENTAL = {"silu"}
 EPILOGUES = {
-    "silu": silu,  # exp2 and a reciprocal: no vector forms
+    "silu": silu,  # exp2 and a reciprocal: vector forms in float32 (libmvec's exp2), lane by lane in float64
     "relu": lambda x: (x < 0).where(0, x),  # a compare and a select
     "max": lambda x: x.maximum(x * 0.5),
     "sqrt of square": lambda x: (x * x).sqrt() + x,  # vector ops around a lane-by-lane one
@@ -164,12 +164,44 @@ def test_lane_by_lane_epilogues_are_bit_for_bit(case: tuple[str, tuple[int, int,
             np.testing.assert_array_equal(got, plain)
 
 
-def test_an_epilogue_reads_the_vector_accumulators_lane_by_lane() -> None:
-    ast, _ = matmul_then("silu", 4, 5, 16, dtypes.float32)
-    body = source(ast, (Opt(UPCAST, 0, 2), Opt(UPCAST, 1, 16)))
-    assert "float8 acc0[4];" in body  # the reduce kept vector accumulators
-    assert "__builtin_exp2f(alu11[7])" in body  # lane 7 of a vector, read for its exp2
-    assert body.count("__builtin_exp2f(") == 8  # once per lane, in the loop over whole vectors
+def test_a_float32_epilogue_runs_as_vectors() -> None:
+    """After a float32 vector reduce, silu's exp2 is one vector call and its reciprocal a vector division; relu's
+    compare is a lane mask and its select bitwise; nothing runs lane by lane."""
+    tile = (Opt(UPCAST, 0, 2), Opt(UPCAST, 1, 16))
+    silu_body = source(matmul_then("silu", 4, 5, 16, dtypes.float32)[0], tile)
+    assert "float8 acc0[4];" in silu_body  # the reduce kept vector accumulators
+    assert silu_body.count("fg_exp2_float8(") == 1
+    assert "__builtin_exp2f(" not in silu_body
+    relu_body = source(matmul_then("relu", 4, 5, 16, dtypes.float32)[0], tile)
+    assert "(fg_mask8)" in relu_body  # the compare inline as the mask of a bitwise select
+    assert "&~(" in relu_body
+    assert "[7]" not in silu_body + relu_body  # no lane subscripts
+
+
+@pytest.mark.parametrize("epilogue", ["relu", "max"])
+def test_vector_masks_keep_nan_and_inf_lanes(epilogue: str) -> None:
+    """A vector compare and select give the scalar kernel's bits where the accumulators hold NaN, +-inf and -0."""
+    ast, inputs = matmul_then(epilogue, 2, 3, 16, dtypes.float32)
+    a, b = inputs
+    a[0, :] = [np.inf, 1.0, 0.0]
+    b[:, 3] = [1.0, np.nan, 2.0]  # row 0 gets inf + nan*1 -> nan, row 1 nan
+    b[:, 5] = [-1.0, 0.0, 0.0]  # row 0: -inf
+    b[:, 6] = [0.0, -0.0, -0.0]  # row 0: 0*inf -> nan
+    a[1, :] = [-0.0, 0.0, -0.0]
+    tile = (Opt(UPCAST, 0, 2), Opt(UPCAST, 1, 16))
+    assert "&~" in source(ast, tile)
+    with Context(NOOPT=1):
+        plain = run(ast, [a, b], 32, dtypes.float32, "PYTHON")
+    np.testing.assert_array_equal(run(with_opts(ast, tile), [a, b], 32, dtypes.float32, "CPU"), plain)
+
+
+def test_a_float64_epilogue_reads_the_vector_accumulators_lane_by_lane() -> None:
+    """Masks are float32-wide: a double epilogue's compare and select run once per lane on the vector's lanes."""
+    ast, _ = matmul_then("silu", 4, 5, 8, dtypes.float64)
+    body = source(ast, (Opt(UPCAST, 0, 2), Opt(UPCAST, 1, 8)))
+    assert "double4 acc0[4];" in body
+    assert "__builtin_exp2(alu11[3])" in body  # lane 3 of a vector, read for its exp2
+    assert body.count("__builtin_exp2(") == 4  # once per lane, in the loop over whole vectors
 
 
 def test_lanes_stay_out_of_reduce_loops() -> None:

@@ -1,5 +1,14 @@
 typedef float float8 __attribute__((vector_size(32)));
 typedef float float8_u __attribute__((vector_size(32), aligned(4), may_alias));
+#if defined(FUSEGRAD_MVEC) && defined(__x86_64__) && defined(__AVX2__)
+float8 _ZGVdN8v_exp2f(float8);
+#define fg_exp2_float8 _ZGVdN8v_exp2f
+#else
+static inline float8 fg_exp2_float8(float8 v) {
+  for (int i = 0; i < 8; i++) v[i] = (float)__builtin_exp2f(v[i]);
+  return v;
+}
+#endif
 #include <math.h>
 #ifdef FUSEGRAD_MVEC
 float exp2f(float) __attribute__((simd("notinbranch")));
@@ -79,10 +88,7 @@ void r_16_16_32_32(float* restrict data0, const float* restrict data1, const flo
       long long alu16 = (ridx4*2);
       for (long long ridx10 = 0; ridx10 < 2; ridx10++) {
         long long alu17 = (alu16+ridx10);
-        float8 alu18 = (acc2[alu17]*alu3);
-        float8 alu19 = ((float8){__builtin_exp2f(alu18[0]),__builtin_exp2f(alu18[1]),__builtin_exp2f(alu18[2]),__builtin_exp2f(alu18[3]),__builtin_exp2f(alu18[4]),__builtin_exp2f(alu18[5]),__builtin_exp2f(alu18[6]),__builtin_exp2f(alu18[7])});
-        float8 alu20 = (alu2+alu19);
-        (*(float8_u*)&data0[((ridx10*8)+alu5)+alu15]) = ((acc2[alu17]*((float8){(1/alu20[0]),(1/alu20[1]),(1/alu20[2]),(1/alu20[3]),(1/alu20[4]),(1/alu20[5]),(1/alu20[6]),(1/alu20[7])}))*acc3[alu17]);
+        (*(float8_u*)&data0[((ridx10*8)+alu5)+alu15]) = ((acc2[alu17]*(1/(alu2+fg_exp2_float8((acc2[alu17]*alu3)))))*acc3[alu17]);
       }
     }
   }
