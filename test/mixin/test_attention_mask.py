@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fusegrad import Tensor
 from fusegrad.mixin.nn import _masked_softmax
@@ -65,12 +67,34 @@ def test_masked_softmax_is_the_additive_form_bit_for_bit(device: str) -> None:
     mask = rng.random((5, 24)) < 0.5
     mask[0] = True
     mask[3] = False
+    _check_additive_form(x, mask, device)
+    got = _masked_softmax(Tensor(x, device=device), Tensor(mask, device=device)).numpy()
+    assert np.isnan(got[3]).all()
+    assert not np.isnan(got[[0, 1, 2, 4]]).any()
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    rows=st.integers(1, 4),
+    cols=st.sampled_from([1, 3, 16, 33]),
+    scale=st.sampled_from([1e-3, 1.0, 40.0]),
+    keep=st.floats(0.0, 1.0),
+    seed=st.integers(0, 2**16),
+    device=st.sampled_from(["CPU", "PYTHON"]),
+)
+def test_masked_softmax_is_the_additive_form_on_random_masks(
+    rows: int, cols: int, scale: float, keep: float, seed: int, device: str
+) -> None:
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
+    _check_additive_form(x, rng.random((rows, cols)) < keep, device)
+
+
+def _check_additive_form(x: np.ndarray, mask: np.ndarray, device: str) -> None:
     xt, mt = Tensor(x, device=device), Tensor(mask, device=device)
     got = _masked_softmax(xt, mt).numpy()
     want = (xt + mt.where(0.0, -math.inf)).softmax(-1).numpy()
-    np.testing.assert_array_equal(got, want)  # NaN where NaN
-    assert np.isnan(got[3]).all()
-    assert not np.isnan(got[[0, 1, 2, 4]]).any()
+    np.testing.assert_array_equal(got, want)  # NaN where NaN: the fully masked rows
 
 
 def test_masked_softmax_gradient_is_zero_where_masked() -> None:
