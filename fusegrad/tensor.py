@@ -30,7 +30,15 @@ from fusegrad.dtype import (
     sum_acc_dtype,
     to_dtype,
 )
-from fusegrad.engine.cache import Structure, cache_counts, graph_structure, record, replay, schedule_cache
+from fusegrad.engine.cache import (
+    GraphRecipe,
+    Structure,
+    cache_counts,
+    graph_structure,
+    record,
+    replay,
+    schedule_cache,
+)
 from fusegrad.engine.realize import capturing, run_schedule
 from fusegrad.errors import (
     ArangeOverflowError,
@@ -1150,13 +1158,11 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             >>> (x * x).sum().gradient(x)[0].tolist()
             [6.0]
         """
-        from fusegrad.gradient import compute_gradient
-
         root_grad = self._root_gradient(gradient, "gradient")
         for i, t in enumerate(targets):
             if not dtypes.is_float(t.dtype):
                 raise TypeError(f"gradient: only float tensors have gradients, got {t.dtype} for target {i}")
-        grads = compute_gradient(self.uop, root_grad.uop, {t.uop for t in targets})
+        grads = _gradients(self.uop, root_grad.uop, {t.uop for t in targets})
         ret = []
         for i, t in enumerate(targets):
             if (g := grads.get(t.uop)) is not None:
@@ -2932,6 +2938,43 @@ def _infer_list_dtype(data: Any) -> DType:
     if all(isinstance(x, (bool, int)) for x in flat):
         return dtypes.default_int
     return dtypes.default_float
+
+
+# *** gradients: built by compute_gradient, rebuilt for a graph of a structure seen before ***
+
+GRADIENT_RECIPES = 64  # gradient graphs kept; the oldest goes first
+# (structure of (root, root_grad), targets' positions) -> (the positions compute_gradient gave gradients, their
+# graph over the structure's nodes, or None when it can't be rebuilt). Mutated in place, never rebound.
+gradient_recipes: dict[tuple[Any, ...], tuple[tuple[int, ...], GraphRecipe | None]] = {}
+
+
+def _gradients(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
+    """compute_gradient's result. The gradient graph is a function of the graph's structure (ops, dtypes, args,
+    sharing) and the targets' places in it, and a training step differentiates a graph of one structure every time:
+    the second time on, it is rebuilt from the first one's recipe on this graph's nodes (a walk of the forward graph
+    and one node made per gradient node, instead of a derivative rule matched per node). VIZ's rewrite tracking
+    (TRACK_MATCH_STATS >= 2) and graphs the schedule cache can't key (symbolic, sharded) are built every time."""
+    from fusegrad.gradient import compute_gradient
+
+    if TRACK_MATCH_STATS.value >= 2:
+        return compute_gradient(root, root_grad, targets)
+    structure = graph_structure(UOp.sink(root, root_grad))
+    if structure.key is None:
+        return compute_gradient(root, root_grad, targets)
+    position = structure.position
+    key = (structure.key, tuple(sorted(position[t] for t in targets if t in position)))
+    if (entry := gradient_recipes.get(key)) is None:
+        grads = compute_gradient(root, root_grad, targets)
+        if len(gradient_recipes) >= GRADIENT_RECIPES:
+            del gradient_recipes[next(iter(gradient_recipes))]
+        recipe = GraphRecipe.of(list(grads.values()), structure.nodes)
+        gradient_recipes[key] = (tuple(position[u] for u in grads), recipe)
+        return grads
+    places, recipe = entry
+    if recipe is None:
+        return compute_gradient(root, root_grad, targets)
+    nodes = structure.nodes
+    return dict(zip([nodes[i] for i in places], recipe.build(nodes), strict=True))
 
 
 # *** realizing: the one path from lazy tensors to buffers (Tensor.realize, a random draw inside a capture) ***

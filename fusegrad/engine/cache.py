@@ -183,44 +183,53 @@ class Template:
 @dataclass(frozen=True, slots=True)
 class GraphRecipe:
     """Output nodes as a recipe over leaf nodes, for frontend code that builds the same graph on other leaves of the
-    same structure (an optimiser's update): per node, sources first, a leaf's index (an int) or (op, dtype, arg,
-    tag, source positions, labels). Rebuilt on new leaves it is the graph that code would build (hash-consing
-    returns live equal nodes), with the same labels where a node has none yet. Like Template, it keeps no UOp."""
+    same structure (an optimiser's update, a gradient): the leaves it reads (their indices), then per node, sources
+    first, (op, dtype, arg, tag, source positions, label, shape, device). Rebuilt on new leaves it is the graph that
+    code would build (hash-consing returns live equal nodes), with the same labels where a node has none yet and the
+    shapes and devices the recording had worked out (structural, so the same). Like Template, it keeps no UOp."""
 
-    nodes: tuple[int | tuple[Any, ...], ...]
+    leaves: tuple[int, ...]  # made[i] = leaves[self.leaves[i]]; nodes follow
+    nodes: tuple[tuple[Any, ...], ...]
     outputs: tuple[int, ...]
 
     @staticmethod
     def of(outputs: list[UOp], leaves: list[UOp]) -> GraphRecipe | None:
         """None when the outputs read memory that is no leaf, or hold a node that is new at every build (a
         `Tensor.contiguous()`, a unique id) or a symbolic value."""
-        nodes: list[int | tuple[Any, ...]] = []
-        position: dict[UOp, int] = {}
-        for i, leaf in enumerate(leaves):  # equal leaves share the first one's position
-            position.setdefault(leaf, i)
-            nodes.append(position[leaf])
+        first: dict[UOp, int] = {}
+        for i, leaf in enumerate(leaves):  # equal leaves share the first one's index
+            first.setdefault(leaf, i)
         sink = UOp.sink(*outputs)
-        for u in sink.toposort(gate=lambda u: u not in position):
-            if u is sink:
-                continue
+        walk = [u for u in sink.toposort(gate=lambda u: u not in first) if u is not sink]
+        position: dict[UOp, int] = {}
+        used: list[int] = []
+        for read in (*outputs, *(s for node in walk for s in node.src)):
+            if read in first and read not in position:
+                position[read] = len(used)
+                used.append(first[read])
+        nodes: list[tuple[Any, ...]] = []
+        for u in walk:
             if u.op in _NOT_REBUILT or (u.op is Ops.CONTIGUOUS and u.arg is not None):
                 return None
-            label = all_metadata.get(u)
-            position[u] = len(nodes)
-            nodes.append((u.op, u.dtype, u.arg, u.tag, tuple([position[s] for s in u.src]), label))
-        return GraphRecipe(tuple(nodes), tuple(position[u] for u in outputs))
+            position[u] = len(used) + len(nodes)
+            known = u.__dict__
+            srcs = tuple([position[s] for s in u.src])
+            nodes.append(
+                (u.op, u.dtype, u.arg, u.tag, srcs, all_metadata.get(u), known.get("_shape"), known.get("_device"))
+            )
+        return GraphRecipe(tuple(used), tuple(nodes), tuple(position[u] for u in outputs))
 
     def build(self, leaves: list[UOp]) -> list[UOp]:
-        made: list[UOp] = []
+        made = [leaves[i] for i in self.leaves]
         labels = all_metadata
-        for node in self.nodes:
-            if type(node) is int:
-                made.append(leaves[node])
-                continue
-            op, dtype, arg, tag, srcs, label = node  # type: ignore[misc]  # the tuple form
+        for op, dtype, arg, tag, srcs, label, shape, device in self.nodes:
             u = UOp(op, dtype, tuple([made[i] for i in srcs]), arg, tag)
             if label is not None and u not in labels:
                 labels[u] = label
+            if shape is not None:
+                u.__dict__.setdefault("_shape", shape)
+            if device is not None:
+                u.__dict__.setdefault("_device", device)
             made.append(u)
         return [made[i] for i in self.outputs]
 
