@@ -1,0 +1,82 @@
+"""Tests of bench/ops.py and bench/peak.py: arguments and --quick, the peak loops compile and report figures, every
+system's case computes what torch's float64 yardstick does (numpy's causal attention and im2col conv included), and
+the target column's verdicts. No timing is asserted: the bench prints ratios."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+from test.shared import load_script
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "ops.py"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    return load_script(BENCH, "bench_ops")
+
+
+@pytest.mark.parametrize("argv", [["--reps", "0"], ["--timeout", "0"], ["--beam-budget", "-1"]])
+def test_bad_arguments_are_refused(bench: ModuleType, argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        bench.parse_args(argv)
+    assert exit_info.value.code == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_quick_keeps_the_issues_forward_cases(bench: ModuleType) -> None:
+    args = bench.parse_args(["--quick"])
+    assert args.reps == 2
+    assert bench.case_names(args) == ["matmul 1024", "conv2d fwd", "sdpa", "sdpa causal", "softmax fwd",
+                                      "layernorm fwd", "sum 16M", "chain 4M"]  # fmt: skip
+    assert "fusegrad eager" not in bench.peer_makers(quick=True)
+    assert bench.case_names(bench.parse_args(["--cases", "layernorm"])) == ["layernorm fwd", "layernorm fwd+bwd"]
+
+
+def test_peak_loops_report_positive_figures(bench: ModuleType) -> None:
+    peak = bench.load_peak_module().measure_peak(threads=1, sizes=(1 << 20,))
+    assert peak.fma_gflops > 0
+    assert set(peak.copy_gbs) == {1 << 20}
+    assert peak.copy_gbs[1 << 20] > 0
+
+
+# numpy's own attention mask and im2col conv; fusegrad's backward cases under TinyJit (the jit replays a backward)
+CHECKED = {"numpy": ["sdpa causal", "conv2d fwd"], "fusegrad": ["softmax fwd+bwd", "layernorm fwd+bwd", "chain 4M"]}
+
+
+@pytest.mark.slow  # ~30 s: full-size inputs, torch's float64 conv
+def test_the_cases_match_torch_float64(bench: ModuleType) -> None:
+    inp = bench.make_inputs(np.random.default_rng(0))
+    ref = bench.reference(inp, [name for names in CHECKED.values() for name in names])
+    systems = {
+        "numpy": bench.cases_numpy(inp, CHECKED["numpy"]),
+        "fusegrad": bench.cases_fusegrad(inp, CHECKED["fusegrad"]),
+    }
+    for system, cases in systems.items():
+        for name, fn in cases.items():
+            for _ in range(3):  # TinyJit: run, capture, replay: the replay's result is checked
+                got = bench.as_numpy(fn())
+            scale = max(float(np.abs(r).max()) for r in ref[name])
+            assert bench.max_abs_err(got, ref[name]) <= 1e-5 * scale, (system, name)
+
+
+def _run_with(bench: ModuleType, seconds: dict[str, float]) -> object:
+    """A bench run that timed matmul 1024 on these peers."""
+    return bench.Run({peer: {"matmul 1024": bench.Timing(t, 1)} for peer, t in seconds.items()}, {}, {})
+
+
+def test_target_verdicts(bench: ModuleType) -> None:
+    peak = bench.load_peak_module().Peak(fma_gflops=100.0, copy_gbs={1: 10.0}, threads=2)
+    flops = bench.CASES["matmul 1024"].flops
+    at_peak = flops / 100e9  # seconds for 100 GFLOP/s: 100% of the FMA peak
+    run = _run_with(bench, {"fusegrad": at_peak, "numpy": at_peak})
+    assert bench.target("matmul 1024", run, peak) == (">=0.9x numpy, >=75% FMA peak", "met")
+    run = _run_with(bench, {"fusegrad": at_peak / 0.7, "numpy": at_peak * 10})  # 70% of peak: short of 75%
+    assert bench.target("matmul 1024", run, peak)[1] == "not met"
+    run = _run_with(bench, {"fusegrad": at_peak, "numpy": at_peak * 0.5})  # numpy twice as fast
+    assert bench.target("matmul 1024", run, peak)[1] == "not met"
+    assert bench.target("matmul 1024", _run_with(bench, {"fusegrad": at_peak}), peak)[1] == "n/a"  # no numpy
