@@ -587,10 +587,13 @@ class NNMixin:
             attn_mask = type(self).arange(rows, device=self.device).reshape(rows, 1) >= type(self).arange(
                 cols, device=self.device
             )
-        if attn_mask is not None and attn_mask.dtype == dtypes.bool:
+        if attn_mask is None:
+            probs = scores.cast(self.dtype).softmax(-1)
+        elif attn_mask.dtype == dtypes.bool:
             probs = _masked_softmax(scores.cast(self.dtype), attn_mask)
-        else:
-            probs = (scores if attn_mask is None else scores + attn_mask).cast(self.dtype).softmax(-1)
+        else:  # a float mask's -inf (a causal LLM's) masks as a bool one does
+            masked = (scores + attn_mask).cast(self.dtype)
+            probs = _masked_softmax(masked, masked != -math.inf, holds_mask=True)
         if dropout_p > 0.0:
             probs = probs.dropout(dropout_p)  # only while Tensor.training
         return probs.dot(value)
@@ -1014,12 +1017,13 @@ def _repeat_heads(x: Tensor, heads: int) -> Tensor:
     return x.reshape(*lead, H, 1, S, E).expand(*lead, H, heads // H, S, E).reshape(*lead, heads, S, E)
 
 
-def _masked_softmax(x: Tensor, mask: Tensor) -> Tensor:
+def _masked_softmax(x: Tensor, mask: Tensor, holds_mask: bool = False) -> Tensor:
     """softmax(x + where(mask, 0, -inf)) along the last axis, with no exp of -inf: glibc's vector exp2f computes lanes
     past its range (-inf included) one by one with the scalar exp2f (a causal (4, 8, 256, 256) softmax 5.7 -> 2.0 ms
     single-thread), so masked lanes take exp(0) and are then set to 0. The same values, bit for bit: a fully masked
-    row is NaN (0 / 0) as -inf - -inf makes it there."""
-    row_max = mask.where(x, -math.inf).max(-1, keepdim=True).detach()  # as softmax: no gradient through the shift
+    row is NaN (0 / 0) as -inf - -inf makes it there. `holds_mask`: x is already -inf where mask is False (a float
+    mask added), so its max needs no select."""
+    row_max = (x if holds_mask else mask.where(x, -math.inf)).max(-1, keepdim=True).detach()  # no gradient, as softmax
     e = mask.where(mask.where(x - row_max, 0.0).exp(), 0.0)
     return e / e.sum(-1, keepdim=True)
 

@@ -58,6 +58,50 @@ def test_bool_mask_forward_backward_matches_torch(shape: tuple[int, ...]) -> Non
         np.testing.assert_allclose(got.grad.numpy(), ref.grad.numpy(), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("shape", SHAPES)
+def test_float_mask_with_minus_inf_forward_backward_matches_torch(shape: tuple[int, ...]) -> None:
+    """A causal LLM's additive mask (-inf above the diagonal) plus a finite bias."""
+    q, k, v = _qkv(shape, 7)
+    length = shape[-2]
+    mask = np.triu(np.full((length, length), -np.inf, np.float32), 1)
+    mask += np.random.default_rng(8).standard_normal((length, length)).astype(np.float32)
+    ours = [Tensor(x, requires_grad=True) for x in (q, k, v)]
+    out = ours[0].scaled_dot_product_attention(ours[1], ours[2], attn_mask=Tensor(mask))
+    (out * out).sum().backward()
+    theirs = [torch.tensor(x, requires_grad=True) for x in (q, k, v)]
+    want = F.scaled_dot_product_attention(*theirs, attn_mask=torch.tensor(mask))
+    (want * want).sum().backward()
+    np.testing.assert_allclose(out.numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-5)
+    for got, ref in zip(ours, theirs, strict=True):
+        assert got.grad is not None
+        assert ref.grad is not None
+        np.testing.assert_allclose(got.grad.numpy(), ref.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    cols=st.sampled_from([1, 5, 32]),
+    minus_inf=st.floats(0.0, 1.0),
+    specials=st.booleans(),
+    seed=st.integers(0, 2**16),
+    device=st.sampled_from(["CPU", "PYTHON"]),
+)
+def test_a_float_mask_holding_minus_inf_is_softmax_bit_for_bit(
+    cols: int, minus_inf: float, specials: bool, seed: int, device: str
+) -> None:
+    """What sdpa does with a float mask: scores + mask, softmax'd with -inf as the mask. Rows with every entry -inf
+    (NaN), a +inf (NaN, as +inf - +inf) and a NaN when `specials`."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((4, cols)) * 5).astype(np.float32)
+    x[rng.random((4, cols)) < minus_inf] = -np.inf
+    if specials:
+        x[0] = -np.inf
+        x[1, 0], x[2, -1] = np.inf, np.nan
+    xt = Tensor(x, device=device)
+    got = _masked_softmax(xt, xt != -math.inf, holds_mask=True).numpy()
+    np.testing.assert_array_equal(got, xt.softmax(-1).numpy())
+
+
 @pytest.mark.parametrize("device", ["CPU", "PYTHON"])
 def test_masked_softmax_is_the_additive_form_bit_for_bit(device: str) -> None:
     """Scores with large, tied, zero and negative-zero values; rows fully kept, partly kept and fully masked (NaN)."""
