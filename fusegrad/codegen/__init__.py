@@ -9,6 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from fusegrad.codegen.fma import pm_fuse_multiply_add
 from fusegrad.codegen.gates import pm_simplify_gates
 from fusegrad.codegen.gather import pm_collapse_one_hot_sums
 from fusegrad.codegen.gpudims import add_gpudims, launch_sizes
@@ -85,6 +86,8 @@ def full_rewrite(ast: UOp, renderer: Renderer) -> list[UOp]:
     if renderer.supports_float4:
         sink = vectorize_upcast(sink, masks=not renderer.has_local)  # the innermost upcast loop as vector values
     sink = graph_rewrite(sink, pm_reduce_to_accumulator, ctx=AccumulatorContext.of(sink), name="reduce to accumulators")
+    if renderer.has_fma():
+        sink = graph_rewrite(sink, pm_fuse_multiply_add, name="fuse multiply-add")  # acc + a*b -> fma(a, b, acc)
     if renderer.extra_matcher is not None:
         sink = graph_rewrite(sink, renderer.extra_matcher, name="renderer decompositions")
     sink = lower_index_dtype(sink)  # int32 index math where bounds allow, else int64

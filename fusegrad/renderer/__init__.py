@@ -32,6 +32,11 @@ class Renderer:
     extra_matcher: ClassVar[PatternMatcher | None] = None
     code_for_op: ClassVar[dict[Ops, Callable[..., str]]] = {}
 
+    def has_fma(self) -> bool:
+        """Whether float32/float64 MULACC renders as one fused multiply-add (a single rounding) that runs at full
+        speed here: codegen/fma.py then fuses each accumulator's `acc + a*b` into MULACC(a, b, acc)."""
+        return False
+
     def render(self, uops: list[UOp]) -> str:
         """The source of the kernel `uops` (a linear program ending with its SINK)."""
         raise NotImplementedError(f"{type(self).__name__}: render is not implemented")
@@ -98,7 +103,8 @@ class Estimates:
             elif u.op is Ops.END:
                 trips.pop()
             elif u.op in GroupOp.ALU and u not in indexing and u not in gating:
-                ops = _add(ops, _mul(trips[-1], u.dtype.count))  # a vector op is one op per lane
+                flops = u.dtype.count * (2 if u.op is Ops.MULACC else 1)  # a vector op is one op per lane
+                ops = _add(ops, _mul(trips[-1], flops))  # a fused multiply-add is the mul and the add it replaces
             elif (buf := _global_accessed(u)) is not None:
                 lanes = (u.dtype if u.op is Ops.LOAD else u.src[1].dtype).count
                 nbytes = _mul(trips[-1], buf.dtype.base.itemsize * lanes)

@@ -6,7 +6,10 @@ Entry point: `renderer.render(uops)`; the calling convention is docs/KERNEL_IR.m
 
 from __future__ import annotations
 
+import functools
 import math
+import pathlib
+import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -247,6 +250,17 @@ def render_shift(ctx: RenderContext, x: UOp) -> str | None:
     return f"({in_range}?{render_alu(ctx, x)}:{out})"
 
 
+def render_mulacc(ctx: RenderContext, x: UOp) -> str | None:
+    """MULACC(x, y, z) of floats: x*y + z rounded once, the dialect's fma (codegen/fma.py emits it for float32 and
+    float64 only). Ints fall through to code_for_op's `((x*y)+z)`, wrapped like any int op."""
+    if not dtypes.is_float(x.dtype):
+        return None
+    if x.dtype.scalar() not in (dtypes.float32, dtypes.float64):  # computed in float: fused, then rounded again
+        raise NotImplementedError(f"{type(ctx.lang).__name__}: MULACC of {x.dtype} has no single-rounding spelling")
+    a, b, c = (ctx[s] for s in x.src)
+    return ctx.lang.render_fma(a, b, c, x.dtype)
+
+
 def render_cast(ctx: RenderContext, x: UOp) -> str:
     """A value conversion; float -> int takes alu.float_to_int's results for NaN, inf and out-of-range values."""
     src = x.src[0]
@@ -275,6 +289,7 @@ _rules: list[tuple[UPat, Callable[..., str | None]]] = [
     (UPat(Ops.CMPNE, src=(UPat.var("x", dtypes.bool), UPat.const(dtypes.bool, True))), lambda ctx, x: f"(!{ctx[x]})"),
     (UPat((Ops.IDIV, Ops.MOD), name="x"), render_int_div),  # guarded where the divisor may be 0 or -1
     (UPat((Ops.SHL, Ops.SHR), name="x"), render_shift),  # guarded where the count may leave [0, bits)
+    (UPat(Ops.MULACC, name="x"), render_mulacc),  # floats: fma(x, y, z)
     (UPat(GroupOp.ALU, name="x"), render_alu),
 ]
 # the rules return C text, not UOps: PatternMatcher is typed for rewrites, but `rewrite` hands back whatever they return
@@ -477,6 +492,12 @@ class CStyleLanguage(Renderer):
         fits = f"({x}>={low}&&{x}<{high})"
         return f"({fits}?(({self.render_dtype(int_dt)})({x})):{self.render_int(lo, int_dt)})"
 
+    def render_fma(self, x: str, y: str, z: str, dt: DType) -> str:
+        """x*y + z with one rounding, of float32 or float64 `dt` (C99's fmaf / fma; OpenCL's fma is overloaded)."""
+        if dt.count > 1:
+            raise NotImplementedError(f"{type(self).__name__}: MULACC of vector dtype {dt} is not supported")
+        return f"fma{_math_suffix(dt)}({x},{y},{z})"
+
     def render_cast_to(self, x: str, dt: DType) -> str:
         """`x` converted (and rounded) to `dt`."""
         return f"(({self.render_dtype(dt)})({x}))"
@@ -633,7 +654,7 @@ def _math_suffix(dtype: DType) -> str:
 
 
 # accumulator updates OpenMP can reorder for SIMD (MAX is left in order: our MAX propagates NaN, OpenMP's need not)
-_SIMD_REDUCTIONS = {Ops.ADD: "+", Ops.MUL: "*"}
+_SIMD_REDUCTIONS = {Ops.ADD: "+", Ops.MUL: "*", Ops.MULACC: "+"}  # acc = fma(x, y, acc) sums
 
 
 def _is_simd_reducible(reg: UOp) -> bool:
@@ -774,6 +795,49 @@ _vector_rules: list[tuple[UPat, Callable[..., str | None]]] = [
 pm_render_vectors = PatternMatcher(_vector_rules)  # type: ignore[arg-type]
 
 
+# *** fused multiply-add (codegen/fma.py's MULACC) ***
+
+
+@functools.cache
+def host_has_fma() -> bool:
+    """Whether this CPU has FMA instructions (Linux's cpuinfo, as codegen/vectorize.py reads the vector width): the
+    kernels compile with -march=native, so fmaf is then one instruction; without them it is a slow libm call."""
+    try:
+        flags = pathlib.Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return False
+    return re.search(r"^flags\s*:.*\bfma\b", flags, re.MULTILINE) is not None
+
+
+# x86 builtins of one vector fma per GCC vector size (gcc and clang both have them; no header: <immintrin.h> costs
+# ~0.25 s per compile). GCC's vector extension has no fma, and fmaf lane by lane stays scalar code (gcc 12 -O2).
+_X86_FMA = {
+    (dtypes.float32, 8): ("__FMA__", "__builtin_ia32_vfmaddps256(a, b, c)"),
+    (dtypes.float64, 4): ("__FMA__", "__builtin_ia32_vfmaddpd256(a, b, c)"),
+    (dtypes.float32, 16): ("__AVX512F__", "__builtin_ia32_vfmaddps512_mask(a, b, c, (unsigned short)-1, 4)"),
+    (dtypes.float64, 8): ("__AVX512F__", "__builtin_ia32_vfmaddpd512_mask(a, b, c, (unsigned char)-1, 4)"),
+}  # 4 = _MM_FROUND_CUR_DIRECTION: the current rounding mode, to nearest
+
+
+def render_fma_helpers(uops: list[UOp], lang: CStyleLanguage) -> str:
+    """`fg_fma_float16(a, b, c)` and the like for each vector dtype a MULACC has: one x86 instruction where the ISA is
+    there, else fmaf lane by lane (the same bits, slower)."""
+    used = sorted({u.dtype for u in uops if u.op is Ops.MULACC and u.dtype.count > 1 and dtypes.is_float(u.dtype)})
+    lines = []
+    for dt in used:
+        name, scalar = lang.render_dtype(dt), dt.scalar()
+        lines.append(f"static inline {name} fg_fma_{name}({name} a, {name} b, {name} c) {{")
+        if (builtin := _X86_FMA.get((scalar, dt.count))) is not None:
+            lines += [f"#if defined(__x86_64__) && defined({builtin[0]})",
+                      f"  return {builtin[1]};", "#else"]  # fmt: skip
+        fma = f"__builtin_fma{_math_suffix(dt)}"
+        lines += [f"  for (int i = 0; i < {dt.count}; i++) a[i] = {fma}(a[i], b[i], c[i]);", "  return a;"]
+        if builtin is not None:
+            lines.append("#endif")
+        lines.append("}")
+    return "".join(line + "\n" for line in lines)
+
+
 class ClangRenderer(CStyleLanguage):
     """C99 for the CPU device, compiled by the system C compiler with -fopenmp (GCC or Clang)."""
 
@@ -818,6 +882,15 @@ class ClangRenderer(CStyleLanguage):
             return mask_type(dt)
         return super().render_dtype(dt)
 
+    def has_fma(self) -> bool:
+        return host_has_fma()
+
+    def render_fma(self, x: str, y: str, z: str, dt: DType) -> str:
+        """Scalars by gcc's builtin (one vfmadd with -march=native, no libm prototype needed), vectors by a helper."""
+        if dt.count > 1:
+            return f"fg_fma_{self.render_dtype(dt)}({x},{y},{z})"
+        return f"__builtin_fma{_math_suffix(dt)}({x},{y},{z})"
+
     def render_register(self, name: str, ptr: PtrDType) -> str:
         """A half accumulator array is 32-byte aligned: gcc 12.2 with -mno-avx512fp16 (see compiler_cpu) placed one
         in the red zone of a kernel without threads at an address 8 past a 16-byte boundary and read it with the
@@ -827,7 +900,8 @@ class ClangRenderer(CStyleLanguage):
         return super().render_register(name, ptr)
 
     def render(self, uops: list[UOp]) -> str:
-        return render_vector_typedefs(uops, self) + render_vector_math_helpers(uops, self) + super().render(uops)
+        helpers = render_vector_math_helpers(uops, self) + render_fma_helpers(uops, self)
+        return render_vector_typedefs(uops, self) + helpers + super().render(uops)
 
     def loop_pragmas(self, uops: list[UOp]) -> dict[UOp, str]:
         """OpenMP on output loops, whose iterations write disjoint elements and declare their own accumulators:

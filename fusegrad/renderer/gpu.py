@@ -104,6 +104,9 @@ class GPURenderer(CStyleLanguage):
         """The text of launch index `kind` ('g' work-group, 'l' thread in it) in dimension `dim`."""
         raise NotImplementedError(f"{type(self).__name__}: launch_index is not implemented")
 
+    def has_fma(self) -> bool:
+        return True  # every OpenCL and CUDA device has a correctly rounded fma, at the speed of a mul
+
     def render_dtype(self, dt: DType) -> str:
         if dt.count > 1 and not isinstance(dt, PtrDType) and dt.scalar() in (dtypes.float32, dtypes.float64):
             return self.vector_type(dt)
@@ -161,6 +164,9 @@ class OpenCLRenderer(GPURenderer):
 
     def vector_lane(self, vector: str, lane: int) -> str:
         return f"{vector}.s{lane:x}"  # .s0 .. .sf
+
+    def render_fma(self, x: str, y: str, z: str, dt: DType) -> str:
+        return f"fma({x},{y},{z})"  # OpenCL C's fma: one rounding, overloaded for float, double and their vectors
 
     def vector_literal(self, dt: DType, lanes: list[str]) -> str:
         # one operand broadcasts to every lane: (float8)(x)
@@ -329,6 +335,11 @@ _CUDA_VECTORS = """template <class T, int N> struct __align__(16) fg_vec { T v[N
 FG_LANEWISE(+) FG_LANEWISE(-) FG_LANEWISE(*) FG_LANEWISE(/)
 template <class T, int N> __device__ __forceinline__ fg_vec<T, N> operator-(fg_vec<T, N> a) {
   fg_vec<T, N> r; _Pragma("unroll") for (int i = 0; i < N; i++) r.v[i] = -a.v[i]; return r; }
+__device__ __forceinline__ float fg_fma(float a, float b, float c) { return fmaf(a, b, c); }
+__device__ __forceinline__ double fg_fma(double a, double b, double c) { return fma(a, b, c); }
+template <class T, int N> __device__ __forceinline__ fg_vec<T, N> fg_fma(fg_vec<T, N> a, fg_vec<T, N> b,
+    fg_vec<T, N> c) {
+  fg_vec<T, N> r; _Pragma("unroll") for (int i = 0; i < N; i++) r.v[i] = fg_fma(a.v[i], b.v[i], c.v[i]); return r; }
 template <int N, class T> __device__ __forceinline__ fg_vec<T, N> fg_splat(T x) {
   fg_vec<T, N> r; _Pragma("unroll") for (int i = 0; i < N; i++) r.v[i] = x; return r; }
 template <int N, class T> __device__ __forceinline__ fg_vec<T, N> fg_vload(const T* p) {
@@ -414,6 +425,11 @@ class CUDARenderer(HalfAsFloat, GPURenderer):
 
     def vector_lane(self, vector: str, lane: int) -> str:
         return f"{vector}.v[{lane}]"
+
+    def render_fma(self, x: str, y: str, z: str, dt: DType) -> str:
+        if dt.count > 1:
+            return f"fg_fma({x},{y},{z})"  # lane by lane (_CUDA_VECTORS)
+        return f"fma{'' if dt.scalar() == dtypes.float64 else 'f'}({x},{y},{z})"
 
     def vector_literal(self, dt: DType, lanes: list[str]) -> str:
         if len(set(lanes)) == 1:  # one operand broadcast to every lane

@@ -459,6 +459,12 @@ def _python_renderer() -> Renderer:
         global_max = None
         local_max = None
 
+        def has_fma(self) -> bool:
+            """As the CPU device fuses (exec_alu's MULACC is exact), so the two agree bit for bit on every host."""
+            from fusegrad.renderer.cstyle import host_has_fma
+
+            return host_has_fma()
+
         def render(self, uops: list[UOp]) -> str:
             return serialize_program(uops)
 

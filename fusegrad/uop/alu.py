@@ -181,7 +181,8 @@ def exec_alu(op: Ops, dtype: DType, operands: tuple[Any, ...] | list[Any], trunc
     if op in (Ops.SHL, Ops.SHR):
         ret: Any = python_alu[op](*operands, bits=min(dtype.scalar().bitsize, 64))
     elif op is Ops.MULACC and dtypes.is_float(dtype):
-        ret = fused_multiply_add(*(float(x) for x in operands), dtype=dtype)
+        x, y, z = (float(v) for v in operands)
+        ret = fused_multiply_add(x, y, z, dtype)
     elif op not in python_alu:
         raise NotImplementedError(f"exec_alu: no Python meaning for {op}")
     else:

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from fusegrad.codegen import KernelInfo, kernel_names, to_program
 from fusegrad.dtype import DType, _to_np_dtype, dtypes
 from fusegrad.helpers import Context, getenv
-from fusegrad.renderer import ProgramSpec
+from fusegrad.renderer import ProgramSpec, cstyle
 from fusegrad.renderer.cstyle import ClangRenderer
 from fusegrad.uop import AxisType, Ops
 from fusegrad.uop.ops import UOp
@@ -679,3 +679,77 @@ def test_strided_gated_load_takes_an_int_subscript() -> None:
     assert "[(int)" not in source(1)
     for step in (1, 2, 3):
         check(conv1d_strided(2, 16, 16, 32, step, 1, dtypes.float32), dtypes.float32, "CPU", None, exact=True)
+
+
+# *** fused multiply-add (codegen/fma.py's MULACC) ***
+
+_host_has_fma = cstyle.host_has_fma  # the real host's answer (conftest makes every test see FMA)
+
+
+def test_mulacc_spellings() -> None:
+    lang = ClangRenderer()
+    assert lang.render_fma("a", "b", "c", dtypes.float32) == "__builtin_fmaf(a,b,c)"
+    assert lang.render_fma("a", "b", "c", dtypes.float64) == "__builtin_fma(a,b,c)"
+    assert lang.render_fma("a", "b", "c", dtypes.float32.vec(16)) == "fg_fma_float16(a,b,c)"
+
+
+def _mulacc_kernel(dt: DType) -> UOp:
+    r0 = rng(8, 0)
+    x, y, z = (glob(slot, 8, dt).index(r0).load() for slot in (1, 2, 3))
+    return UOp.sink(glob(0, 8, dt).index(r0).store(UOp(Ops.MULACC, dt, (x, y, z))))
+
+
+def test_int_mulacc_is_a_wrapped_multiply_add_and_half_has_none() -> None:
+    assert "((val0*val1)+val2)" in to_program(_mulacc_kernel(dtypes.int32), ClangRenderer()).src
+    with pytest.raises(NotImplementedError, match=r"MULACC of dtypes\.half has no single-rounding spelling"):
+        to_program(_mulacc_kernel(dtypes.float16), ClangRenderer())
+
+
+_FMA_HARNESS = """
+void fused(float* restrict out, const float* restrict a, const float* restrict b, const float* restrict c) {
+  for (int i = 0; i < 64; i += 16) {
+    float16 x, y, z;
+    for (int j = 0; j < 16; j++) { x[j] = a[i + j]; y[j] = b[i + j]; z[j] = c[i + j]; }
+    float16 r = fg_fma_float16(x, y, z);
+    for (int j = 0; j < 16; j++) out[i + j] = r[j];
+  }
+}
+"""
+
+
+@needs_cc
+@pytest.mark.parametrize("march", ["native", "x86-64"])  # the x86 builtin where the host has it; fmaf lane by lane
+def test_vector_fma_helper_rounds_once(march: str, tmp_path: pathlib.Path) -> None:
+    from fusegrad.renderer.cstyle import render_fma_helpers, render_vector_typedefs
+
+    vec = UOp(Ops.MULACC, dtypes.float32.vec(16), ())
+    src = render_vector_typedefs([vec], ClangRenderer()) + render_fma_helpers([vec], ClangRenderer()) + _FMA_HARNESS
+    lib = tmp_path / "fma.so"
+    cmd = ["cc", "-O2", f"-march={march}", "-ffp-contract=off", "-shared", "-fPIC", "-x", "c", "-", "-o", str(lib)]
+    subprocess.run(cmd, input=src.encode(), check=True, capture_output=True)
+    # (1 + 2**-12 + i ulp)**2 + tiny: just above a float32 tie, where a rounded product followed by an add goes wrong
+    a = (np.float32(1 + 2**-12) + np.arange(64, dtype=np.float32) * np.float32(2**-23)).astype(np.float32)
+    c = np.full(64, 2.0**-60, np.float32)
+    out = np.zeros(64, np.float32)
+    ctypes.CDLL(str(lib)).fused(*(ctypes.c_void_p(x.ctypes.data) for x in (out, a, a, c)))
+    libm = ctypes.CDLL("libm.so.6")
+    libm.fmaf.restype, libm.fmaf.argtypes = ctypes.c_float, [ctypes.c_float] * 3
+    expected = np.array([libm.fmaf(float(x), float(x), float(z)) for x, z in zip(a, c, strict=True)], np.float32)
+    np.testing.assert_array_equal(out, expected)
+    assert not np.array_equal(out, a * a + c)  # two roundings differ on this data
+
+
+@needs_cc
+def test_fused_matmul_tile_compiles_to_vector_fma_instructions() -> None:
+    """The tiled matmul's accumulator updates are vfmadd on ymm registers with the runtime's flags (-march=native,
+    -ffp-contract=off): the helper inlines, and nothing else in the tile multiplies or adds."""
+    from fusegrad.runtime.support.compiler_cpu import compiler_flags
+
+    if not _host_has_fma():
+        pytest.skip("no FMA instructions on this host")
+    src = to_program(CANONICAL["matmul_tiled"]()[0], ClangRenderer()).src
+    flags = [f for f in compiler_flags() if f not in ("-shared", "-")]
+    asm = subprocess.run(["cc", *flags, "-S", "-o", "-", "-"], input=src.encode(), capture_output=True, check=True)
+    lines = asm.stdout.decode().splitlines()
+    assert any("vfmadd" in line and "ymm" in line for line in lines)
+    assert not any(line.split()[:1] in (["vmulps"], ["vaddps"]) for line in lines)

@@ -207,3 +207,15 @@ def test_vector_lanes_and_broadcasts() -> None:
     assert CUDARenderer().vector_lane("val0", 11) == "val0.v[11]"
     assert OpenCLRenderer().vector_literal(dtypes.float32.vec(8), ["x"] * 8) == "((float8)(x))"
     assert CUDARenderer().vector_literal(dtypes.float64.vec(4), ["a", "b", "c", "d"]) == "fg_double4{{a,b,c,d}}"
+
+
+def test_accumulators_fuse_to_each_dialects_fma() -> None:
+    """OpenCL's fma is overloaded for every float and vector type; CUDA has fmaf / fma and fg_fma for vectors."""
+    tile = _vector_cases()[2]  # 4 rows x a vector of 8 columns
+    assert "acc0[" in (opencl := to_program(tile, OpenCLRenderer()).src)
+    assert "= fma(" in opencl
+    assert "= fg_fma(" in to_program(tile, CUDARenderer()).src
+    for dt, spelling in ((dtypes.float32, "fmaf("), (dtypes.float64, "fma(")):
+        a = Tensor.rand(8, 16, device="CPU").cast(dt).realize()
+        (scalar,) = kernel_asts(a @ a.T)
+        assert f"acc0 = {spelling}" in to_program(scalar, CUDARenderer()).src

@@ -329,3 +329,18 @@ def test_heuristic_register_tiles_match_numpy(m: int, k: int, n: int) -> None:
     (grad @ Tensor(b, device="CL")).relu().sum().backward()
     assert grad.grad is not None
     np.testing.assert_allclose(grad.grad.numpy(), ((a @ b) > 0) @ b.T, rtol=1e-4, atol=1e-4)
+
+
+def test_fused_matmul_gives_the_python_devices_bits() -> None:
+    """The GPU heuristic's tile (4 rows x a vector of 8 columns a thread) accumulates with OpenCL's fma, in k order:
+    the PYTHON device's fused kernel, bit for bit, on data where a rounded product before each add would differ."""
+    from fusegrad.renderer.cstyle import host_has_fma
+
+    if not host_has_fma():
+        pytest.skip("PYTHON fuses as the host CPU does: no FMA here")
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((8, 37)).astype(np.float32), rng.standard_normal((37, 32)).astype(np.float32)
+    out = Tensor(a, device="CL").realize() @ Tensor(b, device="CL").realize()
+    assert "= fma(" in _source(out)
+    expected = (Tensor(a, device="PYTHON") @ Tensor(b, device="PYTHON")).numpy()
+    np.testing.assert_array_equal(out.numpy(), expected)

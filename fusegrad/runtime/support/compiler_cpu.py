@@ -17,7 +17,8 @@ from fusegrad.diskcache import CacheKey
 from fusegrad.helpers import CPU_CC, CRASH_REPORT
 
 DEFAULT_COMPILERS = ("cc", "gcc", "clang")  # tried in order when CPU_CC is unset
-# -ffp-contract=off: no fused multiply-add, so float results match the PYTHON device's one rounding per op
+# -ffp-contract=off: no implicit fused multiply-add, so float results match the PYTHON device's one rounding per op;
+# the only fmas are codegen's explicit MULACCs (codegen/fma.py), which PYTHON computes exactly too
 # -fno-trapping-math -fno-math-errno: lets gcc vectorize selects and math calls (we never read fp flags or errno)
 # -fwrapv: signed overflow wraps, the C semantics the IR defines (plain C leaves it undefined)
 CFLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off", "-fno-trapping-math",
