@@ -9,6 +9,14 @@ static inline float8 fg_exp2_float8(float8 v) {
   return v;
 }
 #endif
+static inline float8 fg_fma_float8(float8 a, float8 b, float8 c) {
+#if defined(__x86_64__) && defined(__FMA__)
+  return __builtin_ia32_vfmaddps256(a, b, c);
+#else
+  for (int i = 0; i < 8; i++) a[i] = __builtin_fmaf(a[i], b[i], c[i]);
+  return a;
+#endif
+}
 #include <math.h>
 #ifdef FUSEGRAD_MVEC
 float exp2f(float) __attribute__((simd("notinbranch")));
@@ -59,7 +67,7 @@ void r_16_16_32_32(float* restrict data0, const float* restrict data1, const flo
         float8 alu10 = ((float8){val2,val2,val2,val2,val2,val2,val2,val2});
         #pragma GCC unroll 2
         for (long long ridx14 = 0; ridx14 < 2; ridx14++) {
-          acc2[alu9+ridx14] = (acc2[alu9+ridx14]+(alu10*(*(const float8_u*)&acc0[(ridx14*8)+alu8])));
+          acc2[alu9+ridx14] = fg_fma_float8(alu10,(*(const float8_u*)&acc0[(ridx14*8)+alu8]),acc2[alu9+ridx14]);
         }
       }
     }
@@ -79,7 +87,7 @@ void r_16_16_32_32(float* restrict data0, const float* restrict data1, const flo
         float8 alu14 = ((float8){val3,val3,val3,val3,val3,val3,val3,val3});
         #pragma GCC unroll 2
         for (long long ridx18 = 0; ridx18 < 2; ridx18++) {
-          acc3[alu13+ridx18] = (acc3[alu13+ridx18]+(alu14*(*(const float8_u*)&acc1[(ridx18*8)+alu12])));
+          acc3[alu13+ridx18] = fg_fma_float8(alu14,(*(const float8_u*)&acc1[(ridx18*8)+alu12]),acc3[alu13+ridx18]);
         }
       }
     }

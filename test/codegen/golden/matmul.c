@@ -18,7 +18,7 @@ void r_4_5_6(float* restrict data0, const float* restrict data1, const float* re
       for (long long ridx2 = 0; ridx2 < 6; ridx2++) {
         float val0 = data1[ridx2+alu1];
         float val1 = data2[ridx1+(ridx2*5)];
-        acc0 = (acc0+(val0*val1));
+        acc0 = __builtin_fmaf(val0,val1,acc0);
       }
       data0[ridx1+alu0] = acc0;
     }

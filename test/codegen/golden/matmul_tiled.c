@@ -1,5 +1,13 @@
 typedef float float8 __attribute__((vector_size(32)));
 typedef float float8_u __attribute__((vector_size(32), aligned(4), may_alias));
+static inline float8 fg_fma_float8(float8 a, float8 b, float8 c) {
+#if defined(__x86_64__) && defined(__FMA__)
+  return __builtin_ia32_vfmaddps256(a, b, c);
+#else
+  for (int i = 0; i < 8; i++) a[i] = __builtin_fmaf(a[i], b[i], c[i]);
+  return a;
+#endif
+}
 #include <math.h>
 #ifdef FUSEGRAD_MVEC
 float exp2f(float) __attribute__((simd("notinbranch")));
@@ -32,7 +40,7 @@ void r_16_16_4(float* restrict data0, const float* restrict data1, const float* 
         #pragma GCC unroll 2
         for (long long ridx9 = 0; ridx9 < 2; ridx9++) {
           float8 val1 = (*(const float8_u*)&data2[(ridx9*8)+alu4]);
-          acc0[alu5+ridx9] = (acc0[alu5+ridx9]+(alu6*val1));
+          acc0[alu5+ridx9] = fg_fma_float8(alu6,val1,acc0[alu5+ridx9]);
         }
       }
     }
