@@ -24,10 +24,10 @@ def _qkv(shape: tuple[int, ...], seed: int) -> list[np.ndarray]:
     return [rng.standard_normal(shape, dtype=np.float32) for _ in range(3)]
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-def test_causal_forward_backward_matches_torch(shape: tuple[int, ...]) -> None:
+@pytest.mark.parametrize(("shape", "device"), [(s, "CPU") for s in SHAPES] + [(SHAPES[0], "PYTHON")])
+def test_causal_forward_backward_matches_torch(shape: tuple[int, ...], device: str) -> None:
     q, k, v = _qkv(shape, 0)
-    ours = [Tensor(x, requires_grad=True) for x in (q, k, v)]
+    ours = [Tensor(x, requires_grad=True, device=device) for x in (q, k, v)]
     out = ours[0].scaled_dot_product_attention(ours[1], ours[2], is_causal=True)
     (out * out).sum().backward()
     theirs = [torch.tensor(x, requires_grad=True) for x in (q, k, v)]
