@@ -49,6 +49,7 @@ MIN_TIMING_S, MAX_TIMING_RUNS = 2e-3, 50  # fast kernels run more often, until t
 MIN_GAIN = 0.97  # a round must beat the best so far by 3%: smaller wins are timing noise on a busy machine
 MAX_ROUNDS = 8  # actions appended to an opt list at most: bounds the search when every round improves a little
 BUDGET_S = 60.0  # seconds one kernel's search may take: no round starts and no candidate is timed after that
+MAX_WORK = 4  # a candidate estimated to do this many times the reference kernel's ALU ops is not run
 COMPILE_CHUNK = 4  # candidates compiled per compiler process before they are timed and the budget is checked
 ABANDON = 2.0  # a candidate whose checked run is this many times the best time so far is not run again (a loser)
 # the unoptimised kernel is the reference output (and a beam start) up to this many ops; past it (a 2048² matmul runs
@@ -177,6 +178,7 @@ class Bench:
     var_vals: dict[str, int]
     deadline: float = math.inf
     capped: bool = False
+    work: float = math.inf  # the reference kernel's ALU ops (codegen's estimate; inf: symbolic)
     scale: float = 1.0  # of _close's tolerance: rounding differences between summation orders grow with the reduce
     expected: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)
     timed: dict[tuple[Opt, ...], float | None] = dataclasses.field(default_factory=dict)
@@ -194,7 +196,10 @@ class Bench:
         var_vals = {u.expr: int(u.vmax) for u in nodes if u.op is Ops.DEFINE_VAR}  # the largest: buffers fit it
         bench = Bench(ast, device, get_kernel_name(ast), bufs, initial, var_vals, scale=_tolerance_scale(nodes))
         with Context(NOOPT=int(reference == ())):
-            first = bench.run(reference, bench.compile([reference])[reference])
+            runner = bench.compile([reference])[reference]
+            first = bench.run(reference, runner)
+        if runner is not None and isinstance(ops := runner.p.estimates.ops, int):
+            bench.work = max(ops, 1)
         if first is None:
             raise RuntimeError(f"beam: the reference kernel {bench.name} {reference} failed on {device}")
         bench.timed[reference], bench.expected = first
@@ -209,6 +214,8 @@ class Bench:
             except Exception as e:  # a candidate that cannot be rendered is dropped, never fatal
                 self._failed(opts, e)
                 programs[opts] = None
+            if (program := programs[opts]) is not None and self._too_much_work(program):
+                programs[opts] = None
         compiler = Device[self.device].compiler
         with ThreadPoolExecutor(max(2, min(os.cpu_count() or 1, len(programs))), thread_name_prefix="beam-cc") as pool:
             libs = {opts: pool.submit(compiler.compile_cached, p.src) for opts, p in programs.items() if p is not None}
@@ -220,21 +227,33 @@ class Bench:
                 self._failed(opts, e)
         return runners
 
+    def _too_much_work(self, program: ProgramSpec) -> bool:
+        """Does the candidate do MAX_WORK times the reference kernel's ALU ops? An upcast of the loop a fused row
+        op's statistic depends on moves the reduce inside its row loop (780x the ops: 62 s for one run of a 12 ms
+        kernel, and a running kernel can't be stopped)."""
+        ops = program.estimates.ops
+        if isinstance(ops, int) and ops > MAX_WORK * self.work:
+            if DEBUG >= 3:
+                print(f"beam: {self.name} {program.ast.arg.opts_to_apply} dropped: {ops} ops vs {self.work}")
+            return True
+        return False
+
     def _failed(self, opts: tuple[Opt, ...], e: Exception) -> None:
         if DEBUG >= 3:
             print(f"beam: {self.name} {opts} failed: {type(e).__name__}: {e}")
 
     def run(self, opts: tuple[Opt, ...], runner: CompiledRunner | None) -> tuple[float, dict[int, np.ndarray]] | None:
-        """(best time, outputs) of the compiled candidate, or None when there is none or it fails to run. A candidate
-        whose checked run takes ABANDON times the best so far keeps that run's time: it is no contender."""
+        """(best time, outputs) of the compiled candidate, or None when there is none or it fails to run. The checked
+        run is cold (page faults, threads starting): a candidate whose next run takes ABANDON times the best so far
+        keeps that run's time, as no contender."""
         if runner is None:
             return None
         for buf, values in zip(self.bufs, self.initial, strict=True):  # outputs may be read too (in-place kernels)
             buf.copyin(values.data.cast("B"))
-        checked = runner(self.bufs, self.var_vals, wait=True) or 0.0
+        runner(self.bufs, self.var_vals, wait=True)
         outputs = {s: self.bufs[s].numpy().copy() for s in runner.p.outs}
-        if checked > ABANDON * self.best():
-            return checked, outputs
+        if (warm := runner(self.bufs, self.var_vals, wait=True) or 0.0) > ABANDON * self.best():
+            return warm, outputs
         return time_runner(runner, self.bufs, self.var_vals), outputs
 
     def best(self) -> float:

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from fusegrad import Tensor
-from fusegrad.codegen import kernel_names
+from fusegrad.codegen import kernel_names, to_program
 from fusegrad.codegen import search as search_module
 from fusegrad.codegen.opt import Opt, OptOps, apply_opts
-from fusegrad.codegen.search import Bench, SearchResult, actions, beam_ast, extensions
+from fusegrad.codegen.search import Bench, SearchResult, actions, beam_ast, extensions, with_opts
 from fusegrad.device import Device
 from fusegrad.dtype import dtypes
 from fusegrad.engine.realize import CompiledRunner, ExecItem, method_cache
@@ -310,7 +310,7 @@ def test_a_large_kernel_is_checked_against_the_heuristic(monkeypatch: pytest.Mon
     assert () not in benches[0].timed
 
 
-def test_a_losing_candidate_is_run_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_losing_candidate_is_not_timed_further(monkeypatch: pytest.MonkeyPatch) -> None:
     ei, _ = matmul_kernel()
     bench = Bench.of(ei.ast, "CPU")
     bench.timed[(Opt(UPCAST, 0, 2),)] = 1e-12  # a best time nothing can come close to
@@ -335,3 +335,15 @@ def test_a_long_sum_keeps_its_grouped_candidate() -> None:
     assert [opts for _, opts in bench.ranked([grouped])] == [grouped]
     partial = bench.initial[1][: 15 << 20].sum(dtype=np.float32)  # a kernel that skipped a 16th of the terms
     assert not search_module._close(np.array([partial]), bench.expected[0], bench.scale)
+
+
+def test_a_candidate_with_far_more_work_is_not_run() -> None:
+    # upcasting a fused softmax's row loop moves its row max and sum inside the loop over the row (256x the ops): such
+    # a candidate could run for minutes, and a running kernel can't be stopped, so it is dropped before it runs
+    ei = Tensor.randn(64, 256).realize().softmax(-1).schedule()[-1]
+    bench = Bench.of(ei.ast, "CPU")
+    row_upcast, keep = (Opt(UPCAST, 0, 2),), (Opt(KEEP, 3, 256),)
+    runners = bench.compile([row_upcast, keep])
+    assert runners[row_upcast] is None
+    assert runners[keep] is not None
+    assert to_program(with_opts(ei.ast, row_upcast, "k"), Device["CPU"].renderer).estimates.ops > 4 * bench.work
