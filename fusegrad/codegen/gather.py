@@ -1,6 +1,8 @@
-"""Codegen rule: a one-hot sum over a range, `sum_r (x == r ? v(r) : 0)` (how indexing by a tensor and nn.Embedding
-are written), becomes the one term that can match: `v(x)` read through loads gated by `0 <= x < N`. One gated read
-per output instead of N compares and adds. Runs in codegen's first pass ("simplify indexing"), before opts.
+"""Codegen rules for sums with at most one nonzero term, which become that term. A one-hot sum over a range,
+`sum_r (x == r ? v(r) : 0)` (how indexing by a tensor and nn.Embedding are written), becomes `v(x)` read through loads
+gated by `0 <= x < N`: one gated read per output instead of N compares and adds. A window sum whose windows don't
+overlap, `sum_r ((x - r) % N == 0 ? v(r) : 0)` over r in [0, N) (a pool's backward with stride equal to its kernel, as
+schedule/windows.py writes it), becomes `v(x % N)`. Runs in codegen's first pass ("simplify indexing"), before opts.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 from fusegrad.dtype import dtypes
 from fusegrad.uop import Ops
 from fusegrad.uop.ops import PatternMatcher, UOp, UPat
+from fusegrad.uop.symbolic import split_uop
 
 
 def _is_lossless_cast_of(node: UOp, rng: UOp) -> bool:
@@ -62,8 +65,62 @@ def collapse_one_hot_sum(red: UOp) -> UOp | None:
     return valid.where(read, otherwise)
 
 
+def _window_start(conjunct: UOp, rng: UOp, rngs: tuple[UOp, ...]) -> UOp | None:
+    """x for a conjunct `(x - r) % N == 0` (either way round) with N the constant size of range r, when x reads none
+    of the reduce's ranges and is never negative: then r = x % N is the only r of [0, N) that satisfies it."""
+    if conjunct.op is not Ops.CMPEQ or rng.src[0].op is not Ops.CONST:
+        return None
+    mod, zero = conjunct.src if conjunct.src[1].op is Ops.CONST else conjunct.src[::-1]
+    if zero.op is not Ops.CONST or zero.arg != 0 or mod.op is not Ops.MOD:
+        return None
+    if mod.src[1].op is not Ops.CONST or mod.src[1].arg != rng.src[0].arg:
+        return None
+    terms = list(split_uop(mod.src[0], Ops.ADD))
+    minus_r = [t for t in terms if rng in t.toposort()]
+    if len(minus_r) != 1 or minus_r[0].op is not Ops.MUL or minus_r[0].src[0] is not rng:
+        return None
+    if minus_r[0].src[1].op is not Ops.CONST or minus_r[0].src[1].arg != -1 or len(terms) < 2:
+        return None
+    rest = [t for t in terms if t is not minus_r[0]]
+    x = rest[0]
+    for t in rest[1:]:
+        x = x + t
+    if x.vmin < 0 or any(r in x.toposort() for r in rngs):
+        return None
+    return x
+
+
+def collapse_window_sum(red: UOp) -> UOp | None:
+    """REDUCE(ADD, cond ? v : 0, ..., r, ...) where cond has a conjunct (x - r) % N == 0 with N the size of r: r becomes
+    x % N and leaves the reduce (the conjunct always holds there), the rest of cond and v read at that r."""
+    if red.arg is not Ops.ADD or red.src[0].op is not Ops.WHERE:
+        return None
+    (cond, value, otherwise), rngs = red.src[0].src, red.src[1:]
+    if otherwise.op is not Ops.CONST or otherwise.arg != 0 or any(r.op is not Ops.RANGE for r in rngs):
+        return None
+    conjuncts, subs = list(split_uop(cond, Ops.AND)), {}
+    for rng in rngs:
+        for c in conjuncts:
+            if (x := _window_start(c, rng, rngs)) is not None:
+                subs[rng] = x % rng.src[0]
+                conjuncts = [k for k in conjuncts if k is not c]  # and its copies: an AND may repeat a conjunct
+                break
+    if not subs:
+        return None
+    body = value.substitute(subs)
+    if conjuncts:
+        rest = conjuncts[0]
+        for c in conjuncts[1:]:
+            rest = rest & c
+        body = rest.substitute(subs).where(body, otherwise)
+    left = tuple(r for r in rngs if r not in subs)
+    return red.replace(src=(body, *left)) if left else body
+
+
 # exact: x equals at most one r of [0, N) (the cast of r is lossless), so the sum has at most that one nonzero term,
 # v(x), and none when x is outside [0, N). Used by codegen's "simplify indexing" pass together with `sym`.
 pm_collapse_one_hot_sums = PatternMatcher([
     (UPat(Ops.REDUCE, name="red"), collapse_one_hot_sum),  # sum_r (x == r ? v(r) : 0) -> 0 <= x < N ? v(x) : 0
+    # exact: for x >= 0 the one r of [0, N) with (x - r) % N == 0 is x % N; the sum of one term and zeros is the term
+    (UPat(Ops.REDUCE, name="red"), collapse_window_sum),  # sum_r ((x - r) % N == 0 ? v(r) : 0) -> v(x % N)
 ])  # fmt: skip

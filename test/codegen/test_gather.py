@@ -1,4 +1,5 @@
-"""The one-hot sum collapse (fusegrad/codegen/gather.py): `sum_r (x == r ? v(r) : 0)` becomes a gated read of v(x).
+"""The one-term sum collapses (fusegrad/codegen/gather.py): `sum_r (x == r ? v(r) : 0)` becomes a gated read of v(x);
+a pool's backward window sum with stride equal to its kernel becomes its one term (checked against torch).
 Soundness: random index tensors (in range, past the end, negative) of every int dtype and random value expressions,
 run on CPU and PYTHON against numpy; the collapsed kernel has no reduce loop and no counted ops for a bare lookup;
 lossy casts of the range are left alone (and stay right)."""
@@ -6,12 +7,13 @@ lossy casts of the range are left alone (and stay right)."""
 from __future__ import annotations
 
 import numpy as np
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fusegrad import Tensor, nn
 from fusegrad.codegen import full_rewrite
-from fusegrad.codegen.gather import collapse_one_hot_sum
+from fusegrad.codegen.gather import collapse_one_hot_sum, collapse_window_sum
 from fusegrad.dtype import dtypes
 from fusegrad.helpers import Context, GlobalCounters
 from fusegrad.renderer.cstyle import ClangRenderer
@@ -91,3 +93,53 @@ def test_lossy_cast_of_the_range_is_left_alone() -> None:
     hits = (idx.unsqueeze(-1) == Tensor.arange(300).cast(dtypes.int8)).cast(dtypes.float32).sum(-1)
     wrapped = (np.arange(300).astype(np.int8)[None, :] == np.array([44, -100, 127], dtype=np.int8)[:, None]).sum(-1)
     assert hits.tolist() == wrapped.astype(np.float32).tolist()
+
+
+# *** window sums whose windows don't overlap: sum_r ((x - r) % N == 0 ? v(r) : 0) over r in [0, N) -> v(x % N) ***
+
+POOLS = {
+    "max": (Tensor.max_pool2d, torch.nn.functional.max_pool2d),
+    "avg": (Tensor.avg_pool2d, torch.nn.functional.avg_pool2d),
+}
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    pool=st.sampled_from(sorted(POOLS)),
+    kernel=st.integers(2, 3),
+    stride_step=st.sampled_from([0, -1, 1]),  # stride = kernel (collapsed), overlapping windows, gaps between them
+    size=st.integers(3, 9),
+    device=st.sampled_from(["CPU", "PYTHON"]),
+)
+def test_pool_gradients_match_torch(pool: str, kernel: int, stride_step: int, size: int, device: str) -> None:
+    """Pool backward, whose window sums collapse where the stride equals the kernel, against torch (ties included:
+    a relu before the pool makes zeros)."""
+    stride = kernel + stride_step
+    if size < kernel:
+        return
+    x = np.random.default_rng(size * 10 + kernel).standard_normal((2, 3, size, size + 1)).astype(np.float32)
+    ours, theirs = POOLS[pool]
+    t = Tensor(x, device=device, requires_grad=True)
+    (ours(t.relu(), kernel, stride) ** 2).sum().backward()
+    tt = torch.tensor(x, requires_grad=True)
+    (theirs(tt.relu(), kernel, stride) ** 2).sum().backward()
+    assert t.grad is not None
+    np.testing.assert_allclose(t.grad.numpy(), tt.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_avg_pool_gradient_with_stride_equal_to_kernel_has_no_reduce_loop() -> None:
+    t = Tensor(np.ones((2, 3, 8, 8), dtype=np.float32), requires_grad=True)
+    t.avg_pool2d(2).sum().backward()
+    assert t.grad is not None
+    assert reduce_loops(t.grad) == 0
+
+
+def test_overlapping_windows_keep_their_sum() -> None:
+    """(x - r) % 2 == 0 over r in [0, 3): r = x % 2 and r = x % 2 + 2 may both hold, so the sum stays."""
+    r, x = UOp.range(3, 1, AxisType.REDUCE), UOp.range(9, 0, AxisType.LOOP)
+    cond = ((x - r) % 2).eq(0)
+    body = cond.where(UOp.const(dtypes.float32, 1.0), UOp.const(dtypes.float32, 0.0))
+    assert collapse_window_sum(UOp(Ops.REDUCE, dtypes.float32, (body, r), Ops.ADD)) is None
+    r2 = UOp.range(2, 1, AxisType.REDUCE)
+    body2 = ((x - r2) % 2).eq(0).where(UOp.const(dtypes.float32, 1.0), UOp.const(dtypes.float32, 0.0))
+    assert collapse_window_sum(UOp(Ops.REDUCE, dtypes.float32, (body2, r2), Ops.ADD)) is not None
