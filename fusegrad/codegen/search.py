@@ -1,7 +1,8 @@
 """BEAM search over kernel opts (codegen/opt.py): time candidate opt lists on the kernel's own device, keep the fastest.
 
 `beam_search(ast, device, width)` starts from the heuristic's opts (and no opts, for a small kernel), then each round
-extends every kept opt list by one legal action (`actions`), compiles the new kernels in parallel, times them on fresh
+takes every kept opt list's neighbours (extended by one legal action of `actions`, one UPCAST's amount changed, one opt
+left out), compiles the new kernels in parallel, times them on fresh
 buffers (best of a few runs), drops any whose output differs from the reference kernel's, and keeps the `width`
 fastest, until a round finds nothing faster or the kernel's time budget (BUDGET_S) is spent. The winner goes to the
 disk cache, keyed by kernel AST, device and width, so a later process reuses it (`IGNORE_BEAM_CACHE=1` searches
@@ -129,17 +130,36 @@ def pack_actions(sink: UOp, loops: list[UOp]) -> list[Opt]:
 
 def extensions(sink: UOp, opts: tuple[Opt, ...], has_local: bool = False) -> list[tuple[Opt, ...]]:
     """Every `opts + (action,)` that applies to the (simplified) kernel `sink` without error (`has_local`: on a GPU)."""
+    return _applicable(sink, [(*opts, action) for action in actions(apply_opts(sink, opts, has_local), has_local)],
+                       has_local)  # fmt: skip
+
+
+def neighbours(sink: UOp, opts: tuple[Opt, ...], has_local: bool = False) -> list[tuple[Opt, ...]]:
+    """The opt lists one step from `opts`: its extensions, `opts` with one UPCAST's amount changed (another tile
+    size: a finished tile such as the heuristic's, whose PACK ends its extensions, is still varied), and `opts`
+    without one of its opts; those that apply."""
+    ret = extensions(sink, opts, has_local)
+    for i, opt in enumerate(opts):
+        if opt.op is OptOps.UPCAST:
+            ret += _applicable(sink, [(*opts[:i], Opt(opt.op, opt.axis, amount), *opts[i + 1 :])
+                                      for amount in UPCAST_AMOUNTS if amount != opt.arg], has_local)  # fmt: skip
+    ret += _applicable(sink, [opts[:i] + opts[i + 1 :] for i in range(len(opts))], has_local)
+    return dedup(ret)
+
+
+def _applicable(sink: UOp, candidates: list[tuple[Opt, ...]], has_local: bool) -> list[tuple[Opt, ...]]:
+    """The candidates apply_opts takes without error."""
     ret = []
-    for action in actions(apply_opts(sink, opts, has_local), has_local):
+    for opts in candidates:
         try:
-            apply_opts(sink, (*opts, action), has_local)
+            apply_opts(sink, opts, has_local)
         except ValueError:
             continue
         except Exception as e:  # an opt.py defect on an odd candidate: dropped (and shown), never fatal to the search
             if DEBUG >= 2:
-                print(f"beam: {(*opts, action)} failed to apply: {type(e).__name__}: {e}")
+                print(f"beam: {opts} failed to apply: {type(e).__name__}: {e}")
             continue
-        ret.append((*opts, action))
+        ret.append(opts)
     return ret
 
 
@@ -393,7 +413,7 @@ def beam_search(ast: UOp, device: str, width: int) -> tuple[Opt, ...]:
         if not beam or time.perf_counter() >= bench.deadline:
             bench.capped |= bool(beam)
             break
-        candidates = dedup(ext for _, opts in beam for ext in extensions(sink, opts, renderer.has_local))
+        candidates = dedup(ext for _, opts in beam for ext in neighbours(sink, opts, renderer.has_local))
         ranked = bench.ranked(candidates)
         if DEBUG >= 2:
             _show_round(bench, round_, candidates, ranked, beam[0][0])

@@ -18,8 +18,8 @@ import pytest
 from fusegrad import Tensor
 from fusegrad.codegen import kernel_names, to_program
 from fusegrad.codegen import search as search_module
-from fusegrad.codegen.opt import Opt, OptOps, apply_opts
-from fusegrad.codegen.search import Bench, SearchResult, actions, beam_ast, extensions, with_opts
+from fusegrad.codegen.opt import Opt, OptOps, apply_opts, choose_opts
+from fusegrad.codegen.search import Bench, SearchResult, actions, beam_ast, extensions, neighbours, with_opts
 from fusegrad.device import Device
 from fusegrad.dtype import dtypes
 from fusegrad.engine.realize import CompiledRunner, ExecItem, method_cache
@@ -266,7 +266,7 @@ def test_budget_caps_the_search(monkeypatch: pytest.MonkeyPatch) -> None:
     run_checked(ei, expected)
     (result,) = search_module.searches
     sink = graph_rewrite(ei.ast, sym)
-    in_round_1 = {e for start in ((), result.heuristic) for e in extensions(sink, start)}
+    in_round_1 = {e for start in ((), result.heuristic) for e in neighbours(sink, start)}
     assert result.capped
     assert 2 <= result.timed < 2 + len(in_round_1)  # the two starts, then as many as the budget let through
     assert result.search_s < 10  # the budget plus one round's compiles and the last candidate
@@ -347,3 +347,19 @@ def test_a_candidate_with_far_more_work_is_not_run() -> None:
     assert runners[row_upcast] is None
     assert runners[keep] is not None
     assert to_program(with_opts(ei.ast, row_upcast, "k"), Device["CPU"].renderer).estimates.ops > 4 * bench.work
+
+
+def test_neighbours_vary_a_finished_tile() -> None:
+    # the heuristic's matmul tile ends in a PACK, after which only a second PACK applies (no upcast: tile sizes stay
+    # as they are): its neighbours also try other tile sizes and the tile without each of its opts
+    ei, _ = matmul_kernel(64)
+    sink = graph_rewrite(ei.ast, sym)
+    tile = choose_opts(sink, None, Device["CPU"].renderer)
+    assert tile[-1].op is PACK
+    assert all(opts[-1].op is PACK for opts in extensions(sink, tile))
+    near = neighbours(sink, tile)
+    first = tile[0]
+    assert first.op is UPCAST
+    assert (Opt(UPCAST, first.axis, first.arg // 2), *tile[1:]) in near
+    assert tile[:-1] in near
+    assert tile not in near
