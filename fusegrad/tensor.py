@@ -2986,9 +2986,11 @@ def realize_tensors(tensors: Sequence[Tensor], do_update_stats: bool = True, alo
     only they are repointed, without the walk over every lazy tensor's graph."""
     only = tensors if alone else None
     sink = UOp.sink(*[t.uop for t in tensors])
-    if all(_is_settled(u) for u in sink.src):  # realized memory and constants (`loss.item()`): nothing to run
+    bases = [u.base for u in sink.src]
+    if all(b.op in _SETTLED_OPS for b in bases):  # realized memory and constants (`loss.item()`): nothing to run
         return
-    if all(_is_done(u) for u in sink.src):  # nothing to kernelize; kernels an earlier kernelize() built still run
+    if all(b.op in _SETTLED_OPS or (b.op is Ops.ASSIGN and b.src[1].op is Ops.KERNEL) for b in bases):
+        # nothing to kernelize (_is_done); kernels an earlier kernelize() built still run
         _schedule_and_run(tensors, None, do_update_stats, only, kernelized=True)
         return
     if not SCHEDULE_CACHE or TRACK_MATCH_STATS.value >= 2:  # VIZ shows the scheduler's rewrites of every realize
@@ -3095,6 +3097,9 @@ def _is_settled(u: UOp) -> bool:
     """A realized buffer, a view of one or a constant: no realize can repoint it. An IOTA (arange) is not: nothing
     below it can be replaced, but a realize replaces the IOTA itself with its buffer."""
     return u.base.op in (Ops.BUFFER, Ops.CONST)
+
+
+_SETTLED_OPS = frozenset({Ops.BUFFER, Ops.CONST})  # a base that is memory or a constant: _is_settled
 
 
 def _apply_map(becomes: dict[UOp, UOp], only: Sequence[Tensor] | None = None) -> None:

@@ -397,11 +397,7 @@ class ExecItem:
     def _update_stats(
         self, prg: Runner, bufs: list[Buffer], var_vals: dict[str, int], et: float | None, jit: bool
     ) -> None:
-        GlobalCounters.kernel_count += 1
-        GlobalCounters.global_ops += (ops := sym_infer(prg.estimates.ops, var_vals))
-        GlobalCounters.global_mem += (mem := sym_infer(prg.estimates.mem, var_vals))
-        if et is not None:
-            GlobalCounters.time_sum_s += et
+        ops, mem = count_run(prg, var_vals, et)
         if DEBUG >= 2:
             lds = sym_infer(prg.estimates.lds, var_vals)
             header = colored(f"*** {prg.device[:7]:7s} {GlobalCounters.kernel_count:4d}", _header_color(prg, jit))
@@ -411,6 +407,17 @@ class ExecItem:
             line = f"{header} {name} arg {len(bufs):2d} mem {GlobalCounters.mem_used / 1e9:6.2f} GB"
             print(f"{line}{_timing(et, ops, mem, lds)} {metadata}")
         prg.first_run = False
+
+
+def count_run(prg: Runner, var_vals: dict[str, int], et: float | None) -> tuple[int, int]:
+    """Count one run of `prg` in GlobalCounters; returns its (ops, memory bytes). The caller then clears
+    `prg.first_run` (DEBUG=2's line colours a first run)."""
+    GlobalCounters.kernel_count += 1
+    GlobalCounters.global_ops += (ops := sym_infer(prg.estimates.ops, var_vals))
+    GlobalCounters.global_mem += (mem := sym_infer(prg.estimates.mem, var_vals))
+    if et is not None:
+        GlobalCounters.time_sum_s += et
+    return ops, mem
 
 
 def _var_values(prg: Runner, var_vals: dict[str, int]) -> str:

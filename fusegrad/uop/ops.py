@@ -12,7 +12,7 @@ import itertools
 import math
 import weakref
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar, overload
 
 from fusegrad.device import Buffer
 from fusegrad.dtype import ConstType, DType, PtrDType, dtypes
@@ -119,8 +119,43 @@ class UOpMetaClass(type):
 
 # BUFFER UOps own their Buffers through a weak map: nothing in a UOp graph (or a trace of it) keeps one alive
 buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
-# Tensor-level metadata (the op that created a node), looked up by VIZ labels and kernel names
-all_metadata: weakref.WeakKeyDictionary[UOp, tuple[Metadata, ...]] = weakref.WeakKeyDictionary()
+
+
+_Default = TypeVar("_Default")
+
+
+class NodeLabels:
+    """Tensor-level metadata (the op that created a node) by node, looked up by VIZ labels and kernel names: the
+    mapping part of a weak-keyed dict (get, in, [], del), kept in the node's own __dict__. An entry lives and dies
+    with its node, as in a WeakKeyDictionary, without a weak reference and its callback per labelled node (the
+    frontend labels nearly every node it builds)."""
+
+    __slots__ = ()
+
+    @overload
+    def get(self, node: UOp) -> tuple[Metadata, ...] | None: ...
+    @overload
+    def get(self, node: UOp, default: _Default) -> tuple[Metadata, ...] | _Default: ...
+    def get(self, node: UOp, default: Any = None) -> Any:
+        return node.__dict__.get("_labels", default)
+
+    def __contains__(self, node: UOp) -> bool:
+        return "_labels" in node.__dict__
+
+    def __getitem__(self, node: UOp) -> tuple[Metadata, ...]:
+        if (labels := node.__dict__.get("_labels")) is None:
+            raise KeyError(node)
+        return labels  # type: ignore[no-any-return]  # only __setitem__ writes the entry
+
+    def __setitem__(self, node: UOp, labels: tuple[Metadata, ...]) -> None:
+        node.__dict__["_labels"] = labels
+
+    def __delitem__(self, node: UOp) -> None:
+        if node.__dict__.pop("_labels", None) is None:
+            raise KeyError(node)
+
+
+all_metadata = NodeLabels()
 _unique_ids = itertools.count()
 
 
