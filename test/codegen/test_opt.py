@@ -155,6 +155,18 @@ def conv1d_pooled(batch: int, cin: int, cout: int, width: int, dt: DType) -> Cas
     return ast, inputs, expected.reshape(batch, cout, width).sum(-1).ravel()
 
 
+def row_sum_broadcast(batch: int, rows: int, width: int, dt: DType) -> Case:
+    """out (batch, rows) = sum over c of x[b, t, c] + p[t, c] + y[b, t, c] (a fused residual stream's row sum before a
+    layernorm: every load contiguous in the reduce, p broadcast over the batch)."""
+    b, t, c = loop(batch, 0), loop(rows, 1), red(width, 2)
+    x = glob(1, batch * rows * width, dt).index(b * (rows * width) + t * width + c).load()
+    p = glob(2, rows * width, dt).index(t * width + c).load()
+    y = glob(3, batch * rows * width, dt).index(b * (rows * width) + t * width + c).load()
+    ast = UOp.sink(glob(0, batch * rows, dt).index(b * rows + t).store(((x + p) + y).reduce(c, arg=Ops.ADD)))
+    xs, ps, ys = data((batch, rows, width), dt), data((rows, width), dt, 1), data((batch, rows, width), dt, 2)
+    return ast, [xs, ps, ys], (xs.astype(np.float64) + ps + ys).sum(-1).ravel()
+
+
 def pool1d_strided(batch: int, width: int, dt: DType) -> Case:
     """out (batch, (width - 1) // 2 + 1) = max over windows of 3 of x (batch, width) padded by 1 with -inf, stepping 2
     (a max pool's gated stride-2 load, as the scheduler writes it: valid.where(x[..., valid], -inf))."""
@@ -489,6 +501,15 @@ def test_heuristic_tiles_a_conv_pooled_in_its_kernel_over_its_channels() -> None
     # one image of one column: the panel would serve a single row
     assert hand_coded_opts(conv1d_pooled(1, 64, 64, 1, dtypes.float32)[0]) == []
     check(conv1d_pooled(3, 16, 16, 3, dtypes.float32), dtypes.float32, "CPU", None, exact=True)
+
+
+def test_heuristic_leaves_a_row_sum_of_unreused_loads_untiled() -> None:
+    """No load but the broadcast p can be packed outside the batch loop: a row tile over t would read x and y lane by
+    lane, 128 floats apart (128 -> 28 us single-thread at 16x64x128 untiled); the reduce loop stays innermost."""
+    case = row_sum_broadcast(16, 64, 128, dtypes.float32)
+    assert hand_coded_opts(case[0]) == []
+    check(row_sum_broadcast(2, 16, 64, dtypes.float32), dtypes.float32, "CPU", None)
+    check(row_sum_broadcast(2, 16, 64, dtypes.float32), dtypes.float32, "PYTHON", None, exact=True)
 
 
 @settings(max_examples=15, deadline=None)
