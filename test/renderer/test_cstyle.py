@@ -172,10 +172,32 @@ def kernel_sum_grouped() -> Case:
     return ast, [whole], lambda a: a.astype(np.float64).sum(keepdims=True).astype(np.float32)
 
 
+def kernel_conv2d() -> Case:
+    # out (2, 16, 8, 8) = conv of x (2, 4, 8, 8) padded by 1 (a gated load) with w (16, 4, 3, 3): the heuristic's tile
+    n, o, y, x = rng(2, 0), rng(16, 1), rng(8, 2), rng(8, 3)
+    c, ky, kx = rng(4, 4, AxisType.REDUCE), rng(3, 5, AxisType.REDUCE), rng(3, 6, AxisType.REDUCE)
+    py, px = y + ky - 1, x + kx - 1
+    valid = (py >= 0) & (py < 8) & (px >= 0) & (px < 8)
+    inp = glob(1, 2 * 4 * 64).index(n * 256 + c * 64 + py * 8 + px, valid).load()
+    weight = glob(2, 16 * 4 * 9).index(o * 36 + c * 9 + ky * 3 + kx).load()
+    ast = UOp.sink(
+        glob(0, 2 * 16 * 64).index(n * 1024 + o * 64 + y * 8 + x).store((inp * weight).reduce(c, ky, kx, arg=Ops.ADD))
+    )
+
+    def reference(xs: np.ndarray, ws: np.ndarray) -> np.ndarray:
+        padded = np.pad(xs.astype(np.float64).reshape(2, 4, 8, 8), ((0, 0), (0, 0), (1, 1), (1, 1)))
+        windows = np.stack([padded[:, :, i : i + 8, j : j + 8] for i in range(3) for j in range(3)], -1)
+        out = np.einsum("ncyxk,ock->noyx", windows, ws.astype(np.float64).reshape(16, 4, 9))
+        return out.astype(np.float32).reshape(-1)
+
+    small_ints = [rand.integers(-4, 5, n).astype(np.float32) for n in (2 * 4 * 64, 16 * 4 * 9)]  # exact sums of 36
+    return ast, small_ints, reference
+
+
 CANONICAL: dict[str, Callable[[], Case]] = {f.__name__.removeprefix("kernel_"): f for f in (
     kernel_add, kernel_permute, kernel_sum_axis, kernel_max_reduce, kernel_pad, kernel_where_cmp, kernel_cast,
     kernel_symbolic, kernel_matmul, kernel_unary_chain, kernel_reduce_then_elementwise, kernel_matmul_tiled,
-    kernel_gated_projections, kernel_sum_grouped)}  # fmt: skip
+    kernel_gated_projections, kernel_sum_grouped, kernel_conv2d)}  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
