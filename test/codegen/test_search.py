@@ -363,3 +363,26 @@ def test_neighbours_vary_a_finished_tile() -> None:
     assert (Opt(UPCAST, first.axis, first.arg // 2), *tile[1:]) in near
     assert tile[:-1] in near
     assert tile not in near
+
+
+def test_a_winner_by_luck_loses_the_duel_with_the_heuristic(monkeypatch: pytest.MonkeyPatch) -> None:
+    lucky = (Opt(UPCAST, 1, 4),)  # timed once during the search while the machine was quiet, slow ever after
+    seen: list[tuple[Opt, ...]] = []
+
+    def time_runner(runner: CompiledRunner, bufs: object, var_vals: object) -> float:
+        opts = tuple(runner.p.uops[-1].arg.applied_opts)
+        seen.append(opts)
+        if opts == lucky:
+            return 0.5 if seen.count(lucky) == 1 else 2.0
+        return 1.0
+
+    monkeypatch.setattr(search_module, "time_runner", time_runner)
+    ei, expected = matmul_kernel()
+    search_module.searches.clear()
+    with Context(BEAM=2, IGNORE_BEAM_CACHE=1):
+        chosen = applied(ei)
+    (result,) = search_module.searches
+    assert chosen == result.heuristic  # the heuristic's opts kept
+    assert (result.best_s, result.heuristic_s) == (1.0, 1.0)
+    assert seen.count(lucky) == 1 + search_module.DUEL_TURNS
+    run_checked(ei, expected)
