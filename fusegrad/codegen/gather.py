@@ -65,9 +65,9 @@ def collapse_one_hot_sum(red: UOp) -> UOp | None:
     return valid.where(read, otherwise)
 
 
-def _window_start(conjunct: UOp, rng: UOp, rngs: tuple[UOp, ...]) -> UOp | None:
-    """x for a conjunct `(x - r) % N == 0` (either way round) with N the constant size of range r, when x reads none
-    of the reduce's ranges and is never negative: then r = x % N is the only r of [0, N) that satisfies it."""
+def _window_start(conjunct: UOp, rng: UOp, rngs: tuple[UOp, ...]) -> tuple[UOp, UOp] | None:
+    """(x, x - r) for a conjunct `(x - r) % N == 0` (either way round) with N the constant size of range r, when x
+    reads none of the reduce's ranges and is never negative: then r = x % N is the only r of [0, N) satisfying it."""
     if conjunct.op is not Ops.CMPEQ or rng.src[0].op is not Ops.CONST:
         return None
     mod, zero = conjunct.src if conjunct.src[1].op is Ops.CONST else conjunct.src[::-1]
@@ -87,12 +87,14 @@ def _window_start(conjunct: UOp, rng: UOp, rngs: tuple[UOp, ...]) -> UOp | None:
         x = x + t
     if x.vmin < 0 or any(r in x.toposort() for r in rngs):
         return None
-    return x
+    return x, mod.src[0]
 
 
 def collapse_window_sum(red: UOp) -> UOp | None:
     """REDUCE(ADD, cond ? v : 0, ..., r, ...) where cond has a conjunct (x - r) % N == 0 with N the size of r: r becomes
-    x % N and leaves the reduce (the conjunct always holds there), the rest of cond and v read at that r."""
+    x % N and leaves the reduce (the conjunct always holds there), the rest of cond and v read at that r. x - r itself
+    becomes (x // N) * N, so a window's position (x - r) // N and an input index r + ((x - r) // N) * N fold to x // N
+    and x."""
     if red.arg is not Ops.ADD or red.src[0].op is not Ops.WHERE:
         return None
     (cond, value, otherwise), rngs = red.src[0].src, red.src[1:]
@@ -101,8 +103,9 @@ def collapse_window_sum(red: UOp) -> UOp | None:
     conjuncts, subs = list(split_uop(cond, Ops.AND)), {}
     for rng in rngs:
         for c in conjuncts:
-            if (x := _window_start(c, rng, rngs)) is not None:
-                subs[rng] = x % rng.src[0]
+            if (found := _window_start(c, rng, rngs)) is not None:
+                x, offset = found
+                subs[rng], subs[offset] = x % rng.src[0], (x // rng.src[0]) * rng.src[0]
                 conjuncts = [k for k in conjuncts if k is not c]  # and its copies: an AND may repeat a conjunct
                 break
     if not subs:
