@@ -2,11 +2,12 @@
 reference, DEV=CPU), fusegrad eager, fusegrad (default kernel opts) and fusegrad BEAM=2 (searched opts, disk cache).
 
 Cases (issue #12's table): matmul 1024² and 2048² (2n³ flops) and a tiny transformer's small matmuls; conv2d forward
-(batch 8, 64 -> 64 channels, 56x56, 3x3, padding 1) and forward + backward (gradients of input and weight, 3x the
-forward's flops); scaled_dot_product_attention (4, 8, 256, 64), plain and causal (4·B·H·T²·D flops for both);
-softmax and layernorm (with weight and bias) over (4096, 1024), forward and forward + backward (the output and the
-input's gradient of sum(out * g)); a sum of 16M floats and a fused elementwise chain on 4M. Row ops, sum and chain are
-rated in GB/s of their least traffic (each input read once, each output written once).
+(batch 8, 64 -> 64 channels, 56x56, 3x3, padding 1) and forward + backward (the output and the gradients of input and
+weight of sum(out * g), 3x the forward's flops: with sum(out) alone the gradient of ones folds into window sums);
+scaled_dot_product_attention (4, 8, 256, 64), plain and causal (4·B·H·T²·D flops for both); softmax and layernorm
+(with weight and bias) over (4096, 1024), forward and forward + backward (the output and the input's gradient of
+sum(out * g)); a sum of 16M floats and a fused elementwise chain on 4M. Row ops, sum and chain are rated in GB/s of
+their least traffic (each input read once, each output written once).
 
 Timing: tinygrad and fusegrad run under TinyJit, so only their kernels are timed (the "eager" column is fusegrad
 without it: schedule, cached-kernel lookup and launch every call); torch and numpy run eagerly. Each case is warmed
@@ -117,6 +118,7 @@ def make_inputs(rng: np.random.Generator) -> Inputs:
     for name, (a, b) in SMALL_MATMULS.items():
         inputs[f"{name} a"], inputs[f"{name} b"] = normal(*a), normal(*b)
     inputs["x"], inputs["w"] = normal(*CONV_X), normal(*CONV_W)
+    inputs["conv g"] = normal(CONV_X[0], CONV_W[0], *CONV_X[2:])  # the output's gradient (padding 1: same size)
     inputs["q"], inputs["k"], inputs["v"] = (normal(*SDPA_SHAPE) for _ in range(3))
     inputs["rows"], inputs["g"] = normal(*ROWS), normal(*ROWS)
     inputs["weight"], inputs["bias"] = normal(ROWS[1]), normal(ROWS[1])
@@ -127,10 +129,9 @@ def make_inputs(rng: np.random.Generator) -> Inputs:
 # *** the cases, per system ***
 
 
-def tensor_fns(tensor: Any, **grad_kwargs: Any) -> dict[str, tuple[Callable[..., Any], tuple[str, ...]]]:
-    """Each case as a function of its input tensors (and the names of those inputs), for the Tensor API that fusegrad
-    and tinygrad share (`tensor` is the Tensor class). `grad_kwargs` mark the inputs of backward cases: fusegrad asks
-    for `requires_grad=True`; tinygrad 0.14 has no such flag (its backward fills every float tensor's `.grad`)."""
+def tensor_fns(tensor: Any) -> dict[str, tuple[Callable[..., Any], tuple[str, ...]]]:
+    """Each case as a function of its input tensors and the names of those inputs (" grad": one a gradient is taken
+    of), for the Tensor API that fusegrad and tinygrad share (`tensor` is the Tensor class)."""
 
     def backward(fn: Callable[..., Any], *names: str) -> tuple[Callable[..., Any], tuple[str, ...]]:
         def run(x: Any, *rest: Any) -> tuple[Any, ...]:
@@ -142,11 +143,12 @@ def tensor_fns(tensor: Any, **grad_kwargs: Any) -> dict[str, tuple[Callable[...,
 
         return run, names
 
-    def conv_fwd_bwd(x: Any, w: Any) -> tuple[Any, ...]:
+    def conv_fwd_bwd(x: Any, w: Any, g: Any) -> tuple[Any, ...]:
         x.grad = w.grad = None
-        x.conv2d(w, padding=1).sum().backward()
-        tensor.realize(x.grad, w.grad)
-        return x.grad, w.grad
+        out = x.conv2d(w, padding=1)
+        (out * g).sum().backward()
+        tensor.realize(out, x.grad, w.grad)
+        return out, x.grad, w.grad
 
     def layernorm(x: Any, weight: Any, bias: Any, *_: Any) -> Any:
         return x.layernorm(-1) * weight + bias
@@ -155,7 +157,7 @@ def tensor_fns(tensor: Any, **grad_kwargs: Any) -> dict[str, tuple[Callable[...,
         **{f"matmul {n}": (lambda a, b: (a @ b).realize(), (f"a{n}", f"b{n}")) for n in MATMUL_SIZES},
         **{name: (lambda a, b: (a @ b).realize(), (f"{name} a", f"{name} b")) for name in SMALL_MATMULS},
         "conv2d fwd": (lambda x, w: x.conv2d(w, padding=1).realize(), ("x", "w")),
-        "conv2d fwd+bwd": (conv_fwd_bwd, ("x grad", "w grad")),
+        "conv2d fwd+bwd": (conv_fwd_bwd, ("x grad", "w grad", "conv g")),
         "sdpa": (lambda q, k, v: q.scaled_dot_product_attention(k, v).realize(), ("q", "k", "v")),
         "sdpa causal": (
             lambda q, k, v: q.scaled_dot_product_attention(k, v, is_causal=True).realize(),
@@ -171,8 +173,10 @@ def tensor_fns(tensor: Any, **grad_kwargs: Any) -> dict[str, tuple[Callable[...,
 
 
 def tensor_cases(tensor: Any, jit: Any, inp: Inputs, names: list[str], **grad_kwargs: Any) -> Cases:
-    """The cases for a Tensor-API system: each a call of its function on realized inputs, under `jit` if given."""
-    fns = tensor_fns(tensor, **grad_kwargs)
+    """The cases for a Tensor-API system: each a call of its function on realized inputs, under `jit` if given.
+    `grad_kwargs` make the inputs of backward cases: fusegrad asks for `requires_grad=True`; tinygrad 0.14 has no such
+    flag (its backward fills every float tensor's `.grad`)."""
+    fns = tensor_fns(tensor)
     made: dict[str, Any] = {}
 
     def arg(name: str) -> Any:
@@ -210,10 +214,11 @@ def cases_torch(inp: Inputs, names: list[str]) -> Cases:
     t = {name: torch.from_numpy(arr) for name, arr in inp.items()}
     xg, wg, rg = (t[n].clone().requires_grad_() for n in ("x", "w", "rows"))
 
-    def conv_fwd_bwd() -> tuple[Any, Any]:
+    def conv_fwd_bwd() -> tuple[Any, Any, Any]:
         xg.grad = wg.grad = None
-        F.conv2d(xg, wg, padding=1).sum().backward()
-        return xg.grad, wg.grad
+        out = F.conv2d(xg, wg, padding=1)
+        (out * t["conv g"]).sum().backward()
+        return out, xg.grad, wg.grad
 
     def backward(fn: Callable[[Any], Any]) -> Callable[[], tuple[Any, Any]]:
         def run() -> tuple[Any, Any]:
