@@ -24,7 +24,7 @@ are read on the default fusegrad column; heuristics vs BEAM=2 are per case and p
 the heuristic's opts beside its choice). Training steps: bench/train.py.
 Usage: python bench/ops.py [--quick] [--reps N] [--timeout S] [--cases SUBSTRING ...] [--peers NAME ...]
 [--beam-budget S]. --quick: the issue's cases without matmul 2048, the small matmuls and the backward passes; no eager
-column; 2 reps.
+column; 2 reps; 10 s per BEAM search (a few minutes with a cold BEAM cache, about one with a warm one).
 """
 
 from __future__ import annotations
@@ -538,8 +538,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds of runs per case and peer")
     parser.add_argument("--cases", nargs="*", default=[], help="run only the cases whose name holds one of these")
     parser.add_argument("--peers", nargs="*", default=[], help="run only these peers (fusegrad's columns always run)")
-    parser.add_argument("--beam-budget", type=float, default=30.0, help="seconds one kernel's BEAM search may take")
+    parser.add_argument("--beam-budget", type=float, default=None,
+                        help="seconds one kernel's BEAM search may take (default 30, 10 with --quick)")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.beam_budget is None:
+        args.beam_budget = 10.0 if args.quick else 30.0
     if args.reps < 1 or args.timeout <= 0 or args.beam_budget < 0:
         parser.error(f"--reps must be >= 1, --timeout > 0, --beam-budget >= 0: got {args.reps}, {args.timeout}, "
                      f"{args.beam_budget}")  # fmt: skip

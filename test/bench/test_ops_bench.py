@@ -30,7 +30,8 @@ def test_bad_arguments_are_refused(bench: ModuleType, argv: list[str], capsys: p
 
 def test_quick_keeps_the_issues_forward_cases(bench: ModuleType) -> None:
     args = bench.parse_args(["--quick"])
-    assert args.reps == 2
+    assert (args.reps, args.beam_budget) == (2, 10.0)
+    assert bench.parse_args([]).beam_budget == 30.0
     assert bench.case_names(args) == ["matmul 1024", "conv2d fwd", "sdpa", "sdpa causal", "softmax fwd",
                                       "layernorm fwd", "sum 16M", "chain 4M"]  # fmt: skip
     assert "fusegrad eager" not in bench.peer_makers(quick=True)
