@@ -533,7 +533,7 @@ def load_peak_module() -> ModuleType:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--reps", type=int, default=5, help="timed turns per case (best is reported)")
+    parser.add_argument("--reps", type=int, default=10, help="timed turns per case (best is reported)")
     parser.add_argument("--quick", action="store_true", help="skip matmul 2048, small matmuls, backward cases, eager")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds of runs per case and peer")
     parser.add_argument("--cases", nargs="*", default=[], help="run only the cases whose name holds one of these")
