@@ -53,7 +53,8 @@ DUEL_TURNS = (
 )
 MAX_ROUNDS = 8  # actions appended to an opt list at most: bounds the search when every round improves a little
 BUDGET_S = 60.0  # seconds one kernel's search may take: no round starts and no candidate is timed after that
-MAX_WORK = 4  # a candidate estimated to do this many times the reference kernel's ALU ops is not run
+MAX_WORK = 16  # a candidate estimated to do this many times the reference kernel's ALU ops is not run (a GPU GROUP of
+# 64 threads does 7x a plain sum's ops in its combining tree; the row-loop upcasts this stops do 256x-780x)
 COMPILE_CHUNK = 4  # candidates compiled per compiler process before they are timed and the budget is checked
 ABANDON = 2.0  # a candidate whose checked run is this many times the best time so far is not run again (a loser)
 # the unoptimised kernel is the reference output (and a beam start) up to this many ops; past it (a 2048² matmul runs

@@ -309,8 +309,8 @@ def test_beam_searches_on_cl(monkeypatch: pytest.MonkeyPatch, tmp_path: object) 
 
 
 def _recording(of: object, into: list[object]) -> object:
-    def record(ast: object, device: str) -> object:
-        bench = of(ast, device)  # type: ignore[operator]
+    def record(ast: object, device: str, reference: tuple[object, ...] = ()) -> object:
+        bench = of(ast, device, reference)  # type: ignore[operator]
         into.append(bench)
         return bench
 
