@@ -67,25 +67,24 @@ def graph_structure(sink: UOp) -> Structure:
             assert node is not None, "graph_structure: an _EMIT marker without its node"
             if node in position:
                 continue
-            op, dtype, src, arg, tag = node._cache_key
+            op, dtype_id, src, arg, tag = node._cache_key
             if op in _CHECKED and cacheable:
                 cacheable = _is_replayable(node)
             position[node] = len(nodes)
             nodes.append(node)
-            parts.append((op, id(dtype), None if op in _ID_ARGS else arg, tag, *map(position.__getitem__, src)))
+            parts.append((op, dtype_id, None if op in _ID_ARGS else arg, tag, *map(position.__getitem__, src)))
             continue
         if node in position:
             continue
-        # the key's arg: -0.0 stays apart from 0.0. A dtype is keyed by its id: dtypes are interned (one object per
-        # value, never freed), and an int hashes without the Python-level DType.__hash__ call
-        op, dtype, src, arg, tag = node._cache_key
+        # the node's hash-consing key: its arg keeps -0.0 apart from 0.0, and its dtype is the interned dtype's id
+        op, dtype_id, src, arg, tag = node._cache_key
         if op is Ops.BUFFER:  # a parameter: its UNIQUE says which buffer, not what it is; its DEVICE is in its part
             device = src[1].arg
             cacheable = cacheable and not isinstance(device, tuple)
             leaves.append(node)
             position[node] = len(nodes)
             nodes.append(node)
-            parts.append((op, id(dtype), arg, tag, device))
+            parts.append((op, dtype_id, arg, tag, device))
             continue
         stack.append(node)
         stack.append(_EMIT)

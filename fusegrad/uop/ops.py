@@ -103,10 +103,12 @@ class UOpMetaClass(type):
     def __call__(
         cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None
     ) -> UOp:
+        # the key holds the dtype's id: dtypes are interned and never freed, and an int hashes without the
+        # Python-level DType.__hash__ (every construction hashes the key, and every node's __del__ again)
         if type(arg) is float or (type(arg) is tuple and float in map(type, arg)):  # map: no generator per node
             arg, key_arg = _canonical_float_arg(arg)
-            return UOpMetaClass._lookup(cls, (op, dtype, src, key_arg, tag), op, dtype, src, arg, tag)
-        return UOpMetaClass._lookup(cls, (op, dtype, src, arg, tag), op, dtype, src, arg, tag)
+            return UOpMetaClass._lookup(cls, (op, id(dtype), src, key_arg, tag), op, dtype, src, arg, tag)
+        return UOpMetaClass._lookup(cls, (op, id(dtype), src, arg, tag), op, dtype, src, arg, tag)
 
     def _lookup(cls, key: tuple[Any, ...], op: Ops, dtype: DType, src: tuple[UOp, ...], arg: Any, tag: Any) -> UOp:
         if (ref := UOpMetaClass.ucache.get(key)) is not None and (ret := ref()) is not None:
@@ -393,7 +395,15 @@ class UOp(MathTrait, metaclass=UOpMetaClass):
         out_dtype = operands[-1].dtype
         if op in GroupOp.Comparison:
             out_dtype = dtypes.bool.vec(out_dtype.count) if out_dtype.count > 1 else dtypes.bool
-        return UOp(op, out_dtype, operands)
+        ret = UOp(op, out_dtype, operands)
+        # the frontend's hot path: operands of one known shape give it to the result, as compute_shape would
+        # (which also checks they agree: left to it otherwise), and the first operand its device
+        known = self.__dict__
+        if (shape := known.get("_shape")) is not None and all(s.__dict__.get("_shape") == shape for s in src):
+            ret.__dict__.setdefault("_shape", shape)
+            if (device := known.get("_device")) is not None:
+                ret.__dict__.setdefault("_device", device)
+        return ret
 
     def cast(self, dtype: DType) -> UOp:
         return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))
@@ -499,6 +509,8 @@ class UOp(MathTrait, metaclass=UOpMetaClass):
             return self
         ret = UOp(op, self.dtype, (self,), tuple(arg))
         ret.__dict__.setdefault("_shape", new_shape)  # what compute_shape would work out again (frontend hot path)
+        if (device := self.__dict__.get("_device")) is not None:  # a view is on its source's device
+            ret.__dict__.setdefault("_device", device)
         return ret
 
     def reshape(self, shape: tuple[int, ...]) -> UOp:
