@@ -21,7 +21,7 @@ from fusegrad.helpers import (
     ContextVar,
 )
 from fusegrad.uop import GroupOp, Ops
-from fusegrad.uop.ops import UOp, all_metadata, buffers
+from fusegrad.uop.ops import LABELS, UOp, UOpMetaClass, all_metadata, buffers
 
 if TYPE_CHECKING:
     from fusegrad.device import Buffer
@@ -213,22 +213,27 @@ class GraphRecipe:
             position[u] = len(used) + len(nodes)
             known = u.__dict__
             srcs = tuple([position[s] for s in u.src])
-            nodes.append(
-                (u.op, u.dtype, u.arg, u.tag, srcs, all_metadata.get(u), known.get("_shape"), known.get("_device"))
-            )
+            op, dtype_id, _, key_arg, tag = u._cache_key  # the hash-consing key's parts: build looks nodes up by it
+            cached = (known.get("_shape"), known.get("_device"))
+            nodes.append((op, u.dtype, dtype_id, u.arg, key_arg, tag, srcs, all_metadata.get(u), *cached))
         return GraphRecipe(tuple(used), tuple(nodes), tuple(position[u] for u in outputs))
 
     def build(self, leaves: list[UOp]) -> list[UOp]:
         made = [leaves[i] for i in self.leaves]
-        labels = all_metadata
-        for op, dtype, arg, tag, srcs, label, shape, device in self.nodes:
-            u = UOp(op, dtype, tuple([made[i] for i in srcs]), arg, tag)
-            if label is not None and u not in labels:
-                labels[u] = label
+        live, lookup = UOpMetaClass.ucache, UOpMetaClass._lookup
+        # UOp(...) by its parts: the recording's key parts (float args canonical already) look the node up directly
+        for op, dtype, dtype_id, arg, key_arg, tag, srcs, label, shape, device in self.nodes:
+            src = tuple([made[i] for i in srcs])
+            key = (op, dtype_id, src, key_arg, tag)
+            if (ref := live.get(key)) is None or (u := ref()) is None:
+                u = lookup(UOp, key, op, dtype, src, arg, tag)
+            known = u.__dict__
+            if label is not None:
+                known.setdefault(LABELS, label)  # a node keeps the first label it got
             if shape is not None:
-                u.__dict__.setdefault("_shape", shape)
+                known.setdefault("_shape", shape)
             if device is not None:
-                u.__dict__.setdefault("_device", device)
+                known.setdefault("_device", device)
             made.append(u)
         return [made[i] for i in self.outputs]
 

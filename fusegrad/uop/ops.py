@@ -124,6 +124,7 @@ buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
 
 
 _Default = TypeVar("_Default")
+LABELS = "_labels"  # a labelled node's __dict__ entry (NodeLabels)
 
 
 class NodeLabels:
@@ -139,21 +140,21 @@ class NodeLabels:
     @overload
     def get(self, node: UOp, default: _Default) -> tuple[Metadata, ...] | _Default: ...
     def get(self, node: UOp, default: Any = None) -> Any:
-        return node.__dict__.get("_labels", default)
+        return node.__dict__.get(LABELS, default)
 
     def __contains__(self, node: UOp) -> bool:
-        return "_labels" in node.__dict__
+        return LABELS in node.__dict__
 
     def __getitem__(self, node: UOp) -> tuple[Metadata, ...]:
-        if (labels := node.__dict__.get("_labels")) is None:
+        if (labels := node.__dict__.get(LABELS)) is None:
             raise KeyError(node)
         return labels  # type: ignore[no-any-return]  # only __setitem__ writes the entry
 
     def __setitem__(self, node: UOp, labels: tuple[Metadata, ...]) -> None:
-        node.__dict__["_labels"] = labels
+        node.__dict__[LABELS] = labels
 
     def __delitem__(self, node: UOp) -> None:
-        if node.__dict__.pop("_labels", None) is None:
+        if node.__dict__.pop(LABELS, None) is None:
             raise KeyError(node)
 
 
