@@ -6,6 +6,7 @@ a large kernel is checked against."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import threading
 import time
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fusegrad import Tensor
 from fusegrad.codegen import kernel_names, to_program
@@ -389,3 +392,34 @@ def test_a_winner_by_luck_loses_the_duel_with_the_heuristic(monkeypatch: pytest.
     assert (result.best_s, result.heuristic_s) == (1.0, 1.0)
     assert seen.count(lucky) == 1 + search_module.DUEL_TURNS
     run_checked(ei, expected)
+
+
+@functools.cache
+def walk_kernels() -> dict[str, UOp]:
+    """ASTs whose neighbourhoods hold every kind of opt: a matmul (UPCAST, SWAP, GROUP, PACK), a softmax (KEEP)."""
+    a, b = Tensor.randn(16, 32).realize(), Tensor.randn(32, 16).realize()
+    return {
+        "matmul": (a @ b).schedule()[-1].ast,
+        "softmax": Tensor.randn(8, 64).realize().softmax(-1).schedule()[-1].ast,
+    }
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.data())
+def test_neighbour_walks_compute_what_the_plain_kernel_does(data: st.DataObject) -> None:
+    """A walk of 1-3 steps through `neighbours` (changed amounts and left-out opts too) from no opts or the heuristic's:
+    the kernel, where it renders, matches the unoptimised one on the search's own random inputs."""
+    ast = walk_kernels()[data.draw(st.sampled_from(["matmul", "softmax"]))]
+    sink = graph_rewrite(ast, sym)
+    opts = choose_opts(sink, None, Device["CPU"].renderer) if data.draw(st.booleans()) else ()
+    for _ in range(data.draw(st.integers(1, 3))):
+        if not (near := neighbours(sink, opts)):
+            break
+        opts = data.draw(st.sampled_from(near))
+    bench = Bench.of(ast, "CPU")
+    bench.work = math.inf  # run even a candidate BEAM would skip for its work (a softmax's row loop upcast)
+    # a candidate that doesn't render is dropped (opt.py takes GROUP(2, 2) twice on the softmax, then linearize fails)
+    if (runner := bench.compile([opts])[opts]) is not None:
+        ran = bench.run(opts, runner)
+        assert ran is not None, opts
+        assert all(search_module._close(ran[1][s], x) for s, x in bench.expected.items()), opts
