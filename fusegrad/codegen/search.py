@@ -5,9 +5,10 @@ takes every kept opt list's neighbours (extended by one legal action of `actions
 left out), compiles the new kernels in parallel, times them on fresh buffers (best of a few runs), drops any whose
 output differs from the reference kernel's, and keeps the `width` fastest, until a round finds nothing faster or the
 kernel's time budget (BUDGET_S) is spent; the winner is then timed in turns with the heuristic's opts and kept only if
-it still wins by MIN_GAIN. The choice goes to the disk cache, keyed by kernel AST, device and width, so a later process
-reuses it (`IGNORE_BEAM_CACHE=1` searches again); `searches` lists every answer of this process. `beam_ast` is the
-engine's hook: the AST with the chosen opts in its KernelInfo when `BEAM` is set.
+it still wins by MIN_GAIN. The choice goes to the disk cache, keyed by kernel AST, device and width, so a later
+process reuses it while the heuristic's opts for the kernel stay the same (`IGNORE_BEAM_CACHE=1` searches again);
+`searches` lists every answer of this process. `beam_ast` is the engine's hook: the AST with the chosen opts in its
+KernelInfo when `BEAM` is set.
 """
 
 from __future__ import annotations
@@ -414,13 +415,14 @@ def _is_small(sink: UOp, renderer: Renderer) -> bool:
 
 def beam_search(ast: UOp, device: str, width: int) -> tuple[Opt, ...]:
     """The fastest opts found for kernel `ast` on `device` by a beam of `width` (from the disk cache if it has them)."""
-    key = _cache_key(ast, device, width)
-    if not IGNORE_BEAM_CACHE.value and (hit := SearchResult.from_json(diskcache_get(BEAM_TABLE, key))) is not None:
-        return _answer(hit)
     start = time.perf_counter()
     sink = graph_rewrite(ast, sym, name="simplify indexing")
     renderer = Device[device].renderer  # the device's own heuristic starts the beam (GPUs: codegen/gpudims.py's)
     heuristic = choose_opts(sink, None, renderer)
+    key = _cache_key(ast, device, width)
+    hit = None if IGNORE_BEAM_CACHE.value else SearchResult.from_json(diskcache_get(BEAM_TABLE, key))
+    if hit is not None and hit.heuristic == heuristic:  # a changed heuristic is a new start (and a new comparison)
+        return _answer(hit)
     small = _is_small(ast, renderer)
     bench = Bench.of(ast, device, () if small else heuristic)
     beam = bench.ranked(dedup([(), heuristic] if small else [heuristic]))[:width]  # the starts: timed in any budget

@@ -423,3 +423,17 @@ def test_neighbour_walks_compute_what_the_plain_kernel_does(data: st.DataObject)
         ran = bench.run(opts, runner)
         assert ran is not None, opts
         assert all(search_module._close(ran[1][s], x) for s, x in bench.expected.items()), opts
+
+
+def test_a_changed_heuristic_searches_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_clock(monkeypatch, (Opt(UPCAST, 1, 4),))
+    benches = keep_benches(monkeypatch)
+    ei, _ = matmul_kernel()
+    with Context(BEAM=2):
+        beam_ast(ei.ast, "CPU")
+        beam_ast(ei.ast, "CPU")  # the disk cache answers
+        assert len(benches) == 1
+        monkeypatch.setattr(search_module, "choose_opts", lambda sink, given, renderer: (Opt(UPCAST, 0, 2),))
+        beam_ast(ei.ast, "CPU")  # the cached search started from other opts and timed other ones against it
+    assert len(benches) == 2
+    assert search_module.searches[-1].heuristic == (Opt(UPCAST, 0, 2),)
