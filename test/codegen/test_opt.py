@@ -592,6 +592,27 @@ def test_heuristic_packs_a_weight_gradients_larger_row_operand(monkeypatch: pyte
     assert Opt(OptOps.PACK, 1, 2) in hand_coded_opts(weight_gradient(128, 1024, 512, f32)[0])
 
 
+def max_pool(channels: int, rows: int, cols: int, dt: DType) -> Case:
+    """out (channels, rows, cols) = the max of each 2x2 window of x (channels, 2 rows, 2 cols)."""
+    c, y, x, wy, wx = loop(channels, 0), loop(rows, 1), loop(cols, 2), red(2, 3), red(2, 4)
+    pos = c * (4 * rows * cols) + (y * 2 + wy) * (2 * cols) + x * 2 + wx
+    value = glob(1, channels * rows * cols * 4, dt).index(pos).load().reduce(wy, wx, arg=Ops.MAX)
+    ast = UOp.sink(glob(0, channels * rows * cols, dt).index(c * (rows * cols) + y * cols + x).store(value))
+    xs = data((channels, 2 * rows, 2 * cols), dt)
+    return ast, [xs], xs.reshape(channels, rows, 2, cols, 2).max((2, 4)).astype(np.float64).ravel()
+
+
+def test_heuristic_takes_a_row_of_lanes_for_a_short_reduce_without_a_tile() -> None:
+    # a 2x2 max pool on 13 columns: no whole vector of columns, a window too short for a simd reduction; 13 columns
+    # a step (gathers at stride 2) and a vector store (0.91 -> 0.28 ms in the convnet step)
+    assert hand_coded_opts(max_pool(16, 13, 13, dtypes.float32)[0]) == [Opt(OptOps.UPCAST, 2, 13)]
+    assert hand_coded_opts(max_pool(16, 13, 26, dtypes.float32)[0]) == [Opt(OptOps.UPCAST, 2, 13)]  # up to 16
+    assert hand_coded_opts(max_pool(16, 5, 5, dtypes.float32)[0]) == []  # 5 lanes: gcc leaves them scalar, 4x slower
+    for dt in DTYPES:
+        check(max_pool(3, 2, 13, dt), dt, "CPU", None, exact=True)
+        check(max_pool(3, 2, 13, dt), dt, "PYTHON", None, exact=True)
+
+
 def test_heuristic_moves_loops_a_reduce_does_not_depend_on_inside() -> None:
     # out (4, 6) = a (3, 6).sum(0) for every row: the sum runs once per column, not once per (row, column)
     # (and the column axis, contiguous in a, is the vector axis)
