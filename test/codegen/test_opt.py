@@ -571,6 +571,18 @@ def test_heuristic_tiles_a_transposed_matmul_through_a_packed_panel() -> None:
     check(matmul_transposed(16, 512, 64, dtypes.float32), dtypes.float32, "CPU", None)
 
 
+def test_heuristic_keeps_a_transposed_matmuls_panel_in_l1(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 16-lane vectors over a reduce of 512: one vector of columns (a 32 KiB panel, reread per row tile from L1) and
+    # 8 rows, not 4 x 32 (a 64 KiB panel from L2: 1.65 -> 1.2 ms for the GPT step's x @ w.T)
+    from fusegrad.codegen import vectorize
+
+    monkeypatch.setattr(vectorize, "host_vector_bytes", lambda: vectorize.WIDE_VECTOR_BYTES)
+    tile = [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.SWAP, 0, 1), Opt(OptOps.PACK, 1, 2)]
+    assert hand_coded_opts(matmul_transposed(64, 512, 128, dtypes.float32)[0]) == tile
+    # a reduce of 800 whose one-vector tile finds no rows (10): the widest tile that packs, as before
+    assert Opt(OptOps.UPCAST, 0, 32) in hand_coded_opts(matmul_transposed(64, 800, 10, dtypes.float32)[0])
+
+
 def test_heuristic_packs_a_weight_gradients_larger_row_operand(monkeypatch: pytest.MonkeyPatch) -> None:
     # x.T @ g over 1024 tokens, x the larger: a cache line of x's rows a tile, packed once per row tile outside the
     # column loop (was 4 rows x 32 columns, g packed per column tile, x read 4 floats a line: 2.1 -> 1.2 ms)
