@@ -81,3 +81,14 @@ def test_target_verdicts(bench: ModuleType) -> None:
     run = _run_with(bench, {"fusegrad": at_peak, "numpy": at_peak * 0.5})  # numpy twice as fast
     assert bench.target("matmul 1024", run, peak)[1] == "not met"
     assert bench.target("matmul 1024", _run_with(bench, {"fusegrad": at_peak}), peak)[1] == "n/a"  # no numpy
+
+
+def test_heuristics_vs_beam_sums_the_cases_kernels(bench: ModuleType) -> None:
+    from fusegrad.codegen.search import SearchResult
+
+    def kernel(heuristic_s: float, best_s: float) -> SearchResult:
+        return SearchResult("k", 2, (), best_s, (), heuristic_s, 1.0, 3, False)
+
+    run = bench.Run({}, {}, {"sdpa": [kernel(3.0, 1.0), kernel(1.0, 1.0), kernel(float("nan"), 5.0)]})
+    assert bench.heuristics_vs_beam(run, "sdpa") == 0.5  # (1 + 1) / (3 + 1); a failed heuristic is left out
+    assert bench.heuristics_vs_beam(run, "chain 4M") is None
