@@ -162,6 +162,14 @@ all_metadata = NodeLabels()
 _unique_ids = itertools.count()
 
 
+def _with_place(u: UOp, shape: tuple[int, ...], device: str | tuple[str, ...]) -> UOp:
+    """`u` with the shape and device compute_shape and compute_device would give it, recorded now."""
+    known = u.__dict__
+    known.setdefault("_shape", shape)
+    known.setdefault("_device", device)
+    return u
+
+
 class UOp(MathTrait, metaclass=UOpMetaClass):
     """One node: `op`, result `dtype`, sources `src`, static `arg` and a free-form `tag`. Immutable; build new ones.
 
@@ -493,7 +501,18 @@ class UOp(MathTrait, metaclass=UOpMetaClass):
     def const_tensor(dtype: DType, b: ConstType, device: str | tuple[str, ...], shape: tuple[int, ...] = ()) -> UOp:
         """A constant tensor: a scalar CONST on `device`, reshaped and expanded to `shape`."""
         ret = UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),), dtypes.as_const(b, dtype))
-        return ret.reshape((1,) * len(shape)).expand(shape) if shape else ret
+        if not shape:
+            return ret
+        if not all(type(s) is int for s in shape):  # symbolic sizes: through the movement ops' checks
+            return ret.reshape((1,) * len(shape)).expand(shape)
+        # a scalar reshaped to ones, then ones expanded: always valid, so the nodes _mop would make are made without
+        # its checks, with the shapes and device it would record (the hot path of every `x * 2.0`)
+        ones, shape = (1,) * len(shape), tuple(shape)
+        view = UOp(Ops.RESHAPE, dtype, (_with_place(ret, (), device),), ones)
+        if shape == ones:
+            return _with_place(view, ones, device)
+        _with_place(view, ones, device)
+        return _with_place(UOp(Ops.EXPAND, dtype, (view,), shape), shape, device)
 
     @staticmethod
     def iota(n: int, device: str | tuple[str, ...]) -> UOp:

@@ -1,0 +1,56 @@
+"""uop/ops.py's frontend hot paths record what the general path works out: a constant tensor built without the
+movement ops' checks is the node (and shape, device) they build; alu() and movement ops hand on shape and device as
+compute_shape/compute_device would; node labels (NodeLabels) behave as a weak-keyed mapping."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fusegrad.dtype import dtypes
+from fusegrad.helpers import Metadata
+from fusegrad.uop import Ops
+from fusegrad.uop.ops import UOp, all_metadata
+from fusegrad.uop.shape import compute_device, compute_shape
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=st.lists(st.integers(0, 4), max_size=4), value=st.sampled_from([2.0, -0.0, 3, True]))
+def test_const_tensor_is_the_movement_ops_node(shape: list[int], value: float) -> None:
+    dtype = dtypes.bool if value is True else dtypes.float32
+    fast = UOp.const_tensor(dtype, value, "CPU", tuple(shape))
+    scalar = UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg="CPU"),), dtypes.as_const(value, dtype))
+    checked = scalar.reshape((1,) * len(shape)).expand(tuple(shape)) if shape else scalar
+    assert fast is checked
+    for node in fast.toposort():  # sources first: the rules read their sources' worked-out values
+        for source in node.src:
+            _ = source._shape, source.device
+        if node.op is not Ops.DEVICE:
+            assert node._shape == compute_shape(node)
+            assert node.device == compute_device(node)
+
+
+def test_alu_hands_on_shape_and_device() -> None:
+    x = UOp.const_tensor(dtypes.float32, 1.5, "CPU", (2, 3))
+    y = UOp.new_buffer("CPU", 6, dtypes.float32).reshape((2, 3))
+    out = x.alu(Ops.ADD, y).alu(Ops.CMPLT, y)
+    assert out.__dict__["_shape"] == compute_shape(out) == (2, 3)
+    assert out.__dict__["_device"] == compute_device(out) == "CPU"
+    with pytest.raises(ValueError, match="different shapes"):
+        _ = x.alu(Ops.ADD, UOp.new_buffer("CPU", 3, dtypes.float32)).shape  # left to compute_shape's check
+
+
+def test_node_labels_live_on_the_node() -> None:
+    node = UOp.new_buffer("CPU", 5, dtypes.float32).reshape((5, 1))
+    label = (Metadata("relu", "here.py:1"),)
+    assert node not in all_metadata
+    assert all_metadata.get(node) is None
+    assert all_metadata.get(node, ()) == ()
+    all_metadata[node] = label
+    assert node in all_metadata
+    assert all_metadata[node] == label
+    assert node.metadata == label
+    del all_metadata[node]
+    with pytest.raises(KeyError):
+        _ = all_metadata[node]
