@@ -492,12 +492,29 @@ def pack_opts(sink: UOp, opts: list[Opt], loads: list[UOp], reduce_size: int, si
     plain = all(len(ld.src[0].src) < 3 and stride(ld.src[0].src[1], by_axis[vector.axis]) == 1 for ld in packed)
     if served < PACK_MIN_ROWS or (plain and reuse.axis in left and sizes[reuse.axis] // reuse.arg < PACK_MIN_REUSE):
         return []
+    if reuse.axis not in left and (outer := _outer_pack(sink, opts, ret, slots, fixed)):
+        return outer
     ret += [Opt(OptOps.PACK, across, slot) for slot in sorted(slots)]
     try:
         apply_opts(sink, (*opts, *ret))
     except ValueError:  # the panel is too big, or its loads are shared with other uses
         return []
     return ret
+
+
+def _outer_pack(sink: UOp, opts: list[Opt], ret: list[Opt], slots: set[int], fixed: list[int]) -> list[Opt]:
+    """pack_opts's PACK outside the outermost of the loops `fixed` the packed loads don't depend on, where its panel
+    (which then spans the loops between, a conv's output-channel tiles) stays within PANEL_L1_BYTES: fewer copies (a
+    conv's weights once per image, not per image row: the convnet step's conv2 forward 472 -> 386 us); [] otherwise."""
+    if len(fixed) < 2:
+        return []
+    outer = [*ret, *(Opt(OptOps.PACK, min(fixed), slot) for slot in sorted(slots))]
+    try:
+        packed = apply_opts(sink, (*opts, *outer))
+    except ValueError:
+        return []
+    panels = [u.dtype for u in packed.toposort() if u.op is Ops.DEFINE_REG]
+    return outer if sum(p.size * p.base.itemsize for p in panels if isinstance(p, PtrDType)) <= PANEL_L1_BYTES else []
 
 
 def row_pack_opts(sink: UOp, upcasts: list[Opt], reduce_size: int, sizes: dict[int, int], width: int) -> list[Opt]:

@@ -612,6 +612,38 @@ def test_heuristic_packs_a_weight_gradients_larger_row_operand(monkeypatch: pyte
     assert Opt(OptOps.PACK, 1, 2) in hand_coded_opts(weight_gradient(128, 1024, 512, f32)[0])
 
 
+def conv2d_valid(batch: int, cin: int, cout: int, size: int, dt: DType) -> Case:
+    """out (batch, cout, size - 2, size - 2) = the unpadded 3x3 conv of x (batch, cin, size, size) with w."""
+    out = size - 2
+    n, o, y, x = loop(batch, 0), loop(cout, 1), loop(out, 2), loop(out, 3)
+    c, ky, kx = red(cin, 4), red(3, 5), red(3, 6)
+    plane, out_plane = size * size, out * out
+    inp = glob(1, batch * cin * plane, dt).index(n * (cin * plane) + c * plane + (y + ky) * size + x + kx)
+    weight = glob(2, cout * cin * 9, dt).index(o * (cin * 9) + c * 9 + ky * 3 + kx)
+    value = (inp.load() * weight.load()).reduce(c, ky, kx, arg=Ops.ADD)
+    dest = glob(0, batch * cout * out_plane, dt).index(n * (cout * out_plane) + o * out_plane + y * out + x)
+    ast = UOp.sink(dest.store(value))
+    xs, ws = data((batch, cin, size, size), dt), data((cout, cin, 3, 3), dt, 1)
+    windows = np.stack([xs[:, :, i : i + out, j : j + out] for i in range(3) for j in range(3)], -1).astype(np.float64)
+    return ast, [xs, ws], np.einsum("ncyxk,ock->noyx", windows, ws.reshape(cout, cin, 9).astype(np.float64)).ravel()
+
+
+def test_heuristic_packs_a_convs_weights_outside_the_outermost_loop_when_the_panel_fits_l1(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the tile takes all 11 columns: the weights' panel once per image (2 channel tiles x 16 x 144 floats, 18 KiB),
+    # not once per image row (the convnet step's conv2 forward 472 -> 386 us)
+    from fusegrad.codegen import vectorize
+
+    monkeypatch.setattr(vectorize, "host_vector_bytes", lambda: vectorize.WIDE_VECTOR_BYTES)
+    f32 = dtypes.float32
+    assert hand_coded_opts(conv2d_valid(4, 16, 32, 13, f32)[0]) == [
+        Opt(OptOps.UPCAST, 3, 11), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.PACK, 0, 2)]  # fmt: skip
+    check(conv2d_valid(2, 16, 32, 13, f32), f32, "CPU", None)
+    # 64 input channels: 4 x 64 x 576 floats is past 32 KiB, so the panel stays per row
+    assert hand_coded_opts(conv2d_valid(4, 64, 32, 13, f32)[0])[-1] == Opt(OptOps.PACK, 2, 2)
+
+
 def max_pool(channels: int, rows: int, cols: int, dt: DType) -> Case:
     """out (channels, rows, cols) = the max of each 2x2 window of x (channels, 2 rows, 2 cols)."""
     c, y, x, wy, wx = loop(channels, 0), loop(rows, 1), loop(cols, 2), red(2, 3), red(2, 4)
