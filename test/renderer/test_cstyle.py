@@ -311,7 +311,7 @@ def test_kernel_info_name_becomes_the_function_name() -> None:
 def test_parallel_pragma_only_on_big_outer_output_loops() -> None:
     big, small = rng(1 << 20, 0), rng(16, 1)
     ast = UOp.sink(glob(0, 1 << 20).index(big).store(glob(1, 1 << 20).index(big).load() * 2.0))
-    assert "  #pragma omp parallel for simd\n  for (long long ridx0" in to_program(ast, CLANG).src
+    assert "  #pragma omp parallel for simd simdlen(FG_SIMDLEN)\n  for (long long ridx0" in to_program(ast, CLANG).src
     ast = UOp.sink(glob(0, 16).index(small).store(glob(1, 16).index(small).load() * 2.0))
     assert "parallel" not in to_program(ast, CLANG).src
     r0, r1 = rng(1 << 12, 0), rng(1 << 12, 1, AxisType.REDUCE)  # big, but only the output loop gets threads
@@ -320,6 +320,35 @@ def test_parallel_pragma_only_on_big_outer_output_loops() -> None:
     assert src.count("#pragma omp parallel") == 1
     assert "  #pragma omp parallel for\n  for (long long ridx0" in src
     assert "    #pragma omp simd reduction(+:acc" in src  # the inner sum may be reordered into SIMD lanes
+
+
+def test_simd_loops_of_whole_wide_vectors_ask_for_them() -> None:
+    """A simd loop whose trip count is a multiple of 16 asks for a whole 64-byte vector per step on AVX-512 hosts (gcc
+    picks 32 there on its own): `simdlen(FG_SIMDLEN)`, defined by the preamble; a loop of 26 stays at gcc's choice."""
+    for n, wide in ((1024, True), (26, False)):
+        r0 = rng(n, 0)
+        src = to_program(UOp.sink(glob(0, n).index(r0).store(glob(1, n).index(r0).load().exp2())), CLANG).src
+        assert ("#pragma omp simd simdlen(FG_SIMDLEN)" in src) is wide
+        assert src.startswith("#ifdef __AVX512F__\n#define FG_SIMDLEN 16\n") is wide
+
+
+@needs_cc
+def test_simdlen_takes_glibcs_widest_exp2f_on_avx512(tmp_path: pathlib.Path) -> None:
+    """On an AVX-512 host the loop's exp2f is libmvec's 16-lane variant (no 8-lane one)."""
+    from fusegrad.runtime.support.compiler_cpu import compiler_flags
+
+    macros = subprocess.run(["cc", "-march=native", "-dM", "-E", "-"], input=b"", capture_output=True, check=True)
+    if b"__AVX512F__" not in macros.stdout:  # conftest pins vectorize's answer: ask the compiler
+        pytest.skip("no AVX-512 on this host")
+    r0 = rng(1024, 0)
+    src = to_program(UOp.sink(glob(0, 1024).index(r0).store(glob(1, 1024).index(r0).load().exp2())), CLANG).src
+    flags = [f for f in compiler_flags() if f not in ("-shared", "-")]
+    asm = subprocess.run(["cc", *flags, "-S", "-o", "-", "-"], input=src.encode(), capture_output=True, check=True)
+    text = asm.stdout.decode()
+    if "_ZGV" not in text:
+        pytest.skip("no libmvec on this host")
+    assert "_ZGVeN16v_exp2f" in text
+    assert "_ZGVdN8v_exp2f" not in text
 
 
 @Context(NOOPT=1)  # the pragmas of the plain lowering; GROUP's split is tested in test/codegen/test_opt.py

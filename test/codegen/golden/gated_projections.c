@@ -1,3 +1,8 @@
+#ifdef __AVX512F__
+#define FG_SIMDLEN 16
+#else
+#define FG_SIMDLEN 8
+#endif
 typedef float float8 __attribute__((vector_size(32)));
 typedef float float8_u __attribute__((vector_size(32), aligned(4), may_alias));
 #if defined(FUSEGRAD_MVEC) && defined(__x86_64__) && defined(__AVX2__)
@@ -31,7 +36,7 @@ void r_16_16_32_32(float* restrict data0, const float* restrict data1, const flo
   float acc0[512];
   for (long long ridx6 = 0; ridx6 < 32; ridx6++) {
     long long alu1 = (ridx6*16);
-    #pragma omp simd
+    #pragma omp simd simdlen(FG_SIMDLEN)
     for (long long ridx7 = 0; ridx7 < 16; ridx7++) {
       float val0 = data2[ridx6+(ridx7*32)];
       acc0[ridx7+alu1] = val0;
@@ -42,7 +47,7 @@ void r_16_16_32_32(float* restrict data0, const float* restrict data1, const flo
   float acc1[512];
   for (long long ridx8 = 0; ridx8 < 32; ridx8++) {
     long long alu4 = (ridx8*16);
-    #pragma omp simd
+    #pragma omp simd simdlen(FG_SIMDLEN)
     for (long long ridx9 = 0; ridx9 < 16; ridx9++) {
       float val1 = data3[ridx8+(ridx9*32)];
       acc1[ridx9+alu4] = val1;

@@ -1,3 +1,8 @@
+#ifdef __AVX512F__
+#define FG_SIMDLEN 16
+#else
+#define FG_SIMDLEN 8
+#endif
 #include <math.h>
 #ifdef FUSEGRAD_MVEC
 float exp2f(float) __attribute__((simd("notinbranch")));
@@ -16,14 +21,14 @@ void r_1048576(float* restrict data0, const float* restrict data1) {
     float acc1;
     acc1 = 0.0f;
     long long alu0 = (ridx1*65536);
-    #pragma omp simd reduction(+:acc1)
+    #pragma omp simd reduction(+:acc1) simdlen(FG_SIMDLEN)
     for (long long ridx0 = 0; ridx0 < 65536; ridx0++) {
       float val0 = data1[ridx0+alu0];
       acc1 = (acc1+val0);
     }
     acc0[ridx1] = acc1;
   }
-  #pragma omp simd reduction(+:acc2)
+  #pragma omp simd reduction(+:acc2) simdlen(FG_SIMDLEN)
   for (long long ridx2 = 0; ridx2 < 16; ridx2++) {
     acc2 = (acc2+acc0[ridx2]);
   }

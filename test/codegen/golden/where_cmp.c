@@ -1,3 +1,8 @@
+#ifdef __AVX512F__
+#define FG_SIMDLEN 16
+#else
+#define FG_SIMDLEN 8
+#endif
 #include <math.h>
 #ifdef FUSEGRAD_MVEC
 float exp2f(float) __attribute__((simd("notinbranch")));
@@ -8,7 +13,7 @@ double log2(double) __attribute__((simd("notinbranch")));
 double sin(double) __attribute__((simd("notinbranch")));
 #endif
 void E_16(float* restrict data0, const float* restrict data1, const float* restrict data2) {
-  #pragma omp simd
+  #pragma omp simd simdlen(FG_SIMDLEN)
   for (long long ridx0 = 0; ridx0 < 16; ridx0++) {
     float val0 = data1[ridx0];
     float val1 = data2[ridx0];
