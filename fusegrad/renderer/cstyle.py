@@ -305,7 +305,7 @@ def _is_bool(dtype: DType) -> bool:
 
 def _max(x: str, y: str, dtype: DType) -> str:
     if dtypes.is_float(dtype):
-        return f"((({x}>{y})||({x}!={x}))?{x}:{y})"  # a NaN on either side wins, like numpy's maximum
+        return f"((({x}>{y})|({x}!={x}))?{x}:{y})"  # a NaN on either side wins, like numpy's maximum
     return f"(({x}>{y})?{x}:{y})"
 
 

@@ -19,7 +19,7 @@ void r_8_4(float* restrict data0, const float* restrict data1) {
     #pragma omp simd
     for (long long ridx4 = 0; ridx4 < 8; ridx4++) {
       float val0 = data1[ridx4+alu0];
-      acc0[ridx4] = (((acc0[ridx4]>val0)||(acc0[ridx4]!=acc0[ridx4]))?acc0[ridx4]:val0);
+      acc0[ridx4] = (((acc0[ridx4]>val0)|(acc0[ridx4]!=acc0[ridx4]))?acc0[ridx4]:val0);
     }
   }
   #pragma omp simd
