@@ -589,13 +589,14 @@ def _row_operand(sink: UOp, tile: list[Opt]) -> tuple[list[int], bool]:
 def _taller_tile(
     sink: UOp, upcasts: list[Opt], reduce_size: int, sizes: dict[int, int], width: int, accumulators: int
 ) -> list[Opt]:
-    """row_pack_opts's case with the rows' operand the smaller (x.T @ g, g the larger): pack_opts's tile (g's panel
-    per column tile, x read a few floats a cache line) with twice the rows where the accumulators allow, so x is
-    reread half as often and each panel load feeds twice the accumulators (GPT's (128 x 1024) @ (1024 x 512): 4 x 32
-    -> 8 x 32 on AVX-512, 1.08-1.11 -> 0.91-0.94 ms single-thread). [] where that doesn't fit."""
+    """pack_opts's tile (the vector loads' panel per column tile) with twice the rows where `accumulators` allow (16
+    on AVX-512, of its 32 registers): each panel load feeds twice the accumulators, and the rows' operand is reread
+    half as often. A weight gradient x.T @ g with g the larger (row_pack_opts's other case; GPT's (128 x 1024) @
+    (1024 x 512): 4 x 32 -> 8 x 32, 1.08-1.11 -> 0.91-0.94 ms single-thread), and every packed tile on AVX-512 (matmul
+    1024: 164 -> 190 GFLOP/s single-thread). [] where that doesn't fit."""
     reuse, vector = upcasts
     rows = reuse.arg * 2
-    if sizes[reuse.axis] % rows or rows * (vector.arg // width) > accumulators:
+    if not width or vector.arg % width or sizes[reuse.axis] % rows or rows * (vector.arg // width) > accumulators:
         return []
     tile = [Opt(OptOps.UPCAST, reuse.axis, rows), vector]
     packed = pack_opts(sink, tile, _reduce_loads(sink.toposort()), reduce_size, sizes)
@@ -713,6 +714,11 @@ def tile_opts(sink: UOp, opts: list[Opt], rest: list[UOp], width: int, acc_bytes
     if not opts and (rows := row_pack_opts(sink, upcasts, reduce_size, sizes, width)):
         return rows
     if packed := pack_opts(sink, opts + upcasts, loads, reduce_size, sizes):
+        # on AVX-512 twice the rows where its 32 registers allow (x @ w.T over 384: 4 x 32 -> 8 x 32, 832 -> 679 us)
+        accumulators = ROW_PACK_ACCUMULATORS if width * acc_bytes >= vectorize.WIDE_VECTOR_BYTES else MAX_ACC_VECTORS
+        taller = _taller_tile(sink, upcasts, reduce_size, sizes, width, accumulators) if len(upcasts) == 2 else []
+        if taller and not opts:
+            return taller
         return upcasts + packed
     if len(upcasts) == 2 and upcasts[0].arg >= 4 and sizes.get(upcasts[0].axis) == upcasts[0].arg:
         # the rows took the whole reuse axis, so no loop is left to pack the vector loads outside: with half of it

@@ -579,6 +579,21 @@ def test_heuristic_tiles_a_transposed_matmul_through_a_packed_panel() -> None:
     check(matmul_transposed(16, 512, 64, dtypes.float32), dtypes.float32, "CPU", None)
 
 
+def test_heuristic_doubles_a_packed_tiles_rows_on_a_wide_vector_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 16 accumulators of AVX-512's 32 registers: 8 rows x 2 vectors, not 4 x 2 (matmul 1024: 164 -> 190 GFLOP/s
+    # single-thread); AVX2's 14 keep 4 x 2 (test_heuristic_matmul_picks_a_vector_and_a_reuse_axis)
+    from fusegrad.codegen import vectorize
+
+    monkeypatch.setattr(vectorize, "host_vector_bytes", lambda: vectorize.WIDE_VECTOR_BYTES)
+    tile = [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 32), Opt(OptOps.SWAP, 0, 1), Opt(OptOps.PACK, 1, 2)]
+    assert hand_coded_opts(matmul(1024, 1024, 1024, dtypes.float32)[0]) == tile
+    assert hand_coded_opts(matmul(1024, 384, 128, dtypes.float32)[0]) == tile
+    check(matmul(64, 64, 64, dtypes.float32), dtypes.float32, "CPU", None)
+    # unpacked tiles keep theirs
+    plain = [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 32)]
+    assert hand_coded_opts(matmul(64, 8, 64, dtypes.float32)[0]) == plain
+
+
 def test_heuristic_keeps_a_transposed_matmuls_panel_in_l1(monkeypatch: pytest.MonkeyPatch) -> None:
     # 16-lane vectors over a reduce of 512: one vector of columns (a 32 KiB panel, reread per row tile from L1) and
     # 8 rows, not 4 x 32 (a 64 KiB panel from L2: 1.65 -> 1.2 ms for the GPT step's x @ w.T)
