@@ -586,6 +586,42 @@ def _row_operand(sink: UOp, tile: list[Opt]) -> tuple[list[int], bool]:
     return sorted({ld.src[0].src[0].arg for ld in rows_loads}), larger
 
 
+def _packed_strided_tile(
+    sink: UOp, opts: list[Opt], rest: list[UOp], loads: list[UOp], width: int, acc_bytes: int, sizes: dict[int, int]
+) -> tuple[list[Opt], list[Opt]]:
+    """tile_opts's strided tile and its PACK ([] when none packs). The tile rereads its panel per row tile: from L1
+    where a vector's column fits (x @ w.T over 512: 8 rows x 16 columns, a 32 KiB panel, 1.65 -> 1.2 ms; 4 x 32's 64
+    KiB panel streamed from L2); else the widest within PACK_MAX_BYTES that packs."""
+    reduce_size = max(_reduce_size(u) for u in sink.toposort() if u.op is Ops.REDUCE)
+    max_vectors = PACK_MAX_BYTES // max(reduce_size * acc_bytes * width, 1)
+    in_l1 = min(max_vectors, max(1, PANEL_L1_BYTES // max(reduce_size * acc_bytes * width, 1)))
+    tile: list[Opt] = []
+    for limit in dict.fromkeys((in_l1, max_vectors)):
+        tile = strided_tile_opts(rest, loads, width, limit)
+        if packed := pack_opts(sink, opts + tile, loads, reduce_size, sizes) if tile else []:
+            if not opts and width * acc_bytes >= vectorize.WIDE_VECTOR_BYTES and limit >= 2:
+                return _two_vector_tile(sink, tile, packed, reduce_size, sizes, width)
+            return tile, packed
+    return tile, []
+
+
+def _two_vector_tile(
+    sink: UOp, tile: list[Opt], packed: list[Opt], reduce_size: int, sizes: dict[int, int], width: int
+) -> tuple[list[Opt], list[Opt]]:
+    """A strided tile (x @ w.T's, its panel packed) on AVX-512 as ROW_PACK_ACCUMULATORS // 2 rows x 2 vectors where
+    they divide the axes, else `tile` and `packed` as they are: register_tile's choice of 14 accumulators (4 x 3
+    vectors over 384 columns, 4 x 2 over 512) leaves AVX-512's registers idle, and 4 x 4 streams a 4-vector panel
+    (GPT's qkv x @ w.T 918 -> 720 us, its FFN up 1017 -> 959 us single-thread; 4 x 64: 916 and 1246)."""
+    rows, vectors = ROW_PACK_ACCUMULATORS // 2, 2
+    reuse, vector = tile
+    if sizes[reuse.axis] % rows or sizes[vector.axis] % (vectors * width):
+        return tile, packed
+    wide = [Opt(OptOps.UPCAST, reuse.axis, rows), Opt(OptOps.UPCAST, vector.axis, vectors * width)]
+    if wide == tile or not (wide_packed := pack_opts(sink, wide, _reduce_loads(sink.toposort()), reduce_size, sizes)):
+        return tile, packed
+    return wide, wide_packed
+
+
 def _taller_tile(
     sink: UOp, upcasts: list[Opt], reduce_size: int, sizes: dict[int, int], width: int, accumulators: int
 ) -> list[Opt]:
@@ -693,14 +729,7 @@ def tile_opts(sink: UOp, opts: list[Opt], rest: list[UOp], width: int, acc_bytes
         # 2x4 vectors on a 2x2 conv of 64 channels) as many vectors as keep a panel of the whole reduce within
         # PACK_MAX_BYTES (fewer columns for a long one)
         max_vectors = PACK_MAX_BYTES // max(reduce_size * acc_bytes * width, 1)
-        # the tile rereads its panel per row tile: from L1 where a vector's column fits (x @ w.T over 512: 8 rows x 16
-        # columns, a 32 KiB panel, 1.65 -> 1.2 ms; 4 x 32's 64 KiB panel streamed from L2); else the widest that packs
-        in_l1 = min(max_vectors, max(1, PANEL_L1_BYTES // max(reduce_size * acc_bytes * width, 1)))
-        tile, packed = [], []
-        for limit in dict.fromkeys((in_l1, max_vectors)):
-            tile = strided_tile_opts(rest, loads, width, limit)
-            if packed := pack_opts(sink, opts + tile, loads, reduce_size, sizes) if tile else []:
-                break
+        tile, packed = _packed_strided_tile(sink, opts, rest, loads, width, acc_bytes, sizes)
         if (
             not packed
             and not upcasts
