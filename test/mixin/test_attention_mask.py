@@ -24,58 +24,48 @@ def _qkv(shape: tuple[int, ...], seed: int) -> list[np.ndarray]:
     return [rng.standard_normal(shape, dtype=np.float32) for _ in range(3)]
 
 
-@pytest.mark.parametrize(("shape", "device"), [(s, "CPU") for s in SHAPES] + [(SHAPES[0], "PYTHON")])
-def test_causal_forward_backward_matches_torch(shape: tuple[int, ...], device: str) -> None:
-    q, k, v = _qkv(shape, 0)
-    ours = [Tensor(x, requires_grad=True, device=device) for x in (q, k, v)]
-    out = ours[0].scaled_dot_product_attention(ours[1], ours[2], is_causal=True)
+def check_against_torch(
+    qkv: list[np.ndarray], mask: np.ndarray | None, is_causal: bool = False, device: str = "CPU"
+) -> None:
+    """sdpa's output and the gradients of sum(out**2) wrt q, k and v, against torch's."""
+    ours = [Tensor(x, requires_grad=True, device=device) for x in qkv]
+    out = ours[0].scaled_dot_product_attention(
+        ours[1], ours[2], attn_mask=None if mask is None else Tensor(mask, device=device), is_causal=is_causal
+    )
     (out * out).sum().backward()
-    theirs = [torch.tensor(x, requires_grad=True) for x in (q, k, v)]
-    want = F.scaled_dot_product_attention(*theirs, is_causal=True)
+    theirs = [torch.tensor(x, requires_grad=True) for x in qkv]
+    want = F.scaled_dot_product_attention(
+        *theirs, attn_mask=None if mask is None else torch.tensor(mask), is_causal=is_causal
+    )
     (want * want).sum().backward()
     np.testing.assert_allclose(out.numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-5)
     for got, ref in zip(ours, theirs, strict=True):
         assert got.grad is not None
         assert ref.grad is not None
         np.testing.assert_allclose(got.grad.numpy(), ref.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("shape", "device"), [(s, "CPU") for s in SHAPES] + [(SHAPES[0], "PYTHON")])
+def test_causal_forward_backward_matches_torch(shape: tuple[int, ...], device: str) -> None:
+    check_against_torch(_qkv(shape, 0), None, is_causal=True, device=device)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_bool_mask_forward_backward_matches_torch(shape: tuple[int, ...]) -> None:
-    q, k, v = _qkv(shape, 1)
+    qkv = _qkv(shape, 1)
     mask = np.random.default_rng(2).random((shape[-2], shape[-2])) < 0.6
     mask[:, 0] = True  # every row keeps a position (a fully masked row is NaN here, 0 in torch 2.13)
-    ours = [Tensor(x, requires_grad=True) for x in (q, k, v)]
-    out = ours[0].scaled_dot_product_attention(ours[1], ours[2], attn_mask=Tensor(mask))
-    (out * out).sum().backward()
-    theirs = [torch.tensor(x, requires_grad=True) for x in (q, k, v)]
-    want = F.scaled_dot_product_attention(*theirs, attn_mask=torch.tensor(mask))
-    (want * want).sum().backward()
-    np.testing.assert_allclose(out.numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-5)
-    for got, ref in zip(ours, theirs, strict=True):
-        assert got.grad is not None
-        assert ref.grad is not None
-        np.testing.assert_allclose(got.grad.numpy(), ref.grad.numpy(), rtol=1e-4, atol=1e-4)
+    check_against_torch(qkv, mask)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_float_mask_with_minus_inf_forward_backward_matches_torch(shape: tuple[int, ...]) -> None:
     """A causal LLM's additive mask (-inf above the diagonal) plus a finite bias."""
-    q, k, v = _qkv(shape, 7)
+    qkv = _qkv(shape, 7)
     length = shape[-2]
     mask = np.triu(np.full((length, length), -np.inf, np.float32), 1)
     mask += np.random.default_rng(8).standard_normal((length, length)).astype(np.float32)
-    ours = [Tensor(x, requires_grad=True) for x in (q, k, v)]
-    out = ours[0].scaled_dot_product_attention(ours[1], ours[2], attn_mask=Tensor(mask))
-    (out * out).sum().backward()
-    theirs = [torch.tensor(x, requires_grad=True) for x in (q, k, v)]
-    want = F.scaled_dot_product_attention(*theirs, attn_mask=torch.tensor(mask))
-    (want * want).sum().backward()
-    np.testing.assert_allclose(out.numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-5)
-    for got, ref in zip(ours, theirs, strict=True):
-        assert got.grad is not None
-        assert ref.grad is not None
-        np.testing.assert_allclose(got.grad.numpy(), ref.grad.numpy(), rtol=1e-4, atol=1e-4)
+    check_against_torch(qkv, mask)
 
 
 @settings(max_examples=12, deadline=None)
