@@ -55,41 +55,48 @@ def graph_structure(sink: UOp) -> Structure:
     position: dict[UOp, int] = {}
     nodes: list[UOp] = []
     leaves: list[UOp] = []
-    parts: list[tuple[Any, ...]] = []
+    # the key's items, flat: per node (op, dtype id, arg, tag) then its source positions after their count, or a
+    # BUFFER's device; the op says which, so the sequence reads back one way (one tuple per graph, not one per node)
+    parts: list[Any] = [_flag_id()]
     cacheable = True
     # the hit path's one walk of the graph, kept allocation-light: a node is pushed bare, and again under _EMIT once
     # its sources are on the stack above it (no (node, flag) tuples)
     stack: list[UOp | None] = [sink]
+    # bound methods and module constants as locals: ~2,500 nodes a GPT step, each popped at least twice
+    pop, push, extend = stack.pop, stack.append, stack.extend
+    place, seen, add_node, add_parts = position.__getitem__, position.__contains__, nodes.append, parts.extend
+    checked, id_args, buffer = _CHECKED, _ID_ARGS, Ops.BUFFER
     while stack:
-        node = stack.pop()
+        node = pop()
         if node is None:  # _EMIT: every source of the node below it has its position
-            node = stack.pop()
+            node = pop()
             assert node is not None, "graph_structure: an _EMIT marker without its node"
-            if node in position:
+            if seen(node):
                 continue
+            # the node's hash-consing key: its arg keeps -0.0 apart from 0.0, and its dtype is the interned dtype's id
             op, dtype_id, src, arg, tag = node._cache_key
-            if op in _CHECKED and cacheable:
+            if op in checked and cacheable:
                 cacheable = _is_replayable(node)
             position[node] = len(nodes)
-            nodes.append(node)
-            parts.append((op, dtype_id, None if op in _ID_ARGS else arg, tag, *map(position.__getitem__, src)))
+            add_node(node)
+            add_parts((op, dtype_id, None if op in id_args else arg, tag, len(src)))
+            add_parts(map(place, src))
             continue
-        if node in position:
+        if seen(node):
             continue
-        # the node's hash-consing key: its arg keeps -0.0 apart from 0.0, and its dtype is the interned dtype's id
-        op, dtype_id, src, arg, tag = node._cache_key
-        if op is Ops.BUFFER:  # a parameter: its UNIQUE says which buffer, not what it is; its DEVICE is in its part
+        if node.op is buffer:  # a parameter: its UNIQUE says which buffer, not what it is; its DEVICE is in its part
+            op, dtype_id, src, arg, tag = node._cache_key
             device = src[1].arg
             cacheable = cacheable and not isinstance(device, tuple)
             leaves.append(node)
             position[node] = len(nodes)
-            nodes.append(node)
-            parts.append((op, dtype_id, arg, tag, device))
+            add_node(node)
+            add_parts((op, dtype_id, arg, tag, device))
             continue
-        stack.append(node)
-        stack.append(_EMIT)
-        stack.extend(reversed(src))
-    key = (_flag_id(), *parts) if cacheable else None
+        push(node)
+        push(_EMIT)
+        extend(reversed(node.src))
+    key = tuple(parts) if cacheable else None
     return Structure(key, nodes, position, leaves)
 
 
