@@ -66,6 +66,7 @@ def graph_structure(sink: UOp) -> Structure:
     pop, push, extend = stack.pop, stack.append, stack.extend
     place, seen, add_node, add_parts = position.__getitem__, position.__contains__, nodes.append, parts.extend
     checked, id_args, buffer = _CHECKED, _ID_ARGS, Ops.BUFFER
+    movement, plain_args = GroupOp.Movement, _PLAIN_MOVEMENT_ARGS
     while stack:
         node = pop()
         if node is None:  # _EMIT: every source of the node below it has its position
@@ -75,7 +76,7 @@ def graph_structure(sink: UOp) -> Structure:
                 continue
             # the node's hash-consing key: its arg keeps -0.0 apart from 0.0, and its dtype is the interned dtype's id
             op, dtype_id, src, arg, tag = node._cache_key
-            if op in checked and cacheable:
+            if op in checked and cacheable and not (op in movement and arg in plain_args):
                 cacheable = _is_replayable(node)
             position[node] = len(nodes)
             add_node(node)
@@ -125,9 +126,18 @@ def _is_replayable(node: UOp) -> bool:
     if node.op not in GroupOp.Movement:
         return True
     kinds = set(map(type, node.arg))  # ints (reshape, expand, ...) or (start, end) pairs (pad, shrink): C-level scans
-    if UOp in kinds:
+    if UOp in kinds or (tuple in kinds and any(UOp in map(type, x) for x in node.arg if type(x) is tuple)):
         return False
-    return tuple not in kinds or not any(UOp in map(type, x) for x in node.arg if type(x) is tuple)
+    if len(_PLAIN_MOVEMENT_ARGS) >= PLAIN_ARGS_KEPT:
+        _PLAIN_MOVEMENT_ARGS.clear()
+    _PLAIN_MOVEMENT_ARGS.add(node.arg)
+    return True
+
+
+PLAIN_ARGS_KEPT = 8192  # movement args remembered as free of symbolic sizes (emptied when full)
+# movement args _is_replayable found without a symbolic size: a step's walk meets the same few hundred shapes each
+# time, and a movement op with one of them skips the check. None holds a node, so none keeps one alive.
+_PLAIN_MOVEMENT_ARGS: set[Any] = set()
 
 
 def _flag_values() -> tuple[int | str, ...]:

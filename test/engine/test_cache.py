@@ -223,6 +223,18 @@ def test_symbolic_graphs_are_scheduled_each_time() -> None:
     assert graph_structure(UOp.sink((Tensor.ones(8)[:v] * 2).uop)).key is None
 
 
+def test_remembered_plain_movement_args_skip_only_plain_ops() -> None:
+    """A movement arg once found plain is skipped by later walks; a symbolic one, or a device tuple, still refuses."""
+    x = Tensor.ones(4, 6).contiguous().realize()
+    assert graph_structure(UOp.sink((x.reshape(6, 4) + 1).uop)).key is not None
+    assert (6, 4) in cache._PLAIN_MOVEMENT_ARGS
+    assert graph_structure(UOp.sink((x.reshape(6, 4) * 2).uop)).key is not None  # the remembered arg
+    v = UOp.variable("n", 1, 4).bind(2)
+    assert graph_structure(UOp.sink((x.reshape(6, 4)[:v] * 2).uop)).key is None
+    assert graph_structure(UOp.sink((x.reshape(6, 4)[:v] * 2).uop)).key is None  # not remembered as plain
+    assert not any(isinstance(a, UOp) or UOp in map(type, a) for a in cache._PLAIN_MOVEMENT_ARGS)
+
+
 def test_flag_off_schedules_every_realize() -> None:
     a = Tensor.ones(5).contiguous().realize()
     (a + 1).realize()
