@@ -75,7 +75,6 @@ from fusegrad.uop.mathtraits import OperatorTrait
 from fusegrad.uop.ops import UOp, all_metadata
 from fusegrad.uop.symbolic_shape import (
     check_concrete,
-    is_symbolic,
     max_size,
     shape_str,
     simplify_size,
@@ -98,6 +97,12 @@ _lazy_tensors: dict[weakref.ReferenceType[Tensor], None] = {}
 # an entry goes when its last tensor does, so the index keeps no buffer alive
 _buffer_views: dict[UOp, dict[weakref.ReferenceType[Tensor], None]] = {}
 _viewed_buffer: dict[weakref.ReferenceType[Tensor], UOp] = {}  # the reverse: tensor -> the buffer it is indexed under
+
+
+def is_symbolic(shape: tuple[Any, ...]) -> bool:
+    """Whether any size in `shape` is a UOp: symbolic_shape.is_symbolic as one C-level scan of the sizes' types (the
+    frontend asks for every reshape and slice; UOp has no subclasses)."""
+    return UOp in map(type, shape)
 
 
 def _canonical_device(device: str | tuple[str, ...] | None) -> str | tuple[str, ...]:

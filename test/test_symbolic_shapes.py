@@ -291,3 +291,13 @@ def test_two_variables_in_one_kernel(device: str) -> None:
     for s, t in ((3, 4), (7, 2)):
         got = (a[: j.bind(t), : I_VAR.bind(s)] * 2).sum(1)
         np.testing.assert_allclose(got.contiguous()[:t].numpy(), (A[:t, :s] * 2).sum(1), rtol=1e-5)
+
+
+def test_tensor_is_symbolic_agrees_with_symbolic_shape() -> None:
+    """tensor.py's one-scan is_symbolic answers as symbolic_shape's for ints, bound and unbound sizes, and empty."""
+    from fusegrad import tensor
+    from fusegrad.uop import symbolic_shape
+
+    n = Variable("n", 1, 8)
+    for shape in ((), (3, 4), (n, 4), (3, n.bind(2)), (n * 2, 1), (True, 0)):
+        assert tensor.is_symbolic(shape) == symbolic_shape.is_symbolic(shape), shape
