@@ -1271,8 +1271,15 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             return (const, self.uop) if reverse else (self.uop, const)
         if type(y) is Tensor:
             x_uop, y_uop = self.uop, y.uop
-            if x_uop.dtype is y_uop.dtype and x_uop.shape == y_uop.shape and x_uop.device == y_uop.device:
-                return (y_uop, x_uop) if reverse else (x_uop, y_uop)
+            if x_uop.dtype is y_uop.dtype and x_uop.device == y_uop.device:
+                if reverse:
+                    x_uop, y_uop = y_uop, x_uop
+                if x_uop.shape == y_uop.shape:
+                    return x_uop, y_uop
+                # one dtype and device, int shapes: broadcast as nodes (the ones _broadcasted's tensors would hold)
+                shape = _broadcast_shape(op, x_uop.shape, y_uop.shape)
+                if not is_symbolic(shape):
+                    return _broadcast_uop(x_uop, shape), _broadcast_uop(y_uop, shape)
         x, other = self._broadcasted(y, op, reverse)
         return x.uop, other.uop
 
@@ -1302,12 +1309,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             return self
         padded = (1,) * (len(shape) - self.ndim) + self.shape
         if all(type(s) is int for s in shape) and all(type(s) is int for s in padded):
-            # shapes checked by _broadcast_shape: the view is built directly, without reshape()'s and expand()'s
-            # argument handling (the same nodes, labelled alike)
-            view = self.uop.reshape(padded)
-            if _METADATA.get() is not None:
-                _label_nodes(view, view.op)
-            return Tensor(view.expand(shape))
+            return Tensor(_broadcast_uop(self.uop, shape))
         return self.reshape(padded).expand(shape)
 
     def _binop(self, op: Ops, y: Any, name: str, reverse: bool = False) -> Tensor:
@@ -2789,6 +2791,21 @@ def _forget(
         entry.pop(ref, None)
         if not entry:
             del views[buffer]
+
+
+def _broadcast_uop(u: UOp, shape: tuple[int, ...]) -> UOp:
+    """`u` (int shape) broadcast to int `shape`, checked by _broadcast_shape: the view built directly, without
+    reshape()'s and expand()'s argument handling (the nodes Tensor.reshape and Tensor.expand make, labelled alike)."""
+    if u.shape == shape:
+        return u
+    view = u.reshape((1,) * (len(shape) - len(u.shape)) + u.shape)
+    if _METADATA.get() is None:
+        return view.expand(shape)
+    _label_nodes(view, view.op)
+    expanded = view.expand(shape)
+    if expanded not in all_metadata:  # what Tensor(expanded) would label
+        all_metadata[expanded] = (_METADATA.get(),)  # type: ignore[assignment]  # checked not None above
+    return expanded
 
 
 def _label_nodes(u: UOp, down_to: Ops) -> None:

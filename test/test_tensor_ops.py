@@ -961,3 +961,32 @@ def test_sigmoid_gradient_is_finite_far_below_zero() -> None:
     grad = x.grad.numpy()
     assert np.isfinite(grad).all()
     np.testing.assert_allclose(grad[2:], [0.25, 0.104993585], rtol=1e-5)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize(("x_shape", "y_shape"), [((4, 3), (3,)), ((3,), (2, 1, 3)), ((2, 1), (1, 5)), ((4,), (4,))])
+def test_broadcast_fast_path_builds_the_general_paths_nodes(
+    x_shape: tuple[int, ...], y_shape: tuple[int, ...], reverse: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two tensors of one dtype broadcast as nodes (_broadcast_uop): the very nodes and labels (kernel names, VIZ)
+    that broadcasting them as tensors (_broadcasted) builds, and the same values."""
+    from fusegrad.uop.ops import all_metadata
+
+    x, y = Tensor.rand(*x_shape).realize(), Tensor.rand(*y_shape).realize()
+
+    def graph() -> tuple[list[Any], list[Any]]:
+        u = x.add(y, reverse=reverse).uop
+        nodes = list(u.toposort())
+        labels = [all_metadata.get(n) for n in nodes]
+        return [(n.op, n.arg, n.dtype) for n in nodes], [None if m is None else m[0].name for m in labels]
+
+    fast = graph()
+    monkeypatch.setattr(Tensor, "_broadcasted_uops", lambda self, y, op, reverse=False: tuple(
+        t.uop for t in self._broadcasted(y, op, reverse)))  # fmt: skip
+    assert graph() == fast
+    assert "add" in fast[1]
+    monkeypatch.undo()
+    expected = np.add(y.numpy(), x.numpy()) if reverse else np.add(x.numpy(), y.numpy())
+    np.testing.assert_allclose(x.add(y, reverse=reverse).numpy(), expected)
+    with pytest.raises(ValueError, match="cannot broadcast"):
+        x.add(Tensor.rand(7, 6))
