@@ -237,13 +237,13 @@ class GraphRecipe:
 
     def build(self, leaves: list[UOp]) -> list[UOp]:
         made = [leaves[i] for i in self.leaves]
-        live, lookup = UOpMetaClass.ucache, UOpMetaClass._lookup
+        live, create = UOpMetaClass.ucache, UOpMetaClass._create
         # UOp(...) by its parts: the recording's key parts (float args canonical already) look the node up directly
         for op, dtype, dtype_id, arg, key_arg, tag, srcs, label, shape, device in self.nodes:
             src = tuple([made[i] for i in srcs])
             key = (op, dtype_id, src, key_arg, tag)
             if (ref := live.get(key)) is None or (u := ref()) is None:
-                u = lookup(UOp, key, op, dtype, src, arg, tag)
+                u = create(UOp, key, op, dtype, src, arg, tag)  # none live: no second look-up
             known = u.__dict__
             if label is not None:
                 known.setdefault(LABELS, label)  # a node keeps the first label it got
