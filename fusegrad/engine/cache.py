@@ -22,6 +22,7 @@ from fusegrad.helpers import (
 )
 from fusegrad.uop import GroupOp, Ops
 from fusegrad.uop.ops import LABELS, UOp, UOpMetaClass, all_metadata, buffers
+from fusegrad.uop.shape import compute_device
 
 if TYPE_CHECKING:
     from fusegrad.device import Buffer
@@ -178,10 +179,13 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class Template:
-    """A value of the becomes map as a recipe: per node, sources first, (op, dtype, arg, tag, source positions), with
-    each BUFFER as the parameter it stands for (an int). Built with a realize's buffers, it is what a tensor reads
-    afterwards. No UOp is kept: a kept node would outlive its graph, and with it its Tensor-call label, which a later
-    node of the same value would then inherit (hash-consing)."""
+    """A value of the becomes map as a recipe: per node, sources first, (op, dtype, arg, tag, source positions, shape,
+    device), with each BUFFER as the parameter it stands for (an int). The shape and device (structural, so the
+    same every time) are written into the node as compute_shape and compute_device would find them: the tensors
+    read them next (an optimiser's checks, the next forward), and a node built here has neither worked out yet.
+    Built with a realize's buffers, it is what a tensor reads afterwards. No UOp is kept: a kept node would outlive
+    its graph, and with it its Tensor-call label, which a later node of the same value would then inherit
+    (hash-consing)."""
 
     nodes: tuple[int | tuple[Any, ...], ...]
 
@@ -191,8 +195,14 @@ class Template:
             if isinstance(node, int):
                 made.append(params[node])
             else:
-                op, dtype, arg, tag, srcs = node
-                made.append(UOp(op, dtype, tuple([made[i] for i in srcs]), arg, tag))
+                op, dtype, arg, tag, srcs, shape, device = node
+                u = UOp(op, dtype, tuple([made[i] for i in srcs]), arg, tag)
+                known = u.__dict__
+                if shape is not None:
+                    known.setdefault("_shape", shape)
+                if device is not None:
+                    known.setdefault("_device", device)
+                made.append(u)
         return made[-1]
 
 
@@ -301,7 +311,8 @@ def _template(value: UOp, param_of: dict[UOp, int]) -> Template | None:
         elif u.op is Ops.UNIQUE:
             continue  # a BUFFER's identity: the BUFFER is a parameter
         else:
-            nodes.append((u.op, u.dtype, u.arg, u.tag, tuple(position[s] for s in u.src)))
+            place = (u._shape, u._cached("_device", compute_device))  # None where a node has none (a DEVICE's shape)
+            nodes.append((u.op, u.dtype, u.arg, u.tag, tuple(position[s] for s in u.src), *place))
         position[u] = len(nodes) - 1
     return Template(tuple(nodes))
 

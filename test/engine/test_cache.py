@@ -235,6 +235,22 @@ def test_remembered_plain_movement_args_skip_only_plain_ops() -> None:
     assert not any(isinstance(a, UOp) or UOp in map(type, a) for a in cache._PLAIN_MOVEMENT_ARGS)
 
 
+def test_replayed_tensors_carry_their_shape_and_device() -> None:
+    """A hit's tensors read nodes built from templates, their shape and device recorded (not worked out again)."""
+    x = Tensor.rand(6, 4).realize()
+    for _ in range(3):
+        hits = cache_counts["hit"]
+        y = (x.reshape(4, 6) * 2).contiguous().permute(1, 0)
+        y.realize()
+    assert cache_counts["hit"] > hits
+    views = [u for u in y.uop.toposort() if u.op in (Ops.RESHAPE, Ops.PERMUTE)]
+    assert [(u.__dict__.get("_shape"), u.__dict__.get("_device")) for u in views] == [
+        ((4, 6), x.device),
+        ((6, 4), x.device),
+    ]
+    np.testing.assert_allclose(y.numpy(), (x.numpy().reshape(4, 6) * 2).T)
+
+
 def test_flag_off_schedules_every_realize() -> None:
     a = Tensor.ones(5).contiguous().realize()
     (a + 1).realize()
