@@ -128,6 +128,7 @@ def _broadcast_shape(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
+_INT_ONLY = frozenset({int})  # the set of a plain shape's size types (bool and numpy ints take the checked path)
 _PY_NUMBERS = (bool, int, float)  # the Python scalars an elementwise op takes as a constant
 
 
@@ -2283,6 +2284,10 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             [[0, 1, 2], [3, 4, 5]]
         """
         given = argfix(shape, *args)
+        current = self.uop.shape
+        plain = given and set(map(type, given)) == _INT_ONLY and min(given) >= 0 and not is_symbolic(current)
+        if plain and prod(given) == prod(current):  # sizes that fit as they are: the checks below would pass them
+            return Tensor(self.uop.reshape(given))
         if any(s is None for s in given[self.ndim :]):
             raise IndexError(f"reshape: None keeps an axis, but {tuple(given)} has more axes than shape {self.shape}")
         shp = list(_shape_arg(tuple(self.shape[i] if s is None else s for i, s in enumerate(given)), allow_neg=True))

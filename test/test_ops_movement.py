@@ -607,3 +607,25 @@ def test_python_device() -> None:
     u[[1, 0], 2] = Tensor([1.0, 2.0], device="PYTHON")
     u[0, :2] = 3.0
     check(u, [[3.0, 3.0, 2.0], [0.0, 0.0, 1.0]])
+
+
+@pytest.mark.parametrize(
+    "sizes", [(16, 8), ((16, 8),), ([4, 4, 8],), (128,), (2, 1, 64), (16, -1), (None, 16), (0 + 1, 128)]
+)
+def test_reshape_plain_sizes_fast_path_matches_checked_path(sizes: tuple[Any, ...]) -> None:
+    """Non-negative int sizes whose product fits take reshape's fast path: the same node as sizes with a -1 or None
+    spelling the same shape through the checked path, and the same values."""
+    x = Tensor.arange(128).reshape(8, 16)
+    got = x.reshape(*sizes)
+    target = got.shape
+    checked = x.reshape(-1, *target[1:]) if len(target) > 1 else x.reshape(-1)
+    assert got.uop is checked.uop
+    np.testing.assert_array_equal(got.numpy(), np.arange(128).reshape(target))
+
+
+@pytest.mark.parametrize(
+    ("sizes", "error"), [((16, 9), ValueError), ((True, 128), TypeError), ((4, -4, -8), ValueError)]
+)
+def test_reshape_fast_path_leaves_errors_to_the_checks(sizes: tuple[Any, ...], error: type[Exception]) -> None:
+    with pytest.raises(error, match=r"reshape|shape"):
+        Tensor.arange(128).reshape(8, 16).reshape(*sizes)
