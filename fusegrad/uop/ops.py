@@ -113,7 +113,11 @@ class UOpMetaClass(type):
     def _lookup(cls, key: tuple[Any, ...], op: Ops, dtype: DType, src: tuple[UOp, ...], arg: Any, tag: Any) -> UOp:
         if (ref := UOpMetaClass.ucache.get(key)) is not None and (ret := ref()) is not None:
             return ret
-        return UOpMetaClass._create(cls, key, op, dtype, src, arg, tag)
+        # _create's body, inlined: every new node of the frontend comes through here
+        created: UOp = super().__call__(op, dtype, src, arg, tag)
+        created._cache_key = key
+        UOpMetaClass.ucache[key] = weakref.ref(created)
+        return created
 
     def _create(cls, key: tuple[Any, ...], op: Ops, dtype: DType, src: tuple[UOp, ...], arg: Any, tag: Any) -> UOp:
         """A new node under hash-consing key `key`, for a caller that found no live one under it."""
