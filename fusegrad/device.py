@@ -440,7 +440,7 @@ class Buffer:
         """Get memory; a view carves it from its base (allocating the base if needed). `opaque` adopts host memory."""
         if self.is_allocated():
             raise RuntimeError(f"allocate: buffer is already allocated: {self!r}")
-        if DEBUG >= 7:
+        if DEBUG.value >= 7:
             print(f"buffer: allocate {self.nbytes} bytes on {self.device}")
         if external_ptr is not None:
             self.options = dataclasses.replace(self.options, external_ptr=external_ptr)
@@ -483,9 +483,10 @@ class Buffer:
 
     def _count_alloc(self) -> None:
         if self._is_counted():
-            GlobalCounters.mem_used += self.nbytes
-            GlobalCounters.mem_used_per_device[self.device] += self.nbytes
-        if PROFILE:
+            nbytes = self.nbytes
+            GlobalCounters.mem_used += nbytes
+            GlobalCounters.mem_used_per_device[self.device] += nbytes
+        if PROFILE.value:
             arg = {"dtype": self.dtype, "sz": self.size}
             Buffer.profile_events.append(ProfilePointEvent(self.device, "alloc", self.trace_num, arg))
 
@@ -493,15 +494,16 @@ class Buffer:
         """Give the memory back (to the allocator's LRU cache unless LRU=0 or the options forbid it)."""
         if self._storage is None:
             raise RuntimeError(f"deallocate: buffer is not allocated: {self!r}")
-        if DEBUG >= 7:
+        if DEBUG.value >= 7:
             print(f"buffer: deallocate {self.nbytes} bytes on {self.device}")
         if self._base is None:
+            nbytes = self.nbytes  # a property: size times the dtype's itemsize, read once here
             if self._is_counted():
-                GlobalCounters.mem_used -= self.nbytes
-                GlobalCounters.mem_used_per_device[self.device] -= self.nbytes
-            if PROFILE:
+                GlobalCounters.mem_used -= nbytes
+                GlobalCounters.mem_used_per_device[self.device] -= nbytes
+            if PROFILE.value:
                 Buffer.profile_events.append(ProfilePointEvent(self.device, "free", self.trace_num))
-            self.allocator.free(self._storage.buf, self.nbytes, self.options)
+            self.allocator.free(self._storage.buf, nbytes, self.options)
         else:
             self._base.allocated_views -= 1
         self._storage, self._base_storage = None, None
