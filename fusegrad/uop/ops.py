@@ -193,11 +193,13 @@ class UOp(MathTrait, metaclass=UOpMetaClass):
         self._cache_key: tuple[Any, ...] = ()
 
     def __del__(self) -> None:
-        # drop the cache entry, unless a newer equal node already replaced it
+        # drop the cache entry, unless a newer equal node already replaced it (then it goes back): one hash of the
+        # key, not two (a key tuple's hash isn't cached, and every node dies once)
         try:
             cache = UOpMetaClass.ucache
-            if (ref := cache.get(self._cache_key)) is not None and ref() in (None, self):
-                del cache[self._cache_key]
+            key = self._cache_key
+            if (ref := cache.pop(key, None)) is not None and (live := ref()) is not None and live is not self:
+                cache[key] = ref
         except (AttributeError, KeyError, TypeError):  # interpreter shutdown or a half-built node
             pass
 

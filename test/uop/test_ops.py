@@ -64,6 +64,17 @@ class TestHashConsing:
         assert ref() is None
         assert not any(k[3] == 987_654_321 for k in UOpMetaClass.ucache)
 
+    def test_a_dying_node_leaves_a_newer_equal_nodes_entry(self) -> None:
+        """A node whose cache entry already names a newer equal node (its weak reference died first, as in a
+        collected cycle) leaves that entry in place when it dies."""
+        node, newer = UOp.const(dtypes.int, 987_654_322), UOp.const(dtypes.int, 987_654_323)
+        key = node._cache_key
+        UOpMetaClass.ucache[key] = weakref.ref(newer)  # stands for the newer equal node
+        del node
+        gc.collect()
+        assert UOpMetaClass.ucache[key]() is newer
+        del UOpMetaClass.ucache[key]
+
     def test_users_keep_their_sources_alive(self) -> None:
         user = UOp.const(dtypes.int, 55_555_555) * 2
         src_ref = weakref.ref(user.src[0])
