@@ -11,8 +11,10 @@ their least traffic (each input read once, each output written once).
 
 Timing: tinygrad and fusegrad run under TinyJit, so only their kernels are timed (the "eager" column is fusegrad
 without it: schedule, cached-kernel lookup and launch every call); torch and numpy run eagerly. Each case is warmed
-up on every peer (TinyJit needs two calls to capture), then the peers take turns, one run each per turn, for --reps
-turns (a peer stops once its runs pass --timeout seconds): best reported. Load from other work falls on all alike. A
+up on every peer (TinyJit needs two calls to capture), then the peers take turns, --reps of them
+(a peer stops once its runs pass --timeout seconds); a turn is a 50 ms settle (the previous peer's OpenMP
+threads spin for milliseconds and would take a core from the next) and 3 runs back to back, as a loop runs them (the
+first after a pause pays for waking threads and cores): best reported. Load from other work falls on all alike. A
 case whose first run alone is that slow reports that run (*, compile included) or is marked ! (timed out). The
 BEAM=2 column searches each new kernel once, in its first (untimed) run, each search capped at --beam-budget seconds
 (printed), and keeps the choice in the disk cache: a second run of this bench pays nothing. Correctness is checked
@@ -46,6 +48,8 @@ import numpy as np
 os.environ.setdefault("DEV", "CPU")  # the reference system may pick another backend otherwise
 
 MATMUL_SIZES = (1024, 2048)
+SETTLE = 0.05  # seconds slept before each peer's turn: torch's OpenMP threads spin for ms after its run, taking a core
+RUNS_PER_TURN = 3  # timed runs of one peer back to back in its turn
 SMALL_MATMULS = {"mm 512x128@128": ((512, 128), (128, 128)),  # a tiny transformer's projection
                  "bmm 64x32@32x64": ((16, 4, 64, 32), (16, 4, 32, 64))}  # and its attention  # fmt: skip
 CONV_X, CONV_W = (8, 64, 56, 56), (64, 64, 3, 3)
@@ -372,7 +376,10 @@ def time_case(name: str, fns: dict[str, Callable[[], Any]], args: argparse.Names
     for _ in range(args.reps):
         for peer, got in times.items():
             if sum(got) + min(got, default=0.0) <= args.timeout:
-                got.append(timed(fns[peer])[0])
+                time.sleep(SETTLE)  # the previous peer's OpenMP threads stop spinning first (torch's spin for ms)
+                # back to back, as a training loop runs: a first run after the pause pays for waking threads and
+                # cores (fusegrad's chain 4M: 1.03 ms back to back, 2.08 ms after a 50 ms pause)
+                got.extend(timed(fns[peer])[0] for _ in range(RUNS_PER_TURN))
     for peer, got in times.items():
         run.timings[peer][name] = Timing(min(got), len(got))
     cells = [f"{p} {by_case[name].seconds * 1e3:.2f}" for p, by_case in run.timings.items() if by_case.get(name)]
