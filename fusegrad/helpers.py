@@ -47,6 +47,18 @@ def _parse_int(key: str, raw: str, default: int) -> int:
     return bool(value) if isinstance(default, bool) else value
 
 
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The host CPU's feature flags (Linux's /proc/cpuinfo `flags` line: "avx512f", "fma", ...); empty where there is
+    none. Read once: the C kernels compile with -march=native, so these are what they may use."""
+    try:
+        text = pathlib.Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return frozenset()
+    line = re.search(r"^flags\s*:(.*)$", text, re.MULTILINE)
+    return frozenset(line.group(1).split()) if line else frozenset()
+
+
 @overload
 def getenv(key: str, default: bool) -> bool: ...
 @overload

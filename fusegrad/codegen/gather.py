@@ -7,6 +7,9 @@ schedule/windows.py writes it), becomes `v(x % N)`. Runs in codegen's first pass
 
 from __future__ import annotations
 
+import functools
+import operator
+
 from fusegrad.dtype import dtypes
 from fusegrad.uop import Ops
 from fusegrad.uop.ops import PatternMatcher, UOp, UPat
@@ -81,10 +84,7 @@ def _window_start(conjunct: UOp, rng: UOp, rngs: tuple[UOp, ...]) -> tuple[UOp, 
         return None
     if minus_r[0].src[1].op is not Ops.CONST or minus_r[0].src[1].arg != -1 or len(terms) < 2:
         return None
-    rest = [t for t in terms if t is not minus_r[0]]
-    x = rest[0]
-    for t in rest[1:]:
-        x = x + t
+    x = functools.reduce(operator.add, [t for t in terms if t is not minus_r[0]])
     if x.vmin < 0 or any(r in x.toposort() for r in rngs):
         return None
     return x, mod.src[0]
@@ -112,10 +112,7 @@ def collapse_window_sum(red: UOp) -> UOp | None:
         return None
     body = value.substitute(subs)
     if conjuncts:
-        rest = conjuncts[0]
-        for c in conjuncts[1:]:
-            rest = rest & c
-        body = rest.substitute(subs).where(body, otherwise)
+        body = functools.reduce(operator.and_, conjuncts).substitute(subs).where(body, otherwise)
     left = tuple(r for r in rngs if r not in subs)
     return red.replace(src=(body, *left)) if left else body
 

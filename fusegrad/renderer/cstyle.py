@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import functools
 import math
-import pathlib
-import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar, cast
 
 from fusegrad.dtype import FP8_FORMATS, AddrSpace, ConstType, DType, PtrDType, dtypes, fp8_to_float, truncate
-from fusegrad.helpers import strip_parens, to_function_name
+from fusegrad.helpers import cpu_flags, strip_parens, to_function_name
 from fusegrad.renderer import Renderer, index_arithmetic
 from fusegrad.uop import REDUCE_AXES, AxisType, GroupOp, Ops
 from fusegrad.uop.ops import PatternMatcher, UOp, UPat
@@ -800,13 +798,9 @@ pm_render_vectors = PatternMatcher(_vector_rules)  # type: ignore[arg-type]
 
 @functools.cache
 def host_has_fma() -> bool:
-    """Whether this CPU has FMA instructions (Linux's cpuinfo, as codegen/vectorize.py reads the vector width): the
-    kernels compile with -march=native, so fmaf is then one instruction; without them it is a slow libm call."""
-    try:
-        flags = pathlib.Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        return False
-    return re.search(r"^flags\s*:.*\bfma\b", flags, re.MULTILINE) is not None
+    """Whether this CPU has FMA instructions: the kernels compile with -march=native, so fmaf is then one instruction;
+    without them it is a slow libm call."""
+    return "fma" in cpu_flags()
 
 
 # x86 builtins of one vector fma per GCC vector size (gcc and clang both have them; no header: <immintrin.h> costs
