@@ -282,8 +282,9 @@ def order_decides_overflow(op: str, x: np.ndarray, axis: int | None, out_dtype: 
 
 
 # steps that carry a reduction's absolute rounding bound through unchanged (a constant added or subtracted, a sign),
-# or scaled by |constant| (a product with a constant); anything else drops the bound
-_SHIFTS, _SCALES = {"add", "sub", "neg", "contiguous"}, {"mul"}
+# or scaled by |constant| (a product with a constant); data movements move it with the data (padding adds exact zeros)
+_SHIFTS, _SCALES = {"add", "sub", "neg"}, {"mul"}
+_MOVES = {"contiguous", "reshape", "permute", "flip", "pad", "slice", "expand", "getitem", "gather"}
 
 
 def order_error_bound(op: str, x: np.ndarray, axis: int | None, out_dtype: str) -> np.ndarray | None:
@@ -305,25 +306,54 @@ def order_error_bound(op: str, x: np.ndarray, axis: int | None, out_dtype: str) 
 
 
 def _carried_bound(
-    op: str, refs: list[int], params: dict[str, Any], bounds: dict[int, np.ndarray]
+    op: str, refs: list[int], params: dict[str, Any], bounds: dict[int, np.ndarray], values: list[np.ndarray]
 ) -> np.ndarray | None:
-    """The bound of a step's result from its input's (see _SHIFTS/_SCALES), None when the step does not carry one."""
-    if len(refs) != 1 or refs[0] not in bounds:
+    """The bound of a step's result from its inputs' (None: the step does not carry one). Sums of bounded values add
+    their bounds; a product of two bounded values a, b (true a', b') is off by at most |a||b - b'| + |b||a - a'| plus
+    the product of the bounds; a where picks its branch's bound. A bound that cannot be computed (NaN, from infinite
+    values) is infinite: nothing at that position is comparable."""
+    if not any(r in bounds for r in refs):
         return None
-    if op in _SHIFTS:
-        return bounds[refs[0]]
-    if op in _SCALES and "const" in params and isinstance(params["const"], int | float):
-        return bounds[refs[0]] * abs(float(params["const"]))
+
+    def bound_of(r: int) -> np.ndarray:
+        return bounds.get(r, np.zeros(values[r].shape))
+
+    with np.errstate(all="ignore"):
+        found = _combined_bound(op, refs, params, bound_of, values)
+        return None if found is None else np.where(np.isnan(found), np.inf, np.asarray(found, dtype=np.float64))
+
+
+def _combined_bound(
+    op: str, refs: list[int], params: dict[str, Any], bound_of: Callable[[int], np.ndarray], values: list[np.ndarray]
+) -> np.ndarray | None:
+    if op in _MOVES:
+        return np_step(op, [bound_of(refs[0])], params)
+    if len(refs) == 1 and op in _SHIFTS:
+        return bound_of(refs[0])
+    if len(refs) == 1 and op in _SCALES and "const" in params and isinstance(params["const"], int | float):
+        return bound_of(refs[0]) * abs(float(params["const"]))
+    if len(refs) == 2 and op in ("add", "sub"):
+        return bound_of(refs[0]) + bound_of(refs[1])
+    if len(refs) == 2 and op == "mul":
+        (a, b), (ba, bb) = (np.abs(values[r].astype(np.float64)) for r in refs), (bound_of(r) for r in refs)
+        return ba * b + bb * a + ba * bb
+    if op == "where":
+        return np.where(values[refs[0]], bound_of(refs[1]), bound_of(refs[2]))
     return None
 
 
-def run_numpy_bounded(program: Program, out_dtypes: list[str]) -> tuple[np.ndarray | None, np.ndarray | None]:
+def run_numpy_bounded(
+    program: Program, out_dtypes: list[str], overflow_ok: bool = False
+) -> tuple[np.ndarray | None, np.ndarray | None]:
     """`run_numpy`, with the result's absolute rounding bound when it comes from a float reduction whose summation
-    order is free (see order_error_bound), through steps that keep the bound meaningful; None otherwise."""
+    order is free (see order_error_bound), through steps that keep the bound meaningful; None otherwise.
+    overflow_ok: a reduction whose overflow depends on the order does not raise; numpy's value (one order's) then
+    carries on, only the bound is meant for use: where large terms cancel, the values after them depend on the order
+    too (+-1.8e308 absorbs every smaller term in one order and not in another)."""
     bounds: dict[int, np.ndarray] = {}
     values: list[np.ndarray] = [np.array(i["values"], dtype=i["dtype"]).reshape(i["shape"]) for i in program["inputs"]]
     for k, (op, refs, params) in enumerate(program["steps"]):
-        ret = _run_step(program, out_dtypes, values, k)
+        ret = _run_step(program, out_dtypes, values, k, check_overflow=not overflow_ok)
         if ret is None:
             return None, None
         at = len(values)
@@ -331,18 +361,28 @@ def run_numpy_bounded(program: Program, out_dtypes: list[str]) -> tuple[np.ndarr
         out = out_dtypes[at]
         found = order_error_bound(op, values[refs[0]], params.get("axis"), out) if refs else None
         if found is None:
-            found = _carried_bound(op, refs, params, bounds)
-        if found is not None and found.shape == ret.shape:
-            bounds[at] = found
+            found = _carried_bound(op, refs, params, bounds, values)
+        if found is not None and _fits(found.shape, ret.shape):
+            bounds[at] = np.broadcast_to(found, ret.shape)
     return values[-1], bounds.get(len(values) - 1)
 
 
-def _run_step(program: Program, out_dtypes: list[str], values: list[np.ndarray], k: int) -> np.ndarray | None:
+def _fits(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    try:
+        return np.broadcast_shapes(shape, target) == target
+    except ValueError:
+        return False
+
+
+def _run_step(
+    program: Program, out_dtypes: list[str], values: list[np.ndarray], k: int, check_overflow: bool = True
+) -> np.ndarray | None:
     """Step k of the program by numpy, its inputs in `values` (see run_numpy for the errors it raises)."""
     op, refs, params = program["steps"][k]
     args = [values[r] for r in refs]
     out = out_dtypes[len(program["inputs"]) + k]
-    if op in ("matmul", *_NP_REDUCE) and order_decides_overflow(op, args[0], params.get("axis"), out):
+    order_checked = check_overflow and op in ("matmul", *_NP_REDUCE)
+    if order_checked and order_decides_overflow(op, args[0], params.get("axis"), out):
         raise OrderOverflowError(f"step {k} ({op}) overflows in some orders")
     if op == "matmul":
         with np.errstate(all="ignore"):

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 
 from fusegrad import Tensor
 from test.fuzz.__main__ import load_programs, replay
-from test.fuzz.pool import Pool, _same, _tolerance, report
+from test.fuzz.pool import Pool, _numpy, _same, _tolerance, report
 from test.fuzz.program import (
     OrderOverflowError,
     Program,
@@ -452,6 +452,44 @@ def test_a_sums_rounding_bound_comes_from_its_terms_not_its_result() -> None:
         program["steps"] = [["sum", [0], {"axis": 1}], *[[op, [1], p] for op, _, p in after]]
         _, carried = run_numpy_bounded(program, ["float32"] * (1 + len(program["steps"])))
         assert (carried is None) if scale is None else carried == pytest.approx(bound * scale)
+
+
+def test_the_bound_carries_through_sums_products_wheres_and_moves_of_bounded_values() -> None:
+    """A cumsum whose terms cancel, then multiplied by a tensor, expanded and multiplied again: every position after
+    the large terms depends on the order, so the bound must reach the result; positions before them stay tight."""
+    m = 1e300
+    values = [1.0, 2.0, m, 0.5, -m, 3.0]
+    program: dict[str, Any] = {"inputs": [{"dtype": "float64", "shape": [6], "values": values}],
+               "steps": [["cumsum", [0], {"axis": 0}], ["mul", [1, 0], {}], ["expand", [2], {"n": 2}],
+                         ["add", [3, 0], {}], ["flip", [4], {"axis": [1]}]]}  # fmt: skip
+    _, bound = run_numpy_bounded(program, ["float64"] * 6)
+    assert bound is not None
+    assert bound.shape == (2, 6)
+    eps = np.finfo(np.float64).eps
+    assert bound[0, 5] == pytest.approx(5 * 1 * eps * 1.0, rel=1e-6)  # flipped: position 0's cumsum bound times |1.0|
+    assert np.all(bound[:, :2] > 5 * eps * 2 * m * 0.5)  # the cancelled positions: m-sized bounds
+    exact, approx = np.array([[1, 2, 3, 4, 5, 6.0]] * 2), np.array([[1, 2, 3, 4, 5 + 1e-9, 6.0]] * 2)
+    assert not _same(exact, approx, 1e-12, bound=bound)  # a position before the large terms stays exact
+    program["steps"].append(["where", [5, 5, 5], {}])
+    assert run_numpy_bounded(program, ["float64"] * 7)[1] is not None
+
+
+def test_an_order_dependent_overflow_still_bounds_what_cancelled_terms_absorbed() -> None:
+    """+-max float64 in a cumsum: the partial sums overflow in some orders (no numpy reference), and the finite
+    positions after them differ between orders by up to the absorbed terms: the configurations compare within the
+    bound (a fuzz report of session 6: CPU 0.5 vs PYTHON 0.0 after -1.8e308 + 1.8e308)."""
+    big = np.finfo(np.float64).max
+    program = {"inputs": [{"dtype": "float64", "shape": [6], "values": [1.0, big, 0.5, -big, 2.0, 3.0]}],
+               "steps": [["cumsum", [0], {"axis": 0}], ["mul", [1, 0], {}]]}  # fmt: skip
+    expected, overflow_order, bound = _numpy(program, ["float64"] * 3)
+    assert expected is None
+    assert overflow_order
+    assert bound is not None
+    assert bound.shape == (6,)
+    cpu, python = np.array([1.0, np.inf, np.inf, -np.inf, 3.5 * 2, 6.5 * 3]), np.array([1, np.inf, np.inf, 0, 4, 15.0])
+    assert not _same(cpu, python, 1e-9, finite_only=True)
+    assert _same(cpu, python, 1e-9, finite_only=True, bound=bound)
+    assert not _same(np.array([1.5]), np.array([1.0]), 1e-9, finite_only=True, bound=bound[:1])  # before them: tight
 
 
 def test_an_order_dependent_overflow_compares_configurations_where_finite() -> None:
