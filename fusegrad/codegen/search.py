@@ -32,7 +32,7 @@ from fusegrad.dtype import DType, PtrDType, _to_np_dtype, dtypes
 from fusegrad.engine.realize import CompiledRunner
 from fusegrad.helpers import BEAM, DEBUG, IGNORE_BEAM_CACHE, NOOPT, Context, dedup, diskcache_get, diskcache_put
 from fusegrad.renderer import ProgramSpec, Renderer
-from fusegrad.uop import AxisType, Ops
+from fusegrad.uop import REDUCE_AXES, AxisType, Ops
 from fusegrad.uop.ops import UOp, graph_rewrite
 from fusegrad.uop.symbolic import sym
 
@@ -42,6 +42,7 @@ __all__ = ["SearchResult", "actions", "beam_ast", "beam_search", "searches"]
 # inside an upcast loop of 4 (an aligned store to acc0 + 3: a crash, e.g. UPCAST 1 4 then UPCAST 0 3 of a 6x5x8 matmul)
 UPCAST_AMOUNTS = (2, 4, 8, 16)
 GROUP_AMOUNTS = (2, 4, 8, 16)  # partial reductions tried for a reduce axis
+UNROLL_AMOUNTS = (2, 4, 8)  # unrolled steps tried for the innermost reduce loop (codegen/unroll.py)
 GPU_GROUP_AMOUNTS = (8, 16, 32, 64, 128, 256)  # GPUs: threads of a work-group sharing a reduce through local memory
 LOCAL_AMOUNTS = (2, 4, 8, 16, 32, 64)  # GPUs: threads of a work-group along an output axis
 MAX_LOCAL = 256  # GPUs: threads of a work-group a candidate may reach (LOCAL and GROUP loops together)
@@ -79,9 +80,9 @@ def actions(sink: UOp, has_local: bool = False) -> list[Opt]:
     loops' sizes multiplying to at most MAX_UPCAST) unless a reduce is grouped or packed, GROUP of each constant
     reduce axis by a divisor unless there are upcasts, SWAP of each pair of output loops, PACK of each buffer a reduce
     loads across each constant output loop that load doesn't depend on, KEEP of each reduce whose costly value the
-    kernel computes again over its row (codegen/rowbuffer.py). On GPUs (`has_local`) LOCAL and GROUP (`gpu_actions`)
-    instead of GROUP, PACK and KEEP. Candidates only: apply_opts still decides whether one fits (ValueError: it
-    doesn't)."""
+    kernel computes again over its row (codegen/rowbuffer.py), UNROLL of the innermost reduce loop. On GPUs
+    (`has_local`) LOCAL and GROUP (`gpu_actions`) instead of GROUP, PACK, KEEP and UNROLL. Candidates only: apply_opts
+    still decides whether one fits (ValueError: it doesn't)."""
     upcast = math.prod(int(r.src[0].arg) for r in _const_ranges(sink, AxisType.UPCAST))
     loops, reduces = _const_ranges(sink, AxisType.LOOP), _const_ranges(sink, AxisType.REDUCE)
     # GROUP and UPCAST exclude each other: gcc took 37 s to compile a 64x64 matmul tile with its reduce grouped
@@ -95,7 +96,21 @@ def actions(sink: UOp, has_local: bool = False) -> list[Opt]:
     for r in [] if upcast > 1 else reduces:
         ret += [Opt(OptOps.GROUP, r.arg[0], a) for a in GROUP_AMOUNTS if int(r.src[0].arg) % a == 0]
     ret += [Opt(OptOps.SWAP, a.arg[0], b.arg[0]) for i, a in enumerate(loops) for b in loops[i + 1 :]]
-    return ret + pack_actions(sink, loops) + keep_actions(sink)
+    return ret + pack_actions(sink, loops) + keep_actions(sink) + unroll_actions(sink)
+
+
+def unroll_actions(sink: UOp) -> list[Opt]:
+    """UNROLL of the innermost reduce loop (the largest axis id among the reduce loops: unroll.py takes no other) by
+    each amount that divides it and leaves at least two steps of the outer loop; none once a loop is unrolled."""
+    nodes = sink.toposort()
+    if any(u.op is Ops.RANGE and u.arg[1] is AxisType.UNROLL for u in nodes):
+        return []
+    reduces = [u for u in nodes if u.op is Ops.RANGE and u.arg[1] in REDUCE_AXES]
+    inner = max(reduces, key=lambda r: r.arg[0], default=None)
+    if inner is None or inner.arg[1] is not AxisType.REDUCE:
+        return []
+    size = int(inner.src[0].arg) if inner.src[0].op is Ops.CONST else 0
+    return [Opt(OptOps.UNROLL, inner.arg[0], a) for a in UNROLL_AMOUNTS if size % a == 0 and size >= 2 * a]
 
 
 def keep_actions(sink: UOp) -> list[Opt]:

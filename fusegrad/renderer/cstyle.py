@@ -911,7 +911,11 @@ class ClangRenderer(CStyleLanguage):
         for rng in (u for u in uops if u.op is Ops.RANGE and u.arg[1] in REDUCE_AXES and u in shapes.around_upcast):
             if rng.src[0].op is Ops.CONST and rng.src[0].arg <= self.unroll_reduce_max:  # a conv window's 3x3
                 ret[rng] = f"#pragma GCC unroll {rng.src[0].arg}"  # unrolled: one body per tap, loads scheduled across
+        for rng in (u for u in uops if u.op is Ops.RANGE and u.arg[1] is AxisType.UNROLL and u.src[0].op is Ops.CONST):
+            ret[rng] = f"#pragma GCC unroll {rng.src[0].arg}"  # an UNROLL opt's steps (codegen/unroll.py), in order
         for rng in (u for u in uops if u.op is Ops.RANGE and u.arg[1] in REDUCE_AXES and u in shapes.innermost):
+            if rng in ret:
+                continue
             # one accumulator summed (or multiplied) in an innermost loop: OpenMP may reorder it, so it vectorises
             updates = shapes.updates.get(rng, [])
             if len(updates) == 1 and updates[0][1] in _SIMD_REDUCTIONS and _is_simd_reducible(updates[0][0]):

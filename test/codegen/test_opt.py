@@ -376,30 +376,35 @@ def test_heuristic_python_odd_sizes(size: int, dt: DType) -> None:
         check(case, dt, "PYTHON", None)
 
 
+def tile_opts_of(ast: UOp) -> list[Opt]:
+    """The heuristic's opts less its UNROLL (test_heuristic_unrolls_a_packed_tiles_long_reduce checks that)."""
+    return [o for o in hand_coded_opts(ast) if o.op is not OptOps.UNROLL]
+
+
 def test_heuristic_matmul_picks_a_vector_and_a_reuse_axis() -> None:
     # a 4x16 tile: 4 rows of a, 16 contiguous columns of b (two AVX2 registers), 64 float accumulators; a long
     # reduce: the column tiles' loop goes outside the row tiles', and each k x 16 panel of b is packed once
     packed = [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.SWAP, 0, 1), Opt(OptOps.PACK, 1, 2)]
-    assert hand_coded_opts(matmul(1024, 1024, 1024, dtypes.float32)[0]) == packed
-    assert hand_coded_opts(matmul(64, 8, 12, dtypes.float32)[0]) == [
+    assert tile_opts_of(matmul(1024, 1024, 1024, dtypes.float32)[0]) == packed
+    assert tile_opts_of(matmul(64, 8, 12, dtypes.float32)[0]) == [
         Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 4)]  # fmt: skip
     # float64: 4 lanes a vector, the same 8 vector accumulators
-    assert hand_coded_opts(matmul(64, 8, 64, dtypes.float64)[0]) == [
+    assert tile_opts_of(matmul(64, 8, 64, dtypes.float64)[0]) == [
         Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 8)]  # fmt: skip
     # ints stay scalar (no vector code): 64 accumulators of the old tile
-    assert hand_coded_opts(matmul(64, 8, 64, dtypes.int32)[0]) == [
+    assert tile_opts_of(matmul(64, 8, 64, dtypes.int32)[0]) == [
         Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16)]  # fmt: skip
     # 3 and 6 rows divide 300: 12 vector accumulators, as 3 x 4 vectors (7 loads a step, not 6 x 2's 8)
-    assert hand_coded_opts(matmul(300, 8, 32, dtypes.float32)[0]) == [
+    assert tile_opts_of(matmul(300, 8, 32, dtypes.float32)[0]) == [
         Opt(OptOps.UPCAST, 0, 3), Opt(OptOps.UPCAST, 1, 32)]  # fmt: skip
-    assert hand_coded_opts(matmul(64, 8, 17, dtypes.float32)[0]) == []  # 17 columns: no vector split
-    assert hand_coded_opts(matmul(64, 2048, 64, dtypes.float32)[0]) == packed
-    assert hand_coded_opts(self_matmul(1024, dtypes.float32)[0]) == [*packed[:3], Opt(OptOps.PACK, 1, 1)]
+    assert tile_opts_of(matmul(64, 8, 17, dtypes.float32)[0]) == []  # 17 columns: no vector split
+    assert tile_opts_of(matmul(64, 2048, 64, dtypes.float32)[0]) == packed
+    assert tile_opts_of(self_matmul(1024, dtypes.float32)[0]) == [*packed[:3], Opt(OptOps.PACK, 1, 1)]
     # too few row tiles to pay for the copy: a long reduce only swaps
-    assert hand_coded_opts(matmul(8, 2048, 64, dtypes.float32)[0]) == [
+    assert tile_opts_of(matmul(8, 2048, 64, dtypes.float32)[0]) == [
         Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.SWAP, 0, 1)]  # fmt: skip
     # a panel past PACK_MAX_BYTES (16384 x 16 floats): not packed
-    assert hand_coded_opts(matmul(64, 16384, 64, dtypes.float32)[0]) == [
+    assert tile_opts_of(matmul(64, 16384, 64, dtypes.float32)[0]) == [
         Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.SWAP, 0, 1)]  # fmt: skip
 
 
@@ -575,7 +580,7 @@ def test_heuristic_without_contiguous_output_axis_keeps_the_reduce_innermost() -
 def test_heuristic_tiles_a_transposed_matmul_through_a_packed_panel() -> None:
     # Linear's x @ w.T: no load is contiguous in an output axis, but b's panel, packed k-major, is in the columns
     tile = [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.SWAP, 0, 1), Opt(OptOps.PACK, 1, 2)]
-    assert hand_coded_opts(matmul_transposed(64, 512, 64, dtypes.float32)[0]) == tile
+    assert tile_opts_of(matmul_transposed(64, 512, 64, dtypes.float32)[0]) == tile
     check(matmul_transposed(16, 512, 64, dtypes.float32), dtypes.float32, "CPU", None)
 
 
@@ -586,12 +591,12 @@ def test_heuristic_doubles_a_packed_tiles_rows_on_a_wide_vector_host(monkeypatch
 
     monkeypatch.setattr(vectorize, "host_vector_bytes", lambda: vectorize.WIDE_VECTOR_BYTES)
     tile = [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 32), Opt(OptOps.SWAP, 0, 1), Opt(OptOps.PACK, 1, 2)]
-    assert hand_coded_opts(matmul(1024, 1024, 1024, dtypes.float32)[0]) == tile
-    assert hand_coded_opts(matmul(1024, 384, 128, dtypes.float32)[0]) == tile
+    assert tile_opts_of(matmul(1024, 1024, 1024, dtypes.float32)[0]) == tile
+    assert tile_opts_of(matmul(1024, 384, 128, dtypes.float32)[0]) == tile
     check(matmul(64, 64, 64, dtypes.float32), dtypes.float32, "CPU", None)
     # unpacked tiles keep theirs
     plain = [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 32)]
-    assert hand_coded_opts(matmul(64, 8, 64, dtypes.float32)[0]) == plain
+    assert tile_opts_of(matmul(64, 8, 64, dtypes.float32)[0]) == plain
 
 
 def test_heuristic_keeps_a_transposed_matmuls_panel_in_l1(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -601,14 +606,14 @@ def test_heuristic_keeps_a_transposed_matmuls_panel_in_l1(monkeypatch: pytest.Mo
 
     monkeypatch.setattr(vectorize, "host_vector_bytes", lambda: vectorize.WIDE_VECTOR_BYTES)
     tile = [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.SWAP, 0, 1), Opt(OptOps.PACK, 1, 2)]
-    assert hand_coded_opts(matmul_transposed(64, 512, 128, dtypes.float32)[0]) == tile
+    assert tile_opts_of(matmul_transposed(64, 512, 128, dtypes.float32)[0]) == tile
     # room for 2 vectors in L1 (a reduce of 128): 8 rows x 2 vectors, not register_tile's 4 x 3 (qkv's x @ w.T:
     # 918 -> 720 us)
     two = [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 32), Opt(OptOps.SWAP, 0, 1), Opt(OptOps.PACK, 1, 2)]
-    assert hand_coded_opts(matmul_transposed(1024, 128, 384, dtypes.float32)[0]) == two
+    assert tile_opts_of(matmul_transposed(1024, 128, 384, dtypes.float32)[0]) == two
     check(matmul_transposed(16, 128, 64, dtypes.float32), dtypes.float32, "CPU", None)
     # a reduce of 800 whose one-vector tile finds no rows (10): the widest tile that packs, as before
-    assert Opt(OptOps.UPCAST, 0, 32) in hand_coded_opts(matmul_transposed(64, 800, 10, dtypes.float32)[0])
+    assert Opt(OptOps.UPCAST, 0, 32) in tile_opts_of(matmul_transposed(64, 800, 10, dtypes.float32)[0])
 
 
 def test_heuristic_packs_a_weight_gradients_larger_row_operand(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -618,20 +623,20 @@ def test_heuristic_packs_a_weight_gradients_larger_row_operand(monkeypatch: pyte
 
     f32 = dtypes.float32
     tile = [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.PACK, 1, 1)]
-    assert hand_coded_opts(weight_gradient(512, 1024, 128, f32)[0]) == tile  # 8 lanes: at most 14 accumulators
+    assert tile_opts_of(weight_gradient(512, 1024, 128, f32)[0]) == tile  # 8 lanes: at most 14 accumulators
     check(weight_gradient(64, 256, 32, f32), f32, "CPU", None)
     monkeypatch.setattr(vectorize, "host_vector_bytes", lambda: vectorize.WIDE_VECTOR_BYTES)
     tile = [Opt(OptOps.UPCAST, 0, 16), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.PACK, 1, 1)]
-    assert hand_coded_opts(weight_gradient(512, 1024, 128, f32)[0]) == tile
+    assert tile_opts_of(weight_gradient(512, 1024, 128, f32)[0]) == tile
     # a gradient of heads (3 x 4 heads of 32) read as 384 rows: ((r + 16 o) % 32) is no constant step, yet a's rows
-    assert hand_coded_opts(weight_gradient(384, 1024, 128, f32, block=32)[0]) == tile
+    assert tile_opts_of(weight_gradient(384, 1024, 128, f32, block=32)[0]) == tile
     swapped = [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 16), Opt(OptOps.SWAP, 0, 1), Opt(OptOps.PACK, 1, 1)]
-    assert hand_coded_opts(weight_gradient(384, 1024, 128, f32, block=32, swapped=True)[0]) == swapped
+    assert tile_opts_of(weight_gradient(384, 1024, 128, f32, block=32, swapped=True)[0]) == swapped
     check(weight_gradient(384, 64, 32, f32, block=32, swapped=True), f32, "CPU", None)
     # g the larger: its panel per column tile, as before (x, 512 KiB, is read from L2), with 8 rows, not 4: 16
     # accumulators of AVX-512's 32 registers (1.08 -> 0.92 ms)
     taller = [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 32), Opt(OptOps.SWAP, 0, 1), Opt(OptOps.PACK, 1, 2)]
-    assert hand_coded_opts(weight_gradient(128, 1024, 512, f32)[0]) == taller
+    assert tile_opts_of(weight_gradient(128, 1024, 512, f32)[0]) == taller
     check(weight_gradient(32, 256, 64, f32), f32, "CPU", None)
 
 
@@ -802,10 +807,10 @@ def test_random_opts_keep_results_bit_for_bit(case: tuple[tuple[int, int, int, i
 def test_heuristic_swaps_no_loop_an_upcast_took_whole() -> None:
     # a long reduce over 4 rows: the reuse upcast takes all 4, so no row loop is left to swap (it was SWAP 0 1, and
     # apply_opts failed: "no single loop with axis id 0"; a ResNet's 3x3 convs with 256+ input channels hit it too)
-    assert hand_coded_opts(matmul(4, 2048, 64, dtypes.float32)[0]) == [
+    assert tile_opts_of(matmul(4, 2048, 64, dtypes.float32)[0]) == [
         Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16)]  # fmt: skip
     # 8 columns taken whole: b's panel is all of b, packed once outside the row loop
-    assert hand_coded_opts(matmul(64, 2048, 8, dtypes.float32)[0]) == [
+    assert tile_opts_of(matmul(64, 2048, 8, dtypes.float32)[0]) == [
         Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.PACK, 0, 2)]  # fmt: skip
     check(matmul(4, 2048, 64, dtypes.int32), dtypes.int32, "CPU", None)
     check(matmul(64, 2048, 8, dtypes.float32), dtypes.float32, "CPU", None, exact=True)

@@ -31,7 +31,8 @@ from fusegrad.uop import AxisType, Ops
 from fusegrad.uop.ops import UOp, graph_rewrite
 from fusegrad.uop.symbolic import sym
 
-UPCAST, GROUP, SWAP, PACK, KEEP = OptOps.UPCAST, OptOps.GROUP, OptOps.SWAP, OptOps.PACK, OptOps.KEEP
+UPCAST, GROUP, SWAP, PACK = OptOps.UPCAST, OptOps.GROUP, OptOps.SWAP, OptOps.PACK
+KEEP, UNROLL = OptOps.KEEP, OptOps.UNROLL
 Ran = tuple[float, dict[int, np.ndarray]] | None
 
 
@@ -104,16 +105,20 @@ def test_actions_of_a_matmul() -> None:
         Opt(UPCAST, 1, 2), Opt(UPCAST, 1, 4), Opt(UPCAST, 1, 8), Opt(UPCAST, 1, 16),
         Opt(GROUP, 2, 2), Opt(GROUP, 2, 4), Opt(GROUP, 2, 8),
         Opt(SWAP, 0, 1),
-        Opt(PACK, 1, 1), Opt(PACK, 0, 2)]  # fmt: skip  # a's rows serve every column, b's columns every row
+        Opt(PACK, 1, 1), Opt(PACK, 0, 2),  # a's rows serve every column, b's columns every row
+        Opt(UNROLL, 2, 2), Opt(UNROLL, 2, 4)]  # fmt: skip  # the reduce of 8 in 2 or 4 steps, at least 2 left outside
     # after an upcast: no GROUP (gcc compiles such kernels very slowly), the upcast budget caps the next amounts
     after = extensions(sink, (Opt(UPCAST, 1, 16),))
     assert (Opt(UPCAST, 1, 16), Opt(UPCAST, 0, 4)) in after
     assert all(o[-1].op is not GROUP for o in after)
     # axis 1 is gone (upcast whole): no swap of it, no packing of a across it; axis 0's 12 rows split by powers of two
     # (no 3: see UPCAST_AMOUNTS)
-    assert [o[-1] for o in after] == [Opt(UPCAST, 0, 2), Opt(UPCAST, 0, 4), Opt(PACK, 0, 2)]
+    unrolls = [Opt(UNROLL, 2, 2), Opt(UNROLL, 2, 4)]
+    assert [o[-1] for o in after] == [Opt(UPCAST, 0, 2), Opt(UPCAST, 0, 4), Opt(PACK, 0, 2), *unrolls]
     # once packed: no upcast (opt.py refuses to split a loop the panel's copy is placed by), no second PACK of b
-    assert [o[-1] for o in extensions(sink, (Opt(PACK, 0, 2),))] == [Opt(PACK, 1, 1)]
+    assert [o[-1] for o in extensions(sink, (Opt(PACK, 0, 2),))] == [Opt(PACK, 1, 1), *unrolls]
+    # once unrolled: no second UNROLL
+    assert all(o[-1].op is not UNROLL for o in extensions(sink, (Opt(UNROLL, 2, 4),)))
 
 
 def test_beam_picks_the_fastest_and_stops_when_nothing_is_faster(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -356,13 +361,13 @@ def test_a_candidate_with_far_more_work_is_not_run() -> None:
 
 
 def test_neighbours_vary_a_finished_tile() -> None:
-    # the heuristic's matmul tile ends in a PACK, after which only a second PACK applies (no upcast: tile sizes stay
-    # as they are): its neighbours also try other tile sizes and the tile without each of its opts
+    # the heuristic's matmul tile ends in a PACK, after which only a second PACK or an UNROLL applies (no upcast: tile
+    # sizes stay as they are): its neighbours also try other tile sizes and the tile without each of its opts
     ei, _ = matmul_kernel(64)
     sink = graph_rewrite(ei.ast, sym)
     tile = choose_opts(sink, None, Device["CPU"].renderer)
     assert tile[-1].op is PACK
-    assert all(opts[-1].op is PACK for opts in extensions(sink, tile))
+    assert all(opts[-1].op in (PACK, UNROLL) for opts in extensions(sink, tile))
     near = neighbours(sink, tile)
     first = tile[0]
     assert first.op is UPCAST

@@ -1,0 +1,126 @@
+"""UNROLL (fusegrad/codegen/unroll.py): an unrolled reduce computes bit for bit what the kernel without it computes, on
+CPU and PYTHON, after any opts; what it refuses; the C it renders; where the heuristic and BEAM take it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from fusegrad.codegen import full_rewrite, to_program
+from fusegrad.codegen.opt import Opt, OptOps, apply_opts, hand_coded_opts
+from fusegrad.codegen.search import extensions, unroll_actions
+from fusegrad.dtype import DType, dtypes
+from fusegrad.renderer.cstyle import ClangRenderer
+from fusegrad.uop import REDUCE_AXES, AxisType, Ops
+from fusegrad.uop.ops import graph_rewrite
+from fusegrad.uop.symbolic import sym
+from test.codegen.test_opt import (
+    DEVICES,
+    Case,
+    broadcast_sum,
+    check,
+    conv1d,
+    full_sum,
+    matmul,
+    matmul_transposed,
+    max_columns,
+    nested,
+    weight_gradient,
+    with_opts,
+)
+
+KERNELS: dict[str, Callable[[DType], Case]] = {
+    "matmul": lambda dt: matmul(5, 12, 16, dt),
+    "transposed": lambda dt: matmul_transposed(4, 8, 6, dt),
+    "weight gradient": lambda dt: weight_gradient(8, 16, 16, dt),
+    "conv": lambda dt: conv1d(2, 4, 4, 6, dt),
+    "nested": lambda dt: nested(4, 6, 5, dt),
+    "broadcast": lambda dt: broadcast_sum(3, 8, 4, dt),
+    "full sum": lambda dt: full_sum(48, dt),
+    "max": lambda dt: max_columns(4, 16, dt),
+}
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(2, n + 1) if n % d == 0]
+
+
+@st.composite
+def unrolled_kernels(draw: st.DrawFn) -> tuple[str, DType, tuple[Opt, ...]]:
+    """A kernel, a dtype, a walk of 0-2 of BEAM's steps from no opts or the heuristic's, then an UNROLL of the innermost
+    reduce loop by any divisor of its size (all of it too)."""
+    name, dt = draw(st.sampled_from(sorted(KERNELS))), draw(st.sampled_from([dtypes.float32, dtypes.int32]))
+    sink = graph_rewrite(KERNELS[name](dt)[0], sym)
+    opts = tuple(o for o in hand_coded_opts(sink) if o.op is not OptOps.UNROLL) if draw(st.booleans()) else ()
+    for _ in range(draw(st.integers(0, 2))):
+        steps = [e for e in extensions(sink, opts) if e[-1].op is not OptOps.UNROLL]
+        if not steps:
+            break
+        opts = draw(st.sampled_from(steps))
+    ranges = [u for u in apply_opts(sink, opts).toposort() if u.op is Ops.RANGE and u.arg[1] in REDUCE_AXES]
+    inner = max(ranges, key=lambda r: r.arg[0])
+    assume(inner.arg[1] is AxisType.REDUCE)  # a GROUP's combination loop is innermost: no loop of data to unroll
+    axis, size = inner.arg[0], int(inner.src[0].arg)
+    return name, dt, (*opts, Opt(OptOps.UNROLL, axis, draw(st.sampled_from(_divisors(size)))))
+
+
+@settings(max_examples=30, deadline=None)
+@given(unrolled_kernels())
+def test_unrolled_reduce_is_bit_for_bit_the_plain_kernel(case: tuple[str, DType, tuple[Opt, ...]]) -> None:
+    """float32 too: the unrolled steps run in the reduce's order, and the unrolled loop gets no `simd reduction`
+    (a GROUP reorders the sum itself: a tolerance then)."""
+    name, dt, opts = case
+    for device in DEVICES:
+        check(KERNELS[name](dt), dt, device, opts, exact=all(o.op is not OptOps.GROUP for o in opts))
+
+
+@pytest.mark.parametrize(
+    ("opt", "match"),
+    [(Opt(OptOps.UNROLL, 0, 2), "UNROLL needs a REDUCE axis: got axis 0 of LOOP"),
+     (Opt(OptOps.UNROLL, 2, 5), "UNROLL by 5 of axis 2: got size 12, expected a multiple"),
+     (Opt(OptOps.UNROLL, 2, 1), "UNROLL by 1 of axis 2"),
+     (Opt(OptOps.UNROLL, 7, 2), "no single loop with axis id 7")],
+)  # fmt: skip
+def test_bad_unrolls_are_errors(opt: Opt, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        full_rewrite(with_opts(matmul(3, 12, 16, dtypes.float32)[0], (opt,)), ClangRenderer())
+
+
+def test_only_the_innermost_reduce_loop_unrolls() -> None:
+    # a conv's channel loop has its window's taps inside: split, the taps would run between its unrolled steps
+    with pytest.raises(ValueError, match="UNROLL of axis 3: got reduce loops inside it"):
+        full_rewrite(with_opts(conv1d(2, 4, 4, 6, dtypes.float32)[0], (Opt(OptOps.UNROLL, 3, 2),)), ClangRenderer())
+    with pytest.raises(ValueError, match="UNROLL of axis 1: got reduce loops inside it"):  # a reduce in a reduce
+        full_rewrite(with_opts(nested(4, 6, 5, dtypes.float32)[0], (Opt(OptOps.UNROLL, 1, 2),)), ClangRenderer())
+
+
+def test_unrolled_loop_renders_under_gcc_unroll() -> None:
+    src = to_program(with_opts(full_sum(48, dtypes.float32)[0], (Opt(OptOps.UNROLL, 0, 4),)), ClangRenderer()).src
+    body = src[src.index("void") :]
+    inner = body.index("for (long long ridx1 = 0; ridx1 < 4;")
+    assert body[:inner].rstrip().endswith("#pragma GCC unroll 4")
+    assert "for (long long ridx0 = 0; ridx0 < 12;" in body
+    assert "simd reduction" not in body
+
+
+def test_heuristic_unrolls_a_packed_tiles_long_reduce() -> None:
+    unroll = Opt(OptOps.UNROLL, 2, 4)
+    assert hand_coded_opts(matmul(1024, 1024, 1024, dtypes.float32)[0])[-1] == unroll
+    assert hand_coded_opts(weight_gradient(128, 1024, 512, dtypes.float32)[0])[-1] == unroll
+    # a short reduce (GPT's x @ w.T over 128: within 2% either way) and an unpacked tile keep their loops
+    assert all(o.op is not OptOps.UNROLL for o in hand_coded_opts(matmul_transposed(1024, 128, 384, dtypes.float32)[0]))
+    assert all(o.op is not OptOps.UNROLL for o in hand_coded_opts(matmul(4, 2048, 64, dtypes.float32)[0]))
+    check(matmul(64, 512, 32, dtypes.float32), dtypes.float32, "CPU", None)
+
+
+def test_search_proposes_unrolls_of_the_innermost_reduce_loop_once() -> None:
+    sink = graph_rewrite(matmul(5, 16, 16, dtypes.float32)[0], sym)
+    assert unroll_actions(sink) == [Opt(OptOps.UNROLL, 2, 2), Opt(OptOps.UNROLL, 2, 4), Opt(OptOps.UNROLL, 2, 8)]
+    assert unroll_actions(apply_opts(sink, (Opt(OptOps.UNROLL, 2, 4),))) == []
+    assert unroll_actions(graph_rewrite(conv1d(2, 4, 4, 6, dtypes.float32)[0], sym)) == []  # 3 taps: no amount
+    # after a GROUP its combination of 4 partials is the innermost reduce loop: at least 2 outer steps are left
+    grouped = apply_opts(graph_rewrite(full_sum(64, dtypes.float32)[0], sym), (Opt(OptOps.GROUP, 0, 4),))
+    assert unroll_actions(grouped) == [Opt(OptOps.UNROLL, 2, 2)]
