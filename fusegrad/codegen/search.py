@@ -155,14 +155,15 @@ def extensions(sink: UOp, opts: tuple[Opt, ...], has_local: bool = False) -> lis
 
 
 def neighbours(sink: UOp, opts: tuple[Opt, ...], has_local: bool = False) -> list[tuple[Opt, ...]]:
-    """The opt lists one step from `opts`: its extensions, `opts` with one UPCAST's amount changed (another tile
-    size: a finished tile such as the heuristic's, whose PACK ends its extensions, is still varied), and `opts`
-    without one of its opts; those that apply."""
+    """The opt lists one step from `opts`: its extensions, `opts` with one UPCAST's or UNROLL's amount changed
+    (another tile size: a finished tile such as the heuristic's, whose PACK ends its extensions, is still varied), and
+    `opts` without one of its opts; those that apply."""
     ret = extensions(sink, opts, has_local)
+    amounts = {OptOps.UPCAST: UPCAST_AMOUNTS, OptOps.UNROLL: UNROLL_AMOUNTS}
     for i, opt in enumerate(opts):
-        if opt.op is OptOps.UPCAST:
+        if opt.op in amounts:
             ret += _applicable(sink, [(*opts[:i], Opt(opt.op, opt.axis, amount), *opts[i + 1 :])
-                                      for amount in UPCAST_AMOUNTS if amount != opt.arg], has_local)  # fmt: skip
+                                      for amount in amounts[opt.op] if amount != opt.arg], has_local)  # fmt: skip
     ret += _applicable(sink, [opts[:i] + opts[i + 1 :] for i in range(len(opts))], has_local)
     return dedup(ret)
 

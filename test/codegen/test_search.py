@@ -374,6 +374,9 @@ def test_neighbours_vary_a_finished_tile() -> None:
     assert (Opt(UPCAST, first.axis, first.arg // 2), *tile[1:]) in near
     assert tile[:-1] in near
     assert tile not in near
+    # an UNROLL's amount is varied as an UPCAST's is
+    unrolled = (*tile, Opt(UNROLL, 2, 4))
+    assert (*tile, Opt(UNROLL, 2, 2)) in neighbours(sink, unrolled)
 
 
 def test_a_winner_by_luck_loses_the_duel_with_the_heuristic(monkeypatch: pytest.MonkeyPatch) -> None:
