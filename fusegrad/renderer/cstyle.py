@@ -47,6 +47,7 @@ class RenderContext:
     counts: dict[str, int] = field(default_factory=dict)
     wide: set[UOp] = field(default_factory=set)  # index math declared as lang.index_c_type
     loop: dict[UOp, UOp] = field(default_factory=dict)  # node -> the innermost loop it is in
+    unrolled: set[UOp] = field(default_factory=set)  # loops under `GCC unroll`: scalar code per iteration, no gathers
 
     def __post_init__(self) -> None:
         if self.lang.index_c_type is not None:
@@ -146,8 +147,12 @@ def _is_strided_gather(ctx: RenderContext, x: UOp, idx: UOp) -> bool:
     input), in a kernel whose index math fits int32 but is declared wider (lang.index_c_type). Its subscript is then
     cast to int: gcc 12 vectorises a gated load at an int index as a masked gather (masked-off lanes read nothing),
     but not at a 64-bit one (the loop stayed scalar: a ResNet stem's input panel 3x slower). A unit-stride gated load
-    keeps its 64-bit subscript, which gcc vectorises as a masked vector load."""
+    keeps its 64-bit subscript, which gcc vectorises as a masked vector load. In an unrolled upcast loop (a tile's
+    rows, each a scalar load broadcast to a vector) there is no gather: an int subscript there costs a 32-bit add and a
+    sign extension per load, not folded into the address (a conv weight gradient's 16 rows: 17.7 -> 12.6 ms)."""
     if ctx.lang.index_c_type is None or idx.src[1].dtype.scalar() != dtypes.int32 or (rng := ctx.loop.get(x)) is None:
+        return False
+    if rng in ctx.unrolled:
         return False
     step = 0
     for term in split_uop(idx.src[1], Ops.ADD):
@@ -537,6 +542,7 @@ class CStyleLanguage(Renderer):
     def render(self, uops: list[UOp]) -> str:
         ctx = RenderContext(self, uops)
         pragmas = self.loop_pragmas(uops)
+        ctx.unrolled = {rng for rng, pragma in pragmas.items() if pragma.startswith("#pragma GCC unroll")}
         body: list[str] = []
         for u in uops:
             if u.op is Ops.SINK:
