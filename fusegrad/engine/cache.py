@@ -356,7 +356,14 @@ def record(structure: Structure, items: list[ExecItem], made: list[UOp], becomes
 
 def replay(entry: CachedSchedule, structure: Structure, do_update_stats: bool) -> dict[UOp, UOp]:
     """Run a cached schedule on this graph's buffers; returns what its graph's nodes become (the tensors to repoint)."""
-    params = [*structure.leaves, *[UOp.new_buffer(d, size, dt) for d, size, dt in entry.new_buffers]]
+    params = run_cached(entry, structure.leaves, do_update_stats)
+    return {structure.nodes[pos]: template.instantiate(params) for pos, template in entry.becomes}
+
+
+def run_cached(entry: CachedSchedule, leaves: list[UOp], do_update_stats: bool) -> list[UOp]:
+    """Run a cached schedule with `leaves` (BUFFER nodes, in its graph's walk order) as its parameters; returns every
+    parameter, the leaves and then the buffers it made, for its templates to read."""
+    params = [*leaves, *[UOp.new_buffer(d, size, dt) for d, size, dt in entry.new_buffers]]
     bufs = [p.buffer for p in params]
     entry.hits += 1
     if len(entry.steps) == 1 and not capturing:  # one kernel (the eager op): run_schedule's bookkeeping is moot
@@ -365,7 +372,7 @@ def replay(entry: CachedSchedule, structure: Structure, do_update_stats: bool) -
         run_schedule([_exec_item(s, bufs) for s in entry.steps], do_update_stats=do_update_stats)
     else:
         _run_plan(entry, bufs, do_update_stats)
-    return {structure.nodes[pos]: template.instantiate(params) for pos, template in entry.becomes}
+    return params
 
 
 def _run_step(step: Step, bufs: list[Buffer], do_update_stats: bool) -> None:

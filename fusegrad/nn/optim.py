@@ -8,14 +8,37 @@ are LAMB rules. `fused=True` updates all parameters as one concatenated vector (
 from __future__ import annotations
 
 import math
+import time
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fusegrad.dtype import dtypes, least_upper_dtype
-from fusegrad.engine.cache import GraphRecipe, flag_state_id, view_structure
-from fusegrad.helpers import _METADATA, dedup, flatten
+from fusegrad.engine.cache import (
+    CachedSchedule,
+    GraphRecipe,
+    Structure,
+    Template,
+    cache_counts,
+    flag_state_id,
+    graph_structure,
+    run_cached,
+    schedule_cache,
+    view_structure,
+)
+from fusegrad.engine.realize import capturing
+from fusegrad.helpers import (
+    _METADATA,
+    DEBUG,
+    PROFILE,
+    SCHEDULE_CACHE,
+    TRACK_MATCH_STATS,
+    colored,
+    cpu_profile,
+    dedup,
+    flatten,
+)
 from fusegrad.tensor import Tensor
 from fusegrad.uop import Ops
 from fusegrad.uop.ops import UOp
@@ -189,7 +212,16 @@ class Optimizer:
             >>> w.tolist()
             [0.0]
         """
-        Tensor.realize(*self.schedule_step())
+        if type(self).schedule_step is not Optimizer.schedule_step:  # a group realizes its members' steps as one
+            Tensor.realize(*self.schedule_step())
+            return
+        grads = self._checked_grads()
+        inputs, leaves, key, recording = self._recorded(grads)
+        if recording is None:
+            Tensor.realize(*self._update_from(grads, inputs, leaves, key), *self.params, *self.buffers)
+        elif not _step_again(recording, inputs, leaves, self.buffers):  # the kept schedule rerun without a graph
+            state = self._rebuild(recording, inputs, leaves)
+            _realize_and_remember(recording, inputs, leaves, [*state, *self.params, *self.buffers], self.buffers)
 
     def schedule_step(self) -> list[Tensor]:
         """Write the update into each parameter (lazily) and return the tensors to realize to perform it.
@@ -212,13 +244,17 @@ class Optimizer:
             >>> loss.item(), w.tolist()
             (4.0, [0.0])
         """
+        return [*self._update(self._checked_grads()), *self.params, *self.buffers]
+
+    def _checked_grads(self) -> list[Tensor]:
+        """Every parameter's gradient, realized (training mode, present, of its parameter's shape: checked)."""
         op = f"{type(self).__name__}.step"
         _check_training(op)
         grads = [self._grad_of(op, i, t) for i, t in enumerate(self.params)]
         # finished gradients first: otherwise a gradient that reads another parameter's old value (every layer below
         # the last) makes the scheduler snapshot that parameter before writing it (2-layer MLP, Adam: 21 vs 25 kernels)
         Tensor.realize(*grads)
-        return [*self._update(grads), *self.params, *self.buffers]
+        return grads
 
     def _update(self, grads: list[Tensor]) -> list[Tensor]:
         """Write the step into the parameters and the state; returns the state tensors.
@@ -228,14 +264,36 @@ class Optimizer:
         buffers. So after one step built op by op, a step whose inputs have that step's structure rebuilds its graph
         from a recording (GraphRecipe) on this step's buffers: the same nodes, labels and writes, for a fraction of
         the Python work (~600 Tensor ops in a GPT's AdamW step)."""
+        inputs, leaves, key, recording = self._recorded(grads)
+        if recording is not None:
+            return self._rebuild(recording, inputs, leaves)
+        return self._update_from(grads, inputs, leaves, key)
+
+    def _recorded(
+        self, grads: list[Tensor]
+    ) -> tuple[list[Tensor], list[UOp], tuple[Any, ...] | None, _StepRecording | None]:
+        """The step's inputs (parameters, gradients, state), their nodes, its key, and the recording to rebuild it
+        from (None: it is built op by op)."""
         inputs = [*self.params, *grads, *self._state_tensors()]
         leaves = [t.uop for t in inputs]
         key = self._step_key(inputs, leaves)
         recording = _recordings.get(self)
-        if key is not None and recording is not None and recording.key == key and recording.recipe is not None:
-            for i, assigned in zip(recording.written, recording.recipe.build(leaves), strict=True):
-                inputs[i]._write(assigned)
-            return [inputs[i] for i in recording.state]
+        if key is None or recording is None or recording.key != key or recording.recipe is None:
+            return inputs, leaves, key, None
+        return inputs, leaves, key, recording
+
+    def _rebuild(self, recording: _StepRecording, inputs: list[Tensor], leaves: list[UOp]) -> list[Tensor]:
+        """The recorded step's writes rebuilt on these inputs' nodes; returns the state tensors."""
+        assert recording.recipe is not None, "optimiser: a step rebuilt from a recording that has no graph"
+        for i, assigned in zip(recording.written, recording.recipe.build(leaves), strict=True):
+            inputs[i]._write(assigned)
+        return [inputs[i] for i in recording.state]
+
+    def _update_from(
+        self, grads: list[Tensor], inputs: list[Tensor], leaves: list[UOp], key: tuple[Any, ...] | None
+    ) -> list[Tensor]:
+        """The step built op by op (and recorded under `key`, unless None); returns the state tensors."""
+        recording = _recordings.get(self)
         updates, state = self._fused_step(grads) if self.fused else self._step(self.params, grads)
         for t, update in zip(self.params, updates, strict=True):
             t.assign(t.detach() - update.to(t.device))
@@ -323,6 +381,7 @@ class _StepRecording:
     recipe: GraphRecipe | None
     written: tuple[int, ...]
     state: tuple[int, ...]
+    realized: list[_RealizedStep] = field(default_factory=list)  # the rebuilt step's realize, once known (at most one)
 
     @staticmethod
     def of(key: tuple[Any, ...], inputs: list[Tensor], leaves: list[UOp], state: list[Tensor]) -> _StepRecording:
@@ -334,6 +393,114 @@ class _StepRecording:
         plain = all(inputs[i].uop.op is Ops.ASSIGN and inputs[i].uop.src[0] is leaves[i] for i in written)
         recipe = GraphRecipe.of([inputs[i].uop for i in written], leaves) if plain and -1 not in state_at else None
         return _StepRecording(key, recipe, written, state_at)
+
+
+@dataclass(frozen=True, slots=True)
+class _RealizedStep:
+    """How a rebuilt step's realize ran, so that the next step of its recording runs the kept schedule straight on its
+    inputs' buffers, without building the update graph or walking it for the cache key (`_step_again`). Inputs are
+    numbered as the step's inputs followed by the optimiser's buffers.
+
+    A step of one recording builds a graph of one structure (GraphRecipe), so its realize finds one schedule: the
+    schedule's parameters are the buffers of inputs (`leaf_inputs`, in walk order), and each tensor the realize
+    repoints is an input whose node becomes one of the schedule's templates (`writes`)."""
+
+    structure_key: tuple[Any, ...]
+    entry: CachedSchedule
+    leaf_inputs: tuple[int, ...]
+    writes: tuple[tuple[int, Template], ...]
+    buffers_key: tuple[Any, ...]  # the optimiser's buffers' structure and sharing (the step's key has no buffers)
+
+    @staticmethod
+    def of(structure: Structure, inputs: list[Tensor], leaves: list[UOp], before: list[tuple[Tensor, UOp]],
+           buffers_key: tuple[Any, ...]) -> _RealizedStep | None:  # fmt: skip
+        """None unless the realize ran a kept schedule whose parameters are all inputs' buffers and repointed only
+        inputs, each by one of the schedule's templates."""
+        if structure.key is None or (entry := schedule_cache.get(structure.key)) is None:
+            return None
+        owner: dict[UOp, int] = {}
+        for i, u in enumerate(leaves):
+            owner.setdefault(u.base, i)
+        if any(leaf not in owner for leaf in structure.leaves):
+            return None
+        index = {id(t): i for i, t in enumerate(inputs)}
+        templates = dict(entry.becomes)
+        writes: dict[int, Template] = {}
+        for t, u in before:
+            if (pos := structure.position.get(u)) is not None and pos in templates and id(t) in index:
+                writes[index[id(t)]] = templates[pos]
+            elif u.base.op is not Ops.BUFFER:  # repointed by a substitution, or no input: not a plain rerun
+                return None
+        leaf_inputs = tuple(owner[leaf] for leaf in structure.leaves)
+        return _RealizedStep(structure.key, entry, leaf_inputs, tuple(writes.items()), buffers_key)
+
+
+def _buffers_key(leaves: list[UOp], buffers: list[Tensor]) -> tuple[Any, ...] | None:
+    """The buffers' structure, and which of `leaves` (or earlier buffers) first holds each one's node and memory;
+    None for one that is not a realized buffer or a view of one."""
+    if not buffers:
+        return ()
+    first: dict[UOp, int] = {}
+    for i, u in enumerate(leaves):
+        first.setdefault(u, i)
+        first.setdefault(u.base, i)
+    parts: list[tuple[Any, ...]] = []
+    for i, t in enumerate(buffers, start=len(leaves)):
+        if (structure := view_structure(u := t.uop)) is None:
+            return None
+        parts.append((structure, first.setdefault(u, i), first.setdefault(u.base, i)))
+    return tuple(parts)
+
+
+def _runs_cached_schedules() -> bool:
+    """Whether a realize would look its graph up in the schedule cache and rerun what it finds as it is."""
+    return bool(SCHEDULE_CACHE.value) and TRACK_MATCH_STATS.value < 2 and not capturing
+
+
+def _step_again(recording: _StepRecording, inputs: list[Tensor], leaves: list[UOp], buffers: list[Tensor]) -> bool:
+    """Rerun the step whose realize `recording` remembers, on these inputs (of its key) and buffers: the kept
+    schedule on their buffers, then each written input pointed at what its template gives. False (nothing done)
+    when no realize is remembered, the schedule left the cache, or the buffers changed structure."""
+    if not recording.realized or not _runs_cached_schedules():
+        return False
+    start, realized = time.perf_counter(), recording.realized[0]
+    if _buffers_key(leaves, buffers) != realized.buffers_key:
+        return False
+    if schedule_cache.get(realized.structure_key) is not realized.entry:  # cleared or evicted: schedule it again
+        return False
+    cache_counts["hit"] += 1
+    if DEBUG.value >= 1:  # realize's line for a hit
+        took = (time.perf_counter() - start) * 1e3
+        print(colored(f"scheduled {realized.entry.kernel_count} kernels in {took:.2f} ms (schedule cache hit)", "cyan"))
+    targets, all_leaves = [*inputs, *buffers], [*leaves, *[t.uop for t in buffers]]
+    if PROFILE:
+        with cpu_profile("schedule cache hit", "TINY"):
+            _rerun(realized, targets, all_leaves)
+    else:
+        _rerun(realized, targets, all_leaves)
+    return True
+
+
+def _rerun(realized: _RealizedStep, targets: list[Tensor], leaves: list[UOp]) -> None:
+    params = run_cached(realized.entry, [leaves[i].base for i in realized.leaf_inputs], do_update_stats=True)
+    for i, template in realized.writes:
+        targets[i].uop = template.instantiate(params)
+
+
+def _realize_and_remember(
+    recording: _StepRecording, inputs: list[Tensor], leaves: list[UOp], tensors: list[Tensor], buffers: list[Tensor]
+) -> None:
+    """Realize a rebuilt step's `tensors`, and remember how that realize ran (_RealizedStep) for the next step."""
+    recording.realized.clear()
+    if not _runs_cached_schedules() or (buffers_key := _buffers_key(leaves, buffers)) is None:
+        Tensor.realize(*tensors)
+        return
+    before = [(t, t.uop) for t in tensors]
+    structure = graph_structure(UOp.sink(*[u for _, u in before]))
+    all_leaves = [*leaves, *[t.uop for t in buffers]]
+    Tensor.realize(*tensors)
+    if (realized := _RealizedStep.of(structure, [*inputs, *buffers], all_leaves, before, buffers_key)) is not None:
+        recording.realized.append(realized)
 
 
 # per optimiser, its last recorded step (weak: a recording never keeps an optimiser alive, and is no attribute of

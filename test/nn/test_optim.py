@@ -13,8 +13,10 @@ import torch
 
 from fusegrad import Tensor
 from fusegrad.dtype import dtypes
+from fusegrad.engine.cache import cache_counts, schedule_cache
 from fusegrad.helpers import GlobalCounters
 from fusegrad.nn import optim
+from fusegrad.uop import Ops
 from fusegrad.uop.ops import UOp, all_metadata
 
 STEPS = 5
@@ -600,3 +602,84 @@ def test_step_with_pending_write_is_built() -> None:
         grad = params[1].grad.numpy()
         opt.step()
     np.testing.assert_allclose(params[1].numpy(), -0.1 * grad, rtol=1e-6)
+
+
+# *** rerun steps: a rebuilt step's realize is remembered, and the next step of its key reruns its schedule ***
+
+
+def _train_stepping(
+    make: Callable[[list[Tensor]], optim.Optimizer], rerun: bool, buffer: Tensor | None = None
+) -> tuple[list[np.ndarray], int]:
+    """STEPS + 2 steps through `opt.step()`; without `rerun` every step is built op by op. Returns the parameters
+    and how many steps reran a remembered realize (a step whose recording remembered one before it ran)."""
+    params = [Tensor(p.copy(), requires_grad=True) for p in INIT]
+    opt = make([*params, *([buffer] if buffer is not None else [])])
+    x, y = Tensor(X), Tensor(Y)
+    reran = 0
+    with Tensor.train():
+        for _ in range(STEPS + 2):
+            if not rerun:
+                optim._recordings.clear()
+            opt.zero_grad()
+            mlp_loss(params, x, y).backward()
+            Tensor.realize(*[p.grad for p in params if p.grad is not None])  # the step's own realize is counted
+            recording = optim._recordings.get(opt)
+            remembered = recording is not None and bool(recording.realized)
+            hits = cache_counts["hit"]
+            opt.step()
+            reran += remembered and cache_counts["hit"] == hits + 1 and optim._recordings[opt] is recording
+    return [p.numpy() for p in params], reran
+
+
+@pytest.mark.parametrize("case", REBUILT_CASES)
+def test_rerun_step_matches_built_step(case: str) -> None:
+    """Bit for bit the parameters of steps built op by op, and every step after the first rebuilt one reruns."""
+    rerun, reran = _train_stepping(REBUILT_CASES[case], rerun=True)
+    built, built_reran = _train_stepping(REBUILT_CASES[case], rerun=False)
+    # steps 1-2 built (the first reads the state's lazy zeros), step 3 rebuilt and remembered, steps 4-7 rerun
+    assert reran == STEPS - 1
+    assert built_reran == 0
+    for a, b in zip(rerun, built, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_rerun_step_realizes_buffers() -> None:
+    """A step with a buffer (requires_grad=False) reruns while the buffer is realized; a pending write into it makes
+    the next step build again, and that step realizes the write."""
+    buffer = Tensor([1.0, 2.0], requires_grad=False).realize()
+    params, reran = _train_stepping(REBUILT_CASES["adam"], rerun=True, buffer=buffer)
+    built, _ = _train_stepping(REBUILT_CASES["adam"], rerun=False, buffer=Tensor([1.0, 2.0], requires_grad=False))
+    assert reran == STEPS - 1
+    for a, b in zip(params, built, strict=True):
+        np.testing.assert_array_equal(a, b)
+    weights = [Tensor(p.copy(), requires_grad=True) for p in INIT]
+    opt = optim.Adam([*weights, buffer], lr=0.01)
+    with Tensor.train():
+        for i in range(4):
+            if i == 3:
+                buffer.assign(buffer + 1)  # pending: no realized buffer, so the step can't rerun
+            opt.zero_grad()
+            mlp_loss(weights, Tensor(X), Tensor(Y)).backward()
+            opt.step()
+    assert buffer.uop.base.op is Ops.BUFFER
+    assert buffer.tolist() == [2.0, 3.0]
+
+
+def test_rerun_step_schedules_again_after_cache_clear() -> None:
+    """A cleared schedule cache is no stale schedule to rerun: the step is rebuilt and scheduled (a miss)."""
+    params = [Tensor(p.copy(), requires_grad=True) for p in INIT]
+    opt = optim.Adam(params, lr=0.01)
+    x, y = Tensor(X), Tensor(Y)
+    with Tensor.train():
+        for _ in range(3):
+            opt.zero_grad()
+            mlp_loss(params, x, y).backward()
+            opt.step()
+        opt.zero_grad()
+        mlp_loss(params, x, y).backward()
+        Tensor.realize(*[p.grad for p in params if p.grad is not None])
+        schedule_cache.clear()
+        misses = cache_counts["miss"]
+        opt.step()
+        assert cache_counts["miss"] == misses + 1
+        assert optim._recordings[opt].realized  # remembered again for the next step
