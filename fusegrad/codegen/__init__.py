@@ -9,6 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from fusegrad.codegen.clip import clip_reduce_loops
 from fusegrad.codegen.fma import pm_fuse_multiply_add
 from fusegrad.codegen.gates import pm_simplify_gates
 from fusegrad.codegen.gather import pm_collapse_one_hot_sums
@@ -83,6 +84,9 @@ def full_rewrite(ast: UOp, renderer: Renderer) -> list[UOp]:
     if renderer.has_local:  # GPUs: output loops become work-groups, LOCAL loops their threads
         sink = add_gpudims(sink, renderer.global_max or (2**31 - 1,) * 3, renderer.local_max or (1024,) * 3)
     sink = graph_rewrite(sink, pm_simplify_gates, name="simplify gates")
+    # triangular loops: reduce loops end where the rest is identity or unread (after the gates: simplifying an index
+    # given its gate would rewrite a clipped loop's end inside it, making a second copy of the loop)
+    sink = clip_reduce_loops(sink)
     if renderer.supports_float4:
         sink = vectorize_upcast(sink, masks=not renderer.has_local)  # the innermost upcast loop as vector values
     sink = graph_rewrite(sink, pm_reduce_to_accumulator, ctx=AccumulatorContext.of(sink), name="reduce to accumulators")

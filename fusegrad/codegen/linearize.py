@@ -152,18 +152,36 @@ def max_lanes(ctx: AccumulatorContext, red: UOp) -> UOp | None:
     if red.arg is not Ops.MAX or len(red.src) != 2 or red.dtype.count != 1:
         return None
     rng = red.src[1]
-    if rng.op is not Ops.RANGE or rng.arg[1] is not AxisType.REDUCE or rng.src[0].op is not Ops.CONST:
+    if rng.op is not Ops.RANGE or rng.arg[1] is not AxisType.REDUCE:
         return None
-    size = int(rng.src[0].arg)
-    if (lanes := next((n for n in MAX_LANES if size % n == 0 and size >= 2 * n), None)) is None:
+    multiple, longest = trip_multiple(rng.src[0]), int(rng.src[0].vmax)
+    if (lanes := next((n for n in MAX_LANES if multiple % n == 0 and longest >= 2 * n), None)) is None:
         return None
     if any(r.arg[1] is AxisType.UPCAST for r in loop_scopes(red, ctx.scopes, ctx.enclosing)[red]):
         return None
-    steps = UOp.range(size // lanes, ctx.next_axis, AxisType.REDUCE)
+    steps = UOp.range(_divide_trip(rng.src[0], lanes), ctx.next_axis, AxisType.REDUCE)
     lane = UOp.range(lanes, ctx.next_axis + 1, AxisType.UPCAST)
     ctx.next_axis += 2
     lanewise = red.src[0].substitute({rng: steps * lanes + lane}).reduce(steps, arg=Ops.MAX)
     return reduce_to_accumulator(ctx, reduce_to_accumulator(ctx, lanewise).reduce(lane, arg=Ops.MAX))
+
+
+def trip_multiple(end: UOp) -> int:
+    """A number the loop end `end` is always a multiple of: a constant end itself; a clipped loop's end (codegen/clip.py
+    ends one at `chunks * granule`) its granule; else 1."""
+    if end.op is Ops.CONST:
+        return int(end.arg)
+    if end.op is Ops.MUL and end.src[1].op is Ops.CONST:
+        return int(end.src[1].arg)
+    return 1
+
+
+def _divide_trip(end: UOp, lanes: int) -> UOp:
+    """end // lanes for an end that `trip_multiple` says `lanes` divides."""
+    if end.op is Ops.CONST:
+        return end.const_like(int(end.arg) // lanes)
+    factor = int(end.src[1].arg) // lanes
+    return end.src[0] if factor == 1 else end.src[0] * factor
 
 
 # lowers every REDUCE; sources are rewritten first, so an inner reduce is lowered before the one around it

@@ -128,6 +128,16 @@ def _dependents(sink: UOp, lane: UOp) -> set[UOp]:
     return ret
 
 
+_WIDE_INTS = (dtypes.int32, dtypes.int64, dtypes.index)  # index math cast between these keeps its value
+
+
+def _strip_int_casts(x: UOp) -> UOp:
+    """x without the casts between wide signed integer types around it (index math cast to int32 for a compare)."""
+    while x.op is Ops.CAST and x.dtype in _WIDE_INTS and x.src[0].dtype in _WIDE_INTS:
+        x = x.src[0]
+    return x
+
+
 def vector_offset(idx: UOp, lane: UOp) -> UOp | None:
     """`idx - lane` when `idx` is `lane` plus terms that don't depend on it (a contiguous run of lanes), else None."""
     terms = list(split_uop(idx, Ops.ADD))
@@ -222,6 +232,8 @@ class _Vectorizer:
         """Compares as lane masks (bool vectors), selects by a mask or by a scalar condition, max and math ops."""
         if u.op in MASK_ALU and u.src[0].dtype == self.vec.scalar():
             return UOp(u.op, dtypes.bool.vec(self.vec.count), tuple(self.operand(s) for s in u.src))
+        if u.op is Ops.CMPLT and (mask := self.lane_threshold_mask(u)) is not None:
+            return mask
         if u.dtype != self.vec.scalar():
             raise _NoVectorFormError(f"{u.op} of {u.dtype}")
         if u.op is not Ops.WHERE:
@@ -231,6 +243,26 @@ class _Vectorizer:
             raise _NoVectorFormError("a select whose condition is computed lane by lane")
         values = (self.operand(u.src[1]), self.operand(u.src[2]))
         return UOp(Ops.WHERE, self.vec, (cond if mask is None else mask, *values))
+
+    def lane_threshold_mask(self, u: UOp) -> UOp | None:
+        """An integer compare of the lane's index with a value the lane doesn't change (a causal mask's j < i in a
+        tile's epilogue: i < lane + base <=> lane > i - base) as a float compare of the lanes' numbers with that
+        threshold clamped to [-1, lanes]: exact in float32, and a lane mask instead of a compare per lane."""
+        left, right = (_strip_int_casts(s) for s in u.src)
+        if left.dtype not in _WIDE_INTS or right.dtype not in _WIDE_INTS:
+            return None
+        lanes = self.vec.count
+        iota = UOp(Ops.VECTORIZE, self.vec, tuple(UOp.const(dtypes.float32, i) for i in range(lanes)))
+        if (offset := vector_offset(right, self.lane)) is not None and self.lane not in left.toposort():
+            threshold, lane_first = left - offset, False  # left < lane + offset <=> threshold < lane
+        elif (offset := vector_offset(left, self.lane)) is not None and self.lane not in right.toposort():
+            threshold, lane_first = right - offset, True  # lane + offset < right <=> lane < threshold
+        else:
+            return None
+        clamped = threshold.cast(dtypes.index).maximum(-1)
+        clamped = (clamped < lanes).where(clamped, UOp.const(dtypes.index, lanes)).cast(dtypes.float32)
+        pair = (iota, clamped.broadcast(lanes)) if lane_first else (clamped.broadcast(lanes), iota)
+        return UOp(Ops.CMPLT, dtypes.bool.vec(lanes), pair)
 
     def convert_index(self, u: UOp) -> UOp:
         """buf[base + lane] -> the address of buf[base], read or written as one vector (ungated; global buffers and

@@ -550,7 +550,8 @@ class NNMixin:
     ) -> Tensor:
         """softmax(self @ key^T / sqrt(E) + mask) @ value; self (..., L, E), key (..., S, E), value (..., S, Ev).
 
-        A bool mask keeps True; a float mask is added. is_causal masks the upper triangle (not with attn_mask).
+        A bool mask keeps True; a float mask is added. is_causal masks the upper triangle (not with attn_mask); outside
+        training its masked scores are not computed and values past the diagonal are never read.
         enable_gqa repeats the key/value heads (axis -3) to the query's. Scores accumulate in at least float32.
 
         Args:
@@ -587,8 +588,16 @@ class NNMixin:
             attn_mask = type(self).arange(rows, device=self.device).reshape(rows, 1) >= type(self).arange(
                 cols, device=self.device
             )
+        # outside training, masked scores and products are never computed: the kernels end their loops at the diagonal
+        # and values past it are never read. In training the plain forms stay: the masks would reach the gradient
+        # kernels (a select per multiply-add in dV = P^T dO), where nothing is skipped: forward and backward at the
+        # GPT's (16, 4, 64, 32) took 2.8 -> 3.7 ms single-thread.
+        skip_masked = is_causal and not type(self).training
         if attn_mask is None:
             probs = scores.cast(self.dtype).softmax(-1)
+        elif skip_masked:  # masked in the score kernel, which then skips its masked tiles (codegen/clip.py)
+            masked = attn_mask.where(scores, -math.inf).cast(self.dtype).contiguous()
+            probs = _masked_softmax(masked, attn_mask, holds_mask=True)
         elif attn_mask.dtype == dtypes.bool:
             probs = _masked_softmax(scores.cast(self.dtype), attn_mask)
         else:  # a float mask's -inf (a causal LLM's) masks as a bool one does
@@ -596,6 +605,10 @@ class NNMixin:
             probs = _masked_softmax(masked, masked != -math.inf, holds_mask=True)
         if dropout_p > 0.0:
             probs = probs.dropout(dropout_p)  # only while Tensor.training
+        if skip_masked and attn_mask is not None:
+            # (..., L, 1, S) * (..., 1, Ev, S) with masked terms 0: the PV kernel's loop ends at the diagonal
+            terms = probs.unsqueeze(-2) * value.transpose(-2, -1).unsqueeze(-3)
+            return attn_mask.unsqueeze(-2).where(terms, 0.0).sum(-1)
         return probs.dot(value)
 
     # *** losses ***

@@ -56,7 +56,11 @@ def _add(x: sint, y: sint) -> sint:
 
 def _trip_count(rng: UOp) -> sint:
     end = rng.src[0]
-    return int(end.arg) if end.op is Ops.CONST else _as_index(end)
+    if end.op is Ops.CONST:
+        return int(end.arg)
+    if any(u.op in (Ops.RANGE, Ops.SPECIAL) for u in end.toposort()):
+        return int(end.vmax)  # a loop clipped per step of an outer one (codegen/clip.py): counted at its longest
+    return _as_index(end)
 
 
 def _as_index(x: UOp) -> UOp:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar, cast
 
+from fusegrad.codegen.linearize import trip_multiple
 from fusegrad.dtype import FP8_FORMATS, AddrSpace, ConstType, DType, PtrDType, dtypes, fp8_to_float, truncate
 from fusegrad.helpers import cpu_flags, strip_parens, to_function_name
 from fusegrad.renderer import Renderer, index_arithmetic
@@ -174,8 +175,10 @@ def render_store(ctx: RenderContext, idx: UOp, value: UOp) -> str:
 
 
 def render_range(ctx: RenderContext, x: UOp) -> str:
-    name, index_type = ctx[x], ctx.type_of(x)
-    return f"for ({index_type} {name} = 0; {name} < {strip_parens(ctx[x.src[0]])}; {name}++) {{"
+    name, index_type, end = ctx[x], ctx.type_of(x), ctx[x.src[0]]
+    # an end binding looser than `<` (a clipped loop's `c ? 0 : 64`, codegen/clip.py) keeps its parentheses
+    bound = end if any(op in end for op in "?&|^<>=") else strip_parens(end)
+    return f"for ({index_type} {name} = 0; {name} < {bound}; {name}++) {{"
 
 
 # C computes these in int: results of the ops that can leave their range are cast back (wrapped), as the IR defines
@@ -954,8 +957,7 @@ _SIMDLEN_DEFINE = "#ifdef __AVX512F__\n#define FG_SIMDLEN 16\n#else\n#define FG_
 
 
 def _simdlen(rng: UOp) -> str:
-    trip = rng.src[0]
-    return " simdlen(FG_SIMDLEN)" if trip.op is Ops.CONST and trip.arg % 16 == 0 else ""
+    return " simdlen(FG_SIMDLEN)" if trip_multiple(rng.src[0]) % 16 == 0 else ""  # clipped loops too (codegen/clip.py)
 
 
 def _short_odd_trip(rng: UOp) -> bool:
