@@ -14,7 +14,7 @@ import math
 import sys
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal, TypeVar
 
 from fusegrad.device import Device, canonicalize_device
@@ -3129,7 +3129,7 @@ def _is_settled(u: UOp) -> bool:
 _SETTLED_OPS = frozenset({Ops.BUFFER, Ops.CONST})  # a base that is memory or a constant: _is_settled
 
 
-def _apply_map(becomes: dict[UOp, UOp], only: Sequence[Tensor] | None = None) -> None:
+def _apply_map(becomes: Mapping[UOp, UOp], only: Sequence[Tensor] | None = None) -> None:
     """Point every live tensor whose graph contains a key of `becomes` at the replacement (only lazy tensors can:
     a realized buffer's graph holds nothing to replace; those that became one leave the lazy set here). `only`
     limits that to these tensors, for a caller that knows no other tensor's graph holds their nodes: it skips the
@@ -3149,6 +3149,7 @@ def _apply_map(becomes: dict[UOp, UOp], only: Sequence[Tensor] | None = None) ->
     if not others:
         return
     sink = UOp.sink(*[t.uop for t in others])
-    new_sink = sink.substitute(becomes, name="apply becomes map")
+    replacements = becomes if isinstance(becomes, dict) else dict(becomes)  # a replay's map builds every node now
+    new_sink = sink.substitute(replacements, name="apply becomes map")
     for t, new in zip(others, new_sink.src, strict=True):
         t.uop = new

@@ -10,9 +10,11 @@ express (symbolic variables, tensors sharded over several devices, storage views
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fusegrad.device import Buffer
 from fusegrad.engine.realize import ExecItem, batch_for_graph, capturing, count_run, run_graph, run_schedule
 from fusegrad.helpers import (
     DEBUG,
@@ -25,7 +27,6 @@ from fusegrad.uop.ops import LABELS, UOp, UOpMetaClass, all_metadata, buffers
 from fusegrad.uop.shape import compute_device
 
 if TYPE_CHECKING:
-    from fusegrad.device import Buffer
     from fusegrad.dtype import DType
     from fusegrad.engine.realize import Runner
 
@@ -189,7 +190,7 @@ class Template:
 
     nodes: tuple[int | tuple[Any, ...], ...]
 
-    def instantiate(self, params: list[UOp]) -> UOp:
+    def instantiate(self, params: Sequence[UOp] | Params) -> UOp:
         made: list[UOp] = []
         for node in self.nodes:
             if isinstance(node, int):
@@ -354,17 +355,64 @@ def record(structure: Structure, items: list[ExecItem], made: list[UOp], becomes
     schedule_cache[structure.key] = CachedSchedule(steps, new_buffers, tuple(templates), len(items), nodes)
 
 
-def replay(entry: CachedSchedule, structure: Structure, do_update_stats: bool) -> dict[UOp, UOp]:
+def replay(entry: CachedSchedule, structure: Structure, do_update_stats: bool) -> Becomes:
     """Run a cached schedule on this graph's buffers; returns what its graph's nodes become (the tensors to repoint)."""
     params = run_cached(entry, structure.leaves, do_update_stats)
-    return {structure.nodes[pos]: template.instantiate(params) for pos, template in entry.becomes}
+    return Becomes({structure.nodes[pos]: template for pos, template in entry.becomes}, params)
 
 
-def run_cached(entry: CachedSchedule, leaves: list[UOp], do_update_stats: bool) -> list[UOp]:
+class Becomes(Mapping[UOp, UOp]):
+    """A replay's map of graph nodes to what they become, each node built from its template when first looked up: a
+    realize repoints the few tensors that hold one (a GPT step's loss and gradients), and building the others (~150
+    a step) would be wasted work."""
+
+    __slots__ = ("_made", "_params", "_templates")
+
+    def __init__(self, templates: dict[UOp, Template], params: Params) -> None:
+        self._templates, self._params = templates, params
+        self._made: dict[UOp, UOp] = {}
+
+    def __getitem__(self, node: UOp) -> UOp:
+        if (made := self._made.get(node)) is None:
+            made = self._made[node] = self._templates[node].instantiate(self._params)
+        return made
+
+    def __contains__(self, node: object) -> bool:
+        return node in self._templates
+
+    def __iter__(self) -> Iterator[UOp]:
+        return iter(self._templates)
+
+    def __len__(self) -> int:
+        return len(self._templates)
+
+
+class Params:
+    """A replay's parameters as nodes: the graph's BUFFER nodes, then the buffers the schedule made, whose BUFFER node
+    is made when a template first reads it (an intermediate, which no tensor reads afterwards, never gets one)."""
+
+    __slots__ = ("_made", "bufs", "leaves")
+
+    def __init__(self, leaves: list[UOp], bufs: list[Buffer]) -> None:
+        self.leaves, self.bufs = leaves, bufs
+        self._made: dict[int, UOp] = {}
+
+    def __getitem__(self, i: int) -> UOp:
+        if i < len(self.leaves):
+            return self.leaves[i]
+        if (node := self._made.get(i)) is None:
+            buf = self.bufs[i]
+            node = self._made[i] = UOp.new_buffer(buf.device, buf.size, buf.dtype)
+            buffers[node] = buf
+        return node
+
+
+def run_cached(entry: CachedSchedule, leaves: list[UOp], do_update_stats: bool) -> Params:
     """Run a cached schedule with `leaves` (BUFFER nodes, in its graph's walk order) as its parameters; returns every
     parameter, the leaves and then the buffers it made, for its templates to read."""
-    params = [*leaves, *[UOp.new_buffer(d, size, dt) for d, size, dt in entry.new_buffers]]
-    bufs = [p.buffer for p in params]
+    bufs = [u.buffer for u in leaves]
+    bufs.extend(Buffer(device, size, dtype) for device, size, dtype in entry.new_buffers)
+    params = Params(leaves, bufs)
     entry.hits += 1
     if len(entry.steps) == 1 and not capturing:  # one kernel (the eager op): run_schedule's bookkeeping is moot
         _run_step(entry.steps[0], bufs, do_update_stats)

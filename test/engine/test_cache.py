@@ -251,6 +251,35 @@ def test_replayed_tensors_carry_their_shape_and_device() -> None:
     np.testing.assert_allclose(y.numpy(), (x.numpy().reshape(4, 6) * 2).T)
 
 
+def test_replay_builds_only_what_tensors_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hit gives an intermediate buffer (no tensor reads it afterwards) no BUFFER node, and builds the node of a
+    template only for a tensor that holds it; values stay right."""
+    x = Tensor.rand(4, 4).realize()
+    made: list[UOp] = []
+    new_buffer = UOp.new_buffer
+
+    def counted(*args: Any) -> UOp:
+        made.append(node := new_buffer(*args))
+        return node
+
+    for i in range(3):
+        if i == 2:
+            monkeypatch.setattr(UOp, "new_buffer", staticmethod(counted))
+        hits = cache_counts["hit"]
+        hidden = (x + 1).contiguous()  # realized with y as an intermediate once its tensor is gone
+        y = (hidden * 2).sum(0)
+        del hidden
+        y.realize()
+    assert cache_counts["hit"] == hits + 1
+    assert len(made) == 1  # y's buffer; the intermediate is a bare Buffer
+    assert y.uop.base is made[0]
+    np.testing.assert_allclose(y.numpy(), ((x.numpy() + 1) * 2).sum(0), rtol=1e-6)
+    structure = graph_structure(UOp.sink(((x + 1).contiguous() * 2).sum(0).uop))
+    becomes = cache.replay(schedule_cache[structure.key], structure, do_update_stats=False)
+    assert len(becomes) >= 1
+    assert not becomes._made  # nothing built before a look-up
+
+
 def test_flag_off_schedules_every_realize() -> None:
     a = Tensor.ones(5).contiguous().realize()
     (a + 1).realize()
