@@ -27,6 +27,7 @@ Affine = dict[UOp | None, int]
 # a region of the index space in disjunctive normal form: OR of ANDs of half-spaces `expr < 0`
 Region = list[list[Affine]]
 _LANES = (AxisType.UPCAST, AxisType.UNROLL)
+_WIDE_INTS = (dtypes.int32, dtypes.int64, dtypes.index)  # signed, no index math near their limits: no wrapping
 _MAX_CONJUNCTIONS = 16  # a region built from many masks is not worth a bound
 _GRANULES = (
     16,
@@ -199,8 +200,8 @@ def _and(left: Region, right: Region) -> Region:
 
 
 def _affine(x: UOp) -> Affine | None:
-    """x as a sum of integer multiples of RANGEs and range-free atoms; None when it is not one."""
-    if not dtypes.is_int(x.dtype):
+    """x as a sum of integer multiples of RANGEs and range-free atoms; None when it is not one (or may wrap)."""
+    if x.dtype not in _WIDE_INTS:
         return None
     match x.op:
         case Ops.CONST:
@@ -208,7 +209,7 @@ def _affine(x: UOp) -> Affine | None:
         case Ops.RANGE:
             return {x: 1}
         case Ops.CAST:
-            return _affine(x.src[0])
+            return _affine(x.src[0])  # between wide signed ints: index math keeps its value
         case Ops.ADD:
             a, b = (_affine(s) for s in x.src)
             return None if a is None or b is None else _minus(a, b, 0, -1)
@@ -219,9 +220,9 @@ def _affine(x: UOp) -> Affine | None:
             if set(b) == {None}:
                 return {k: v * b[None] for k, v in a.items()}
             return {k: v * a[None] for k, v in b.items()} if set(a) == {None} else None
-    if any(u.op is Ops.RANGE for u in x.toposort()):
-        return None
-    return {x: 1}  # a variable or other range-free index: fixed for the whole kernel launch
+    if any(u.op in (Ops.RANGE, Ops.LOAD) for u in x.toposort()):
+        return None  # a loaded value may change while the kernel runs (it may store there)
+    return {x: 1}  # a variable, a launch index or other range-free index math: fixed for the loop
 
 
 def _minus(a: Affine, b: Affine, const: int = 0, sign: int = 1) -> Affine:

@@ -104,6 +104,16 @@ def test_an_unmasked_or_prefix_masked_reduce_is_left_alone() -> None:
         assert clip_reduce_loops(ast) is ast
 
 
+def test_a_mask_on_narrow_or_loaded_indexes_is_left_alone() -> None:
+    """uint8 indexes wrap past 255 (r = 300 compares as 44) and a loaded bound may change while the kernel runs."""
+    i, r = loop(4, 0), red(300, 1)
+    x = glob(1, 1200, F32).index(i * 300 + r).load()
+    bound = glob(2, 4, dtypes.int32).index(i).load()
+    for cond in (r.cast(dtypes.uint8) < (i + 1).cast(dtypes.uint8), r.cast(dtypes.int32) < bound):
+        ast = graph_rewrite(UOp.sink(glob(0, 4, F32).index(i).store(cond.where(x, 0.0).reduce(r, arg=Ops.ADD))), sym)
+        assert clip_reduce_loops(ast) is ast
+
+
 @settings(max_examples=20, deadline=None)
 @given(rows=st.integers(1, 3), cols=st.sampled_from([8, 16, 40, 64]), seed=st.integers(0, 2**16))
 def test_a_causal_softmax_with_its_row_buffer_gives_the_unclipped_bits(rows: int, cols: int, seed: int) -> None:
