@@ -945,6 +945,7 @@ class ClangRenderer(CStyleLanguage):
             clauses = (["parallel for"] if threads else []) + ([f"simd{_simdlen(rng)}"] if simd else [])
             if clauses:
                 ret[rng] = "#pragma omp " + " ".join(clauses)
+        ret.update(_spread_pragmas(uops, ret))
         return ret
 
 
@@ -958,6 +959,47 @@ _SIMDLEN_DEFINE = "#ifdef __AVX512F__\n#define FG_SIMDLEN 16\n#else\n#define FG_
 
 def _simdlen(rng: UOp) -> str:
     return " simdlen(FG_SIMDLEN)" if trip_multiple(rng.src[0]) % 16 == 0 else ""  # clipped loops too (codegen/clip.py)
+
+
+def _spread_pragmas(uops: list[UOp], pragmas: dict[UOp, str]) -> dict[UOp, str]:
+    """A short upcast loop (fewer than 8 iterations) outside reduces that is the only loop in an output loop with no
+    pragma of its own, and updates no register (codegen/opt.py spread_opts: the c outputs of one x // c): unrolled,
+    and the loop around it takes its `simd`, so the vector lanes run over the outer loop and its loads stay
+    contiguous (vectorised itself, the short loop gathered at x // c: a pool backward 0.50 -> 0.30 ms)."""
+    parent: dict[UOp, UOp | None] = {}
+    children: dict[UOp | None, int] = {}
+    stored_in: set[UOp] = set()  # loops around a store to a register
+    open_loops: list[UOp] = []
+    for u in uops:
+        if u.op is Ops.RANGE:
+            parent[u] = open_loops[-1] if open_loops else None
+            children[parent[u]] = children.get(parent[u], 0) + 1
+            open_loops.append(u)
+        elif u.op is Ops.END:
+            open_loops.pop()
+        elif u.op is Ops.STORE and _is_register(_base_buffer(u.src[0].src[0])):
+            stored_in.update(open_loops)
+    ret: dict[UOp, str] = {}
+    for rng, outer in parent.items():
+        trip = rng.src[0]
+        if rng.arg[1] is not AxisType.UPCAST or trip.op is not Ops.CONST or trip.arg >= 8 or rng in children:
+            continue
+        if outer is None or outer.arg[1] is not AxisType.LOOP or outer in pragmas or children[outer] != 1:
+            continue
+        around = _loops_around(parent, rng)
+        if rng in stored_in or _short_odd_trip(outer) or any(r.arg[1] in REDUCE_AXES for r in around):
+            continue
+        ret[rng], ret[outer] = f"#pragma GCC unroll {trip.arg}", f"#pragma omp simd{_simdlen(outer)}"
+    return ret
+
+
+def _loops_around(parent: dict[UOp, UOp | None], rng: UOp) -> list[UOp]:
+    """The loops enclosing `rng`, innermost first."""
+    ret, node = [], parent[rng]
+    while node is not None:
+        ret.append(node)
+        node = parent[node]
+    return ret
 
 
 def _short_odd_trip(rng: UOp) -> bool:
