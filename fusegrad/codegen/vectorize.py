@@ -138,6 +138,10 @@ def _strip_int_casts(x: UOp) -> UOp:
     return x
 
 
+def _as_index(x: UOp) -> UOp:
+    return x if x.dtype == dtypes.index else x.cast(dtypes.index)
+
+
 def vector_offset(idx: UOp, lane: UOp) -> UOp | None:
     """`idx - lane` when `idx` is `lane` plus terms that don't depend on it (a contiguous run of lanes), else None."""
     terms = list(split_uop(idx, Ops.ADD))
@@ -254,12 +258,12 @@ class _Vectorizer:
         lanes = self.vec.count
         iota = UOp(Ops.VECTORIZE, self.vec, tuple(UOp.const(dtypes.float32, i) for i in range(lanes)))
         if (offset := vector_offset(right, self.lane)) is not None and self.lane not in left.toposort():
-            threshold, lane_first = left - offset, False  # left < lane + offset <=> threshold < lane
+            threshold, lane_first = _as_index(left) - _as_index(offset), False  # left < lane + offset <=> t < lane
         elif (offset := vector_offset(left, self.lane)) is not None and self.lane not in right.toposort():
-            threshold, lane_first = right - offset, True  # lane + offset < right <=> lane < threshold
+            threshold, lane_first = _as_index(right) - _as_index(offset), True  # lane + offset < right <=> lane < t
         else:
             return None
-        clamped = threshold.cast(dtypes.index).maximum(-1)
+        clamped = threshold.maximum(-1)
         clamped = (clamped < lanes).where(clamped, UOp.const(dtypes.index, lanes)).cast(dtypes.float32)
         pair = (iota, clamped.broadcast(lanes)) if lane_first else (clamped.broadcast(lanes), iota)
         return UOp(Ops.CMPLT, dtypes.bool.vec(lanes), pair)

@@ -185,6 +185,19 @@ def test_masked_tiles_skip_and_peel_and_match_the_unclipped_kernel(
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("device", ["PYTHON", "CPU"])
+def test_a_lane_compare_of_int32_with_index_math(device: str) -> None:
+    """int32 math (an offset arange's i + 64) against the lane's index: the threshold is taken in index math."""
+    i, j, e = loop(8, 0), loop(16, 1), red(8, 2)
+    product = glob(1, 64, F32).index(i * 8 + e).load() * glob(2, 128, F32).index(e * 16 + j).load()
+    cond = i.cast(dtypes.int32) + 4 < j.cast(dtypes.int32)
+    ast = UOp.sink(glob(0, 128, F32).index(i * 16 + j).store(cond.where(-math.inf, product.reduce(e, arg=Ops.ADD))))
+    opts = (Opt(UPCAST, 0, 4), Opt(UPCAST, 1, 8))
+    a, b = np.ones((8, 8), np.float32), np.ones((8, 16), np.float32)
+    want = np.where(np.arange(8)[:, None] + 4 < np.arange(16), -np.inf, 8.0).ravel()
+    np.testing.assert_array_equal(run(with_opts(ast, opts), [a, b], 128, F32, device), want)
+
+
 def test_the_score_tile_epilogue_masks_by_a_lane_compare_not_lane_by_lane() -> None:
     ast = masked_matmul(32, 16, 32, 0, store_mask=True)
     src = to_program(with_opts(ast, (Opt(UPCAST, 0, 4), Opt(UPCAST, 1, 8))), Device["CPU"].renderer).src
