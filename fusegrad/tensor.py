@@ -2985,7 +2985,7 @@ def _gradients(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
 
     if TRACK_MATCH_STATS.value >= 2:
         return compute_gradient(root, root_grad, targets)
-    structure = graph_structure(UOp.sink(root, root_grad))
+    structure = graph_structure(UOp.sink(root, root_grad), remember_first=True)  # the realize of root walks on
     if structure.key is None:
         return compute_gradient(root, root_grad, targets)
     position = structure.position

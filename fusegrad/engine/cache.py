@@ -52,18 +52,48 @@ class Structure:
     leaves: list[UOp]
 
 
-def graph_structure(sink: UOp) -> Structure:
-    """Post-order walk of `sink`, sources in order: two graphs of one structure list their nodes alike."""
-    position: dict[UOp, int] = {}
-    nodes: list[UOp] = []
-    leaves: list[UOp] = []
+def graph_structure(sink: UOp, remember_first: bool = False) -> Structure:
+    """Post-order walk of `sink`, sources in order: two graphs of one structure list their nodes alike.
+
+    `remember_first` keeps the walk of the sink's first source in that node, and a later walk of a sink with the same
+    first source starts from it (a node never changes, so neither does its walk): Tensor.gradient walks the loss's
+    graph, and the realize of the loss with its gradients then walks only the gradients' nodes."""
+    flag = _flag_id()
+    first = sink.src[0] if sink.src else None
+    if first is not None and (kept := first.__dict__.get(_KEPT_WALK)) is not None and kept[0] == flag:
+        _, kept_nodes, kept_leaves, kept_parts, cacheable = kept
+        nodes, leaves, parts = [*kept_nodes, first], list(kept_leaves), [flag, *kept_parts]
+        position = dict(zip(nodes, range(len(nodes)), strict=True))
+        stack: list[UOp | None] = [sink, _EMIT, *reversed(sink.src[1:])]
+    elif remember_first and first is not None and first.op is not Ops.BUFFER:
+        nodes, leaves, parts, position = [], [], [flag], {}
+        cacheable = _walk([first], nodes, position, leaves, parts, True)
+        # without `first` itself: a node holding a list that holds it would be a reference cycle
+        first.__dict__[_KEPT_WALK] = (flag, nodes[:-1], tuple(leaves), parts[1:], cacheable)
+        stack = [sink, _EMIT, *reversed(sink.src[1:])]
+    else:
+        nodes, leaves, parts, position, cacheable, stack = [], [], [flag], {}, True, [sink]
+    cacheable = _walk(stack, nodes, position, leaves, parts, cacheable)
+    key = tuple(parts) if cacheable else None
+    return Structure(key, nodes, position, leaves)
+
+
+_KEPT_WALK = "_kept_walk"  # a node's __dict__ entry: (flag id, nodes, leaves, key parts, cacheable) of its graph
+
+
+def _walk(
+    stack: list[UOp | None],
+    nodes: list[UOp],
+    position: dict[UOp, int],
+    leaves: list[UOp],
+    parts: list[Any],
+    cacheable: bool,
+) -> bool:
+    """graph_structure's walk from `stack`, adding to the rest; returns whether the graph can still be replayed."""
     # the key's items, flat: per node (op, dtype id, arg, tag) then its source positions after their count, or a
-    # BUFFER's device; the op says which, so the sequence reads back one way (one tuple per graph, not one per node)
-    parts: list[Any] = [_flag_id()]
-    cacheable = True
-    # the hit path's one walk of the graph, kept allocation-light: a node is pushed bare, and again under _EMIT once
-    # its sources are on the stack above it (no (node, flag) tuples)
-    stack: list[UOp | None] = [sink]
+    # BUFFER's device; the op says which, so the sequence reads back one way (one tuple per graph, not one per node).
+    # The hit path's walk of the graph, kept allocation-light: a node is pushed bare, and again under _EMIT once its
+    # sources are on the stack above it (no (node, flag) tuples).
     # bound methods and module constants as locals: ~2,500 nodes a GPT step, each popped at least twice
     pop, push, extend = stack.pop, stack.append, stack.extend
     place, seen, add_node, add_parts = position.__getitem__, position.__contains__, nodes.append, parts.extend
@@ -99,8 +129,7 @@ def graph_structure(sink: UOp) -> Structure:
         push(node)
         push(_EMIT)
         extend(reversed(node.src))
-    key = tuple(parts) if cacheable else None
-    return Structure(key, nodes, position, leaves)
+    return cacheable
 
 
 _EMIT = None  # graph_structure's stack marker

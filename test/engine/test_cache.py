@@ -280,6 +280,24 @@ def test_replay_builds_only_what_tensors_read(monkeypatch: pytest.MonkeyPatch) -
     assert not becomes._made  # nothing built before a look-up
 
 
+def test_remembered_first_walk_gives_the_same_structure() -> None:
+    """A walk that starts from the walk a first source kept (Tensor.gradient's of the loss) lists the nodes, places,
+    leaves and key a full walk does."""
+    x, w = Tensor.rand(4, 4).realize(), Tensor.rand(4, 4).realize()
+    loss = ((x @ w).relu() + 1).sum().uop
+    grad = ((x * 2) @ w).uop
+    graph_structure(UOp.sink(loss, UOp.const(loss.dtype, 1.0)), remember_first=True)
+    assert loss.__dict__.get(cache._KEPT_WALK) is not None
+    spliced = graph_structure(UOp.sink(loss, grad))
+    del loss.__dict__[cache._KEPT_WALK]
+    full = graph_structure(UOp.sink(loss, grad))
+    assert spliced.key is not None
+    assert spliced.key == full.key
+    assert spliced.nodes == full.nodes
+    assert spliced.position == full.position
+    assert spliced.leaves == full.leaves
+
+
 def test_flag_off_schedules_every_realize() -> None:
     a = Tensor.ones(5).contiguous().realize()
     (a + 1).realize()
