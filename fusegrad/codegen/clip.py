@@ -1,6 +1,7 @@
 """Triangular loops (#12): a reduce's loop clipped to the steps whose terms can change its result.
 
-Runs on an optimised kernel (after codegen/opt.py's opts, before vectorize); entry point `clip_reduce_loops`.
+Runs on an optimised kernel (after codegen/opt.py's opts and "simplify gates", before vectorize); entry point
+`clip_reduce_loops`.
 - Identity tails: a REDUCE whose term is the reduce's identity wherever a comparison of loop indices says so (a causal
   softmax's where(j <= i, x, -inf) under its max, the exp of it under its sum) ends its loop where every later step's
   term, on every lane of the upcasts, is the identity: j < i+1 instead of j < T. The where stays, so the steps kept see
@@ -8,6 +9,8 @@ Runs on an optimised kernel (after codegen/opt.py's opts, before vectorize); ent
   starts at +0 is never -0).
 - Dead reduces: a REDUCE whose value is only read under where(c, ..., ...)'s other branch (a causal score kernel storing
   where(j <= i, s, -inf)) runs its loop 0 times where c holds on every lane of the tile: its value is never read there.
+- Peeled tiles: a register tile's masked sum runs the steps unmasked on every lane without the select (acc + a*b stays
+  one FMA), then the masked ones: one reassociation of the sum.
 The bound comes from comparisons of affine index expressions (`_affine`): any such mask, strict or not, either way
 round.
 """
@@ -29,10 +32,8 @@ Region = list[list[Affine]]
 _LANES = (AxisType.UPCAST, AxisType.UNROLL)
 _WIDE_INTS = (dtypes.int32, dtypes.int64, dtypes.index)  # signed, no index math near their limits: no wrapping
 _MAX_CONJUNCTIONS = 16  # a region built from many masks is not worth a bound
-_GRANULES = (
-    16,
-    8,
-)  # a loop with no lanes of its own is rounded to whole vectors (omp simd, max lanes; renderer/cstyle)
+# a loop with no lanes of its own ends on whole vectors (omp simd's simdlen and max lanes; renderer/cstyle, linearize)
+_GRANULES = (16, 8)
 
 
 def clip_reduce_loops(sink: UOp) -> UOp:
@@ -110,7 +111,7 @@ def _prefix_end(conj: list[Affine], rng: UOp, inner: set[UOp], size: int) -> UOp
             return None
         if coef == 0:  # on every step or on none
             step = (top < 0).where(UOp.const(dtypes.index, size), UOp.const(dtypes.index, 0))
-        else:  # coef * r + rest < 0 for all lanes <=> r < (|coef| - 1 - max rest) // coef + ... (numerator clamped)
+        else:  # coef * r + max rest < 0 <=> r <= (-max rest - 1) // coef: the first failing step, numerator >= 0
             step = (-top + (coef - 1)).maximum(0) // coef
         split = step if split is None else (step < split).where(step, split)
     return split
