@@ -53,6 +53,8 @@ def _clip_reduce(sink: UOp, red: UOp, guard: frozenset[tuple[UOp, bool]]) -> UOp
     rng = next((r for r in red.src[1:] if r.arg[1] is AxisType.REDUCE and r.src[0].op is Ops.CONST), None)
     if rng is None or not _only_reduce_uses(sink, red, rng):
         return sink
+    if any(u.op is Ops.BARRIER for u in red.src[0].toposort()):
+        return sink  # a GPU thread whose loop ends early would skip barriers the rest of its work-group waits at
     size = int(rng.src[0].arg)
     stores = _row_stores(sink, rng)
     end = _tail_end(red, rng, size)

@@ -17,7 +17,7 @@ from fusegrad import Device, Tensor
 from fusegrad.codegen import kernel_names, to_program
 from fusegrad.codegen.clip import clip_reduce_loops
 from fusegrad.codegen.opt import Opt, OptOps, apply_opts
-from fusegrad.dtype import dtypes
+from fusegrad.dtype import AddrSpace, dtypes
 from fusegrad.uop import Ops
 from fusegrad.uop.ops import UOp, graph_rewrite
 from fusegrad.uop.symbolic import sym
@@ -112,6 +112,17 @@ def test_a_mask_on_narrow_or_loaded_indexes_is_left_alone() -> None:
     for cond in (r.cast(dtypes.uint8) < (i + 1).cast(dtypes.uint8), r.cast(dtypes.int32) < bound):
         ast = graph_rewrite(UOp.sink(glob(0, 4, F32).index(i).store(cond.where(x, 0.0).reduce(r, arg=Ops.ADD))), sym)
         assert clip_reduce_loops(ast) is ast
+
+
+def test_a_reduce_around_a_barrier_is_left_alone() -> None:
+    """A GPU thread whose loop ended early would skip a barrier its work-group waits at."""
+    i, r = loop(64, 0), red(64, 1)
+    temp = UOp(Ops.DEFINE_LOCAL, F32.ptr(64, AddrSpace.LOCAL), arg=0)
+    written = temp.index(r).store(glob(1, 64 * 64, F32).index(i * 64 + r).load())
+    ready = UOp(Ops.AFTER, temp.dtype, (temp, UOp(Ops.BARRIER, dtypes.void, (written,))))
+    term = (r < i + 1).where(ready.index(r).load(), 0.0)
+    ast = UOp.sink(glob(0, 64, F32).index(i).store(term.reduce(r, arg=Ops.ADD)))
+    assert clip_reduce_loops(ast) is ast
 
 
 @settings(max_examples=20, deadline=None)
