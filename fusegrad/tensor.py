@@ -1289,21 +1289,12 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         its 0-d tensor makes (CONST, RESHAPE to ones, EXPAND); None when `y` would change the dtype or the shape is
         symbolic (the general path handles both). The hot path of `x * 0.9`: no Tensor, no movement-op calls."""
         dt = self.dtype
-        if dtypes.is_float(dt):
-            joins = True
-        elif type(y) is int:
-            joins = dtypes.is_int(dt)
-        else:
-            joins = type(y) is bool and dt == dtypes.bool
-        if not joins:
+        if not _joins(dt, y):
             return None
         shape = self.uop.shape
         if not all(type(s) is int for s in shape):
             return None
-        const = UOp.const_tensor(dt, y, self.uop.device, shape)
-        if _METADATA.get() is not None:  # labelled like the tensors the general path makes (kernel names read them)
-            _label_nodes(const, Ops.CONST)
-        return const
+        return _labelled_const(dt, y, self.uop.device, shape)
 
     def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
         if self.shape == shape:
@@ -1691,6 +1682,8 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             >>> Tensor([True, False]).where(1, 2).tolist()
             [1, 2]
         """
+        if (direct := self._where_uop(x, y)) is not None:
+            return Tensor(direct)
         xt = x if isinstance(x, Tensor) else None
         yt = y if isinstance(y, Tensor) else None
         ref = xt if xt is not None else yt if yt is not None else self
@@ -1709,6 +1702,28 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         shape = _broadcast_shape("where", cond.shape, xt.shape)
         cond, xt, yt = cond._broadcast_to(shape), xt._broadcast_to(shape), yt._broadcast_to(shape)
         return Tensor(cond.uop.alu(Ops.WHERE, xt.uop, yt.uop))
+
+    def _where_uop(self, x: Any, y: Any) -> UOp | None:
+        """`where`'s node for its common case, built as nodes (no Tensor per operand): a bool condition, values that
+        are tensors of one dtype or a tensor and a Python number of its kind (_const_at_shape's rule), all on one
+        device with int shapes. The same nodes and labels as the general path: the values broadcast to each other,
+        then all three to the condition's shape. None for anything else."""
+        cond = self._uop
+        values = [v._uop if type(v) is Tensor else v for v in (x, y)]
+        tensors = [v for v in values if type(v) is UOp]
+        if cond.dtype is not dtypes.bool or not tensors:
+            return None
+        dtype, device = tensors[0].dtype, tensors[0].device
+        if any(t.dtype is not dtype or t.device != device for t in tensors) or cond.device != device:
+            return None
+        if any(type(v) is not UOp and not _joins(dtype, v) for v in values):
+            return None
+        if is_symbolic(cond.shape) or any(is_symbolic(t.shape) for t in tensors):
+            return None
+        value_shape = _broadcast_shape("where", *(t.shape for t in tensors))
+        shape = _broadcast_shape("where", cond.shape, value_shape)
+        made = [_value_at(v, dtype, device, value_shape) for v in values]
+        return _broadcast_uop(cond, shape).alu(Ops.WHERE, *(_broadcast_uop(v, shape) for v in made))
 
     def _unary(self, op: Ops) -> Tensor:
         x = self if dtypes.is_float(self.dtype) else self.cast(least_upper_float(self.dtype))
@@ -2062,8 +2077,11 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     # *** reductions ***
 
     def _resolve_axes(self, axis: builtins.int | Sequence[builtins.int] | None, op: str) -> tuple[builtins.int, ...]:
+        ndim = len(self._uop.shape)
         if axis is None:
-            return tuple(range(self.ndim))
+            return tuple(range(ndim))
+        if type(axis) is int and -ndim <= axis < ndim:  # one axis in range: the common case, checked below otherwise
+            return (axis % ndim,)
         axes = (axis,) if isinstance(axis, int) else tuple(axis)
         out = []
         for a in axes:
@@ -2078,10 +2096,16 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         self, op: Ops, axis: builtins.int | Sequence[builtins.int] | None, keepdim: builtins.bool, name: str
     ) -> Tensor:
         axes = self._resolve_axes(axis, name)
-        if self.ndim == 0:
+        shape = self._uop.shape
+        if not shape:
             return self
-        ret = Tensor(self.uop.r(op, axes))
-        return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+        ret = Tensor(self._uop.r(op, axes))
+        if keepdim:
+            return ret
+        kept = tuple(s for i, s in enumerate(shape) if i not in axes)
+        if kept and not is_symbolic(shape):  # what reshape makes of sizes that fit, without its argument checks
+            return Tensor(ret.uop.reshape(kept))
+        return ret.reshape(kept)
 
     @_traced
     def sum(
@@ -2236,10 +2260,16 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             raise OpValueError(f"matmul: inner dimensions differ: {self.shape} @ {w.shape} ({k_self} vs {k_w})")
         if self.device != w.device:
             raise ValueError(f"matmul: tensors on different devices {self.device} and {w.device}; use .to() first")
-        x = self.reshape(*self.shape[:-1], *([1] * min(self.ndim - 1, w.ndim - 1, 1)), self.shape[-1])
-        wt = w.reshape(
-            *w.shape[:-2], *([1] * min(self.ndim - 1, w.ndim - 1, 1)), *w.shape[-min(w.ndim, 2) :]
-        ).transpose(-1, -min(w.ndim, 2))
+        # (..., n, k) @ (..., k, m): x (..., n, 1, k) * w moved to (..., 1, m, k), summed over k
+        xs, ws = self.uop.shape, w.uop.shape
+        ones = (1,) * min(len(xs) - 1, len(ws) - 1, 1)
+        x_shape, w_shape = (*xs[:-1], *ones, xs[-1]), (*ws[:-2], *ones, *ws[-min(len(ws), 2) :])
+        if is_symbolic(xs) or is_symbolic(ws):
+            x, wt = self.reshape(x_shape), w.reshape(w_shape).transpose(-1, -min(w.ndim, 2))
+        else:  # the nodes reshape and transpose make (sizes that fit, known axes), without their argument checks
+            order = list(range(len(w_shape)))
+            order[-1], order[-min(len(ws), 2)] = order[-min(len(ws), 2)], order[-1]
+            x, wt = Tensor(self.uop.reshape(x_shape)), Tensor(Tensor(w.uop.reshape(w_shape)).uop.permute(tuple(order)))
         return (x * wt).sum(-1, dtype=least_upper_dtype(x.dtype, w.dtype) if not dtypes.is_float(x.dtype) else None)
 
     @_traced
@@ -2811,6 +2841,32 @@ def _broadcast_uop(u: UOp, shape: tuple[int, ...]) -> UOp:
     if expanded not in all_metadata:  # what Tensor(expanded) would label
         all_metadata[expanded] = (_METADATA.get(),)  # type: ignore[assignment]  # checked not None above
     return expanded
+
+
+def _joins(dtype: DType, y: Any) -> bool:
+    """Whether Python number `y` becomes a constant of `dtype` without promotion: any number for a float dtype, an int
+    for an int dtype, a bool for bool (as `_to_tensor_like` gives it)."""
+    if dtypes.is_float(dtype):
+        return type(y) in _PY_NUMBERS
+    if type(y) is int:
+        return dtypes.is_int(dtype)
+    return type(y) is bool and dtype == dtypes.bool
+
+
+def _labelled_const(dtype: DType, y: bool | int | float, device: str | tuple[str, ...], shape: tuple[int, ...]) -> UOp:
+    """UOp.const_tensor, labelled like the tensors the general path makes (kernel names read them)."""
+    const = UOp.const_tensor(dtype, y, device, shape)
+    if _METADATA.get() is not None:
+        _label_nodes(const, Ops.CONST)
+    return const
+
+
+def _value_at(v: UOp | bool | int | float, dtype: DType, device: str | tuple[str, ...], shape: tuple[int, ...]) -> UOp:
+    """A `where` value broadcast to the values' common `shape`: a node as _broadcast_uop makes it, a number as the
+    constant of `dtype` (checked to join it)."""
+    if type(v) is UOp:
+        return _broadcast_uop(v, shape)
+    return _labelled_const(dtype, v, device, shape)  # type: ignore[arg-type]  # a Python number here
 
 
 def _label_nodes(u: UOp, down_to: Ops) -> None:

@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 from fusegrad import Tensor
 from fusegrad.dtype import DType, dtypes
 from fusegrad.helpers import GlobalCounters
+from fusegrad.mixin import traced
 from fusegrad.uop import Ops
+from fusegrad.uop.ops import all_metadata
 from test.shared import assert_matches
 
 DEVICES = ("CPU", "PYTHON")
@@ -387,6 +389,56 @@ def test_where(
     cond, x, y = rand(shape, dtypes.bool, 4), rand(x_shape, dtype, 5), rand(y_shape, dtype, 6)
     out = tensor(cond, device).where(tensor(x, device), tensor(y, device))
     assert_matches(out, np.where(cond, x, y), dtype)
+
+
+def _where_graph(cond: Tensor, x: Any, y: Any) -> list[tuple[bytes, Any]]:
+    """Every node of `cond.where(x, y)` by content, with its label's name."""
+    out = cond.where(x, y)
+    return [(u.key, tuple(m.name for m in all_metadata.get(u) or ())) for u in out.uop.toposort()]
+
+
+@pytest.mark.parametrize(
+    ("cond_shape", "x", "y"),
+    [((4, 1, 3), (2, 3), 0.5), ((3,), -1, (2, 3)), ((2, 3), (2, 3), (1, 3)), ((2, 1), 0, (1, 3)), ((1,), 2.0, (3,))],
+)
+def test_where_builds_the_general_paths_nodes_and_labels(
+    monkeypatch: pytest.MonkeyPatch, cond_shape: tuple[int, ...], x: Any, y: Any
+) -> None:
+    """where's direct path (bool condition, values of one dtype or numbers of its kind) builds the nodes, in the same
+    order, with the same labels, as the general path (tensors per operand); the values stay numpy's."""
+    rng = np.random.default_rng(0)
+    cond = Tensor(rng.random(cond_shape) < 0.5).realize()
+    values = [Tensor(rng.random(v).astype(np.float32)).realize() if isinstance(v, tuple) else v for v in (x, y)]
+    direct = _where_graph(cond, *values)
+    monkeypatch.setattr(Tensor, "_where_uop", lambda *args: None)
+    assert _where_graph(cond, *values) == direct
+    arrays = [v.numpy() if isinstance(v, Tensor) else v for v in values]
+    monkeypatch.undo()
+    np.testing.assert_array_equal(cond.where(*values).numpy(), np.where(cond.numpy(), *arrays).astype(np.float32))
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape"), [((3, 4), (4, 5)), ((2, 3, 4), (4, 5)), ((4,), (4, 5)), ((3, 4), (4,))]
+)
+def test_dot_builds_the_nodes_and_labels_of_its_formula(x_shape: tuple[int, ...], w_shape: tuple[int, ...]) -> None:
+    """dot's nodes, built without reshape's and transpose's argument handling, are those of its formula written with
+    them (x (..., n, 1, k) times w moved to (..., 1, m, k), summed over k), in order and labelled alike."""
+
+    @traced
+    def dot(x: Tensor, w: Tensor) -> Tensor:  # the formula, labelled as Tensor.dot labels its nodes
+        ones = [1] * min(x.ndim - 1, w.ndim - 1, 1)
+        xr = x.reshape(*x.shape[:-1], *ones, x.shape[-1])
+        wt = w.reshape(*w.shape[:-2], *ones, *w.shape[-min(w.ndim, 2) :]).transpose(-1, -min(w.ndim, 2))
+        return (xr * wt).sum(-1)
+
+    def graph(out: Tensor) -> list[tuple[bytes, Any]]:
+        return [(u.key, tuple(m.name for m in all_metadata.get(u) or ())) for u in out.uop.toposort()]
+
+    rng = np.random.default_rng(1)
+    x, w = (Tensor(rng.random(s).astype(np.float32)).realize() for s in (x_shape, w_shape))
+    built = graph(x.dot(w))
+    assert built == graph(dot(x, w))
+    np.testing.assert_allclose(x.dot(w).numpy(), x.numpy() @ w.numpy(), rtol=1e-5)
 
 
 @pytest.mark.parametrize("device", DEVICES)
