@@ -745,10 +745,13 @@ def tile_opts(sink: UOp, opts: list[Opt], rest: list[UOp], width: int, acc_bytes
     upcasts = upcast_opts(rest, loads, acc_bytes, width)
     reduce_size = max(_reduce_size(u) for u in reduces)
     sizes = {r.arg[0]: int(r.src[0].arg) for r in rest}
-    if width and upcasts and upcasts[-1].arg % width and (channels := channel_tile_opts(sink, rest, loads, width)):
-        return channels
     narrow = min(vectorize.vector_sizes()) // acc_bytes  # lanes of the narrowest vector: a longer axis gets whole
     # vectors at some width (hand_coded_opts tries each), so only a shorter one turns to the strided tile
+    fractional = bool(width and upcasts and upcasts[-1].arg % width)  # no whole vectors along the columns
+    # a conv (a reduce over a window: several reduce loops) whose columns' tile is narrower than any vector
+    scalar_conv = fractional and upcasts[-1].arg < narrow and any(len(u.src) > 2 for u in reduces)
+    if fractional and (channels := channel_tile_opts(sink, rest, loads, width, ungated=scalar_conv)):
+        return channels
     if width and not (upcasts and upcasts[-1].arg % width == 0) and not (upcasts and sizes[upcasts[-1].axis] >= narrow):
         # no whole vectors along a contiguous output axis (none: a @ b.T; or a small conv's 2 or 4 columns): a tile
         # along an axis the loads stride in, with a packed panel, takes the whole vector registers (8x2 scalars ->
@@ -787,13 +790,15 @@ def tile_opts(sink: UOp, opts: list[Opt], rest: list[UOp], width: int, acc_bytes
     return upcasts + swap_opts(upcasts, reduce_size, sizes)
 
 
-def channel_tile_opts(sink: UOp, rest: list[UOp], loads: list[UOp], width: int) -> list[Opt]:
+def channel_tile_opts(sink: UOp, rest: list[UOp], loads: list[UOp], width: int, ungated: bool = False) -> list[Opt]:
     """For a padded conv whose rows are no whole number of `width` lanes (56 columns of 16): the strided tile over its
     output channels (the weights' axis: a few columns of the image as rows, the input broadcast) with the weights
     packed once outside the outermost output loop they don't depend on (the batch), not a tile of narrower vectors
     along the columns over a panel of the input rows that every channel tile rereads from L2 (bench/conv.py's
-    8x64x56x56 forward: 26 -> 10-15 ms single-thread). [] unless the loads along the columns are gated (a pad's)."""
-    if not any(len(ld.src[0].src) > 2 for ld in loads):
+    8x64x56x56 forward: 26 -> 10-15 ms single-thread). [] unless the loads along the columns are gated (a pad's), or
+    `ungated`: a conv whose columns' own tile is narrower than any vector (the convnet's conv1, 26 uint8 columns:
+    8 channels x 2 columns of scalars 3.3 ms -> 13 columns x 16 channels 0.33 ms single-thread)."""
+    if not ungated and not any(len(ld.src[0].src) > 2 for ld in loads):
         return []
     tile = strided_tile_opts(rest, loads, width)
     if len(tile) != 2:

@@ -1,0 +1,49 @@
+"""codegen/opt.py channel_tile_opts on an unpadded conv whose columns' own tile would be narrower than a vector (the
+convnet's first conv: 26 columns): the tile over output channels with the weights packed, not scalars."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fusegrad.codegen import KernelInfo
+from fusegrad.codegen.opt import Opt, OptOps, hand_coded_opts
+from fusegrad.dtype import dtypes
+from fusegrad.uop.ops import graph_rewrite
+from fusegrad.uop.symbolic import sym
+from test.codegen.test_opt import check, conv2d_valid, run
+
+F32 = dtypes.float32
+
+
+def test_an_unpadded_conv_of_26_columns_tiles_its_channels(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 26 columns take 2 lanes at most (8 channels x 2 columns of scalars: the convnet's conv1 3.3 ms single-thread);
+    # 13 columns x 16 channels with the weights packed once per image run as vectors (0.33 ms)
+    from fusegrad.codegen import vectorize
+
+    monkeypatch.setattr(vectorize, "host_vector_bytes", lambda: vectorize.WIDE_VECTOR_BYTES)
+    case = conv2d_valid(4, 1, 16, 28, F32)
+    assert hand_coded_opts(case[0]) == [
+        Opt(OptOps.UPCAST, 3, 13), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.PACK, 0, 2)]  # fmt: skip
+    check(case, F32, "CPU", None)
+    # columns a whole narrow vector divides keep their tile along the columns (24: 8 lanes)
+    assert Opt(OptOps.PACK, 0, 2) not in hand_coded_opts(conv2d_valid(4, 1, 16, 26, F32)[0])
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(1, 2), st.sampled_from([1, 3]), st.sampled_from([8, 16, 32]), st.integers(3, 30))
+def test_any_unpadded_conv_runs_bit_for_bit_as_the_plain_kernel(batch: int, cin: int, cout: int, size: int) -> None:
+    """Whatever the sizes, the heuristic's opts (this tile where it applies: upcasts and a packed panel keep each
+    output's sum in order) give the plain kernel's outputs bit for bit, on CPU and interpreted on PYTHON."""
+    ast, inputs, expected = conv2d_valid(batch, cin, cout, size, F32)
+    opts = tuple(hand_coded_opts(graph_rewrite(ast, sym)))
+    plain = run(ast.replace(arg=KernelInfo(opts_to_apply=())), inputs, expected.size, F32, "PYTHON")
+    np.testing.assert_allclose(plain.astype(np.float64), expected, rtol=1e-4, atol=1e-4)
+    for device in ("CPU", "PYTHON"):
+        got = run(ast.replace(arg=KernelInfo(opts_to_apply=opts)), inputs, expected.size, F32, device)
+        if any(o.op is OptOps.UPCAST for o in opts):
+            np.testing.assert_array_equal(got, plain, err_msg=f"{device} {opts}")
+        else:  # a plain reduce loop: C may sum it in SIMD lanes
+            np.testing.assert_allclose(got, plain, rtol=1e-5, atol=1e-5, err_msg=f"{device} {opts}")
