@@ -180,9 +180,10 @@ def swap(sink: UOp, opt: Opt) -> UOp:
 
 def _packed_load(sink: UOp, opt: Opt, across: UOp) -> UOp:
     """PACK's operand: the one global load from slot `opt.arg` inside a reduce that doesn't depend on `across` (in
-    `x @ x` the other load of the same buffer does)."""
+    `x @ x` the other load of the same buffer does); across a reduce loop, the one load of that slot."""
     loads = [ld for ld in _reduce_loads(sink.toposort()) if ld.src[0].src[0].arg == opt.arg]
-    loads = [ld for ld in loads if across not in ld.src[0].toposort()]
+    if across.arg[1] is not AxisType.REDUCE:
+        loads = [ld for ld in loads if across not in ld.src[0].toposort()]
     if len(loads) != 1:
         raise ValueError(f"opt: PACK of slot {opt.arg} across axis {opt.axis}: got {len(loads)} loads of it inside "
                          "reduces that don't depend on that axis, expected 1")  # fmt: skip
@@ -191,20 +192,23 @@ def _packed_load(sink: UOp, opt: Opt, across: UOp) -> UOp:
 
 def pack(sink: UOp, opt: Opt, new_axis: int, new_reg: int) -> UOp:
     """buf[f(k, j)] inside output loop `axis` -> panel[k, j], a register array filled with buf[f(k', j')] by a copy
-    nest placed outside the `axis` loop (once per iteration of the loops around it that the load depends on).
+    nest placed outside the `axis` loop (once per iteration of the loops around it that the load depends on). Across
+    a reduce loop the panel is one step of it: copied inside that loop, before the reduce loops within (a reduce too
+    long for one panel, blocked by its outermost loop: a conv's weight gradient, one image's panel at a time).
 
     The panel is the load's values in the order the reduce reads them, contiguous (no cache-set conflicts between
     rows of a power-of-two stride, vector loads from one line); a gated load copies its zeros, so the read is
     ungated. The loaded values are the same, so results are bit for bit unchanged.
     """
     across = _find_range(sink, opt.axis)
-    if across.arg[1] is not AxisType.LOOP:
-        raise ValueError(f"opt: PACK needs a LOOP axis: got axis {opt.axis} of {across.arg[1].name}")
+    if across.arg[1] not in (AxisType.LOOP, AxisType.REDUCE):
+        raise ValueError(f"opt: PACK needs a LOOP or REDUCE axis: got axis {opt.axis} of {across.arg[1].name}")
     load = _packed_load(sink, opt, across)
     value = _packed_value(sink, load, across)
     ranges = sorted({r for r in value.toposort() if r.op is Ops.RANGE}, key=range_key)
     # the loops nested outside `across` keep their values; the rest are copied in a nest of their own
     outer = [r for r in ranges if r.arg[1] is AxisType.LOOP and range_key(r) < range_key(across)]
+    outer += [across] if across.arg[1] is AxisType.REDUCE and across in ranges else []  # a step of it
     packed = [r for r in ranges if r not in outer]
     if any(r.src[0].op is not Ops.CONST for r in packed):
         raise ValueError(f"opt: PACK of slot {opt.arg}: got a loop of symbolic size, expected constant sizes")
@@ -760,6 +764,8 @@ def tile_opts(sink: UOp, opts: list[Opt], rest: list[UOp], width: int, acc_bytes
         max_vectors = PACK_MAX_BYTES // max(reduce_size * acc_bytes * width, 1)
         if not opts and (shared := shared_panel_opts(sink, rest, loads, width, acc_bytes, max_vectors)):
             return shared
+        if not opts and not max_vectors and (blocked := reduce_panel_opts(sink, rest, loads, width, acc_bytes)):
+            return blocked
         tile, packed = _packed_strided_tile(sink, opts, rest, loads, width, acc_bytes, sizes)
         if (
             not packed
@@ -858,6 +864,44 @@ def shared_panel_opts(
     across = min(free, key=range_key)
     ret = [Opt(OptOps.UPCAST, rows_axis.arg[0], rows), Opt(OptOps.UPCAST, best.arg[0], vectors * width)]
     ret += [Opt(OptOps.PACK, across.arg[0], slot) for slot in sorted({ld.src[0].src[0].arg for ld in packed})]
+    try:
+        apply_opts(sink, tuple(ret))
+    except ValueError:  # the panel is too big, or its loads are shared with other uses
+        return []
+    return ret
+
+
+def reduce_panel_opts(sink: UOp, rest: list[UOp], loads: list[UOp], width: int, acc_bytes: int) -> list[Opt]:
+    """A strided tile whose panel over the whole reduce is past PACK_MAX_BYTES, packed one step of the outermost
+    reduce loop at a time (PACK across that loop): the vector axis whose packed operand is copied least
+    (`_panel_copies`), every other output loop upcast whole as rows. A conv weight gradient over few output
+    channels and a long reduce over images and pixels (the convnet's conv1 dW: 16 x 3 x 3 outputs over 64 x 26 x 26):
+    16 channels as lanes, the 9 taps as rows, g's panel one image (43 KiB) at a time, instead of a simd reduction per
+    output over rows of 26 (2.56 -> 0.45 ms single-thread). [] otherwise."""
+    reduce = max((u for u in sink.toposort() if u.op is Ops.REDUCE), key=_reduce_size)
+    steps = sorted(reduce.src[1:], key=range_key)
+    if len(steps) < 2 or any(r.src[0].op is not Ops.CONST for r in steps):
+        return []
+    step_size = _reduce_size(reduce) // int(steps[0].src[0].arg)
+    strides = {r: [stride(ld.src[0].src[1], r) for ld in loads] for r in rest}
+    candidates = [v for v in rest if any(strides[v]) and None not in strides[v] and _reuse_axes(v, rest, strides)]
+    if not candidates:
+        return []
+    vector = min(candidates, key=lambda v: (_panel_copies(v, rest, strides), -v.arg[0]))
+    max_vectors = PACK_MAX_BYTES // (step_size * acc_bytes * width)
+    amount, _ = register_tile(int(vector.src[0].arg), 1, width, min(max_vectors, 1))
+    if not amount:
+        return []
+    # every other output loop becomes rows, whole: a loop left around the reduce would copy the panel again per
+    # iteration (the convnet's conv2 dW, 16 input channels left as a loop: 0.78 -> 1.54 ms)
+    accumulators = ROW_PACK_ACCUMULATORS if width * acc_bytes >= vectorize.WIDE_VECTOR_BYTES else MAX_ACC_VECTORS
+    reuse = _reuse_axes(vector, rest, strides)
+    rows = math.prod(int(r.src[0].arg) for r in reuse)
+    if len(reuse) != len(rest) - 1 or not 2 <= rows <= accumulators:
+        return []
+    packed = sorted({ld.src[0].src[0].arg for ld, s in zip(loads, strides[vector], strict=True) if s})
+    ret = [Opt(OptOps.UPCAST, r.arg[0], int(r.src[0].arg)) for r in sorted(reuse, key=lambda r: -r.arg[0])]
+    ret += [Opt(OptOps.UPCAST, vector.arg[0], amount), *(Opt(OptOps.PACK, steps[0].arg[0], slot) for slot in packed)]
     try:
         apply_opts(sink, tuple(ret))
     except ValueError:  # the panel is too big, or its loads are shared with other uses

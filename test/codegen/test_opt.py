@@ -942,7 +942,7 @@ def test_pack_takes_a_pad_select_into_the_panel() -> None:
     ("opts", "match"),
     [((Opt(OptOps.PACK, 0, 1),), "PACK of slot 1 across axis 0: got 0 loads of it inside reduces that don't depend"),
      ((Opt(OptOps.PACK, 0, 0),), "PACK of slot 0 across axis 0: got 0 loads"),
-     ((Opt(OptOps.PACK, 2, 2),), "PACK needs a LOOP axis: got axis 2 of REDUCE"),
+     ((Opt(OptOps.UPCAST, 1, 2), Opt(OptOps.PACK, 3, 2)), "PACK needs a LOOP or REDUCE axis: got axis 3 of UPCAST"),
      ((Opt(OptOps.PACK, 0, 2), Opt(OptOps.UPCAST, 1, 2)), "UPCAST of axis 1: got a kernel with GROUP or PACK"),
      ((Opt(OptOps.PACK, 0, 2), Opt(OptOps.SWAP, 0, 1)), "SWAP of axes 0 and 1: got a kernel with GROUP applied")],
 )  # fmt: skip
