@@ -344,7 +344,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     __hash__ = object.__hash__
 
     def __repr__(self) -> str:
-        realized = self.uop.base.op is Ops.BUFFER
+        realized = self._uop.base.op is Ops.BUFFER
         state = " (realized)" if realized else ""
         return f"<Tensor {shape_str(self.shape)} on {self.device} with grad {self.grad!r}, {self.dtype}{state}>"
 
@@ -624,7 +624,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     @staticmethod
     def _sink(tensors: Sequence[Tensor]) -> UOp:
-        return UOp.sink(*[t.uop for t in tensors])
+        return UOp.sink(*[t._uop for t in tensors])
 
     def kernelize(self, *lst: Tensor) -> Tensor:
         """Build kernels for this tensor (and `lst`) without running them; `Tensor.kernelize(a, b)` works too.
@@ -729,9 +729,9 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             >>> w.assign(Tensor.ones(4)).tolist()
             [1.0, 1.0, 1.0, 1.0]
         """
-        if self.uop.op is Ops.BUFFER:
+        if self._uop.op is Ops.BUFFER:
             return self
-        return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,), arg=next(_contiguous_ids)))
+        return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self._uop,), arg=next(_contiguous_ids)))
 
     def clone(self, device: str | tuple[str, ...] | None = None) -> Tensor:
         """A copy of this tensor in a buffer of its own (on `device` if given), same shape and dtype; its `.grad`, if
@@ -756,9 +756,9 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         # a write into a fresh buffer (the reference's clone), not CONTIGUOUS(src): the scheduler stores a CONTIGUOUS
         # of a COPY in the COPY's own buffer, which the tensor holding that COPY (`Tensor(ndarray)`) then shares
         if is_storage_device(src.device):  # DISK/NPY memory is the file or array itself: a view of it, as before
-            copy = UOp(Ops.CONTIGUOUS, src.dtype, (src.uop,), arg=next(_contiguous_ids))
+            copy = UOp(Ops.CONTIGUOUS, src.dtype, (src._uop,), arg=next(_contiguous_ids))
         else:
-            copy = _empty_like(src).assign(src.uop)
+            copy = _empty_like(src).assign(src._uop)
         ret = Tensor(copy, requires_grad=self.requires_grad)  # no other tensor reads the new buffer: no AFTER needed
         if self.grad is not None:
             ret.grad = self.grad.clone(device)
@@ -783,7 +783,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         """
         if self.shape != x.shape:
             raise ValueError(f"replace: shape mismatch: got {x.shape}, expected {self.shape}")
-        self.uop = x.uop
+        self.uop = x._uop
         return self
 
     def contiguous_backward(self) -> Tensor:
@@ -800,7 +800,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             >>> x.grad.tolist()
             [2.0, 2.0]
         """
-        return Tensor(UOp(Ops.CONTIGUOUS_BACKWARD, self.dtype, (self.uop,)), requires_grad=self.requires_grad)
+        return Tensor(UOp(Ops.CONTIGUOUS_BACKWARD, self.dtype, (self._uop,)), requires_grad=self.requires_grad)
 
     def _buffer(self) -> Any:
         """The realized, contiguous Buffer holding this tensor's values (a multi-device tensor: gathered first)."""
@@ -808,7 +808,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             raise JitError("reading tensor data during a TinyJit capture: the value would be baked into every replay")
         if isinstance(self.device, tuple):
             return self.to(self.device[0])._buffer()
-        u = self.uop
+        u = self._uop
         if u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER):
             return u.buffer.ensure_allocated()  # realized and contiguous (settled): a realize would find nothing to run
         return self.contiguous().realize().uop.buffer.ensure_allocated()
@@ -930,34 +930,34 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             raise ValueError(f"assign: value on {xt.device} but target on {self.device}; use .to() first")
         if xt.dtype != self.dtype:
             raise TypeError(f"assign: value dtype {xt.dtype} does not match the target's {self.dtype}")
-        _check_storage_write(self.uop, xt.uop)
+        _check_storage_write(self._uop, xt._uop)
         if 0 in self.shape:  # nothing to write (`t[2:2] = v`): no ASSIGN, whose empty kernel others would wait for
             return self
-        self.uop = _write_target(self.uop)
-        if self.uop.base.op not in (Ops.BUFFER, Ops.AFTER) and not _is_kernelized_view(self.uop):
-            self.uop = xt.uop
+        self.uop = _write_target(self._uop)
+        if self._uop.base.op not in (Ops.BUFFER, Ops.AFTER) and not _is_kernelized_view(self._uop):
+            self.uop = xt._uop
             return self
-        self._write(self.uop.assign(xt.uop))
+        self._write(self._uop.assign(xt._uop))
         return self
 
     def _write(self, assigned: UOp) -> None:
         """Hold `assigned`, an ASSIGN into this tensor's memory (checked by the caller), and point the other tensors
         that view that memory after it. The tail of `assign`; an optimiser's rebuilt step (nn/optim.py) calls it
         with the ASSIGN it rebuilt."""
-        target_base = self.uop.base
+        target_base = self._uop.base
         self.uop = assigned
         # every other tensor reading this memory sees the write once it has run
-        after = UOp(Ops.AFTER, target_base.dtype, (target_base, self.uop))
+        after = UOp(Ops.AFTER, target_base.dtype, (target_base, self._uop))
         # only views of the same buffer can read target_base (a view of it after an earlier write that has run, too:
         # settled first, it reads the buffer itself)
         buffer = _viewed_buffer_of(target_base)
         for ref in list(_buffer_views.get(buffer, ()) if buffer is not None else ()):
             if (t := ref()) is None or t is self:
                 continue
-            if t.uop.base.op is Ops.AFTER:
-                t.uop = _settle_base(t.uop)
-            if t.uop.base is target_base:
-                t.uop = t.uop.substitute({target_base: after})
+            if t._uop.base.op is Ops.AFTER:
+                t.uop = _settle_base(t._uop)
+            if t._uop.base is target_base:
+                t.uop = t._uop.substitute({target_base: after})
 
     def to(self, device: str | tuple[str, ...] | None) -> Tensor:
         """This tensor on `device`; a tuple of devices replicates it on each, one device gathers a multi-device one.
@@ -973,7 +973,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             'CPU:1'
         """
         dev = _canonical_device(device)
-        return self if dev == self.device else Tensor(self.uop.copy_to_device(dev))
+        return self if dev == self.device else Tensor(self._uop.copy_to_device(dev))
 
     def shard(self, devices: tuple[str, ...] | list[str], axis: builtins.int | None = None) -> Tensor:
         """Split along `axis` into equal blocks, block d on `devices[d]` (axis None: replicate, like `to`).
@@ -1005,7 +1005,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
                 f"expected a multiple of the device count {len(dev)}"
             )
         # from several devices too: the scheduler keeps blocks in place where it can (schedule/multi.py)
-        return Tensor(UOp(Ops.COPY, self.dtype, (self.uop, UOp(Ops.DEVICE, arg=dev)), a))
+        return Tensor(UOp(Ops.COPY, self.dtype, (self._uop, UOp(Ops.DEVICE, arg=dev)), a))
 
     def to_(self, device: str | tuple[str, ...] | None) -> Tensor:
         """In place: this tensor (and its gradient) now lives on `device`; returns self.
@@ -1059,7 +1059,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         """
         if isinstance(y.device, str):
             return self.to(y.device)
-        return self.shard(y.device, y.uop.axis)
+        return self.shard(y.device, y._uop.axis)
 
     @staticmethod
     def from_url(url: str, gunzip: builtins.bool = False, **kwargs: Any) -> Tensor:
@@ -1096,7 +1096,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         return on_disk if device is None else on_disk.to(device)
 
     def _moved_in_place(self, moved: Tensor, grad: Tensor | None) -> Tensor:
-        self.uop, self.grad = moved.uop, grad
+        self.uop, self.grad = moved._uop, grad
         return self
 
     # *** autograd ***
@@ -1134,7 +1134,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             >>> w.grad.tolist()
             [2.0]
         """
-        return Tensor(self.uop.detach(), requires_grad=False)
+        return Tensor(self._uop.detach(), requires_grad=False)
 
     def gradient(
         self, *targets: Tensor, gradient: Tensor | None = None, materialize_grads: builtins.bool = False
@@ -1168,12 +1168,12 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         for i, t in enumerate(targets):
             if not dtypes.is_float(t.dtype):
                 raise TypeError(f"gradient: only float tensors have gradients, got {t.dtype} for target {i}")
-        grads = _gradients(self.uop, root_grad.uop, {t.uop for t in targets})
+        grads = _gradients(self._uop, root_grad._uop, {t._uop for t in targets})
         ret = []
         for i, t in enumerate(targets):
-            if (g := grads.get(t.uop)) is not None:
+            if (g := grads.get(t._uop)) is not None:
                 ret.append(Tensor(g))
-            elif materialize_grads or t.numel() == 0 or t.uop in self.uop.toposort():
+            elif materialize_grads or t.numel() == 0 or t._uop in self._uop.toposort():
                 ret.append(t.zeros_like(requires_grad=False))
             else:
                 raise RuntimeError(f"gradient: the result does not depend on target {i} (shape {t.shape})")
@@ -1199,8 +1199,10 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             [4.0]
         """
         root_grad = self._root_gradient(gradient, "backward")
-        in_graph = self.uop.toposort()
-        params = [t for ref in list(_all_tensors) if (t := ref()) is not None and t.requires_grad and t.uop in in_graph]
+        in_graph = self._uop.toposort()
+        params = [
+            t for ref in list(_all_tensors) if (t := ref()) is not None and t.requires_grad and t._uop in in_graph
+        ]
         if not params:
             raise RuntimeError(
                 f"backward: the {self.shape} result depends on no tensor with requires_grad=True "
@@ -1269,9 +1271,9 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         """`_broadcasted`'s nodes; a Python number on the fast path makes no Tensor for its constant, and two tensors
         of one shape, dtype and device need no broadcasting or promotion."""
         if type(y) in _PY_NUMBERS and (const := self._const_at_shape(y)) is not None:
-            return (const, self.uop) if reverse else (self.uop, const)
+            return (const, self._uop) if reverse else (self._uop, const)
         if type(y) is Tensor:
-            x_uop, y_uop = self.uop, y.uop
+            x_uop, y_uop = self._uop, y._uop
             if x_uop.dtype is y_uop.dtype and x_uop.device == y_uop.device:
                 if reverse:
                     x_uop, y_uop = y_uop, x_uop
@@ -1282,7 +1284,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
                 if not is_symbolic(shape):
                     return _broadcast_uop(x_uop, shape), _broadcast_uop(y_uop, shape)
         x, other = self._broadcasted(y, op, reverse)
-        return x.uop, other.uop
+        return x._uop, other._uop
 
     def _const_at_shape(self, y: bool | int | float) -> UOp | None:
         """Python number `y` as a constant of self's dtype, device and (int) shape, built as the nodes broadcasting
@@ -1291,17 +1293,17 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         dt = self.dtype
         if not _joins(dt, y):
             return None
-        shape = self.uop.shape
+        shape = self._uop.shape
         if not all(type(s) is int for s in shape):
             return None
-        return _labelled_const(dt, y, self.uop.device, shape)
+        return _labelled_const(dt, y, self._uop.device, shape)
 
     def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
         if self.shape == shape:
             return self
         padded = (1,) * (len(shape) - self.ndim) + self.shape
         if all(type(s) is int for s in shape) and all(type(s) is int for s in padded):
-            return Tensor(_broadcast_uop(self.uop, shape))
+            return Tensor(_broadcast_uop(self._uop, shape))
         return self.reshape(padded).expand(shape)
 
     def _binop(self, op: Ops, y: Any, name: str, reverse: bool = False) -> Tensor:
@@ -1420,7 +1422,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         x, other = self._broadcasted(y, "idiv", reverse)
         if not dtypes.is_int(x.dtype):
             raise TypeError(f"idiv: expected integer tensors, got {x.dtype}")
-        return Tensor(x.uop.alu(Ops.IDIV, other.uop))
+        return Tensor(x._uop.alu(Ops.IDIV, other._uop))
 
     @_traced
     def mod(self, x: Any, reverse: bool = False) -> Tensor:
@@ -1443,7 +1445,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
     def _mod_trunc(self, x: Any) -> Tensor:
         """C remainder (the sign of the dividend) of integer tensors: the MOD primitive."""
         lhs, other = self._broadcasted(x, "mod")
-        return Tensor(lhs.uop.alu(Ops.MOD, other.uop))
+        return Tensor(lhs.uop.alu(Ops.MOD, other._uop))
 
     @_traced
     def maximum(self, x: Any) -> Tensor:
@@ -1480,7 +1482,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     def _cmp(self, op: Ops, y: Any, name: str, reverse: bool = False) -> Tensor:
         x, other = self._broadcasted(y, name, reverse)
-        return Tensor(x.uop.alu(op, other.uop))
+        return Tensor(x._uop.alu(op, other._uop))
 
     @_traced
     def lt(self, y: Any) -> Tensor:
@@ -1602,7 +1604,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         x, other = self._broadcasted(y, name, reverse)
         if not (dtypes.is_int(x.dtype) or x.dtype == dtypes.bool):
             raise OpTypeError(f"{name}: bitwise ops need integer or bool tensors, got {x.dtype}")
-        return Tensor(x.uop.alu(op, other.uop))
+        return Tensor(x._uop.alu(op, other._uop))
 
     @_traced
     def bitwise_and(self, x: Any, reverse: bool = False) -> Tensor:
@@ -1701,7 +1703,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         cond = self.cast(dtypes.bool)
         shape = _broadcast_shape("where", cond.shape, xt.shape)
         cond, xt, yt = cond._broadcast_to(shape), xt._broadcast_to(shape), yt._broadcast_to(shape)
-        return Tensor(cond.uop.alu(Ops.WHERE, xt.uop, yt.uop))
+        return Tensor(cond._uop.alu(Ops.WHERE, xt._uop, yt._uop))
 
     def _where_uop(self, x: Any, y: Any) -> UOp | None:
         """`where`'s node for its common case, built as nodes (no Tensor per operand): a bool condition, values that
@@ -1727,7 +1729,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     def _unary(self, op: Ops) -> Tensor:
         x = self if dtypes.is_float(self.dtype) else self.cast(least_upper_float(self.dtype))
-        return Tensor(x.uop.alu(op))
+        return Tensor(x._uop.alu(op))
 
     @_traced
     def exp2(self) -> Tensor:
@@ -1921,7 +1923,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             ([1, -1], dtypes.half)
         """
         dt = to_dtype(dtype)
-        return self if dt == self.dtype else Tensor(self.uop.cast(dt))
+        return self if dt == self.dtype else Tensor(self._uop.cast(dt))
 
     @_traced
     def bitcast(self, dtype: DTypeLike) -> Tensor:
@@ -1946,7 +1948,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         dt = to_dtype(dtype)
         old, new = self.dtype.itemsize, dt.itemsize
         if dt == self.dtype or old == new:
-            return self if dt == self.dtype else Tensor(self.uop.bitcast(dt))
+            return self if dt == self.dtype else Tensor(self._uop.bitcast(dt))
         if self.ndim == 0 or (self.shape[-1] * old) % new != 0:
             raise ValueError(
                 f"bitcast: {self.dtype} -> {dt} regroups the last axis ({old} vs {new} bytes per element): got shape "
@@ -1959,9 +1961,11 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         shape = (*self.shape[:-1], self.shape[-1] * old // new)
         if prod(shape) == 0:
             return Tensor.empty(*shape, dtype=dt, device=self.device)
-        if view_chain(self.uop)[0].op is not Ops.BUFFER:
-            Tensor(view_chain(self.uop)[0]).realize()  # a pending write (a copy to DISK) lands first: the view reads it
-        return Tensor(bitcast_view(self.uop, dt))
+        if view_chain(self._uop)[0].op is not Ops.BUFFER:
+            Tensor(
+                view_chain(self._uop)[0]
+            ).realize()  # a pending write (a copy to DISK) lands first: the view reads it
+        return Tensor(bitcast_view(self._uop, dt))
 
     def _bitcast_regrouped(self, dt: DType) -> Tensor:
         """A size-changing bitcast as a kernel: split or join the elements' unsigned bits by shifts."""
@@ -2104,7 +2108,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             return ret
         kept = tuple(s for i, s in enumerate(shape) if i not in axes)
         if kept and not is_symbolic(shape):  # what reshape makes of sizes that fit, without its argument checks
-            return Tensor(ret.uop.reshape(kept))
+            return Tensor(ret._uop.checked_view(Ops.RESHAPE, kept))
         return ret.reshape(kept)
 
     @_traced
@@ -2261,7 +2265,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         if self.device != w.device:
             raise ValueError(f"matmul: tensors on different devices {self.device} and {w.device}; use .to() first")
         # (..., n, k) @ (..., k, m): x (..., n, 1, k) * w moved to (..., 1, m, k), summed over k
-        xs, ws = self.uop.shape, w.uop.shape
+        xs, ws = self._uop.shape, w._uop.shape
         ones = (1,) * min(len(xs) - 1, len(ws) - 1, 1)
         x_shape, w_shape = (*xs[:-1], *ones, xs[-1]), (*ws[:-2], *ones, *ws[-min(len(ws), 2) :])
         if is_symbolic(xs) or is_symbolic(ws):
@@ -2269,7 +2273,8 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         else:  # the nodes reshape and transpose make (sizes that fit, known axes), without their argument checks
             order = list(range(len(w_shape)))
             order[-1], order[-min(len(ws), 2)] = order[-min(len(ws), 2)], order[-1]
-            x, wt = Tensor(self.uop.reshape(x_shape)), Tensor(Tensor(w.uop.reshape(w_shape)).uop.permute(tuple(order)))
+            x = Tensor(self._uop.checked_view(Ops.RESHAPE, x_shape))
+            wt = Tensor(Tensor(w._uop.checked_view(Ops.RESHAPE, w_shape))._uop.permute(tuple(order)))
         return (x * wt).sum(-1, dtype=least_upper_dtype(x.dtype, w.dtype) if not dtypes.is_float(x.dtype) else None)
 
     @_traced
@@ -2314,16 +2319,16 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             [[0, 1, 2], [3, 4, 5]]
         """
         given = argfix(shape, *args)
-        current = self.uop.shape
+        current = self._uop.shape
         plain = given and set(map(type, given)) == _INT_ONLY and min(given) >= 0 and not is_symbolic(current)
         if plain and prod(given) == prod(current):  # sizes that fit as they are: the checks below would pass them
-            return Tensor(self.uop.reshape(given))
+            return Tensor(self._uop.reshape(given))
         if any(s is None for s in given[self.ndim :]):
             raise IndexError(f"reshape: None keeps an axis, but {tuple(given)} has more axes than shape {self.shape}")
         shp = list(_shape_arg(tuple(self.shape[i] if s is None else s for i, s in enumerate(given)), allow_neg=True))
         if is_symbolic(tuple(shp)) or is_symbolic(self.shape):
             new_shape = symbolic_reshape(self.shape, tuple(shp))
-            return Tensor(self.uop.reshape(new_shape))  # type: ignore[arg-type]  # UOp.reshape takes sints too
+            return Tensor(self._uop.reshape(new_shape))  # type: ignore[arg-type]  # UOp.reshape takes sints too
         if shp.count(-1) > 1:
             raise OpValueError(f"reshape: only one axis can be -1, got {tuple(shp)}")
         if -1 in shp:
@@ -2337,7 +2342,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             raise ValueError(
                 f"reshape: cannot reshape {self.shape} ({self.numel()} elements) to {tuple(shp)} ({prod(shp)} elements)"
             )
-        return Tensor(self.uop.reshape(tuple(shp)))
+        return Tensor(self._uop.reshape(tuple(shp)))
 
     def view(self, shape: Any, *args: Any) -> Tensor:
         """Same as `reshape`: `x.view(2, -1)`.
@@ -2376,7 +2381,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         axes = [self._axis(a, "permute") for a in argfix(order, *args)]
         if sorted(axes) != list(range(self.ndim)):
             raise OpValueError(f"permute: {tuple(argfix(order, *args))} is not a permutation of {self.ndim} axes")
-        return Tensor(self.uop.permute(tuple(axes)))
+        return Tensor(self._uop.permute(tuple(axes)))
 
     @_traced
     def expand(self, shape: Any = (), *args: Any) -> Tensor:
@@ -2404,7 +2409,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         for p, s in zip(padded, new, strict=True):
             if p != s and p != 1:
                 raise ValueError(f"expand: cannot expand {self.shape} to {shp}: only size-1 axes can grow")
-        return Tensor(self.uop.reshape(padded).expand(new))
+        return Tensor(self._uop.reshape(padded).expand(new))
 
     @_traced
     def pad(self, padding: Sequence[Any], mode: str | ConstType = "constant", value: ConstType = 0.0) -> Tensor:
@@ -2440,7 +2445,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         pos = tuple((_grow(b), _grow(a)) for b, a in pads)
         if not any(b or a for b, a in pos):
             return x
-        padded = Tensor(x.uop.pad(pos))
+        padded = Tensor(x._uop.pad(pos))
         if value == 0:
             return padded
         mask = Tensor(Tensor.full(x.shape, True, dtype=dtypes.bool, device=x.device).uop.pad(pos))
@@ -2472,7 +2477,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
                 continue  # checked at the variables' bound values by the SHRINK node itself
             if not 0 <= b <= e <= s:
                 raise ValueError(f"shrink: bounds {bounds} do not fit shape {self.shape}")
-        return Tensor(self.uop.shrink(bounds))
+        return Tensor(self._uop.shrink(bounds))
 
     def shrink_to(self, shape: Any, *args: builtins.int | None) -> Tensor:
         """Keep the first `shape[i]` entries of each axis (None keeps it): `(4, 8) -> shrink_to(2, None) -> (2, 8)`.
@@ -2516,7 +2521,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         if len(set(given)) != len(given):
             raise OpValueError(f"flip: each axis can appear once, got {tuple(argfix(axis, *args))}")
         axes = set(given)
-        return Tensor(self.uop.flip(tuple(i in axes for i in range(self.ndim))))
+        return Tensor(self._uop.flip(tuple(i in axes for i in range(self.ndim))))
 
     def _axis(self, a: builtins.int, op: str) -> builtins.int:
         if not -max(self.ndim, 1) <= a < max(self.ndim, 1):
@@ -2831,13 +2836,13 @@ def _forget(
 def _broadcast_uop(u: UOp, shape: tuple[int, ...]) -> UOp:
     """`u` (int shape) broadcast to int `shape`, checked by _broadcast_shape: the view built directly, without
     reshape()'s and expand()'s argument handling (the nodes Tensor.reshape and Tensor.expand make, labelled alike)."""
-    if u.shape == shape:
+    if (current := u.shape) == shape:
         return u
-    view = u.reshape((1,) * (len(shape) - len(u.shape)) + u.shape)
+    view = u.checked_view(Ops.RESHAPE, (1,) * (len(shape) - len(current)) + current)
     if _METADATA.get() is None:
-        return view.expand(shape)
+        return view.checked_view(Ops.EXPAND, shape)
     _label_nodes(view, view.op)
-    expanded = view.expand(shape)
+    expanded = view.checked_view(Ops.EXPAND, shape)
     if expanded not in all_metadata:  # what Tensor(expanded) would label
         all_metadata[expanded] = (_METADATA.get(),)  # type: ignore[assignment]  # checked not None above
     return expanded
@@ -2931,7 +2936,7 @@ def _empty_like(x: Tensor) -> UOp:
     from fusegrad.schedule.multi import Placement, register_multi_buffer
 
     target = Tensor.empty(*x.shape, device=x.device, dtype=x.dtype).uop
-    if isinstance(x.device, tuple) and (axis := x.uop.axis) is not None:
+    if isinstance(x.device, tuple) and (axis := x._uop.axis) is not None:
         register_multi_buffer(target.base, Placement(axis=axis), x.shape)
     return target
 
@@ -3068,7 +3073,7 @@ def realize_tensors(tensors: Sequence[Tensor], do_update_stats: bool = True, alo
     engine/cache.py). `alone`: no other live tensor's graph holds their nodes (a random draw's key and state), so
     only they are repointed, without the walk over every lazy tensor's graph."""
     only = tensors if alone else None
-    sink = UOp.sink(*[t.uop for t in tensors])
+    sink = UOp.sink(*[t._uop for t in tensors])
     bases = [u.base for u in sink.src]
     if all(b.op in _SETTLED_OPS for b in bases):  # realized memory and constants (`loss.item()`): nothing to run
         return
@@ -3113,14 +3118,14 @@ def _schedule_and_run(
     becomes: dict[UOp, UOp] = {}
     if not kernelized:
         start = time.perf_counter()
-        result = kernelize(UOp.sink(*[t.uop for t in tensors]))
+        result = kernelize(UOp.sink(*[t._uop for t in tensors]))
         if DEBUG.value >= 1:
             took = (time.perf_counter() - start) * 1e3
             hit = "" if structure is None else " (schedule cache miss)"
             print(colored(f"scheduled {result.kernel_count} kernels in {took:.2f} ms{hit}", "cyan"))
         becomes = result.becomes
         _apply_map(becomes, only)
-    sink = UOp.sink(*[t.uop for t in tensors])
+    sink = UOp.sink(*[t._uop for t in tensors])
     items = create_schedule(sink)
     ran = list(items)  # run_schedule pops them
     run_schedule(items, do_update_stats=do_update_stats)
@@ -3204,8 +3209,14 @@ def _apply_map(becomes: Mapping[UOp, UOp], only: Sequence[Tensor] | None = None)
             del _lazy_tensors[ref]
     if not others:
         return
-    sink = UOp.sink(*[t.uop for t in others])
-    replacements = becomes if isinstance(becomes, dict) else dict(becomes)  # a replay's map builds every node now
+    sink = UOp.sink(*[t._uop for t in others])
+    if isinstance(becomes, dict):
+        replacements = becomes
+    else:  # a replay's map builds a node when looked up: only those these graphs hold (often none: unrelated tensors)
+        held = {s for u in sink.toposort(gate=lambda u: u not in becomes) for s in u.src if s in becomes}
+        if not held:
+            return
+        replacements = {u: becomes[u] for u in held}
     new_sink = sink.substitute(replacements, name="apply becomes map")
     for t, new in zip(others, new_sink.src, strict=True):
         t.uop = new

@@ -543,6 +543,17 @@ class UOp(MathTrait, metaclass=UOpMetaClass):
             ret.__dict__.setdefault("_device", device)
         return ret
 
+    def checked_view(self, op: Ops, shape: tuple[int, ...]) -> UOp:
+        """RESHAPE or EXPAND to int `shape`, which the caller has checked fits (broadcasting's hot path): the node
+        `_mop` makes, with its shape and device, without working the shape out and checking it again."""
+        if self.shape == shape:
+            return self
+        ret = UOp(op, self.dtype, (self,), shape)
+        ret.__dict__.setdefault("_shape", shape)
+        if (device := self.__dict__.get("_device")) is not None:
+            ret.__dict__.setdefault("_device", device)
+        return ret
+
     def reshape(self, shape: tuple[int, ...]) -> UOp:
         return self._mop(Ops.RESHAPE, shape)
 

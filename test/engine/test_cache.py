@@ -254,6 +254,7 @@ def test_replayed_tensors_carry_their_shape_and_device() -> None:
 def test_replay_builds_only_what_tensors_read(monkeypatch: pytest.MonkeyPatch) -> None:
     """A hit gives an intermediate buffer (no tensor reads it afterwards) no BUFFER node, and builds the node of a
     template only for a tensor that holds it; values stay right."""
+    schedule_cache.clear()  # this structure scheduled here, whatever ran before
     x = Tensor.rand(4, 4).realize()
     made: list[UOp] = []
     new_buffer = UOp.new_buffer
@@ -274,6 +275,18 @@ def test_replay_builds_only_what_tensors_read(monkeypatch: pytest.MonkeyPatch) -
     assert len(made) == 1  # y's buffer; the intermediate is a bare Buffer
     assert y.uop.base is made[0]
     np.testing.assert_allclose(y.numpy(), ((x.numpy() + 1) * 2).sum(0), rtol=1e-6)
+    # a lazy tensor whose graph holds the intermediate reads its buffer after a hit (its node built for it), while
+    # an unrelated lazy one is left as it is
+    unrelated = Tensor.ones(3) + 1
+    hidden = (x + 1).contiguous()
+    kept, y = hidden * 3, (hidden * 2).sum(0)
+    del hidden
+    hits = cache_counts["hit"]
+    y.realize()
+    assert cache_counts["hit"] == hits + 1
+    assert kept.uop.src[0].base.op is Ops.BUFFER
+    assert unrelated.uop.base.op is Ops.ADD
+    np.testing.assert_allclose(kept.numpy(), (x.numpy() + 1) * 3, rtol=1e-6)
     structure = graph_structure(UOp.sink(((x + 1).contiguous() * 2).sum(0).uop))
     becomes = cache.replay(schedule_cache[structure.key], structure, do_update_stats=False)
     assert len(becomes) >= 1
