@@ -1199,7 +1199,8 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             [4.0]
         """
         root_grad = self._root_gradient(gradient, "backward")
-        in_graph = self._uop.toposort()
+        # the graph's nodes from the walk Tensor.gradient keys its recipe with: kept in the root, so it walks once
+        in_graph = graph_structure(UOp.sink(self._uop), remember_first=True).position
         params = [
             t for ref in list(_all_tensors) if (t := ref()) is not None and t.requires_grad and t._uop in in_graph
         ]
