@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import itertools
 import json
 import os
 import resource
@@ -23,7 +24,7 @@ from types import ModuleType
 from typing import Any
 
 FRAMEWORKS = ("fusegrad", "torch", "tinygrad")
-MEASURES = ("tiny", "replay", "mlp", "gpt", "import", "cold", "chain", "nocache")
+MEASURES = ("tiny", "replay", "mlp", "gpt", "python", "import", "cold", "chain", "nocache")
 REPLAY_KERNELS = 200  # kernels in the replayed chain: the per-call cost is spread over them
 CHAIN_LAYERS = 1000  # (x @ w).relu() layers scheduled by the chain measure (bench/schedule.py shows other lengths)
 # the GPT of fusegrad.examples.gpt at its default size: vocab of the stdlib corpus (~96 characters), batch 16
@@ -166,14 +167,20 @@ def make_gpt(fw: ModuleType) -> Any:
     return GPT()
 
 
-def gpt_step(fw: ModuleType) -> tuple[Callable[[Any, Any], Any], Any, Any]:
-    """(step(x, y) -> loss, x, y): one AdamW training step of the GPT on a batch of random characters."""
+def gpt_parts(fw: ModuleType) -> tuple[Any, Any, Any, Any]:
+    """(model, AdamW optimiser, x, y): the GPT, its optimiser and a batch of random characters."""
     fw.Tensor.manual_seed(0)
     model = make_gpt(fw)
     opt = fw.nn.optim.AdamW(fw.nn.state.get_parameters(model), lr=1e-3, weight_decay=0.01)
     shape = (GPT_SHAPE["batch"], GPT_SHAPE["context"])
     x = fw.Tensor.randint(*shape, low=0, high=GPT_SHAPE["vocab"]).realize()
     y = fw.Tensor.randint(*shape, low=0, high=GPT_SHAPE["vocab"]).realize()
+    return model, opt, x, y
+
+
+def gpt_step(fw: ModuleType) -> tuple[Callable[[Any, Any], Any], Any, Any]:
+    """(step(x, y) -> loss, x, y): one AdamW training step of the GPT on a batch of random characters."""
+    model, opt, x, y = gpt_parts(fw)
 
     def step(x: Any, y: Any) -> Any:
         opt.zero_grad()
@@ -207,6 +214,55 @@ def gpt(fw: ModuleType, name: str, seconds: float) -> dict[str, float]:
     step, x, y = gpt_step(fw)
     jitted = fw.TinyJit(step)
     return ratio(lambda: step(x, y).item(), lambda: jitted(x, y).item(), seconds, "GPT step")
+
+
+def python(fw: ModuleType, name: str, seconds: float) -> dict[str, float]:
+    """The GPT step's Python by phase on the NULL device (kernels cost nothing there): CPU ms per step of the forward
+    (loss built), backward, the realize of loss and gradients, and the optimiser step (medians over the steps run
+    in `seconds`), their total (mean, so it includes the garbage collections), and the collector's ms per step."""
+    if name != "fusegrad":  # the device is chosen by the driver's environment (DEV=NULL)
+        return {}
+    import gc
+    import statistics
+
+    model, opt, x, y = gpt_parts(fw)
+    collecting: list[float] = []
+    gc_seconds = [0.0]
+
+    def timed_gc(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            collecting.append(time.process_time())
+        elif collecting:
+            gc_seconds[0] += time.process_time() - collecting.pop()
+
+    def phases() -> list[float]:
+        marks = [time.process_time()]
+        opt.zero_grad()
+        loss = model(x).sparse_categorical_crossentropy(y)
+        marks.append(time.process_time())
+        loss.backward()
+        marks.append(time.process_time())
+        fw.Tensor.realize(loss, *[p.grad for p in opt.params if p.grad is not None])
+        marks.append(time.process_time())
+        opt.step()
+        marks.append(time.process_time())
+        loss.item()
+        return [b - a for a, b in itertools.pairwise(marks)]
+
+    for _ in range(5):  # schedules, recordings and recipes made
+        phases()
+    gc.callbacks.append(timed_gc)
+    try:
+        rows, deadline = [], time.perf_counter() + seconds
+        while len(rows) < 20 or time.perf_counter() < deadline:
+            rows.append(phases())
+    finally:
+        gc.callbacks.remove(timed_gc)
+    names = ("forward", "backward", "realize", "optimiser")
+    out = {f"GPT step Python ms, {n} (NULL)": statistics.median(r[i] for r in rows) * 1e3 for i, n in enumerate(names)}
+    out["GPT step Python ms, total with GC (NULL)"] = statistics.mean(sum(r) for r in rows) * 1e3
+    out["GPT step Python ms, garbage collection (NULL)"] = gc_seconds[0] / len(rows) * 1e3
+    return out
 
 
 def cold(fw: ModuleType, name: str, seconds: float) -> dict[str, float]:
@@ -252,7 +308,8 @@ def nocache(fw: ModuleType, name: str, seconds: float) -> dict[str, float]:
         }
 
 
-WORKERS = {"tiny": tiny, "replay": replay, "mlp": mlp, "gpt": gpt, "cold": cold, "chain": chain, "nocache": nocache}
+WORKERS = {"tiny": tiny, "replay": replay, "mlp": mlp, "gpt": gpt, "python": python, "cold": cold, "chain": chain,
+           "nocache": nocache}  # fmt: skip
 
 
 def worker(name: str, measure: str, seconds: float) -> None:
@@ -299,6 +356,8 @@ def measure_all(args: argparse.Namespace) -> dict[str, dict[str, float]]:
             print(f"  {name}: {measure} ...", file=sys.stderr, flush=True)
             if measure == "import":
                 results[name] |= import_time(name, args.repeats, env)
+            elif measure == "python":  # Python alone: the NULL device runs no kernels
+                results[name] |= run_worker(name, "python", args.seconds, {**env, "DEV": "NULL"})
             elif measure == "cold":
                 with tempfile.TemporaryDirectory(prefix="overhead_cache_") as tmp:
                     cold_env = {**env, "CACHEDB": os.path.join(tmp, "cache.db")}

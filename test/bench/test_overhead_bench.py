@@ -82,3 +82,19 @@ def test_ratio_gives_wall_and_cpu_time(bench: ModuleType) -> None:
     assert set(figures) == {"step eager ms", "step jitted ms", "step eager/jitted", "step eager/jitted CPU time"}
     assert figures["step eager/jitted CPU time"] > 2  # ten times the work: CPU time shows it whatever the load
     assert set(bench.ratio(slow, None, 0.05, "step")) == {"step eager ms"}
+
+
+def test_python_measure_gives_the_gpt_steps_phases_on_null() -> None:
+    """The `python` measure runs on the NULL device and gives each phase's ms, their total and the collector's."""
+    argv = ["--frameworks", "fusegrad", "--measures", "python", "--seconds", "0.05"]
+    proc = subprocess.run([sys.executable, str(BENCH), *argv], capture_output=True, text=True, check=True, timeout=600)
+    rows = {
+        cells[1].strip(): float(cells[2].replace(",", ""))
+        for line in proc.stdout.splitlines()
+        if line.startswith("| GPT step Python") and (cells := line.split("|"))
+    }
+    phases = [f"GPT step Python ms, {n} (NULL)" for n in ("forward", "backward", "realize", "optimiser")]
+    total, collector = "GPT step Python ms, total with GC (NULL)", "GPT step Python ms, garbage collection (NULL)"
+    assert set(rows) == {*phases, total, collector}
+    assert all(rows[p] > 0 for p in phases)
+    assert rows[total] >= rows[collector] >= 0
