@@ -271,24 +271,25 @@ def _inner_ranges(red: UOp, rng: UOp) -> set[UOp]:
 
 def _reduce_guards(sink: UOp) -> dict[UOp, frozenset[tuple[UOp, bool]]]:
     """Per REDUCE, the (condition, value) pairs of WHEREs that every path from the kernel's stores to it passes
-    through in that branch: the reduce's value is only read where each condition has that value."""
-    guards: dict[UOp, frozenset[tuple[UOp, bool]]] = {}
-    seen: set[tuple[UOp, frozenset[tuple[UOp, bool]]]] = set()
-    stack: list[tuple[UOp, frozenset[tuple[UOp, bool]]]] = [(sink, frozenset())]
-    while stack:
-        node, held = stack.pop()
-        if (node, held) in seen:
-            continue
-        seen.add((node, held))
+    through in that branch: the reduce's value is only read where each condition has that value. One pass from the
+    sink down (users before sources): a node's pairs are the meet of its users' (what every path through each user
+    holds, plus that edge's branch), so shared subgraphs cost once, not once per path."""
+    order = sink.toposort()
+    if not any(u.op is Ops.REDUCE for u in order):
+        return {}
+    held: dict[UOp, frozenset[tuple[UOp, bool]]] = {sink: frozenset()}
+    for node in reversed(order):
+        here = held.get(node, frozenset())
         if node.op is Ops.REDUCE:
-            guards[node] = guards[node] & held if node in guards else held
-            held = frozenset()  # its own term is read on every step of its loops
+            here = frozenset()  # its own term is read on every step of its loops
         if node.op is Ops.WHERE and node.dtype != dtypes.bool:
             cond, yes, no = node.src
-            stack += [(cond, held), (yes, held | {(cond, True)}), (no, held | {(cond, False)})]
+            edges = [(cond, here), (yes, here | {(cond, True)}), (no, here | {(cond, False)})]
         else:
-            stack += [(s, held) for s in node.src]
-    return guards
+            edges = [(s, here) for s in node.src]
+        for src, pairs in edges:
+            held[src] = held[src] & pairs if src in held else pairs
+    return {u: held.get(u, frozenset()) for u in order if u.op is Ops.REDUCE}
 
 
 def _dead_condition(guard: frozenset[tuple[UOp, bool]], scope: set[UOp]) -> UOp | None:

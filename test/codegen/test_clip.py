@@ -248,3 +248,16 @@ def test_causal_attention_ignores_values_past_the_diagonal() -> None:
     v[0, 0, 20] = np.inf
     out = Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), is_causal=True).numpy()
     assert np.isfinite(out[0, 0, :20]).all()
+
+
+@pytest.mark.timeout(60)
+def test_the_guard_walk_costs_once_per_node_not_once_per_path() -> None:
+    """30 nested wheres each reading the last one three times: 3^30 paths from the store to the reduce. The walk that
+    finds each reduce's guards followed every path (a CI job timed out on `base ** exponent` for ints); it now meets
+    at each node once and compiles in well under a second."""
+    x = Tensor(np.arange(-8, 8, dtype=np.int32).reshape(4, 4))
+    want = x.numpy()
+    for _ in range(30):
+        x = (x > 0).where(x - 1, x + 2)
+        want = np.where(want > 0, want - 1, want + 2)
+    np.testing.assert_array_equal(x.sum(axis=1).numpy(), want.sum(axis=1))
