@@ -30,7 +30,13 @@ kernel; a busy machine inflates it (another process may take the core between ke
 the same step jitted on the NULL device, whose kernels run nothing, so that a replay's whole time is overhead (less
 than on CPU by the CPU runtime's per-launch work: buffer addresses and the ctypes call).
 
-Usage: python bench/train.py [--steps N] [--quick] [--cases gpt,convnet] [--peers torch,tinygrad] [--null] [--cold];
+Kernel ranking (--kernels N): instead of the comparison, fusegrad's step is captured (JIT=2, no graph runners) and
+every captured kernel is run alone on the captured buffers, the step's own inputs filled in, best of --kernel-reps
+runs; the N slowest are printed with their share of the sum. Set OMP_NUM_THREADS=1 on a shared machine: one thread's
+time is steadier than two threads' (another process on the other core halves a statically split kernel).
+
+Usage: python bench/train.py [--steps N] [--quick] [--cases gpt,convnet] [--peers torch,tinygrad] [--null] [--cold]
+[--kernels N];
 `--help` lists the model-size flags (tiny settings make a smoke test). Missing peers are reported and skipped.
 """
 
@@ -571,6 +577,46 @@ def print_overhead(run: Run, null: Overhead | None, wrapper: float) -> None:
               f"{null.kernels} kernels = {null.seconds * 1e6 / null.kernels:.1f} us per kernel")  # fmt: skip
 
 
+def kernel_times(case: Case, reps: int) -> tuple[dict[str, float], int]:
+    """Each kernel of fusegrad's captured step run alone on the captured buffers (the step's inputs filled in): best
+    seconds of `reps` runs, summed per kernel name; and how many items could not run alone (no buffer for a slot)."""
+    trainer, _ = MAKERS[case.name]["fusegrad"](case)
+    prepared = [trainer.prepare(b) for b in case.batches]
+    with graphs_off(trainer):
+        for inputs in (prepared * 3)[:3]:  # the eager call, the capture, one replay
+            trainer.step(inputs).item()
+    captured = trainer.jit.captured
+    flat = [t.uop.buffer for t in (prepared * 3)[2]]
+    items = captured.items
+    for (j, i), k in captured.input_replace.items():
+        if k < len(flat):
+            items[j].bufs[i] = flat[k]
+    times: dict[str, float] = {}
+    skipped = 0
+    for ei in items:
+        if not hasattr(ei.prg, "p") or any(b is None for b in ei.bufs):
+            skipped += 1  # a copy, or a view of an input the step makes itself
+            continue
+        best = math.inf
+        for _ in range(reps):
+            start = time.perf_counter()
+            ei.prg(ei.bufs, {}, wait=True)
+            best = min(best, time.perf_counter() - start)
+        times[ei.prg.p.name] = times.get(ei.prg.p.name, 0.0) + best
+    return times, skipped
+
+
+def print_kernel_ranking(case: Case, top: int, reps: int) -> None:
+    """The `top` slowest kernels of fusegrad's step (see kernel_times) and their share of the sum."""
+    times, skipped = kernel_times(case, reps)
+    total = sum(times.values())
+    threads = os.environ.get("OMP_NUM_THREADS", "all cores")
+    print(f"{len(times)} kernels timed alone (best of {reps}, OMP_NUM_THREADS={threads}), sum {total * 1e3:.2f} ms; "
+          f"{skipped} items not timed (copies, views of inputs)")  # fmt: skip
+    for name, t in sorted(times.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"  {t * 1e3:8.3f} ms  {100 * t / total:5.1f}%  {name}")
+
+
 def run_peers(case: Case, args: argparse.Namespace) -> dict[str, Run | None]:
     """Train the case with fusegrad and then with each peer, from fusegrad's initial weights."""
     trainer, weights = MAKERS[case.name]["fusegrad"](case)
@@ -603,6 +649,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--peers", default=",".join(PEERS), help="comma-separated peers beside fusegrad (default torch,tinygrad)")
     add("--null", action="store_true", help="also time fusegrad's replay on the NULL device (slow: schedules again)")
     add("--cold", action="store_true", help="CACHELEVEL=0: compile every kernel in the first call")
+    ranking = "rank instead of compare: the N slowest kernels of fusegrad's step, each timed alone"
+    add("--kernels", type=int, default=0, metavar="N", help=ranking)
+    add("--kernel-reps", type=int, default=10, help="runs per kernel for --kernels, best kept (default 10)")
     add("--seed", type=int, default=0, help="seed of the weights and batches (default 0)")
     add("--lr", type=float, default=3e-3, help="learning rate of both optimizers (default 3e-3)")
     for flag, default, what in (("vocab", 98, "gpt vocabulary"), ("context", 64, "gpt context"),
@@ -618,8 +667,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"unknown case or peer: got {unknown}, expected cases {list(MAKERS)} and peers {list(PEERS)}")
     sizes = (args.steps, args.check, args.vocab, args.context, args.dim, args.heads, args.layers,
              args.batch, args.conv_batch, args.width)  # fmt: skip
-    if args.warmup < 2 or min(sizes) < 1 or args.conv_batch < 2:
-        parser.error("--warmup must be at least 2, --conv-batch at least 2, the other counts and sizes at least 1")
+    if args.warmup < 2 or min(sizes) < 1 or args.conv_batch < 2 or args.kernels < 0 or args.kernel_reps < 1:
+        parser.error("--warmup must be at least 2, --conv-batch at least 2, --kernels at least 0, the other counts and "
+                     "sizes at least 1")  # fmt: skip
     if args.dim % args.heads:
         parser.error(f"--dim must be a multiple of --heads: got {args.dim} and {args.heads}")
     return args
@@ -642,6 +692,9 @@ def main(argv: list[str] | None = None) -> int:
     wrapper = wrapper_cost()
     for case in make_cases(args):
         print(f"\n== {case.title}", flush=True)
+        if args.kernels:
+            print_kernel_ranking(case, args.kernels, args.kernel_reps)
+            continue
         runs = run_peers(case, args)
         null = null_overhead(case) if args.null else None
         print_rates(case, runs, args.warmup)

@@ -22,10 +22,11 @@ def bench() -> ModuleType:
     return load_script(BENCH, "bench_train")
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [["--warmup", "1"], ["--steps", "0"], ["--dim", "10", "--heads", "4"], ["--cases", "resnet"], ["--peers", "jax"]],
-)
+BAD_ARGS = [["--warmup", "1"], ["--steps", "0"], ["--dim", "10", "--heads", "4"], ["--cases", "resnet"],
+            ["--peers", "jax"], ["--kernels", "-1"], ["--kernel-reps", "0"]]  # fmt: skip
+
+
+@pytest.mark.parametrize("argv", BAD_ARGS)
 def test_bad_arguments_are_refused(bench: ModuleType, argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         bench.parse_args(argv)
@@ -114,3 +115,17 @@ def test_tiny_run_against_torch(bench: ModuleType, capsys: pytest.CaptureFixture
         per_kernel = float(line.split(" = ")[1].split()[0])
         assert 0 < per_kernel < 10_000, line  # microseconds: positive, and far below a whole step
         assert "less the timing wrapper's" in line
+
+
+def test_kernel_ranking_times_every_kernel_of_the_step(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    """--kernels N: each captured kernel of the tiny GPT's step runs alone, the step's own inputs filled in (the
+    embedding's gather reads the token ids), and the N slowest are printed in order with their share."""
+    assert bench.main([*TINY, "--cases", "gpt", "--kernels", "3", "--kernel-reps", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = next(line for line in lines if "kernels timed alone" in line)
+    assert "0 items not timed" in head
+    ranked = [line.split() for line in lines if line.strip().endswith(tuple("0123456789")) and " ms " in line]
+    assert len(ranked) == 3
+    times = [float(r[0]) for r in ranked]
+    assert times == sorted(times, reverse=True)
+    assert all(t > 0 for t in times)
