@@ -13,8 +13,9 @@ Timing: tinygrad and fusegrad run under TinyJit, so only their kernels are timed
 without it: schedule, cached-kernel lookup and launch every call); torch and numpy run eagerly. Each case is warmed
 up on every peer (TinyJit needs two calls to capture), then the peers take turns, --reps of them
 (a peer stops once its runs pass --timeout seconds); a turn is a 50 ms settle (the previous peer's OpenMP
-threads spin for milliseconds and would take a core from the next) and 3 runs back to back, as a loop runs them (the
-first after a pause pays for waking threads and cores): best reported. Load from other work falls on all alike. A
+threads spin for milliseconds and would take a core from the next) and runs back to back, as a loop runs them, at
+least 3 and for at least 20 ms (the first runs after a pause pay for waking threads and cores; bench/peak.c's loops
+run back to back too): best reported. Load from other work falls on all alike. A
 case whose first run alone is that slow reports that run (*, compile included) or is marked ! (timed out). The
 BEAM=2 column searches each new kernel once, in its first (untimed) run, each search capped at --beam-budget seconds
 (printed), and keeps the choice in the disk cache: a second run of this bench pays nothing. Correctness is checked
@@ -49,7 +50,8 @@ os.environ.setdefault("DEV", "CPU")  # the reference system may pick another bac
 
 MATMUL_SIZES = (1024, 2048)
 SETTLE = 0.05  # seconds slept before each peer's turn: torch's OpenMP threads spin for ms after its run, taking a core
-RUNS_PER_TURN = 3  # timed runs of one peer back to back in its turn
+RUNS_PER_TURN = 3  # timed runs of one peer back to back in its turn, at least
+TURN_S = 0.02  # and for at least this many seconds: a 1 ms kernel reaches its steady speed only after a few runs
 SMALL_MATMULS = {"mm 512x128@128": ((512, 128), (128, 128)),  # a tiny transformer's projection
                  "bmm 64x32@32x64": ((16, 4, 64, 32), (16, 4, 32, 64))}  # and its attention  # fmt: skip
 CONV_X, CONV_W = (8, 64, 56, 56), (64, 64, 3, 3)
@@ -358,9 +360,17 @@ def warm_up(peer: str, name: str, fn: Callable[[], Any], args: argparse.Namespac
     return None
 
 
+def turn(fn: Callable[[], Any]) -> list[float]:
+    """One peer's turn: runs back to back, at least RUNS_PER_TURN of them and for at least TURN_S seconds."""
+    got: list[float] = []
+    while len(got) < RUNS_PER_TURN or sum(got) < TURN_S:
+        got.append(timed(fn)[0])
+    return got
+
+
 def time_case(name: str, fns: dict[str, Callable[[], Any]], args: argparse.Namespace, run: Run) -> None:
-    """Warm every peer's run of the case up, then time them in turns (one run each per turn, best kept), so that
-    load from other work on the shared cores falls on every peer alike."""
+    """Warm every peer's run of the case up, then time them in turns (see `turn`; the best run kept), so that load
+    from other work on the shared cores falls on every peer alike."""
     times: dict[str, list[float]] = {}
     for peer, fn in fns.items():
         try:
@@ -379,7 +389,7 @@ def time_case(name: str, fns: dict[str, Callable[[], Any]], args: argparse.Names
                 time.sleep(SETTLE)  # the previous peer's OpenMP threads stop spinning first (torch's spin for ms)
                 # back to back, as a training loop runs: a first run after the pause pays for waking threads and
                 # cores (fusegrad's chain 4M: 1.03 ms back to back, 2.08 ms after a 50 ms pause)
-                got.extend(timed(fns[peer])[0] for _ in range(RUNS_PER_TURN))
+                got.extend(turn(fns[peer]))
     for peer, got in times.items():
         run.timings[peer][name] = Timing(min(got), len(got))
     cells = [f"{p} {by_case[name].seconds * 1e3:.2f}" for p, by_case in run.timings.items() if by_case.get(name)]

@@ -4,6 +4,7 @@ the target column's verdicts. No timing is asserted: the bench prints ratios."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -92,3 +93,18 @@ def test_heuristics_vs_beam_sums_the_cases_kernels(bench: ModuleType) -> None:
     run = bench.Run({}, {}, {"sdpa": [kernel(3.0, 1.0), kernel(1.0, 1.0), kernel(float("nan"), 5.0)]})
     assert bench.heuristics_vs_beam(run, "sdpa") == 0.5  # (1 + 1) / (3 + 1); a failed heuristic is left out
     assert bench.heuristics_vs_beam(run, "chain 4M") is None
+
+
+def test_a_turn_runs_short_kernels_for_its_minimum_time_and_long_ones_three_times(bench: ModuleType) -> None:
+    """A 1 ms case runs back to back until TURN_S has passed (a short kernel is at its steady speed only after a few
+    runs, as bench/peak.c's loops are); a case longer than TURN_S runs RUNS_PER_TURN times."""
+    calls: list[int] = []
+
+    def short() -> None:
+        calls.append(1)
+        time.sleep(0.001)
+
+    got = bench.turn(short)
+    assert len(got) == len(calls) >= bench.TURN_S / 0.002  # sleep(0.001) may take up to about twice that
+    assert sum(got) >= bench.TURN_S
+    assert len(bench.turn(lambda: time.sleep(bench.TURN_S))) == bench.RUNS_PER_TURN
