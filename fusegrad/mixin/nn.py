@@ -551,7 +551,7 @@ class NNMixin:
         """softmax(self @ key^T / sqrt(E) + mask) @ value; self (..., L, E), key (..., S, E), value (..., S, Ev).
 
         A bool mask keeps True; a float mask is added. is_causal masks the upper triangle (not with attn_mask); outside
-        training its masked scores are not computed and values past the diagonal are never read.
+        training the softmax and the product with value end their loops at the diagonal: values past it are never read.
         enable_gqa repeats the key/value heads (axis -3) to the query's. Scores accumulate in at least float32.
 
         Args:
@@ -588,15 +588,17 @@ class NNMixin:
             attn_mask = type(self).arange(rows, device=self.device).reshape(rows, 1) >= type(self).arange(
                 cols, device=self.device
             )
-        # outside training, masked scores and products are never computed: the kernels end their loops at the diagonal
-        # and values past it are never read. In training the plain forms stay: the masks would reach the gradient
-        # kernels (a select per multiply-add in dV = P^T dO), where nothing is skipped: forward and backward at the
-        # GPT's (16, 4, 64, 32) took 2.8 -> 3.7 ms single-thread.
+        # outside training, masked products are never computed: the softmax's and PV's kernels end their loops at the
+        # diagonal and values past it are never read (the score kernel computes every score: forcing the mask into it
+        # with a contiguous saved ~6% but made a realized intermediate, and a forward read before backward then cut
+        # q's and k's gradients; test_clip's realized_first case). In training the plain forms stay: the masks would
+        # reach the gradient kernels (a select per multiply-add in dV = P^T dO), where nothing is skipped: forward and
+        # backward at the GPT's (16, 4, 64, 32) took 2.8 -> 3.7 ms single-thread.
         skip_masked = is_causal and not type(self).training
         if attn_mask is None:
             probs = scores.cast(self.dtype).softmax(-1)
-        elif skip_masked:  # masked in the score kernel, which then skips its masked tiles (codegen/clip.py)
-            masked = attn_mask.where(scores, -math.inf).cast(self.dtype).contiguous()
+        elif skip_masked:  # the softmax's loops end at the diagonal (codegen/clip.py)
+            masked = attn_mask.where(scores, -math.inf).cast(self.dtype)
             probs = _masked_softmax(masked, attn_mask, holds_mask=True)
         elif attn_mask.dtype == dtypes.bool:
             probs = _masked_softmax(scores.cast(self.dtype), attn_mask)
