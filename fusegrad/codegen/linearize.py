@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 
 from fusegrad.dtype import AddrSpace, ConstType, dtypes
+from fusegrad.renderer import trip_multiple
 from fusegrad.uop import REDUCE_AXES, AxisType, Ops
 from fusegrad.uop.ops import PatternMatcher, UOp, UPat
 
@@ -164,16 +165,6 @@ def max_lanes(ctx: AccumulatorContext, red: UOp) -> UOp | None:
     ctx.next_axis += 2
     lanewise = red.src[0].substitute({rng: steps * lanes + lane}).reduce(steps, arg=Ops.MAX)
     return reduce_to_accumulator(ctx, reduce_to_accumulator(ctx, lanewise).reduce(lane, arg=Ops.MAX))
-
-
-def trip_multiple(end: UOp) -> int:
-    """A number the loop end `end` is always a multiple of: a constant end itself; a clipped loop's end (codegen/clip.py
-    ends one at `chunks * granule`) its granule; else 1."""
-    if end.op is Ops.CONST:
-        return int(end.arg)
-    if end.op is Ops.MUL and end.src[1].op is Ops.CONST:
-        return int(end.src[1].arg)
-    return 1
 
 
 def _divide_trip(end: UOp, lanes: int) -> UOp:

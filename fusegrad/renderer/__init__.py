@@ -54,6 +54,16 @@ def _add(x: sint, y: sint) -> sint:
     return UOp.const(dtypes.index, x) + y if isinstance(x, int) else x + y
 
 
+def trip_multiple(end: UOp) -> int:
+    """A number the loop end `end` is always a multiple of: a constant end itself; a clipped loop's end (codegen/clip.py
+    ends one at `chunks * granule`) its granule; else 1."""
+    if end.op is Ops.CONST:
+        return int(end.arg)
+    if end.op is Ops.MUL and end.src[1].op is Ops.CONST:
+        return int(end.src[1].arg)
+    return 1
+
+
 def _trip_count(rng: UOp) -> sint:
     end = rng.src[0]
     if end.op is Ops.CONST:

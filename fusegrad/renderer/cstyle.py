@@ -13,10 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar, cast
 
-from fusegrad.codegen.linearize import trip_multiple
 from fusegrad.dtype import FP8_FORMATS, AddrSpace, ConstType, DType, PtrDType, dtypes, fp8_to_float, truncate
 from fusegrad.helpers import cpu_flags, strip_parens, to_function_name
-from fusegrad.renderer import Renderer, index_arithmetic
+from fusegrad.renderer import Renderer, index_arithmetic, trip_multiple
 from fusegrad.uop import REDUCE_AXES, AxisType, GroupOp, Ops
 from fusegrad.uop.ops import PatternMatcher, UOp, UPat
 from fusegrad.uop.symbolic import split_uop
