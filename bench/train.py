@@ -21,14 +21,16 @@ Loss agreement: every peer's loss at each of the first --check steps is printed 
 relative difference; above 1e-3 (or NaN) it says MISMATCH and the exit status is 1 (a bench comparing different
 computations).
 
-Per-step Python overhead of a jitted fusegrad step, measured during the timed steps: the ctypes function of every
-captured kernel is wrapped so that the time inside each call is summed, and the overhead is the replay call's wall
-time minus that sum, within the same replay (so the kernels' varying times cancel out), less what the wrapper itself
-adds outside its window (measured at start on libc's abs(), about 1 us per call; what lands inside the window, and
-ctypes' own argument conversion, count as kernel time). The smallest over the timed steps is shown, per step and per
-kernel; a busy machine inflates it (another process may take the core between kernels). --null adds a cross-check:
-the same step jitted on the NULL device, whose kernels run nothing, so that a replay's whole time is overhead (less
-than on CPU by the CPU runtime's per-launch work: buffer addresses and the ctypes call).
+Timed steps run as a user runs them (fusegrad's jitted replays through its graph runners: one generated C call per
+batch of kernels on CPU). Per-step Python overhead of a jitted fusegrad step, measured on extra steps after the
+timed ones (the same batches again, replayed without graph runners so that each kernel's C call shows): the ctypes
+function of every captured kernel is wrapped so that the time inside each call is summed, and the overhead is the
+replay call's wall time minus that sum, within the same replay (so the kernels' varying times cancel out), less what
+the wrapper itself adds outside its window (measured at start on libc's abs(), about 1 us per call; what lands inside
+the window, and ctypes' own argument conversion, count as kernel time). The smallest over those steps is shown, per
+step and per kernel; a busy machine inflates it (another process may take the core between kernels). --null adds a
+cross-check: the same step jitted on the NULL device, whose kernels run nothing, so that a replay's whole time is
+overhead (less than on CPU by the CPU runtime's per-launch work: buffer addresses and the ctypes call).
 
 Kernel ranking (--kernels N): instead of the comparison, fusegrad's step is captured (JIT=2, no graph runners) and
 every captured kernel is run alone on the captured buffers, the step's own inputs filled in, best of --kernel-reps
@@ -387,15 +389,15 @@ def make_cases(args: argparse.Namespace) -> list[Case]:
 
 
 def train(trainer: Trainer, case: Case, warmup: int) -> Run:
-    """Every batch of the case, one timed step each (inputs prepared beforehand, the loss read back as a float); after
-    the warm-up, a jitted fusegrad step also gets its replay's Python overhead measured (see kernel_clock)."""
+    """Every batch of the case, one timed step each (inputs prepared beforehand, the loss read back as a float), as a
+    user runs them: a jitted fusegrad step replays through its graph runners. Then a jitted fusegrad step takes the
+    batches after the warm-up again, untimed for the rate, to measure its replay's Python overhead (overhead_steps)."""
     prepared = [trainer.prepare(b) for b in case.batches]
     run = Run()
-    # the overhead is measured kernel by kernel: JIT=2 replays without graph runners (on CPU a graph runs a batch of
-    # kernels in one generated C call, which kernel_clock cannot see into; bench/overhead.py measures graphed replays)
-    with graphs_off(trainer):
-        for i, inputs in enumerate(prepared):
-            step_once(trainer, run, inputs, timed=trainer.jit is not None and i >= warmup)
+    for inputs in prepared:
+        step_once(trainer, run, inputs)
+    if trainer.jit is not None and len(prepared) > warmup:
+        overhead_steps(trainer, run, prepared[warmup:])
     return run
 
 
@@ -408,19 +410,30 @@ def graphs_off(trainer: Trainer) -> contextlib.AbstractContextManager[Any]:
     return Context(JIT=2)
 
 
-def step_once(trainer: Trainer, run: Run, inputs: Any, timed: bool) -> None:
-    """One timed training step; a timed jitted step also records its replay's Python overhead."""
-    clock: contextlib.AbstractContextManager[list[float]] = contextlib.nullcontext([])
-    if timed and trainer.jit is not None:
-        clock = kernel_clock(trainer.jit.captured.items)
-    with clock as spent:
-        start = time.perf_counter()
-        out = trainer.step(inputs)
-        call, in_call = time.perf_counter() - start, list(spent)
-        run.losses.append(float(out.item()))
-        run.seconds.append(time.perf_counter() - start)
-    if timed and trainer.jit is not None:
-        run.overheads.append(replay_overhead(call, in_call, len(trainer.jit.captured.items)))
+def step_once(trainer: Trainer, run: Run, inputs: Any) -> None:
+    """One timed training step."""
+    start = time.perf_counter()
+    out = trainer.step(inputs)
+    run.losses.append(float(out.item()))
+    run.seconds.append(time.perf_counter() - start)
+
+
+def overhead_steps(trainer: Trainer, run: Run, batches: list[Any]) -> None:
+    """One more step per batch, each replay's Python outside its kernels' C calls recorded (see kernel_clock). These
+    replay without graph runners (JIT=2; on CPU a graph runs a batch of kernels in one generated C call, which the
+    clock cannot see into), so the captured step is regrouped without them first and with them again after: the timed
+    steps ran graphed, as users' steps do (bench/overhead.py measures graphed replays)."""
+    captured = trainer.jit.captured
+    with graphs_off(trainer):
+        captured._reset_replay()  # the next replay prepares again, now without graph runners
+        for inputs in batches:
+            with kernel_clock(captured.items) as spent:
+                start = time.perf_counter()
+                out = trainer.step(inputs)
+                call, in_call = time.perf_counter() - start, list(spent)
+            out.item()
+            run.overheads.append(replay_overhead(call, in_call, len(captured.items)))
+    captured._reset_replay()
 
 
 def replay_overhead(call: float, spent: list[float], kernels: int) -> Overhead:

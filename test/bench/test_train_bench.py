@@ -129,3 +129,25 @@ def test_kernel_ranking_times_every_kernel_of_the_step(bench: ModuleType, capsys
     times = [float(r[0]) for r in ranked]
     assert times == sorted(times, reverse=True)
     assert all(t > 0 for t in times)
+
+
+def test_timed_steps_replay_through_graph_runners(bench: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rate is what a user gets: fusegrad's timed replays run graphed; only the extra overhead steps run without
+    graph runners (each kernel's C call timed), one per batch after the warm-up."""
+    from fusegrad.engine.graph import GraphRunner
+
+    args = bench.parse_args([*TINY, "--cases", "gpt", "--peers", ""])
+    case = bench.make_cases(args)[0]
+    trainer, _ = bench.MAKERS["gpt"]["fusegrad"](case)
+    graphed: list[bool] = []
+    plain_step = bench.step_once
+
+    def watched(trainer_: Any, run: Any, inputs: Any) -> None:
+        plain_step(trainer_, run, inputs)
+        cache = trainer_.jit.captured._jit_cache if trainer_.jit.captured is not None else []
+        graphed.append(any(isinstance(ei.prg, GraphRunner) for ei in cache))
+
+    monkeypatch.setattr(bench, "step_once", watched)
+    run = bench.train(trainer, case, args.warmup)
+    assert graphed[args.warmup :] == [True] * (len(graphed) - args.warmup)
+    assert len(run.overheads) == len(case.batches) - args.warmup
