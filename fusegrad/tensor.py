@@ -37,7 +37,9 @@ from fusegrad.engine.cache import (
     graph_structure,
     record,
     replay,
+    run_hit,
     schedule_cache,
+    schedule_cache_on,
 )
 from fusegrad.engine.realize import capturing, run_schedule
 from fusegrad.errors import (
@@ -52,13 +54,10 @@ from fusegrad.helpers import (
     _METADATA,
     CAPTURING,
     DEBUG,
-    PROFILE,
-    SCHEDULE_CACHE,
     TRACEMETA,
     TRACK_MATCH_STATS,
     argfix,
     colored,
-    cpu_profile,
     fetch,
     prod,
 )
@@ -3082,7 +3081,7 @@ def realize_tensors(tensors: Sequence[Tensor], do_update_stats: bool = True, alo
         # nothing to kernelize (_is_done); kernels an earlier kernelize() built still run
         _schedule_and_run(tensors, None, do_update_stats, only, kernelized=True)
         return
-    if not SCHEDULE_CACHE or TRACK_MATCH_STATS.value >= 2:  # VIZ shows the scheduler's rewrites of every realize
+    if not schedule_cache_on():
         cache_counts["off"] += 1
         _schedule_and_run(tensors, None, do_update_stats, only)
         return
@@ -3093,15 +3092,7 @@ def realize_tensors(tensors: Sequence[Tensor], do_update_stats: bool = True, alo
         cache_counts["miss"] += 1
         _schedule_and_run(tensors, structure, do_update_stats, only)
         return
-    cache_counts["hit"] += 1
-    if DEBUG.value >= 1:  # the time to find the schedule, like the miss path's line (kernels run after it)
-        took = (time.perf_counter() - start) * 1e3
-        print(colored(f"scheduled {entry.kernel_count} kernels in {took:.2f} ms (schedule cache hit)", "cyan"))
-    if PROFILE:
-        with cpu_profile("schedule cache hit", "TINY"):
-            _apply_map(replay(entry, structure, do_update_stats), only)
-    else:
-        _apply_map(replay(entry, structure, do_update_stats), only)
+    run_hit(entry, start, lambda: _apply_map(replay(entry, structure, do_update_stats), only))
 
 
 def _schedule_and_run(

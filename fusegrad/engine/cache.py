@@ -10,7 +10,8 @@ express (symbolic variables, tensors sharded over several devices, storage views
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,11 @@ from fusegrad.helpers import (
     DEBUG,
     JIT,
     PROFILE,
+    SCHEDULE_CACHE,
+    TRACK_MATCH_STATS,
     ContextVar,
+    colored,
+    cpu_profile,
 )
 from fusegrad.uop import GroupOp, Ops
 from fusegrad.uop.ops import LABELS, UOp, UOpMetaClass, all_metadata, buffers
@@ -382,6 +387,26 @@ def record(structure: Structure, items: list[ExecItem], made: list[UOp], becomes
     ):
         del schedule_cache[next(iter(schedule_cache))]  # the oldest first
     schedule_cache[structure.key] = CachedSchedule(steps, new_buffers, tuple(templates), len(items), nodes)
+
+
+def schedule_cache_on() -> bool:
+    """Whether a realize looks its graph up in the schedule cache (off with SCHEDULE_CACHE=0, and while VIZ tracks
+    rewrites: it shows the scheduler's rewrites of every realize)."""
+    return bool(SCHEDULE_CACHE.value) and TRACK_MATCH_STATS.value < 2
+
+
+def run_hit(entry: CachedSchedule, start: float, run: Callable[[], None]) -> None:
+    """A schedule-cache hit on `entry`: counted, DEBUG's line with the time since `start` spent finding it (like the
+    miss path's line; the kernels run after it), then `run` (which replays it), in a profile span under PROFILE."""
+    cache_counts["hit"] += 1
+    if DEBUG.value >= 1:
+        took = (time.perf_counter() - start) * 1e3
+        print(colored(f"scheduled {entry.kernel_count} kernels in {took:.2f} ms (schedule cache hit)", "cyan"))
+    if PROFILE:
+        with cpu_profile("schedule cache hit", "TINY"):
+            run()
+    else:
+        run()
 
 
 def replay(entry: CachedSchedule, structure: Structure, do_update_stats: bool) -> Becomes:

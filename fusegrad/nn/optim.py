@@ -20,22 +20,17 @@ from fusegrad.engine.cache import (
     GraphRecipe,
     Structure,
     Template,
-    cache_counts,
     flag_state_id,
     graph_structure,
     run_cached,
+    run_hit,
     schedule_cache,
+    schedule_cache_on,
     view_structure,
 )
 from fusegrad.engine.realize import capturing
 from fusegrad.helpers import (
     _METADATA,
-    DEBUG,
-    PROFILE,
-    SCHEDULE_CACHE,
-    TRACK_MATCH_STATS,
-    colored,
-    cpu_profile,
     dedup,
     flatten,
 )
@@ -454,7 +449,7 @@ def _buffers_key(leaves: list[UOp], buffers: list[Tensor]) -> tuple[Any, ...] | 
 
 def _runs_cached_schedules() -> bool:
     """Whether a realize would look its graph up in the schedule cache and rerun what it finds as it is."""
-    return bool(SCHEDULE_CACHE.value) and TRACK_MATCH_STATS.value < 2 and not capturing
+    return schedule_cache_on() and not capturing
 
 
 def _step_again(recording: _StepRecording, inputs: list[Tensor], leaves: list[UOp], buffers: list[Tensor]) -> bool:
@@ -468,16 +463,8 @@ def _step_again(recording: _StepRecording, inputs: list[Tensor], leaves: list[UO
         return False
     if schedule_cache.get(realized.structure_key) is not realized.entry:  # cleared or evicted: schedule it again
         return False
-    cache_counts["hit"] += 1
-    if DEBUG.value >= 1:  # realize's line for a hit
-        took = (time.perf_counter() - start) * 1e3
-        print(colored(f"scheduled {realized.entry.kernel_count} kernels in {took:.2f} ms (schedule cache hit)", "cyan"))
     targets, all_leaves = [*inputs, *buffers], [*leaves, *[t.uop for t in buffers]]
-    if PROFILE:
-        with cpu_profile("schedule cache hit", "TINY"):
-            _rerun(realized, targets, all_leaves)
-    else:
-        _rerun(realized, targets, all_leaves)
+    run_hit(realized.entry, start, lambda: _rerun(realized, targets, all_leaves))  # counted and shown as realize's
     return True
 
 

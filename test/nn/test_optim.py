@@ -33,6 +33,14 @@ def mlp_loss(params: list[Any], x: Any, y: Any) -> Any:
     return (((x @ w1 + b1).relu() @ w2 + b2 - y) ** 2).mean()
 
 
+def mlp_steps(opt: optim.Optimizer, params: list[Tensor], x: Tensor, y: Tensor, steps: int) -> None:
+    """`steps` plain training steps of the MLP (call inside Tensor.train())."""
+    for _ in range(steps):
+        opt.zero_grad()
+        mlp_loss(params, x, y).backward()
+        opt.step()
+
+
 def train_fusegrad(make: Callable[[list[Tensor]], optim.Optimizer], lrs: list[float] | None = None) -> list[np.ndarray]:
     """STEPS optimiser steps from INIT; lrs[i], if given, is written into opt.lr before step i."""
     params = [Tensor(p.copy(), requires_grad=True) for p in INIT]
@@ -592,10 +600,7 @@ def test_step_with_pending_write_is_built() -> None:
     opt = optim.SGD(params, lr=0.1)
     x, y = Tensor(X), Tensor(Y)
     with Tensor.train():
-        for _ in range(3):
-            opt.zero_grad()
-            mlp_loss(params, x, y).backward()
-            opt.step()
+        mlp_steps(opt, params, x, y, 3)
         params[1].assign(params[1] * 0)  # pending: the step reads the zeroed bias
         opt.zero_grad()
         mlp_loss(params, x, y).backward()
@@ -671,10 +676,7 @@ def test_rerun_step_schedules_again_after_cache_clear() -> None:
     opt = optim.Adam(params, lr=0.01)
     x, y = Tensor(X), Tensor(Y)
     with Tensor.train():
-        for _ in range(3):
-            opt.zero_grad()
-            mlp_loss(params, x, y).backward()
-            opt.step()
+        mlp_steps(opt, params, x, y, 3)
         opt.zero_grad()
         mlp_loss(params, x, y).backward()
         Tensor.realize(*[p.grad for p in params if p.grad is not None])
