@@ -10,6 +10,7 @@ partial reductions over contiguous chunks that run on all cores, then combines t
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum, auto
 from typing import TYPE_CHECKING
@@ -401,11 +402,7 @@ def pack_row_opts(sink: UOp, vector: Opt, loads: list[UOp], sizes: dict[int, int
         if sizes[across] * math.prod(int(r.src[0].arg) for r in around) < PACK_MIN_ROWS:
             return []
         ret = [Opt(OptOps.PACK, across, slot) for slot in sorted({ld.src[0].src[0].arg for ld in packed})]
-        try:
-            apply_opts(sink, (vector, *ret))
-        except ValueError:  # the panel is too big, or its loads are shared with other uses
-            return []
-        return ret
+        return ret if _panel_fits(sink, (vector, *ret)) else []
     return []
 
 
@@ -506,11 +503,7 @@ def pack_opts(sink: UOp, opts: list[Opt], loads: list[UOp], reduce_size: int, si
     if not plain and vector.axis in left and (hoisted := _hoist_panel_loop(sink, opts, ret, packed, left, by_axis)):
         ret, across = hoisted
     ret += [Opt(OptOps.PACK, across, slot) for slot in sorted(slots)]
-    try:
-        apply_opts(sink, (*opts, *ret))
-    except ValueError:  # the panel is too big, or its loads are shared with other uses
-        return []
-    return ret
+    return ret if _panel_fits(sink, (*opts, *ret)) else []
 
 
 def _hoist_panel_loop(
@@ -565,7 +558,7 @@ def row_pack_opts(sink: UOp, upcasts: list[Opt], reduce_size: int, sizes: dict[i
     if reuse.axis not in sizes or vector.axis not in sizes or sizes[vector.axis] % width:
         return []
     itemsize = max(u.dtype.itemsize for u in sink.toposort() if u.op is Ops.REDUCE)
-    accumulators = ROW_PACK_ACCUMULATORS if width * itemsize >= vectorize.WIDE_VECTOR_BYTES else MAX_ACC_VECTORS
+    accumulators = _row_accumulators(width, itemsize)
     rows = _first_divisor(sizes[reuse.axis], tuple(range(CACHE_LINE // itemsize, PACK_MIN_ROWS - 1, -1)), accumulators)
     if rows is None:
         return []
@@ -582,11 +575,7 @@ def row_pack_opts(sink: UOp, upcasts: list[Opt], reduce_size: int, sizes: dict[i
     if vector.axis < reuse.axis:  # the vector loop goes inside the rows' (the two trade axis ids)
         ret, across = [*ret, Opt(OptOps.SWAP, vector.axis, reuse.axis)], reuse.axis
     ret += [Opt(OptOps.PACK, across, slot) for slot in rows_slots]
-    try:
-        apply_opts(sink, tuple(ret))
-    except ValueError:  # the panel is too big, or its loads are shared with other uses
-        return []
-    return ret
+    return ret if _panel_fits(sink, ret) else []
 
 
 def _row_operand(sink: UOp, tile: list[Opt]) -> tuple[list[int], bool]:
@@ -806,7 +795,7 @@ def tile_opts(sink: UOp, opts: list[Opt], rest: list[UOp], width: int, acc_bytes
         return rows
     if packed := pack_opts(sink, opts + upcasts, loads, reduce_size, sizes):
         # on AVX-512 twice the rows where its 32 registers allow (x @ w.T over 384: 4 x 32 -> 8 x 32, 832 -> 679 us)
-        accumulators = ROW_PACK_ACCUMULATORS if width * acc_bytes >= vectorize.WIDE_VECTOR_BYTES else MAX_ACC_VECTORS
+        accumulators = _row_accumulators(width, acc_bytes)
         taller = _taller_tile(sink, upcasts, reduce_size, sizes, width, accumulators) if len(upcasts) == 2 else []
         if taller and not opts:
             return taller
@@ -844,11 +833,7 @@ def channel_tile_opts(sink: UOp, rest: list[UOp], loads: list[UOp], width: int, 
         return []
     across = min(free, key=range_key)
     ret = [*tile, *(Opt(OptOps.PACK, across.arg[0], slot) for slot in sorted({ld.src[0].src[0].arg for ld in packed}))]
-    try:
-        apply_opts(sink, tuple(ret))
-    except ValueError:  # the panel is too big, or its loads are shared with other uses
-        return []
-    return ret
+    return ret if _panel_fits(sink, ret) else []
 
 
 def shared_panel_opts(
@@ -862,15 +847,14 @@ def shared_panel_opts(
     per (ci, kh, kw) tile was copied 9 times as often (bench conv 8x64x56x56: 24 -> 13.5 ms single-thread). []
     otherwise, or where the panel doesn't fit."""
     default = strided_tile_opts(rest, loads, width, max_vectors)
-    strides = {r: [stride(ld.src[0].src[1], r) for ld in loads] for r in rest}
-    candidates = [v for v in rest if any(strides[v]) and None not in strides[v] and _reuse_axes(v, rest, strides)]
+    strides, candidates = _panel_candidates(rest, loads)
     if not default or not candidates:
         return []
     best = min(candidates, key=lambda v: (_panel_copies(v, rest, strides), -v.arg[0]))  # innermost on ties
     current = next(v for v in rest if v.arg[0] == default[-1].axis)
     if _panel_copies(best, rest, strides) * PACK_MIN_REUSE > _panel_copies(current, rest, strides):
         return []
-    accumulators = ROW_PACK_ACCUMULATORS if width * acc_bytes >= vectorize.WIDE_VECTOR_BYTES else MAX_ACC_VECTORS
+    accumulators = _row_accumulators(width, acc_bytes)
     tiles = [
         (rows * vectors, rows, vectors, r)
         for vectors in range(1, min(max_vectors, 2) + 1)
@@ -889,11 +873,7 @@ def shared_panel_opts(
     across = min(free, key=range_key)
     ret = [Opt(OptOps.UPCAST, rows_axis.arg[0], rows), Opt(OptOps.UPCAST, best.arg[0], vectors * width)]
     ret += [Opt(OptOps.PACK, across.arg[0], slot) for slot in sorted({ld.src[0].src[0].arg for ld in packed})]
-    try:
-        apply_opts(sink, tuple(ret))
-    except ValueError:  # the panel is too big, or its loads are shared with other uses
-        return []
-    return ret
+    return ret if _panel_fits(sink, ret) else []
 
 
 def reduce_panel_opts(sink: UOp, rest: list[UOp], loads: list[UOp], width: int, acc_bytes: int) -> list[Opt]:
@@ -908,8 +888,7 @@ def reduce_panel_opts(sink: UOp, rest: list[UOp], loads: list[UOp], width: int, 
     if len(steps) < 2 or any(r.src[0].op is not Ops.CONST for r in steps):
         return []
     step_size = _reduce_size(reduce) // int(steps[0].src[0].arg)
-    strides = {r: [stride(ld.src[0].src[1], r) for ld in loads] for r in rest}
-    candidates = [v for v in rest if any(strides[v]) and None not in strides[v] and _reuse_axes(v, rest, strides)]
+    strides, candidates = _panel_candidates(rest, loads)
     if not candidates:
         return []
     vector = min(candidates, key=lambda v: (_panel_copies(v, rest, strides), -v.arg[0]))
@@ -919,7 +898,7 @@ def reduce_panel_opts(sink: UOp, rest: list[UOp], loads: list[UOp], width: int, 
         return []
     # every other output loop becomes rows, whole: a loop left around the reduce would copy the panel again per
     # iteration (the convnet's conv2 dW, 16 input channels left as a loop: 0.78 -> 1.54 ms)
-    accumulators = ROW_PACK_ACCUMULATORS if width * acc_bytes >= vectorize.WIDE_VECTOR_BYTES else MAX_ACC_VECTORS
+    accumulators = _row_accumulators(width, acc_bytes)
     reuse = _reuse_axes(vector, rest, strides)
     rows = math.prod(int(r.src[0].arg) for r in reuse)
     if len(reuse) != len(rest) - 1 or not 2 <= rows <= accumulators:
@@ -927,11 +906,28 @@ def reduce_panel_opts(sink: UOp, rest: list[UOp], loads: list[UOp], width: int, 
     packed = sorted({ld.src[0].src[0].arg for ld, s in zip(loads, strides[vector], strict=True) if s})
     ret = [Opt(OptOps.UPCAST, r.arg[0], int(r.src[0].arg)) for r in sorted(reuse, key=lambda r: -r.arg[0])]
     ret += [Opt(OptOps.UPCAST, vector.arg[0], amount), *(Opt(OptOps.PACK, steps[0].arg[0], slot) for slot in packed)]
+    return ret if _panel_fits(sink, ret) else []
+
+
+def _row_accumulators(width: int, acc_bytes: int) -> int:
+    """The accumulator vectors a register tile may hold: twice as many with 64-byte vectors (AVX-512's 32 registers)."""
+    return ROW_PACK_ACCUMULATORS if width * acc_bytes >= vectorize.WIDE_VECTOR_BYTES else MAX_ACC_VECTORS
+
+
+def _panel_fits(sink: UOp, opts: Sequence[Opt]) -> bool:
+    """Whether `opts` apply to `sink`: PACK refuses a panel past PACK_MAX_BYTES or loads shared with other uses."""
     try:
-        apply_opts(sink, tuple(ret))
-    except ValueError:  # the panel is too big, or its loads are shared with other uses
-        return []
-    return ret
+        apply_opts(sink, tuple(opts))
+    except ValueError:
+        return False
+    return True
+
+
+def _panel_candidates(rest: list[UOp], loads: list[UOp]) -> tuple[dict[UOp, list[int | None]], list[UOp]]:
+    """Each output loop's stride in every load, and the loops a tile's vector may run along: some load moves along
+    it, every load's index is affine in it, and some other output loop reuses the loads along it (`_reuse_axes`)."""
+    strides = {r: [stride(ld.src[0].src[1], r) for ld in loads] for r in rest}
+    return strides, [v for v in rest if any(strides[v]) and None not in strides[v] and _reuse_axes(v, rest, strides)]
 
 
 def _reuse_axes(vector: UOp, rest: list[UOp], strides: dict[UOp, list[int | None]]) -> list[UOp]:
