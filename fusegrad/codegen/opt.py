@@ -319,17 +319,23 @@ def _reduce_loads(nodes: dict[UOp, None]) -> list[UOp]:
     return [u for u in loads if reduced & {r for r in u.src[0].toposort() if r.op is Ops.RANGE}]
 
 
-def register_tile(vector_size: int, reuse_size: int, width: int, max_vectors: int = MAX_ACC_VECTORS) -> tuple[int, int]:
+def register_tile(
+    vector_size: int,
+    reuse_size: int,
+    width: int,
+    max_vectors: int = MAX_ACC_VECTORS,
+    accumulators: int = MAX_ACC_VECTORS,
+) -> tuple[int, int]:
     """(vector axis amount, reuse axis amount) of a tile of vector accumulators: whole vectors of `width` lanes (at
-    most `max_vectors` of them) times rows, at most MAX_ACC_VECTORS registers. The most accumulators first (each load
+    most `max_vectors` of them) times rows, at most `accumulators` registers. The most accumulators first (each load
     serves more of them, and more independent adds hide their latency), then the fewest loads per accumulator, then
     more rows (broadcasts are cheaper than vector loads, and the packed panel narrower). (0, 0): no whole vector
     divides the axis."""
     best: tuple[tuple[int, int, int], int, int] = ((0, 0, 0), 0, 0)
-    for vectors in range(1, min(max_vectors, MAX_ACC_VECTORS) + 1):
+    for vectors in range(1, min(max_vectors, accumulators) + 1):
         if vector_size % (vectors * width):
             continue
-        for rows in range(1, MAX_ACC_VECTORS // vectors + 1):
+        for rows in range(1, accumulators // vectors + 1):
             key = (vectors * rows, -(vectors + rows), rows)
             if reuse_size % rows == 0 and key > best[0]:
                 best = (key, vectors * width, rows)
@@ -352,11 +358,17 @@ def vector_tile_opts(loops: list[UOp], vector: UOp, strides: dict[UOp, list[int 
     return ret
 
 
-def strided_tile_opts(loops: list[UOp], loads: list[UOp], width: int, max_vectors: int = MAX_ACC_VECTORS) -> list[Opt]:
+def strided_tile_opts(
+    loops: list[UOp],
+    loads: list[UOp],
+    width: int,
+    max_vectors: int = MAX_ACC_VECTORS,
+    accumulators: int = MAX_ACC_VECTORS,
+) -> list[Opt]:
     """A register tile whose vector axis no load is contiguous in (a @ b.T, Linear's x @ w.T): the innermost output
     axis some loads stride along (the others don't depend on it: broadcasts), with a reuse axis those loads don't
-    depend on (two of them in a fused SwiGLU's gate and up projections). Only worth it with a PACK of those loads
-    (their panels are contiguous in the vector axis); [] otherwise."""
+    depend on (two of them in a fused SwiGLU's gate and up projections), of up to `accumulators` vectors. Only worth
+    it with a PACK of those loads (their panels are contiguous in the vector axis); [] otherwise."""
     strides = {r: [stride(ld.src[0].src[1], r) for ld in loads] for r in loops}
     for vector in reversed(loops):
         along = [i for i, s in enumerate(strides[vector]) if s]
@@ -365,7 +377,9 @@ def strided_tile_opts(loops: list[UOp], loads: list[UOp], width: int, max_vector
         reuse = [r for r in loops if r is not vector and all(strides[r][i] == 0 for i in along)]
         if not reuse:
             continue
-        amount, rows = register_tile(int(vector.src[0].arg), int(reuse[-1].src[0].arg), width, max_vectors)
+        amount, rows = register_tile(
+            int(vector.src[0].arg), int(reuse[-1].src[0].arg), width, max_vectors, accumulators
+        )
         if amount and rows > 1:
             return [Opt(OptOps.UPCAST, reuse[-1].arg[0], rows), Opt(OptOps.UPCAST, vector.arg[0], amount)]
     return []
@@ -768,7 +782,7 @@ def tile_opts(sink: UOp, opts: list[Opt], rest: list[UOp], width: int, acc_bytes
     fractional = bool(width and upcasts and upcasts[-1].arg % width)  # no whole vectors along the columns
     # a conv (a reduce over a window: several reduce loops) whose columns' tile is narrower than any vector
     scalar_conv = fractional and upcasts[-1].arg < narrow and any(len(u.src) > 2 for u in reduces)
-    if fractional and (channels := channel_tile_opts(sink, rest, loads, width, ungated=scalar_conv)):
+    if fractional and (channels := channel_tile_opts(sink, rest, loads, width, acc_bytes, ungated=scalar_conv)):
         return channels
     if width and not (upcasts and upcasts[-1].arg % width == 0) and not (upcasts and sizes[upcasts[-1].axis] >= narrow):
         # no whole vectors along a contiguous output axis (none: a @ b.T; or a small conv's 2 or 4 columns): a tile
@@ -810,17 +824,22 @@ def tile_opts(sink: UOp, opts: list[Opt], rest: list[UOp], width: int, acc_bytes
     return upcasts + swap_opts(upcasts, reduce_size, sizes)
 
 
-def channel_tile_opts(sink: UOp, rest: list[UOp], loads: list[UOp], width: int, ungated: bool = False) -> list[Opt]:
+def channel_tile_opts(
+    sink: UOp, rest: list[UOp], loads: list[UOp], width: int, acc_bytes: int, ungated: bool = False
+) -> list[Opt]:
     """For a padded conv whose rows are no whole number of `width` lanes (56 columns of 16): the strided tile over its
     output channels (the weights' axis: a few columns of the image as rows, the input broadcast) with the weights
     packed once outside the outermost output loop they don't depend on (the batch), not a tile of narrower vectors
     along the columns over a panel of the input rows that every channel tile rereads from L2 (bench/conv.py's
     8x64x56x56 forward: 26 -> 10-15 ms single-thread). [] unless the loads along the columns are gated (a pad's), or
     `ungated`: a conv whose columns' own tile is narrower than any vector (the convnet's conv1, 26 uint8 columns:
-    8 channels x 2 columns of scalars 3.3 ms -> 13 columns x 16 channels 0.33 ms single-thread)."""
+    8 channels x 2 columns of scalars 3.3 ms -> 13 columns x 16 channels 0.33 ms single-thread). On AVX-512 the tile
+    takes 16 accumulators (`_row_accumulators`): register_tile's 4 columns x 4 vectors of channels, where 14 gave 7 x
+    2: each gated broadcast of the input feeds twice the FMAs (the 8x64x56x56 forward 14.5 -> 12.8 ms single-thread
+    CPU time, 4% on its input gradient)."""
     if not ungated and not any(len(ld.src[0].src) > 2 for ld in loads):
         return []
-    tile = strided_tile_opts(rest, loads, width)
+    tile = strided_tile_opts(rest, loads, width, accumulators=_row_accumulators(width, acc_bytes))
     if len(tile) != 2:
         return []
     by_axis = {u.arg[0]: u for u in sink.toposort() if u.op is Ops.RANGE}

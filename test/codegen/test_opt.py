@@ -456,15 +456,19 @@ def test_heuristic_packs_a_padded_strided_convs_inputs() -> None:
 def test_heuristic_tiles_a_wide_padded_conv_over_its_channels_on_a_wide_vector_host(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # with 64-byte vectors a row of 56 is no whole number of 16 lanes: 7 columns x 2 vectors of output channels, the
-    # weights packed once per image (outside the batch loop, not per row: that panel made a 56x56 conv 2x slower),
-    # not 2 channels x 7 vectors of 8 columns over an input panel every channel tile rereads (216 -> 122 us here,
-    # bench/conv.py's 8x64x56x56 forward 26 -> 10 ms single-thread)
+    # with 64-byte vectors a row of 56 is no whole number of 16 lanes: 4 columns x 4 vectors of output channels (16
+    # accumulators of AVX-512's 32 registers; 7 x 2 with 14: each gated input broadcast fed half the FMAs, bench/ops's
+    # 8x64x56x56 forward 14.5 -> 12.8 ms single-thread), the weights packed once per image (outside the batch loop,
+    # not per row: that panel made a 56x56 conv 2x slower), not 2 channels x 7 vectors of 8 columns over an input
+    # panel every channel tile rereads (216 -> 122 us here, bench/conv.py's 8x64x56x56 forward 26 -> 10 ms)
     from fusegrad.codegen import vectorize
 
     monkeypatch.setattr(vectorize, "host_vector_bytes", lambda: vectorize.WIDE_VECTOR_BYTES)
     assert hand_coded_opts(conv1d(8, 128, 64, 56, dtypes.float32)[0]) == [
-        Opt(OptOps.UPCAST, 2, 7), Opt(OptOps.UPCAST, 1, 32), Opt(OptOps.PACK, 0, 2)]  # fmt: skip
+        Opt(OptOps.UPCAST, 2, 4), Opt(OptOps.UPCAST, 1, 64), Opt(OptOps.PACK, 0, 2)]  # fmt: skip
+    # 32 channels: 8 columns x 2 vectors
+    assert hand_coded_opts(conv1d(8, 128, 32, 56, dtypes.float32)[0]) == [
+        Opt(OptOps.UPCAST, 2, 8), Opt(OptOps.UPCAST, 1, 32), Opt(OptOps.PACK, 0, 2)]  # fmt: skip
     check(conv1d(2, 16, 32, 56, dtypes.float32), dtypes.float32, "CPU", None)
     # unpadded (no gated loads along the columns): the contiguous tile at the narrower width, as before
     assert hand_coded_opts(conv1d_strided(8, 128, 64, 58, 1, 0, dtypes.float32)[0])[:2] == [
