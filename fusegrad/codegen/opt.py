@@ -44,6 +44,7 @@ class OptOps(Enum):
     PACK = auto()  # the reduce's loads from buffer slot `arg` read a panel copied once outside output loop `axis`
     KEEP = auto()  # a costly value the reduce over `axis` (of size arg) computes per row, kept for later loops over it
     UNROLL = auto()  # innermost reduce axis of size n -> n/arg steps of an unrolled loop of arg (codegen/unroll.py)
+    SPLIT = auto()  # output axis of size n -> an outer loop of n/arg iterations and a loop of arg nested innermost
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +82,9 @@ LANE_MAX = 16  # lanes of that row: one AVX-512 vector of float32
 # and at least: gcc vectorises no shorter row (a 2x2 max pool on 5 columns ran 4x slower as a row of 5 scalars)
 LANE_MIN = 8
 UNROLL_STEPS, UNROLL_MIN_REDUCE = 4, 512  # a packed tile's long reduce loop: steps unrolled (unroll_opts)
+# a packed tile's rows past this many bytes (per column tile: rows x reduce) stream from L3 for every column tile: the
+# column tiles go in groups of up to SPLIT_TILES sharing one panel, each row tile read once per group (column_groups)
+SPLIT_MIN_ROW_BYTES, SPLIT_TILES, SPLIT_MIN_GROUPS = 2 << 20, 4, 8
 
 
 # *** applying opts ***
@@ -177,6 +181,19 @@ def swap(sink: UOp, opt: Opt) -> UOp:
         raise ValueError(f"opt: SWAP of axes {opt.axis} and {opt.arg}: got a kernel with GROUP applied, expected none")
     # substitute, not a rewrite to a fixed point: with equal ends the two new ranges are the old ones, swapped
     return sink.substitute({first: UOp.range(first.src[0], opt.arg), second: UOp.range(second.src[0], opt.axis)})
+
+
+def split(sink: UOp, opt: Opt, new_axis: int) -> UOp:
+    """r -> outer * arg + inner, with inner a new LOOP range of `arg` iterations: the largest axis id, so it nests
+    inside the output loops there are (a group's column tiles inside its row tiles, see column_groups)."""
+    rng = _find_range(sink, opt.axis)
+    size = _check_split(opt, rng, AxisType.LOOP)
+    if any(u.op is Ops.DEFINE_REG for u in sink.toposort()):  # as upcast: a panel's fill loops are named by ranges
+        raise ValueError(f"opt: SPLIT of axis {opt.axis}: got a kernel with GROUP or PACK applied, expected none")
+    inner = UOp.range(opt.arg, new_axis, AxisType.LOOP)
+    outer = UOp.range(size // opt.arg, opt.axis, AxisType.LOOP)
+    replacement = inner if size == opt.arg else outer * opt.arg + inner
+    return graph_rewrite(sink, pm_replace_nodes, ctx={rng: replacement}, name="split")
 
 
 def _packed_load(sink: UOp, opt: Opt, across: UOp) -> UOp:
@@ -282,6 +299,8 @@ def apply_opts(sink: UOp, opts: tuple[Opt, ...], has_local: bool = False) -> UOp
                 sink = keep_row_value(sink, opt.axis, _next_reg(nodes))
             case OptOps.UNROLL:
                 sink = unroll_reduce(sink, opt.axis, opt.arg, new_axis)
+            case OptOps.SPLIT:
+                sink = split(sink, opt, new_axis)
     return graph_rewrite(sink, sym, name="simplify optimized indexing") if opts else sink
 
 
@@ -516,8 +535,26 @@ def pack_opts(sink: UOp, opts: list[Opt], loads: list[UOp], reduce_size: int, si
         return outer
     if not plain and vector.axis in left and (hoisted := _hoist_panel_loop(sink, opts, ret, packed, left, by_axis)):
         ret, across = hoisted
+    if plain and ret and reuse.axis == min(left):
+        ret += column_groups(opts, reduce_size, sizes, packed[0].dtype.itemsize)
     ret += [Opt(OptOps.PACK, across, slot) for slot in sorted(slots)]
     return ret if _panel_fits(sink, (*opts, *ret)) else []
+
+
+def column_groups(opts: list[Opt], reduce_size: int, sizes: dict[int, int], itemsize: int) -> list[Opt]:
+    """For pack_opts's tile with its column (vector) loop swapped outermost: where the rows a column tile reads
+    (rows x reduce) pass SPLIT_MIN_ROW_BYTES, that loop split so groups of column tiles share one packed panel
+    and loop inside the row tiles: each row tile then streams from L3 once per group and is reread from L1/L2 by
+    the group's other tiles (matmul 1024: 8 of 32 columns' rows in a 256 KiB panel of 2 tiles). [] otherwise. The
+    groups stay the parallel loop (at least SPLIT_MIN_GROUPS); each accumulator keeps its order."""
+    reuse, vector = opts[-2], opts[-1]
+    tiles, panel = sizes[vector.axis] // vector.arg, reduce_size * vector.arg * itemsize
+    if sizes[reuse.axis] * reduce_size * itemsize < SPLIT_MIN_ROW_BYTES:
+        return []
+    fits = [g for g in range(SPLIT_TILES, 1, -1) if tiles % g == 0 and g * panel <= PACK_MAX_BYTES]
+    group = next((g for g in fits if tiles // g >= SPLIT_MIN_GROUPS), None)
+    # after pack_opts's SWAP the column loop has the reuse loop's axis id
+    return [Opt(OptOps.SPLIT, reuse.axis, group)] if group is not None else []
 
 
 def _hoist_panel_loop(

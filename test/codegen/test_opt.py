@@ -383,9 +383,11 @@ def tile_opts_of(ast: UOp) -> list[Opt]:
 
 def test_heuristic_matmul_picks_a_vector_and_a_reuse_axis() -> None:
     # a 4x16 tile: 4 rows of a, 16 contiguous columns of b (two AVX2 registers), 64 float accumulators; a long
-    # reduce: the column tiles' loop goes outside the row tiles', and each k x 16 panel of b is packed once
+    # reduce: the column tiles' loop goes outside the row tiles', and each k x 16 panel of b is packed once; a's rows
+    # (4 MiB) would stream from L3 per column tile: groups of 4 column tiles share one panel (SPLIT, column_groups)
     packed = [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.SWAP, 0, 1), Opt(OptOps.PACK, 1, 2)]
-    assert tile_opts_of(matmul(1024, 1024, 1024, dtypes.float32)[0]) == packed
+    grouped = [*packed[:3], Opt(OptOps.SPLIT, 0, 4), packed[3]]
+    assert tile_opts_of(matmul(1024, 1024, 1024, dtypes.float32)[0]) == grouped
     assert tile_opts_of(matmul(64, 8, 12, dtypes.float32)[0]) == [
         Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 4)]  # fmt: skip
     # float64: 4 lanes a vector, the same 8 vector accumulators
@@ -595,7 +597,8 @@ def test_heuristic_doubles_a_packed_tiles_rows_on_a_wide_vector_host(monkeypatch
 
     monkeypatch.setattr(vectorize, "host_vector_bytes", lambda: vectorize.WIDE_VECTOR_BYTES)
     tile = [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 32), Opt(OptOps.SWAP, 0, 1), Opt(OptOps.PACK, 1, 2)]
-    assert tile_opts_of(matmul(1024, 1024, 1024, dtypes.float32)[0]) == tile
+    # column tiles in pairs: two 128 KiB panels fill PACK_MAX_BYTES (column_groups)
+    assert tile_opts_of(matmul(1024, 1024, 1024, dtypes.float32)[0]) == [*tile[:3], Opt(OptOps.SPLIT, 0, 2), tile[3]]
     assert tile_opts_of(matmul(1024, 384, 128, dtypes.float32)[0]) == tile
     check(matmul(64, 64, 64, dtypes.float32), dtypes.float32, "CPU", None)
     # unpacked tiles keep theirs
