@@ -783,7 +783,8 @@ def hand_coded_opts(sink: UOp) -> list[Opt]:
         if width == widths[-1] or (vector and vector[-1].arg % width == 0):
             if opts or tile:
                 return opts + tile + unroll_opts(sink, opts + tile)
-            return keep_opts(sink, reduces) or store_lane_opts(sink, rest, reduces)  # a fused row op: a row buffer
+            # a fused row op: a row buffer; a short reduce: lanes along the store, else its loop unrolled
+            return keep_opts(sink, reduces) or store_lane_opts(sink, rest, reduces) or far_reduce_opts(sink, reduces)
     raise AssertionError("hand_coded_opts: the last width always returns")
 
 
@@ -1019,6 +1020,22 @@ def store_lane_opts(sink: UOp, rest: list[UOp], reduces: list[UOp]) -> list[Opt]
     if not along or (amount := _largest_divisor(along[-1], LANE_MAX)) is None or amount < LANE_MIN:
         return []
     return [Opt(OptOps.UPCAST, along[-1].arg[0], amount)]
+
+
+def far_reduce_opts(sink: UOp, reduces: list[UOp]) -> list[Opt]:
+    """For one short reduce loop (at most SHORT_REDUCE steps) that no tile or row of lanes fits, along which every load
+    that moves strides past GATHER_MAX_STRIDE elements: UNROLL by the whole loop, so its steps are scalar loads summed
+    in order. Left a loop, the C renderer's `omp simd reduction` has gcc gather its lanes from that many distant
+    cache lines per output (bench/ops.py's conv weight gradient, the sum of 8 per-image partials 36864 floats apart:
+    139 -> 65 us single-thread). [] otherwise."""
+    if len(reduces) != 1 or len(reduces[0].src) != 2 or not 2 <= _reduce_size(reduces[0]) <= SHORT_REDUCE:
+        return []
+    rng = reduces[0].src[1]
+    steps = [stride(ld.src[0].src[1], rng) for ld in _reduce_loads(sink.toposort())]
+    if not steps or any(s is None or 0 < abs(s) <= GATHER_MAX_STRIDE for s in steps) or not any(steps):
+        return []
+    ret = [Opt(OptOps.UNROLL, rng.arg[0], int(rng.src[0].arg))]
+    return ret if _panel_fits(sink, ret) else []  # UNROLL refuses a loop whose index is used outside its reduce
 
 
 def unroll_opts(sink: UOp, opts: list[Opt]) -> list[Opt]:
