@@ -16,7 +16,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fusegrad.device import Buffer
-from fusegrad.engine.realize import ExecItem, batch_for_graph, capturing, count_run, run_graph, run_schedule
+from fusegrad.engine.realize import (
+    CompiledRunner,
+    ExecItem,
+    batch_for_graph,
+    capturing,
+    count_run,
+    run_graph,
+    run_schedule,
+)
 from fusegrad.helpers import (
     DEBUG,
     JIT,
@@ -387,6 +395,9 @@ def record(structure: Structure, items: list[ExecItem], made: list[UOp], becomes
     ):
         del schedule_cache[next(iter(schedule_cache))]  # the oldest first
     schedule_cache[structure.key] = CachedSchedule(steps, new_buffers, tuple(templates), len(items), nodes)
+    for step in steps:  # kernels that ran and will run again: their linear programs only cost collections from now
+        if isinstance(step.prg, CompiledRunner):
+            step.prg.drop_uops()
 
 
 def schedule_cache_on() -> bool:

@@ -21,6 +21,9 @@ from fusegrad.helpers import (
     PROFILE,
     RUNNER_CACHE_SIZE,
     TRACEMETA,
+    TRACK_MATCH_STATS,
+    Context,
+    ContextVar,
     GlobalCounters,
     Metadata,
     ProfilePointEvent,
@@ -93,7 +96,11 @@ class CompiledRunner(Runner):
             print(p.ast)
         if DEBUG >= 4:
             print(p.src)
-        self.p = p
+        self._program = p
+        # every flag's value now: codegen reads flags (NOOPT, DEVECTORIZE, ...), and `p` renders a dropped linear
+        # program again under the ones this kernel was rendered with
+        self._flags = {name: flag.value for name, flag in ContextVar._cache.items()}
+        self._uops_dropped = False
         if precompiled is not None:
             self.lib = precompiled
         else:
@@ -107,28 +114,63 @@ class CompiledRunner(Runner):
         self._local_size = None if p.vars else _launch_dims(p.local_size, {})
         super().__init__(p.name, p.device, p.estimates)
 
-    def __reduce__(self) -> tuple[type[CompiledRunner], tuple[ProgramSpec, bytes]]:
-        return CompiledRunner, (self.p, self.lib)
+    def __reduce__(self) -> tuple[type[CompiledRunner], tuple[ProgramSpec, bytes], dict[str, object]]:
+        # a dropped linear program stays dropped (rendering every kernel again to pickle it would cost seconds)
+        return CompiledRunner, (self._program, self.lib), {"_flags": self._flags, "_uops_dropped": self._uops_dropped}
+
+    @property
+    def p(self) -> ProgramSpec:
+        """The rendered kernel. After `drop_uops` its linear program (`p.uops`) is rendered again on the first read,
+        from `p.ast` under the flags the kernel was first rendered with: codegen is deterministic, so the same
+        nodes."""
+        if self._uops_dropped:
+            from fusegrad.codegen import to_program  # codegen imports the engine's neighbours: import on use
+
+            changed = {
+                k: v for k, v in self._flags.items() if k in ContextVar._cache and ContextVar._cache[k].value != v
+            }
+            with Context(**changed):
+                uops = to_program(self._program.ast, Device[self._program.device].renderer).uops
+            self._program, self._uops_dropped = dataclasses.replace(self._program, uops=uops), False
+        return self._program
+
+    def drop_uops(self) -> None:
+        """Let go of the linear program (`p.uops`, ~35 nodes a kernel) while keeping the kernel: a hot schedule's
+        runners do (engine/cache.py), since no launch reads it but every full garbage collection walks it and the
+        hash-consing entries it keeps. `p` renders it again when asked. Kept while VIZ tracks rewrites."""
+        if self._uops_dropped or TRACK_MATCH_STATS.value >= 2:
+            return
+        self._program, self._uops_dropped = dataclasses.replace(self._program, uops=[]), True
+
+    @property
+    def program(self) -> ProgramSpec:
+        """`p` as it is held (its `uops` empty once dropped): for readers of the launch fields (name, globals, vars)
+        that need no linear program rendered again."""
+        return self._program
 
     @property
     def inputs(self) -> list[int]:
-        return list(self.p.ins)
+        return list(self._program.ins)
 
     @property
     def outputs(self) -> list[int]:
-        return list(self.p.outs)
+        return list(self._program.outs)
 
     def __call__(self, rawbufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
-        if not self.p.vars:  # the eager launch path: nothing to check or work out
-            bufs = [rawbufs[slot]._buf for slot in self.p.globals]
+        program = self._program  # not `p`: a launch never needs the linear program
+        if not program.vars:  # the eager launch path: nothing to check or work out
+            bufs = [rawbufs[slot]._buf for slot in program.globals]
             return self._prg(*bufs, global_size=self._global_size, local_size=self._local_size, wait=wait)
-        if missing := [v.expr for v in self.p.vars if v.expr not in var_vals]:
-            raise ValueError(f"{self.p.name}: no value for variables {missing}: got values for {sorted(var_vals)}")
-        for v in self.p.vars:  # the kernel was simplified for the variable's range: a value outside it is unsafe
+        if missing := [v.expr for v in program.vars if v.expr not in var_vals]:
+            raise ValueError(f"{program.name}: no value for variables {missing}: got values for {sorted(var_vals)}")
+        for v in program.vars:  # the kernel was simplified for the variable's range: a value outside it is unsafe
             check_bind(v, var_vals[v.expr])
-        vals = tuple(var_vals[v.expr] for v in self.p.vars)
-        global_size, local_size = _launch_dims(self.p.global_size, var_vals), _launch_dims(self.p.local_size, var_vals)
-        bufs = [rawbufs[slot]._buf for slot in self.p.globals]  # a slot whose loads folded away is not passed
+        vals = tuple(var_vals[v.expr] for v in program.vars)
+        global_size, local_size = (
+            _launch_dims(program.global_size, var_vals),
+            _launch_dims(program.local_size, var_vals),
+        )
+        bufs = [rawbufs[slot]._buf for slot in program.globals]  # a slot whose loads folded away is not passed
         return self._prg(*bufs, global_size=global_size, local_size=local_size, vals=vals, wait=wait)
 
 
@@ -236,7 +278,9 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
     if (cached := method_cache.get(key)) is not None:
         return cached
     base_key = (device.split(":")[0], compiler, ast.key, context, True)
-    if (base := method_cache.get(base_key)) is not None:
+    if (base := method_cache.get(base_key)) is not None and base.device == device:
+        runner = base  # the base device itself: its runner, not a second load of the same binary
+    elif base is not None:
         runner = CompiledRunner(dataclasses.replace(base.p, device=device), base.lib)
     else:
         program = get_program(_with_beam_opts(ast, device), Device[device].renderer)
@@ -422,9 +466,9 @@ def count_run(prg: Runner, var_vals: dict[str, int], et: float | None) -> tuple[
 
 def _var_values(prg: Runner, var_vals: dict[str, int]) -> str:
     """' i=3 j=4' for the variables a compiled program takes (empty for other runners and variable-free kernels)."""
-    if not isinstance(prg, CompiledRunner) or not prg.p.vars:
+    if not isinstance(prg, CompiledRunner) or not prg.program.vars:
         return ""
-    return " " + " ".join(f"{v.expr}={var_vals[v.expr]}" for v in prg.p.vars)
+    return " " + " ".join(f"{v.expr}={var_vals[v.expr]}" for v in prg.program.vars)
 
 
 def _header_color(prg: Runner, jit: bool) -> str | None:

@@ -391,6 +391,18 @@ def test_hot_schedule_runs_through_a_device_graph_on_fresh_data() -> None:
     assert counts[0] >= 2
 
 
+def test_kept_schedules_drop_their_kernels_linear_programs() -> None:
+    from fusegrad.engine.realize import CompiledRunner
+
+    schedule_cache.clear()
+    w = Tensor(np.ones(SHAPE, np.float32)).realize()
+    Tensor.realize(_layer_step(Tensor(np.ones(SHAPE, np.float32)).realize(), w), w)
+    runners = [s.prg for entry in schedule_cache.values() for s in entry.steps if isinstance(s.prg, CompiledRunner)]
+    assert runners
+    assert all(r.program.uops == [] for r in runners)
+    assert all(r.p.uops and r.p.uops[-1].op is Ops.SINK for r in runners)  # rendered again when asked for
+
+
 def test_hot_schedule_runs_kernel_by_kernel_while_a_jit_captures() -> None:
     """TinyJit's capture sees every kernel of a replay even when the schedule is hot: its replays compute."""
     from fusegrad import TinyJit

@@ -374,3 +374,69 @@ def test_profile_has_schedule_and_compile_spans_on_the_host_track(compile_calls:
     cpu_events.clear()
     assert "create_schedule" in host
     assert any(name.startswith("compile 6 kernels") for name in host)
+
+
+# *** dropped linear programs ***
+
+
+def matmul_ast() -> UOp:
+    """A 64x64 matmul's kernel: heuristics tile it (NOOPT renders far fewer nodes)."""
+    from fusegrad import Tensor
+
+    a, b = Tensor.ones(64, 64).contiguous().realize(), Tensor.ones(64, 64).contiguous().realize()
+    return (a @ b).schedule()[-1].ast
+
+
+def test_dropped_uops_render_again_as_the_same_nodes() -> None:
+    ast = double_ast(7)
+    out, a = Buffer("CPU", 7, f32), buffer("CPU", [1, 2, 3, 4, 5, 6, 7], f32)
+    runner = ExecItem(ast, [out, a]).lower().prg
+    assert isinstance(runner, CompiledRunner)
+    before = list(runner.p.uops)  # alive here, so equal nodes rendered again are these very nodes
+    runner.drop_uops()
+    assert runner.program.uops == []
+    ExecItem(ast, [out, a], prg=runner).run()  # a launch needs no linear program
+    assert out.numpy().tolist() == [2, 4, 6, 8, 10, 12, 14]
+    assert runner.p.uops == before
+    assert all(x is y for x, y in zip(runner.p.uops, before, strict=True))
+    assert runner.program.uops == before  # rendered once, then held
+
+
+def test_dropped_uops_render_under_the_flags_they_were_made_with() -> None:
+    ast = matmul_ast()
+    with Context(NOOPT=1):
+        runner = CompiledRunner(get_program(ast, Device["CPU"].renderer))
+        plain = list(runner.p.uops)
+    assert len(get_program(ast, Device["CPU"].renderer).uops) != len(plain)  # the flag matters for this kernel
+    runner.drop_uops()
+    assert runner.p.uops == plain
+
+
+def test_a_pickled_runner_keeps_its_uops_dropped() -> None:
+    import pickle
+
+    runner = CompiledRunner(get_program(double_ast(5), Device["CPU"].renderer))
+    before = list(runner.p.uops)
+    runner.drop_uops()
+    again = pickle.loads(pickle.dumps(runner))
+    assert again.program.uops == []
+    assert again.p.uops == before
+
+
+def test_viz_keeps_the_uops() -> None:
+    runner = CompiledRunner(get_program(double_ast(6), Device["CPU"].renderer))
+    with Context(TRACK_MATCH_STATS=2):
+        runner.drop_uops()
+    assert runner.program.uops
+
+
+def test_kernels_compiled_ahead_have_one_runner(compile_calls: list[str]) -> None:
+    from fusegrad import Tensor
+
+    outs, want = _distinct_kernels(1.5)
+    with Context(PARALLEL_COMPILE=2):
+        Tensor.realize(*outs)  # type: ignore[arg-type]  # Tensors
+    runners = list(realize.method_cache.values())
+    assert len(runners) == 12  # each kernel under its device's key and the base key
+    assert len({id(r) for r in runners}) == 6  # one runner (one load of the binary) for both
+    np.testing.assert_allclose(outs[-1].numpy(), want[-1])  # type: ignore[attr-defined]  # a Tensor

@@ -66,12 +66,14 @@ class GraphSource:
     def add_kernel(self, j: int, ei: ExecItem, runner: CompiledRunner) -> None:
         fxn = getattr(runner._prg, "fxn", None)
         if fxn is None:
-            raise GraphException(f"CPU graph: {runner.p.name} is not a loaded C kernel")
-        args = [f"b[{self.entry(j, slot, ei.bufs[slot])}]" for slot in runner.p.globals]
-        for v in runner.p.vars:
+            raise GraphException(f"CPU graph: {runner.program.name} is not a loaded C kernel")
+        args = [f"b[{self.entry(j, slot, ei.bufs[slot])}]" for slot in runner.program.globals]
+        for v in runner.program.vars:
             value = GraphValue(v, ei.fixedvars.get(v.expr))
             args.append(f"v[{self.values.setdefault(value, len(self.values))}]")
-        signature = ", ".join(["void*"] * len(runner.p.globals) + ["long long"] * len(runner.p.vars)) or "void"
+        signature = (
+            ", ".join(["void*"] * len(runner.program.globals) + ["long long"] * len(runner.program.vars)) or "void"
+        )
         self.lines.append(f"  ((void (*)({signature}))f[{len(self.functions)}])({', '.join(args)});")
         self.functions.append(ctypes.cast(fxn, ctypes.c_void_p).value or 0)
         self.programs.append(runner._prg)
