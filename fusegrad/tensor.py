@@ -115,6 +115,22 @@ def _traced(fn: F) -> F:
 
 def _broadcast_shape(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     """numpy broadcasting; the error names the op and both shapes."""
+    if (known := _broadcast_shapes.get(shapes)) is not None:
+        return known
+    shape = _broadcast_shape_of(op, shapes)
+    if len(_broadcast_shapes) >= _BROADCAST_SHAPES_KEPT:
+        _broadcast_shapes.clear()
+    if not any(map(is_symbolic, shapes)):  # a symbolic size is a node: kept here, it would outlive its graph
+        _broadcast_shapes[shapes] = shape
+    return shape
+
+
+# the broadcast shape of shapes met before (int sizes only): a training step broadcasts the same few pairs each time
+_broadcast_shapes: dict[tuple[tuple[int, ...], ...], tuple[int, ...]] = {}
+_BROADCAST_SHAPES_KEPT = 4096
+
+
+def _broadcast_shape_of(op: str, shapes: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
     ndim = max(len(s) for s in shapes)
     padded = [(1,) * (ndim - len(s)) + s for s in shapes]
     out = []

@@ -199,6 +199,20 @@ def test_operator_errors_still_name_the_inner_op() -> None:
         _ = Tensor.ones(2) * Tensor.ones(3)
 
 
+def test_broadcast_shapes_met_before_give_the_same_shapes_and_errors() -> None:
+    from fusegrad import tensor
+
+    for _ in range(2):  # the second time from the kept shapes
+        assert (Tensor.ones(2, 1) + Tensor.ones(3)).shape == (2, 3)
+        assert (Tensor.ones(4, 1, 5) * Tensor.ones(1, 6, 1)).shape == (4, 6, 5)
+        with pytest.raises(ValueError, match=r"^sub: cannot broadcast shapes \(2, 3\) and \(3, 2\): dim 0"):
+            _ = Tensor.ones(2, 3) - Tensor.ones(3, 2)
+    assert tensor._broadcast_shapes[((2, 1), (3,))] == (2, 3)
+    n = UOp.variable("n", 1, 8).bind(4)
+    assert (Tensor.ones(4, 1).reshape(n, 1) + Tensor.ones(5)).shape[1] == 5  # a symbolic pair is not kept
+    assert not any(UOp in map(type, s) for shapes in tensor._broadcast_shapes for s in shapes)
+
+
 # *** rearrange ***
 
 
