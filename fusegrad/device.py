@@ -17,6 +17,7 @@ import itertools
 import mmap
 import os
 import pathlib
+import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -43,7 +44,6 @@ from fusegrad.helpers import (
     diskcache_put,
     flat_mv,
     is_numpy_ndarray,
-    suppress_finalizing,
     to_mv,
 )
 
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 # *** Device: the registry ***
 
 ALL_DEVICES = ["CPU", "PYTHON"]  # candidates for Device.DEFAULT, best first; NULL and DISK are never picked
+_is_finalizing = sys.is_finalizing  # bound now: at shutdown this module's globals (`sys` too) may already be None
 _HOST_ONLY_DEVICES = ("DISK", "NPY", "PYTHON")  # usable even with ALLOW_DEVICE_USAGE=0
 _STORAGE_DEVICES = ("DISK", "NPY")  # hold data but run no kernels: `python -m fusegrad.device` doesn't list them
 
@@ -351,6 +352,7 @@ class Buffer:
         self.device, self.size, self.dtype, self.offset = Device.canonicalize(device), size, dtype, offset
         self.options = options if options is not None else _DEFAULT_SPEC
         self._base, self.allocated_views, self._uop_refcount = base, 0, uop_refcount
+        self._allocator: Allocator[Any] | None = None  # looked up on first use: a Buffer opens no device
         self._trace_num: int | None = None
         self._storage: BufferStorage | None = None
         self._base_storage: BufferStorage | None = None  # for a view: the base storage it was carved from
@@ -378,10 +380,14 @@ class Buffer:
                 f"Buffer: view of {self.nbytes} bytes at offset {self.offset} is outside its {base.nbytes}-byte base"
             )
 
-    @suppress_finalizing
     def __del__(self) -> None:
-        if getattr(self, "_storage", None) is not None:
-            self.deallocate()
+        # suppress_finalizing's rule written out (one frame less: ~100 buffers die per training step)
+        try:
+            if getattr(self, "_storage", None) is not None:
+                self.deallocate()
+        except Exception:
+            if not _is_finalizing():
+                raise
 
     def __repr__(self) -> str:
         offset = f" offset:{self.offset}" if self._base is not None else ""
@@ -393,9 +399,12 @@ class Buffer:
     def base(self) -> Buffer:
         return self._base if self._base is not None else self
 
-    @functools.cached_property
+    @property
     def allocator(self) -> Allocator[Any]:
-        return self._base.allocator if self._base is not None else Device[self.device].allocator
+        if (allocator := self._allocator) is None:  # a plain attribute: cached_property takes a lock on every miss
+            allocator = self._base.allocator if self._base is not None else Device[self.device].allocator
+            self._allocator = allocator
+        return allocator
 
     @property
     def _buf(self) -> Any:  # Any: the allocator's handle, see BufferStorage
@@ -434,7 +443,10 @@ class Buffer:
         return self.is_allocated()
 
     def ensure_allocated(self) -> Buffer:
-        return self if self.is_allocated() else self.allocate()
+        # is_allocated() inlined: every kernel launch asks this of each of its buffers
+        if self._storage is not None and (self._base is None or self._base_storage is self._base._storage):
+            return self
+        return self.allocate()
 
     def allocate(self, opaque: object = None, external_ptr: int | None = None) -> Buffer:
         """Get memory; a view carves it from its base (allocating the base if needed). `opaque` adopts host memory."""

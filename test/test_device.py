@@ -160,6 +160,22 @@ def test_del_frees_the_buffer() -> None:
     assert GlobalCounters.mem_used == used
 
 
+def test_buffer_finalizer_raises_outside_shutdown_and_opens_no_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    buf = Buffer("CPU", 2, dtypes.int32)
+    assert buf._allocator is None  # the allocator (and its device) is looked up on first allocation
+    buf.allocate()
+    assert buf.allocator is Device["CPU"].allocator
+
+    def broken(self: Buffer) -> None:
+        raise OSError("free failed")
+
+    monkeypatch.setattr(Buffer, "deallocate", broken)
+    with pytest.raises(OSError, match="free failed"):  # only interpreter shutdown silences a finalizer's error
+        buf.__del__()
+    monkeypatch.undo()
+    buf.deallocate()
+
+
 def test_buffer_rejects_bad_arguments() -> None:
     with pytest.raises(TypeError, match="dtype must be a DType"):
         Buffer("CPU", 4, "float32")  # type: ignore[arg-type]  # the wrong type is the point
