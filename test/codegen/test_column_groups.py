@@ -32,17 +32,17 @@ def tile_of(m: int, k: int, n: int) -> list[Opt]:
 
 
 def test_a_matmul_whose_rows_pass_l2_groups_its_column_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
-    # matmul 1024: a's 4 MiB of rows streamed from L3 once per column tile of 32; in pairs, the 256 KiB panel of two
-    # tiles (the most PACK_MAX_BYTES holds) serves both from one pass over the rows
+    # matmul 1024: a's 4 MiB of rows streamed from L3 once per column tile of 32; in fours, the 512 KiB panel of the
+    # group (PACK_GROUP_BYTES) serves its tiles from one pass over the rows; matmul 2048's 256 KiB panels go in pairs
     wide_host(monkeypatch)
-    assert tile_of(1024, 1024, 1024) == [*TILE, Opt(OptOps.SPLIT, 0, 2), Opt(OptOps.PACK, 1, 2)]
+    assert tile_of(1024, 1024, 1024) == [*TILE, Opt(OptOps.SPLIT, 0, 4), Opt(OptOps.PACK, 1, 2)]
+    assert tile_of(2048, 2048, 2048) == [*TILE, Opt(OptOps.SPLIT, 0, 2), Opt(OptOps.PACK, 1, 2)]
 
 
-def test_small_rows_full_panels_and_few_groups_keep_the_tile(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_small_rows_and_few_groups_keep_the_tile(monkeypatch: pytest.MonkeyPatch) -> None:
     wide_host(monkeypatch)
     plain = [*TILE, Opt(OptOps.PACK, 1, 2)]
     assert tile_of(256, 1024, 1024) == plain  # 1 MiB of rows: they stay in L2
-    assert tile_of(1024, 2048, 1024) == plain  # one tile's panel (256 KiB) already fills PACK_MAX_BYTES
     assert tile_of(2048, 1024, 256) == plain  # 8 column tiles: pairs would leave 4 groups for the threads
 
 
@@ -50,12 +50,13 @@ def test_the_group_loops_inside_the_row_tiles_around_one_panel(monkeypatch: pyte
     wide_host(monkeypatch)
     src = to_program(matmul(1024, 1024, 1024, F32)[0], Device["CPU"].renderer).src
     body = src[src.index("#pragma omp parallel for") :]
-    # 16 groups in parallel; the panel of both tiles (65536 floats) filled first, then 128 row tiles, each running
-    # the group's 2 column tiles
-    assert " < 16; " in body.split("\n")[1], body[:400]
-    fill, rows, group = body.index("= val0;"), body.index(" < 128; "), body.rindex(" < 2; ")
-    assert "float acc0[65536];" in body
-    assert fill < rows < group, body[:2000]
+    # 8 groups in parallel; the panel of the group's 4 tiles (131072 floats) filled first, then 128 row tiles, each
+    # running the group's 4 column tiles
+    assert " < 8; " in body.split("\n")[1], body[:400]
+    fill, rows = body.index("= val0;"), body.index(" < 128; ")
+    group, steps = body.index(" < 4; ", rows), body.index(" < 256; ", rows)  # then the reduce's 1024 steps, by 4
+    assert "float acc0[131072];" in body
+    assert fill < rows < group < steps, body[:2000]
 
 
 def test_split_needs_a_loop_it_divides_and_no_panel_yet() -> None:
@@ -66,6 +67,19 @@ def test_split_needs_a_loop_it_divides_and_no_panel_yet() -> None:
         apply_opts(ast, (Opt(OptOps.SPLIT, 2, 2),))
     with pytest.raises(ValueError, match="SPLIT of axis 0: got a kernel with GROUP or PACK"):
         apply_opts(ast, (Opt(OptOps.PACK, 0, 2), Opt(OptOps.SPLIT, 0, 2)))
+
+
+def test_a_panel_spanning_a_group_may_take_pack_group_bytes() -> None:
+    # one column tile's panel stays within PACK_MAX_BYTES (256 KiB); a group's (over the SPLIT's loop) within
+    # PACK_GROUP_BYTES (512 KiB)
+    ast = graph_rewrite(matmul(64, 1024, 512, F32)[0], sym)
+    tile = (Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 32), Opt(OptOps.SWAP, 0, 1))
+    apply_opts(ast, (*tile, Opt(OptOps.SPLIT, 0, 4), Opt(OptOps.PACK, 1, 2)))  # 4 x 128 KiB
+    with pytest.raises(ValueError, match="got a 1048576-byte panel, expected at most 524288"):
+        apply_opts(ast, (*tile, Opt(OptOps.SPLIT, 0, 8), Opt(OptOps.PACK, 1, 2)))
+    with pytest.raises(ValueError, match="got a 524288-byte panel, expected at most 262144"):
+        apply_opts(ast, (Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 128), Opt(OptOps.SWAP, 0, 1),
+                         Opt(OptOps.PACK, 1, 2)))  # fmt: skip
 
 
 def test_the_grouped_tile_matches_numpy_and_the_tile_without_groups_bit_for_bit() -> None:

@@ -597,8 +597,8 @@ def test_heuristic_doubles_a_packed_tiles_rows_on_a_wide_vector_host(monkeypatch
 
     monkeypatch.setattr(vectorize, "host_vector_bytes", lambda: vectorize.WIDE_VECTOR_BYTES)
     tile = [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 32), Opt(OptOps.SWAP, 0, 1), Opt(OptOps.PACK, 1, 2)]
-    # column tiles in pairs: two 128 KiB panels fill PACK_MAX_BYTES (column_groups)
-    assert tile_opts_of(matmul(1024, 1024, 1024, dtypes.float32)[0]) == [*tile[:3], Opt(OptOps.SPLIT, 0, 2), tile[3]]
+    # column tiles in fours: four 128 KiB panels fill PACK_GROUP_BYTES (column_groups)
+    assert tile_opts_of(matmul(1024, 1024, 1024, dtypes.float32)[0]) == [*tile[:3], Opt(OptOps.SPLIT, 0, 4), tile[3]]
     assert tile_opts_of(matmul(1024, 384, 128, dtypes.float32)[0]) == tile
     check(matmul(64, 64, 64, dtypes.float32), dtypes.float32, "CPU", None)
     # unpacked tiles keep theirs
@@ -959,8 +959,10 @@ def test_bad_packs_are_errors(opts: tuple[Opt, ...], match: str) -> None:
 
 
 def test_pack_refuses_a_panel_past_the_limit() -> None:
+    # the columns upcast whole: a panel over no output loop, PACK_MAX_BYTES (one over a loop: test_column_groups)
+    opts = (Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.PACK, 0, 2))
     with pytest.raises(ValueError, match="PACK of slot 2: got a 1048576-byte panel, expected at most 262144"):
-        full_rewrite(with_opts(matmul(2, 16384, 16, dtypes.float32)[0], (Opt(OptOps.PACK, 0, 2),)), ClangRenderer())
+        full_rewrite(with_opts(matmul(2, 16384, 16, dtypes.float32)[0], opts), ClangRenderer())
 
 
 @st.composite
