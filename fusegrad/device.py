@@ -55,7 +55,6 @@ if TYPE_CHECKING:
 # *** Device: the registry ***
 
 ALL_DEVICES = ["CPU", "PYTHON"]  # candidates for Device.DEFAULT, best first; NULL and DISK are never picked
-_is_finalizing = sys.is_finalizing  # bound now: at shutdown this module's globals (`sys` too) may already be None
 _HOST_ONLY_DEVICES = ("DISK", "NPY", "PYTHON")  # usable even with ALLOW_DEVICE_USAGE=0
 _STORAGE_DEVICES = ("DISK", "NPY")  # hold data but run no kernels: `python -m fusegrad.device` doesn't list them
 
@@ -328,6 +327,7 @@ class Buffer:
     `Buffer("CPU", 4, dtypes.float32).allocate().copyin(memoryview(bytes(16)))`.
     """
 
+    _is_finalizing = staticmethod(sys.is_finalizing)  # for __del__, which may run after this module's globals went
     profile_events: ClassVar[list[ProfileEvent]] = []  # alloc/free points; mutated in place, never rebound
     # trace numbers come from a counter, not the list's length: a streaming profile drains profile_events as it goes
     _trace_numbers: ClassVar[Iterator[int]] = itertools.count()
@@ -386,7 +386,7 @@ class Buffer:
             if getattr(self, "_storage", None) is not None:
                 self.deallocate()
         except Exception:
-            if not _is_finalizing():
+            if not self._is_finalizing():  # through the class: at shutdown this module's globals may be None
                 raise
 
     def __repr__(self) -> str:

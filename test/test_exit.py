@@ -38,6 +38,12 @@ disk.assign(Tensor([1.0, 2.0, 3.0, 4.0]).to(disk.device)).realize()
 keep.append(disk)
 keep.append(disk[1:3])  # a view of the open file
 
+w = Tensor.ones(4, 4).contiguous().realize()
+for _ in range(4):  # a hot schedule: its intermediates stay allocated for the next replay (engine/cache.py)
+    out = (Tensor.ones(4, 4).contiguous().realize() @ w).relu().T.sum(axis=1)
+    w.assign(w * 0.5 + out.reshape(1, 4).expand(4, 4).flip(1))
+    Tensor.realize(out, w)
+
 calls = []
 
 @TinyJit
