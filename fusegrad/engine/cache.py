@@ -331,8 +331,11 @@ class CachedSchedule:
     becomes: tuple[tuple[int, Template], ...]
     kernel_count: int
     nodes: int  # the size of its key
+    intermediates: tuple[int, ...] = ()  # the new buffers (their index in new_buffers) that no template reads
     hits: int = 0
     plan: tuple[Step | Batch, ...] | None = None  # steps and graph batches, once built
+    # a hot replay's intermediates (by index in new_buffers), allocated, for the next replay: see _keep_spares
+    spares: dict[int, Buffer] | None = None
 
 
 schedule_cache: dict[tuple[Any, ...], CachedSchedule] = {}  # mutated in place, never rebound: tests clear() it
@@ -389,12 +392,15 @@ def record(structure: Structure, items: list[ExecItem], made: list[UOp], becomes
             return
         templates.append((pos, template))
     new_buffers = tuple((str(u.src[1].arg), int(u.arg), u.dtype) for u in made)
+    read = {node for _, template in templates for node in template.nodes if isinstance(node, int)}
+    intermediates = tuple(i for i in range(len(made)) if len(structure.leaves) + i not in read)
     nodes = len(structure.nodes)
     while schedule_cache and (
         len(schedule_cache) >= CACHE_SIZE or sum(e.nodes for e in schedule_cache.values()) + nodes > CACHE_NODES
     ):
         del schedule_cache[next(iter(schedule_cache))]  # the oldest first
-    schedule_cache[structure.key] = CachedSchedule(steps, new_buffers, tuple(templates), len(items), nodes)
+    entry = CachedSchedule(steps, new_buffers, tuple(templates), len(items), nodes, intermediates)
+    schedule_cache[structure.key] = entry
     for step in steps:  # kernels that ran and will run again: their linear programs only cost collections from now
         if isinstance(step.prg, CompiledRunner):
             step.prg.drop_uops()
@@ -476,16 +482,35 @@ def run_cached(entry: CachedSchedule, leaves: list[UOp], do_update_stats: bool) 
     """Run a cached schedule with `leaves` (BUFFER nodes, in its graph's walk order) as its parameters; returns every
     parameter, the leaves and then the buffers it made, for its templates to read."""
     bufs = [u.buffer for u in leaves]
-    bufs.extend(Buffer(device, size, dtype) for device, size, dtype in entry.new_buffers)
-    params = Params(leaves, bufs)
     entry.hits += 1
     if len(entry.steps) == 1 and not capturing:  # one kernel (the eager op): run_schedule's bookkeeping is moot
+        bufs.extend(Buffer(device, size, dtype) for device, size, dtype in entry.new_buffers)
         _run_step(entry.steps[0], bufs, do_update_stats)
     elif not _can_batch(entry):
+        bufs.extend(Buffer(device, size, dtype) for device, size, dtype in entry.new_buffers)
         run_schedule([_exec_item(s, bufs) for s in entry.steps], do_update_stats=do_update_stats)
     else:
+        spares, entry.spares = entry.spares or {}, None  # taken: a replay that fails midway leaves none behind
+        bufs.extend(spares[i] if i in spares else Buffer(*spec) for i, spec in enumerate(entry.new_buffers))
         _run_plan(entry, bufs, do_update_stats)
-    return params
+        _keep_spares(entry, {i: bufs[len(leaves) + i] for i in entry.intermediates})
+    return Params(leaves, bufs)
+
+
+SPARE_ENTRIES = 4  # hot schedules that keep their intermediates between replays (a training step has two or three)
+_sparing: dict[int, CachedSchedule] = {}  # those schedules by id, the most recently replayed last
+
+
+def _keep_spares(entry: CachedSchedule, spares: dict[int, Buffer]) -> None:
+    """Keep a hot replay's intermediates (buffers no tensor reads afterwards: nothing else holds them) allocated for
+    the entry's next replay, instead of ~100 Buffers made, allocated and freed per training step. Only replays through
+    the plan do (no TinyJit capturing them, no profiler or DEBUG=2 per kernel), and only the SPARE_ENTRIES most
+    recently replayed schedules keep theirs: an older one's go back to the allocator's cache."""
+    entry.spares = spares
+    _sparing.pop(id(entry), None)
+    _sparing[id(entry)] = entry
+    while len(_sparing) > SPARE_ENTRIES:
+        _sparing.pop(next(iter(_sparing))).spares = None
 
 
 def _run_step(step: Step, bufs: list[Buffer], do_update_stats: bool) -> None:

@@ -403,6 +403,49 @@ def test_kept_schedules_drop_their_kernels_linear_programs() -> None:
     assert all(r.p.uops and r.p.uops[-1].op is Ops.SINK for r in runners)  # rendered again when asked for
 
 
+def _hot_entry() -> cache.CachedSchedule:
+    return next(e for e in schedule_cache.values() if e.plan is not None and e.intermediates)
+
+
+def test_hot_schedule_reuses_its_intermediates_and_keeps_values() -> None:
+    schedule_cache.clear()
+    rng = np.random.default_rng(5)
+    w_np = rng.uniform(-1, 1, SHAPE).astype(np.float32)
+    w = Tensor(w_np).realize()
+    kept: list[list[int]] = []
+    outs: list[Tensor] = []
+    for _ in range(cache.GRAPH_AFTER_HITS + 4):
+        x_np = rng.uniform(-1, 1, SHAPE).astype(np.float32)
+        outs.append(out := _layer_step(Tensor(x_np).realize(), w))
+        Tensor.realize(out, w)
+        expected, w_np = _layer_step_numpy(x_np, w_np)
+        np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(w.numpy(), w_np, rtol=1e-5, atol=1e-6)
+        if _batches():
+            spares = _hot_entry().spares
+            assert spares is not None
+            kept.append(sorted(id(b) for b in spares.values()))
+    assert len(kept) >= 3
+    assert all(ids == kept[0] for ids in kept)  # the same buffers, replay after replay
+    read = {id(t.uop.base.buffer) for t in outs}  # every output a tensor reads has a buffer of its own
+    assert len(read) == len(outs)
+    assert not read & set(kept[0])
+
+
+def test_only_the_latest_hot_schedules_keep_intermediates(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cache, "SPARE_ENTRIES", 1)
+    schedule_cache.clear()
+    w, v = Tensor.ones(*SHAPE).contiguous().realize(), Tensor.ones(*SHAPE).contiguous().realize()
+    for _ in range(cache.GRAPH_AFTER_HITS + 2):
+        Tensor.realize(_layer_step(Tensor.ones(*SHAPE).contiguous().realize(), w), w)
+    first = _hot_entry()
+    assert first.spares is not None
+    for _ in range(cache.GRAPH_AFTER_HITS + 2):  # another structure: the sum below makes it a different graph
+        Tensor.realize(_layer_step(Tensor.ones(*SHAPE).contiguous().realize(), v).sum(), v)
+    assert first.spares is None
+    assert sum(e.spares is not None for e in schedule_cache.values()) == 1
+
+
 def test_hot_schedule_runs_kernel_by_kernel_while_a_jit_captures() -> None:
     """TinyJit's capture sees every kernel of a replay even when the schedule is hot: its replays compute."""
     from fusegrad import TinyJit
