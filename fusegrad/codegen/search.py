@@ -14,12 +14,15 @@ KernelInfo when `BEAM` is set.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import math
 import os
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -62,7 +65,7 @@ ABANDON = 2.0  # a candidate whose checked run is this many times the best time 
 # the unoptimised kernel is the reference output (and a beam start) up to this many ops; past it (a 2048² matmul runs
 # 64 s without opts) the heuristic's kernel is, as tested in test/codegen against numpy and the PYTHON device
 PLAIN_MAX_OPS = 1 << 27
-BEAM_TABLE = "beam_search"  # disk-cache table: (AST key, device, renderer, width) -> the SearchResult's fields
+BEAM_TABLE = "beam_search"  # disk-cache table: (AST key, device, renderer, width, codegen_stamp) -> a SearchResult
 SKIPPED_DEVICES = ("NULL", "DISK", "NPY")  # nothing runs there (NULL) or no kernels at all: no timing to search on
 
 
@@ -419,8 +422,27 @@ def _opts(entry: JSONValue | None) -> tuple[Opt, ...] | None:
 searches: list[SearchResult] = []
 
 
-def _cache_key(ast: UOp, device: str, width: int) -> tuple[bytes, str, str, int]:
-    return ast.key, device.split(":")[0], type(Device[device].renderer).__name__, width
+# the packages whose code decides a kernel's opts, its source and how it is compiled and launched
+_CODEGEN_PACKAGES = ("codegen", "renderer", "uop", "runtime")
+
+
+@functools.cache
+def codegen_stamp() -> str:
+    """A digest of the code generator's own sources: part of a search's cache key, so times recorded against other
+    code (the heuristic's and every candidate's kernels change with it) are never reused as if they were current."""
+    return sources_digest(Path(__file__).resolve().parent.parent)
+
+
+def sources_digest(root: Path) -> str:
+    """16 hex digits over the names and bytes of every .py file of _CODEGEN_PACKAGES under package folder `root`."""
+    digest = hashlib.sha256()
+    for path in sorted(p for package in _CODEGEN_PACKAGES for p in (root / package).rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _cache_key(ast: UOp, device: str, width: int) -> tuple[bytes, str, str, int, str]:
+    return ast.key, device.split(":")[0], type(Device[device].renderer).__name__, width, codegen_stamp()
 
 
 def _is_small(sink: UOp, renderer: Renderer) -> bool:

@@ -196,6 +196,33 @@ def test_beam_choice_is_cached_on_disk(monkeypatch: pytest.MonkeyPatch) -> None:
         assert beam_ast(ei.ast, "CPU") is ei.ast
 
 
+def test_beam_cache_misses_when_the_code_generator_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_clock(monkeypatch, (Opt(UPCAST, 0, 2),))
+    ei, _ = matmul_kernel()
+    with Context(BEAM=2):
+        beam_ast(ei.ast, "CPU")
+    monkeypatch.setattr(search_module, "codegen_stamp", lambda: "other code")  # codegen/ or renderer/ edited since
+    with Context(BEAM=2):
+        beam_ast(ei.ast, "CPU")
+    assert [r.cached for r in search_module.searches[-2:]] == [False, False]  # searched again, not the old times
+
+
+def test_codegen_stamp_follows_the_code_generators_sources(tmp_path: Path) -> None:
+    assert search_module.codegen_stamp() == search_module.sources_digest(Path(search_module.__file__).parents[1])
+    for name in ("codegen/opt.py", "renderer/cstyle.py", "nn/optim.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x = 1\n")
+    first = search_module.sources_digest(tmp_path)
+    (tmp_path / "nn/optim.py").write_text("x = 2\n")  # not the code generator: the old times still hold
+    assert search_module.sources_digest(tmp_path) == first
+    (tmp_path / "renderer/cstyle.py").write_text("x = 2\n")
+    changed = search_module.sources_digest(tmp_path)
+    assert changed != first
+    (tmp_path / "uop").mkdir()
+    (tmp_path / "uop/symbolic.py").write_text("")  # a new file, even an empty one, is new code
+    assert search_module.sources_digest(tmp_path) not in (first, changed)
+
+
 def test_beam_on_the_real_clock_gives_the_same_numbers() -> None:
     ei, expected = matmul_kernel(32)
     with Context(BEAM=2, IGNORE_BEAM_CACHE=1):
