@@ -501,12 +501,14 @@ def print_kernels(run: Run) -> None:
     print(f"\nBEAM=2 per kernel (search timings; heur/BEAM = BEAM time / heuristic time, target >= 0.8; search "
           f"seconds, + when the budget cut it)\n{'case':20s}{'kernel':34s}{'heuristic us':>13s}{'BEAM us':>10s}"
           f"{'heur/BEAM':>10s}{'search s':>10s}   opts where BEAM wins by 20%: heuristic -> BEAM")  # fmt: skip
-    seen: set[tuple[str, int]] = set()
+    # keyed by case too: a name is the kernel's shape, not its body (causal sdpa's masked kernels carry plain sdpa's
+    # names), so a name met in an earlier case may be another kernel; within a case a repeated kernel is shown once
+    seen: set[tuple[str, str, int]] = set()
     for name, results in run.searches.items():
         for r in results:
-            if (r.name, r.width) in seen:  # a kernel two cases share is shown once
+            if (name, r.name, r.width) in seen:
                 continue
-            seen.add((r.name, r.width))
+            seen.add((name, r.name, r.width))
             ratio = r.best_s / r.heuristic_s if r.heuristic_s > 0 else math.nan
             searched = f"{r.search_s:9.1f}{'+' if r.capped else ' '}"
             opts = f"   {_opts_text(r.heuristic)} -> {_opts_text(r.opts)}" if ratio < 0.8 else ""

@@ -108,3 +108,18 @@ def test_a_turn_runs_short_kernels_for_its_minimum_time_and_long_ones_three_time
     assert len(got) == len(calls) >= bench.TURN_S / 0.002  # sleep(0.001) may take up to about twice that
     assert sum(got) >= bench.TURN_S
     assert len(bench.turn(lambda: time.sleep(bench.TURN_S))) == bench.RUNS_PER_TURN
+
+
+def test_per_kernel_table_keeps_each_cases_kernels(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    """Causal sdpa's kernels carry plain sdpa's names (a name is the kernel's shape, not its mask): the per-kernel
+    table shows both cases' rows; a kernel repeated within one case is shown once."""
+    from fusegrad.codegen.search import SearchResult
+
+    def kernel(name: str, heuristic_s: float) -> SearchResult:
+        return SearchResult(name, 2, (), heuristic_s, (), heuristic_s, 1.0, 3, False)
+
+    plain, causal = [kernel("r_4_8_256_64", 2e-6), kernel("E_4_8_256", 3e-6)], [kernel("r_4_8_256_64", 4e-6)] * 2
+    bench.print_kernels(bench.Run({}, {}, {"sdpa": plain, "sdpa causal": causal}))
+    rows = [(line[:20].strip(), *line[20:].split()[:2]) for line in capsys.readouterr().out.splitlines()[3:]]
+    assert rows == [("sdpa", "r_4_8_256_64", "2.0"), ("sdpa", "E_4_8_256", "3.0"),
+                    ("sdpa causal", "r_4_8_256_64", "4.0")]  # fmt: skip
