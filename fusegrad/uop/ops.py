@@ -107,21 +107,19 @@ class UOpMetaClass(type):
         # Python-level DType.__hash__ (every construction hashes the key, and every node's __del__ again)
         if type(arg) is float or (type(arg) is tuple and float in map(type, arg)):  # map: no generator per node
             arg, key_arg = _canonical_float_arg(arg)
-            return UOpMetaClass._lookup(cls, (op, id(dtype), src, key_arg, tag), op, dtype, src, arg, tag)
-        return UOpMetaClass._lookup(cls, (op, id(dtype), src, arg, tag), op, dtype, src, arg, tag)
-
-    def _lookup(cls, key: tuple[Any, ...], op: Ops, dtype: DType, src: tuple[UOp, ...], arg: Any, tag: Any) -> UOp:
+            key = (op, id(dtype), src, key_arg, tag)
+        else:
+            key = (op, id(dtype), src, arg, tag)
+        # the look-up, inlined: every node of the frontend comes through here
         if (ref := UOpMetaClass.ucache.get(key)) is not None and (ret := ref()) is not None:
             return ret
-        # _create's body, inlined: every new node of the frontend comes through here
-        created: UOp = super().__call__(op, dtype, src, arg, tag)
-        created._cache_key = key
-        UOpMetaClass.ucache[key] = weakref.ref(created)
-        return created
+        return UOpMetaClass._create(cls, key, op, dtype, src, arg, tag)
 
     def _create(cls, key: tuple[Any, ...], op: Ops, dtype: DType, src: tuple[UOp, ...], arg: Any, tag: Any) -> UOp:
-        """A new node under hash-consing key `key`, for a caller that found no live one under it."""
-        created: UOp = super().__call__(op, dtype, src, arg, tag)
+        """A new node under hash-consing key `key`, for a caller that found no live one under it. The fields are set
+        here, not by UOp.__init__ through type.__call__: one Python frame less for every node made."""
+        created: UOp = object.__new__(cls)  # type: ignore[arg-type]  # cls is UOp (the metaclass's only class)
+        created.op, created.dtype, created.src, created.arg, created.tag = op, dtype, src, arg, tag
         created._cache_key = key
         UOpMetaClass.ucache[key] = weakref.ref(created)
         return created
@@ -189,6 +187,7 @@ class UOp(MathTrait, metaclass=UOpMetaClass):
     def __init__(
         self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None
     ):
+        # the fields and their types; nodes are made by UOpMetaClass._create, which sets them without this frame
         self.op, self.dtype, self.src, self.arg, self.tag = op, dtype, src, arg, tag
         self._cache_key: tuple[Any, ...] = ()
 
