@@ -406,6 +406,18 @@ def test_neighbours_vary_a_finished_tile() -> None:
     assert (*tile, Opt(UNROLL, 2, 2)) in neighbours(sink, unrolled)
 
 
+def test_neighbours_vary_a_split_groups_size() -> None:
+    # the heuristic's groups of column tiles (opt.column_groups) are tried at the other sizes and left out
+    ei, _ = matmul_kernel(64)
+    sink = graph_rewrite(ei.ast, sym)
+    tile = (Opt(UPCAST, 0, 4), Opt(UPCAST, 1, 4), Opt(SWAP, 0, 1))
+    grouped = (*tile, Opt(OptOps.SPLIT, 0, 4), Opt(PACK, 1, 2))
+    near = neighbours(sink, grouped)
+    for amount in (2, 8):  # of the 16 column tiles
+        assert (*tile, Opt(OptOps.SPLIT, 0, amount), Opt(PACK, 1, 2)) in near
+    assert (*tile, Opt(PACK, 1, 2)) in near
+
+
 def test_a_winner_by_luck_loses_the_duel_with_the_heuristic(monkeypatch: pytest.MonkeyPatch) -> None:
     lucky = (Opt(UPCAST, 1, 4),)  # timed once during the search while the machine was quiet, slow ever after
     seen: list[tuple[Opt, ...]] = []
