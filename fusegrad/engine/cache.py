@@ -398,7 +398,9 @@ def record(structure: Structure, items: list[ExecItem], made: list[UOp], becomes
     while schedule_cache and (
         len(schedule_cache) >= CACHE_SIZE or sum(e.nodes for e in schedule_cache.values()) + nodes > CACHE_NODES
     ):
-        del schedule_cache[next(iter(schedule_cache))]  # the oldest first
+        evicted = schedule_cache.pop(next(iter(schedule_cache)))  # the oldest first
+        if _sparing.pop(id(evicted), None) is not None:  # its intermediates go back to the allocator now
+            evicted.spares = None
     entry = CachedSchedule(steps, new_buffers, tuple(templates), len(items), nodes, intermediates)
     schedule_cache[structure.key] = entry
     for step in steps:  # kernels that ran and will run again: their linear programs only cost collections from now

@@ -446,6 +446,20 @@ def test_only_the_latest_hot_schedules_keep_intermediates(monkeypatch: pytest.Mo
     assert sum(e.spares is not None for e in schedule_cache.values()) == 1
 
 
+def test_an_evicted_schedule_lets_its_intermediates_go(monkeypatch: pytest.MonkeyPatch) -> None:
+    schedule_cache.clear()
+    w = Tensor.ones(*SHAPE).contiguous().realize()
+    for _ in range(cache.GRAPH_AFTER_HITS + 2):
+        Tensor.realize(_layer_step(Tensor.ones(*SHAPE).contiguous().realize(), w), w)
+    hot = _hot_entry()
+    assert hot.spares is not None
+    monkeypatch.setattr(cache, "CACHE_SIZE", 1)
+    (Tensor.ones(3).contiguous() + 2).realize()  # a new structure: the cache keeps only it
+    assert hot not in schedule_cache.values()
+    assert hot.spares is None
+    assert id(hot) not in cache._sparing
+
+
 def test_hot_schedule_runs_kernel_by_kernel_while_a_jit_captures() -> None:
     """TinyJit's capture sees every kernel of a replay even when the schedule is hot: its replays compute."""
     from fusegrad import TinyJit
