@@ -76,9 +76,13 @@ def _contiguous_assign_value(a: UOp) -> UOp | None:
 
 
 def _reads_target_elsewhere(a: UOp) -> bool:
-    """Does the value read the assigned buffer through a different view? Then writing in place would race."""
+    """Does the value read the assigned buffer through a different view? Then writing in place would race.
+    Reads through the target itself are at the element being written; the walk stops there, so the movement nodes
+    inside the target's own view chain (a conv weight's gradient is RESHAPE(RESHAPE(BUFFER)): its reduce's shape, then
+    the weight's) are not counted as other views: counted, `w.grad += g` was computed aside and copied in."""
     target_base = a.src[0].base
-    return any(u.op in GroupOp.Movement and u.base is target_base and u is not a.src[0] for u in a.src[1].toposort())
+    others = a.src[1].toposort(gate=lambda u: u is not a.src[0])
+    return any(u.op in GroupOp.Movement and u.base is target_base for u in others)
 
 
 def after_written(x: UOp) -> UOp | None:

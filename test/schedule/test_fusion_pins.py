@@ -49,3 +49,29 @@ def test_convnet_training_step_kernels_and_flops_are_pinned() -> None:
     kernels = [item for item in items if item.ast.op is Ops.SINK]
     assert len(kernels) == 40
     assert sum(get_program(k.ast, Device["CPU"].renderer).estimates.ops for k in kernels) == 29_851_095
+
+
+def test_conv_forward_backward_kernels_are_pinned() -> None:
+    """bench/ops.py's conv2d fwd+bwd (8x64x56x56, 3x3, pad 1): 4 kernels, the output, the input gradient, the weight
+    gradient's per-image partials and their sum, which stores straight into the weight gradient's buffer. With the
+    gradients accumulating (a second backward without zero_grad) still 4, both sums adding in place: the weight
+    gradient, a RESHAPE(RESHAPE(BUFFER)) view, was computed into a fresh buffer and copied in by a fifth kernel, its
+    own view chain counted as a read of its buffer through another view (kernelize._reads_target_elsewhere)."""
+    from fusegrad.uop import Ops
+    from test.shared import count_kernels
+
+    x, g = Tensor.empty(8, 64, 56, 56, requires_grad=True), Tensor.empty(8, 64, 56, 56)
+    w = Tensor.empty(64, 64, 3, 3, requires_grad=True)
+    out = x.conv2d(w, padding=1)
+    (out * g).sum().backward()
+    assert x.grad is not None
+    assert w.grad is not None
+    assert count_kernels(out, x.grad, w.grad) == 4
+    x.grad = Tensor.empty(8, 64, 56, 56).realize()
+    w.grad = Tensor.empty(1, 1, 64, 1, 1, 64, 3, 3).realize().reshape(64, 64, 3, 3)  # as the first backward left it
+    buffer = w.grad.uop.base.buffer
+    out = x.conv2d(w, padding=1)
+    (out * g).sum().backward()
+    kernels = [item for item in Tensor.schedule(out, x.grad, w.grad) if item.ast.op is Ops.SINK]
+    assert len(kernels) == 4
+    assert kernels[-1].bufs[0] is buffer
