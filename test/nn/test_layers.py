@@ -398,7 +398,9 @@ def assert_uniform(t: Tensor, bound: float) -> None:
     assert np.abs(values).max() <= bound * (1 + 1e-6)
     assert np.abs(values).max() > bound * 0.9
     std = bound / math.sqrt(3)
-    assert abs(values.std() - std) < 0.1 * std
+    # a uniform sample's std has relative error sqrt((kurtosis - 1) / 4n) = sqrt(0.8 / 4n): 4% at n=128, where the old
+    # fixed 10% failed about once in 80 draws (seen when test order changed the RNG state); allow 5 of those errors
+    assert abs(values.std() - std) < 5 * math.sqrt(0.8 / (4 * values.size)) * std
     assert abs(values.mean()) < 4 * std / math.sqrt(values.size)
 
 
