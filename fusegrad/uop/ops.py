@@ -6,6 +6,7 @@ This module also re-exports the pattern and rewrite machinery, the public path o
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import itertools
@@ -696,10 +697,27 @@ def sym_infer(x: sint, var_vals: dict[str, int]) -> int:
 
 
 def _content_key(u: UOp) -> bytes:
-    h = hashlib.sha256(f"{u.op.name}|{u.dtype!r}|{u.arg!r}|{u.tag!r}|".encode())
+    h = hashlib.sha256(f"{u.op.name}|{u.dtype!r}|{_arg_text(u.arg)}|{u.tag!r}|".encode())
     for s in u.src:
         h.update(s.__dict__["_key"])
     return h.digest()
+
+
+def _arg_text(arg: Any) -> str:
+    """An arg's text for the content key: its repr, except that a dataclass is spelled field by field (several
+    print a short form for DEBUG and VIZ, e.g. `<MultiCopy 2 moves>`, which two different args share) and a node by
+    its key."""
+    if isinstance(arg, tuple):
+        return "(" + ",".join(map(_arg_text, arg)) + ")"
+    if isinstance(arg, UOp):
+        return arg.key.hex()
+    if dataclasses.is_dataclass(arg) and not isinstance(arg, type):
+        return (
+            f"{type(arg).__qualname__}("
+            + ",".join(_arg_text(getattr(arg, f.name)) for f in dataclasses.fields(arg))
+            + ")"
+        )
+    return repr(arg)
 
 
 def _substitute_node(ctx: dict[UOp, UOp], x: UOp) -> UOp | None:

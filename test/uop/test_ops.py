@@ -309,6 +309,23 @@ class TestKey:
         assert isinstance((a + 1).key, bytes)
         assert (a + 1).key == (a + 1).key
 
+    def test_key_spells_out_args_with_a_short_repr(self) -> None:
+        """Args that print a short form for DEBUG and VIZ are keyed field by field: two multi-device copies with
+        different moves once shared a key (both print `<MultiCopy 2 moves>`) and the schedule's simplify cache gave
+        one the other's kernel."""
+        from fusegrad.schedule.collectives import Move, MultiCopy
+        from fusegrad.schedule.multi import Placement
+
+        def copy(size: int) -> UOp:
+            return UOp(Ops.COPY, dtypes.float, (), MultiCopy((Move(-1, 0, 0, 0, size), Move(-1, 0, 1, 0, size))))
+
+        assert repr(copy(4).arg) == repr(copy(2).arg)  # the case this guards: equal reprs, different args
+        assert copy(4).key != copy(2).key
+        assert copy(4).key == copy(4).key
+        partial, masked = Placement(partial=Ops.ADD), Placement(partial=Ops.ADD, masked=True)
+        assert repr(partial) == repr(masked)
+        assert UOp(Ops.NOOP, dtypes.void, (), partial).key != UOp(Ops.NOOP, dtypes.void, (), masked).key
+
 
 # *** value bounds ***
 
