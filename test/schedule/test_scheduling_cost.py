@@ -3,6 +3,8 @@ n times is simplified once (timings are bench/schedule.py's; these count the wor
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import Any
 
 import pytest
@@ -43,6 +45,27 @@ def test_a_repeated_layer_is_simplified_once(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(rangeify, "graph_rewrite", counted)
     assert len(chain(30).schedule()) == 30
     assert len(simplified) <= 3  # the first layer, the output layer and one AST for all the layers between
+
+
+def test_the_simplify_cache_keeps_no_unsimplified_ast_alive(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keyed by content: a later schedule's equal AST hits, and the old AST object is free to die (every full garbage
+    collection walked the ones a node-keyed cache kept)."""
+    seen: list[weakref.ref[Any]] = []
+    original = rangeify.simplify_kernel
+
+    def remembered(ast: Any) -> Any:
+        seen.append(weakref.ref(ast))
+        return original(ast)
+
+    rangeify._simplified.clear()
+    monkeypatch.setattr(kernelize, "simplify_kernel", remembered)
+    chain(3).schedule()
+    first = len(rangeify._simplified)
+    gc.collect()
+    assert seen
+    assert all(ref() is None for ref in seen)
+    chain(3).schedule()  # the same ASTs built again: all hits
+    assert len(rangeify._simplified) == first
 
 
 def test_a_second_round_still_runs_when_a_walk_inlined_a_split_reduce(monkeypatch: pytest.MonkeyPatch) -> None:
