@@ -54,7 +54,10 @@ def kept_value(sink: UOp, red: UOp) -> tuple[UOp, list[UOp]] | None:
         return None
     size = int(rng.src[0].arg)
     nodes = sink.toposort()
-    same_size = [r for r in nodes if r is not rng and _row_loop(r) and r.src[0].arg == size]
+    # a loop around the reduce (a cumsum's output loop, whose mask the reduce reads) is no later loop: it would read the
+    # row before the reduce's loop has filled it, and the linear program could not order the two
+    around = _open_ranges(red)
+    same_size = [r for r in nodes if r is not rng and r not in around and _row_loop(r) and r.src[0].arg == size]
     before = red.toposort()
     best: tuple[UOp, list[UOp]] | None = None
     best_saved = 0

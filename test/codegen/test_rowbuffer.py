@@ -103,6 +103,22 @@ def test_keep_without_a_costly_value_raises() -> None:
         keep_row_value(ast, 1, 0)
 
 
+def test_a_loop_around_the_reduce_is_not_a_later_loop() -> None:
+    """A cumsum's output loop encloses its reduce (the mask j <= i reads it): a costly value of the row the kernel
+    also computes at the output's index is not kept for that loop, which would read the row before the reduce's loop
+    filled it (found by test.fuzz: the linear program could not order them and the kernel failed to build)."""
+    x = Tensor(np.linspace(-3, 3, 16))
+    shared = x.reciprocal() * 2
+    c = (shared + x.reciprocal()).cast(dtypes.int8).cumsum(0)
+    for item in (c < 1187).where(c, shared.cast(dtypes.int32)).schedule():
+        if item.ast.op is Ops.SINK:  # the cumsum kernel raised "linearize: nodes depend on a loop they are inside"
+            to_program(item.ast, Device["CPU"].renderer)
+    r = 1 / np.linspace(-3, 3, 16)
+    want = np.cumsum((r * 2 + r).astype(np.int8), dtype=np.int32)
+    got = (c < 1187).where(c, shared.cast(dtypes.int32)).numpy()
+    np.testing.assert_array_equal(got, np.where(want < 1187, want, (r * 2).astype(np.int32)))
+
+
 def test_fused_softmax_tensor_kernel_keeps_its_exp() -> None:
     x = Tensor.empty(16, 256)
     (item,) = x.softmax(-1).schedule()
