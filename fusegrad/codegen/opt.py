@@ -439,7 +439,7 @@ def pack_row_opts(sink: UOp, vector: Opt, loads: list[UOp], sizes: dict[int, int
         if sizes[across] * math.prod(int(r.src[0].arg) for r in around) < PACK_MIN_ROWS:
             return []
         ret = [Opt(OptOps.PACK, across, slot) for slot in sorted({ld.src[0].src[0].arg for ld in packed})]
-        return ret if _panel_fits(sink, (vector, *ret)) else []
+        return ret if _opts_apply(sink, (vector, *ret)) else []
     return []
 
 
@@ -542,7 +542,7 @@ def pack_opts(sink: UOp, opts: list[Opt], loads: list[UOp], reduce_size: int, si
     if plain and ret and reuse.axis == min(left):
         ret += column_groups(opts, reduce_size, sizes, packed[0].dtype.itemsize)
     ret += [Opt(OptOps.PACK, across, slot) for slot in sorted(slots)]
-    return ret if _panel_fits(sink, (*opts, *ret)) else []
+    return ret if _opts_apply(sink, (*opts, *ret)) else []
 
 
 def column_groups(opts: list[Opt], reduce_size: int, sizes: dict[int, int], itemsize: int) -> list[Opt]:
@@ -630,7 +630,7 @@ def row_pack_opts(sink: UOp, upcasts: list[Opt], reduce_size: int, sizes: dict[i
     if vector.axis < reuse.axis:  # the vector loop goes inside the rows' (the two trade axis ids)
         ret, across = [*ret, Opt(OptOps.SWAP, vector.axis, reuse.axis)], reuse.axis
     ret += [Opt(OptOps.PACK, across, slot) for slot in rows_slots]
-    return ret if _panel_fits(sink, ret) else []
+    return ret if _opts_apply(sink, ret) else []
 
 
 def _row_operand(sink: UOp, tile: list[Opt]) -> tuple[list[int], bool]:
@@ -894,7 +894,7 @@ def channel_tile_opts(
         return []
     across = min(free, key=range_key)
     ret = [*tile, *(Opt(OptOps.PACK, across.arg[0], slot) for slot in sorted({ld.src[0].src[0].arg for ld in packed}))]
-    return ret if _panel_fits(sink, ret) else []
+    return ret if _opts_apply(sink, ret) else []
 
 
 def shared_panel_opts(
@@ -934,7 +934,7 @@ def shared_panel_opts(
     across = min(free, key=range_key)
     ret = [Opt(OptOps.UPCAST, rows_axis.arg[0], rows), Opt(OptOps.UPCAST, best.arg[0], vectors * width)]
     ret += [Opt(OptOps.PACK, across.arg[0], slot) for slot in sorted({ld.src[0].src[0].arg for ld in packed})]
-    return ret if _panel_fits(sink, ret) else []
+    return ret if _opts_apply(sink, ret) else []
 
 
 def reduce_panel_opts(sink: UOp, rest: list[UOp], loads: list[UOp], width: int, acc_bytes: int) -> list[Opt]:
@@ -967,7 +967,7 @@ def reduce_panel_opts(sink: UOp, rest: list[UOp], loads: list[UOp], width: int, 
     packed = sorted({ld.src[0].src[0].arg for ld, s in zip(loads, strides[vector], strict=True) if s})
     ret = [Opt(OptOps.UPCAST, r.arg[0], int(r.src[0].arg)) for r in sorted(reuse, key=lambda r: -r.arg[0])]
     ret += [Opt(OptOps.UPCAST, vector.arg[0], amount), *(Opt(OptOps.PACK, steps[0].arg[0], slot) for slot in packed)]
-    return ret if _panel_fits(sink, ret) else []
+    return ret if _opts_apply(sink, ret) else []
 
 
 def _row_accumulators(width: int, acc_bytes: int) -> int:
@@ -975,8 +975,9 @@ def _row_accumulators(width: int, acc_bytes: int) -> int:
     return ROW_PACK_ACCUMULATORS if width * acc_bytes >= vectorize.WIDE_VECTOR_BYTES else MAX_ACC_VECTORS
 
 
-def _panel_fits(sink: UOp, opts: Sequence[Opt]) -> bool:
-    """Whether `opts` apply to `sink`: PACK refuses a panel past PACK_MAX_BYTES or loads shared with other uses."""
+def _opts_apply(sink: UOp, opts: Sequence[Opt]) -> bool:
+    """Whether `opts` apply to `sink` (PACK refuses a panel past its limit or loads shared with other uses; UNROLL a
+    loop whose index is used outside its reduce)."""
     try:
         apply_opts(sink, tuple(opts))
     except ValueError:
@@ -1039,7 +1040,7 @@ def far_reduce_opts(sink: UOp, reduces: list[UOp]) -> list[Opt]:
     if not steps or any(s is None or 0 < abs(s) <= GATHER_MAX_STRIDE for s in steps) or not any(steps):
         return []
     ret = [Opt(OptOps.UNROLL, rng.arg[0], int(rng.src[0].arg))]
-    return ret if _panel_fits(sink, ret) else []  # UNROLL refuses a loop whose index is used outside its reduce
+    return ret if _opts_apply(sink, ret) else []  # UNROLL refuses a loop whose index is used outside its reduce
 
 
 def unroll_opts(sink: UOp, opts: list[Opt]) -> list[Opt]:

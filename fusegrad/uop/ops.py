@@ -537,18 +537,17 @@ class UOp(MathTrait, metaclass=UOpMetaClass):
             return self
         if op is Ops.FLIP and not any(arg):
             return self
-        ret = UOp(op, self.dtype, (self,), tuple(arg))
-        ret.__dict__.setdefault("_shape", new_shape)  # what compute_shape would work out again (frontend hot path)
-        if (device := self.__dict__.get("_device")) is not None:  # a view is on its source's device
-            ret.__dict__.setdefault("_device", device)
-        return ret
+        return self._view_node(op, tuple(arg), new_shape)
 
     def checked_view(self, op: Ops, shape: tuple[int, ...]) -> UOp:
         """RESHAPE or EXPAND to int `shape`, which the caller has checked fits (broadcasting's hot path): the node
         `_mop` makes, with its shape and device, without working the shape out and checking it again."""
-        if self.shape == shape:
-            return self
-        ret = UOp(op, self.dtype, (self,), shape)
+        return self if self.shape == shape else self._view_node(op, shape, shape)
+
+    def _view_node(self, op: Ops, arg: Any, shape: tuple[sint, ...]) -> UOp:
+        """The movement node over this one, with the shape compute_shape would work out again (frontend hot path)
+        and, where this node's is known, its device (a view is on its source's device)."""
+        ret = UOp(op, self.dtype, (self,), arg)
         ret.__dict__.setdefault("_shape", shape)
         if (device := self.__dict__.get("_device")) is not None:
             ret.__dict__.setdefault("_device", device)
