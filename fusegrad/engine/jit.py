@@ -11,7 +11,7 @@ import time
 import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from fusegrad.device import Buffer
 from fusegrad.dtype import DType
@@ -21,7 +21,7 @@ from fusegrad.engine.graph import GraphRunner, apply_graph_to_jit
 from fusegrad.engine.graph import MultiGraphRunner as MultiGraphRunner
 from fusegrad.engine.graph import graph_class as graph_class
 from fusegrad.engine.memory import output_buffers, plan_memory, replan_arenas
-from fusegrad.engine.realize import ExecItem, capturing
+from fusegrad.engine.realize import DirectLaunch, ExecItem, capturing
 from fusegrad.errors import JitError as JitError  # its home before errors.py; the reference imports it from here
 from fusegrad.helpers import DEBUG, JIT, JIT_BATCH_SIZE, NO_MEMORY_PLANNER, PROFILE, GlobalCounters, colored
 from fusegrad.schedule.multi import multi_buffer, register_multi_buffer
@@ -55,8 +55,7 @@ class InputSpec:
         return f"shape {self.shape} {self.dtype} on {self.device}{placement}{view} of a {self.base_size}-element buffer"
 
 
-@dataclass(frozen=True, slots=True)
-class JitInput:
+class JitInput(NamedTuple):  # a tuple: every replay makes one per argument, and tuples build fastest
     """One Tensor argument of a call: its place, its (realized) tensor and the memory its kernels read: one buffer, or
     one per device for a multi-device tensor. `symbolic`: its sizes bind variables (their values are this call's)."""
 
@@ -140,12 +139,15 @@ def _label(key: Key, names: tuple[str, ...] = ()) -> str:
     return f"'{name}'{''.join(f'[{k!r}]' for k in key[1:])} ({where})"
 
 
+_ARG_KEYS = [(i,) for i in range(16)]  # the keys of the first positional arguments, made once
 _NESTED_TYPES = (list, tuple, dict, UOp)  # arguments that may hold Tensors or bind a variable
 
 
 def _find_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[tuple[Key, Tensor]], bool]:
     """(every Tensor argument with its place, whether an argument is a container or a UOp: one that may hold
     Tensors or bind a variable)."""
+    if not kwargs and all(type(a) is Tensor for a in args):  # the common call: Tensors only
+        return [(_ARG_KEYS[i] if i < len(_ARG_KEYS) else (i,), a) for i, a in enumerate(args)], False
     top: list[tuple[Key, Any]] = [((i,), a) for i, a in enumerate(args)]
     if kwargs:
         top += [((k,), v) for k, v in sorted(kwargs.items())]
@@ -383,6 +385,7 @@ class CapturedJit(Generic[R]):
     def _reset_replay(self) -> None:
         """Forget the graphed list: the next replay allocates and graphs again."""
         self._jit_cache, self._input_replace, self._first_run = self.jit_cache, self.input_replace, True
+        self._direct: list[DirectLaunch] | None = None
         for j, i in self.input_replace:
             self.jit_cache[j].bufs[i] = None
         self.__dict__.pop("_written", None)
@@ -393,6 +396,18 @@ class CapturedJit(Generic[R]):
         flat = self._input_buffers(inputs)
         if self._first_run:
             self._prepare(flat)
+        if self._direct is not None and not var_vals and not (DEBUG.value >= 2 or PROFILE.value):
+            self._launch_direct(self._direct, flat)
+        else:
+            self._run_items(flat, var_vals)
+        for _, t in _returned_tensors(self.ret, strict=False) if var_vals else ():  # symbolic sizes: this call's values
+            t.uop = with_values(t.uop, var_vals)
+        if self.returned_inputs:
+            return _swap_returned(self.ret, self.returned_inputs, inputs)  # type: ignore[no-any-return]  # same shape as ret
+        return self.ret
+
+    def _run_items(self, flat: list[Buffer], var_vals: dict[str, int]) -> None:
+        """Run every item through its runner, with this call's inputs in their slots while they run."""
         for (j, i), k in self._input_replace.items():
             self._jit_cache[j].bufs[i] = flat[k]
         try:
@@ -404,11 +419,6 @@ class CapturedJit(Generic[R]):
         finally:
             for j, i in self._input_replace:  # let go of the caller's memory
                 self._jit_cache[j].bufs[i] = None
-        for _, t in _returned_tensors(self.ret, strict=False) if var_vals else ():  # symbolic sizes: this call's values
-            t.uop = with_values(t.uop, var_vals)
-        if self.returned_inputs:
-            return _swap_returned(self.ret, self.returned_inputs, inputs)  # type: ignore[no-any-return]  # same shape as ret
-        return self.ret
 
     def _input_buffers(self, inputs: list[JitInput]) -> list[Buffer]:
         """This call's flat input list; an input that is also memory the kernels write (e.g. the last call's output fed
@@ -444,7 +454,37 @@ class CapturedJit(Generic[R]):
                     self._input_replace.update({(j, i): k for (item, i), k in own.items() if item == id(ei)})
             for j, i in self.input_replace:
                 self.jit_cache[j].bufs[i] = None
+        for j, i in self._input_replace:  # the graphs were built with this call's inputs: let go of them
+            self._jit_cache[j].bufs[i] = None
+        self._direct = self._direct_plan()
         self._first_run = False
+
+    def _direct_plan(self) -> list[DirectLaunch] | None:
+        """Every item as a bare call (`Runner.direct_launch`: a CPU kernel, a CPU graph), or None where one has no
+        such form (another device, kernel variables, a copy): then replays go through the runners."""
+        launches = []
+        for j, ei in enumerate(self._jit_cache):
+            slots = {i: k for (item, i), k in self._input_replace.items() if item == j}
+            if ei.prg is None or (launch := ei.prg.direct_launch(ei.bufs, slots)) is None:
+                return None
+            launches.append(launch)
+        return launches if len({launch.address for launch in launches}) == 1 else None
+
+    def _launch_direct(self, launches: list[DirectLaunch], flat: list[Buffer]) -> None:
+        """The replay's hot path: the call's input addresses into each launch's table, one bare call per item, and
+        the counters; the least Python between and after kernels (it runs with the cores' caches full of the kernels'
+        data, several times slower than hot)."""
+        address = launches[0].address
+        addresses = [address(b._buf) if b.size else 0 for b in flat]  # an empty buffer has no memory
+        for launch in launches:
+            target = launch.target
+            for pos, k in launch.subs:
+                target[pos] = addresses[k]
+            launch.fxn(*launch.args)
+        ops, mem = self._totals
+        GlobalCounters.kernel_count += len(self.jit_cache)
+        GlobalCounters.global_ops += ops
+        GlobalCounters.global_mem += mem
 
     @functools.cached_property
     def _written(self) -> set[int]:
@@ -756,6 +796,8 @@ _TENSOR_HOLDERS = (Tensor, list, tuple, dict)  # arguments whose Tensors are inp
 def _plain_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[Key, str]:
     """{place: description} of the arguments that are not Tensors or containers: plain values (numbers, strings, None)
     by value, other objects (a model, `self`) by identity. A replay can't follow them, so other ones must not replay."""
+    if not kwargs and all(type(a) is Tensor for a in args):  # the common call: Tensors only
+        return {}
     plain: dict[Key, str] = {
         (i,): _describe_argument(a) for i, a in enumerate(args) if not isinstance(a, _TENSOR_HOLDERS)
     }

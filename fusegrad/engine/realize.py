@@ -9,7 +9,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fusegrad.device import Buffer, Compiled, Compiler, Device, MallocAllocator, Program
 from fusegrad.helpers import (
@@ -83,6 +83,25 @@ class Runner:
     def __call__(self, rawbufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
         raise NotImplementedError(f"{type(self).__name__}: __call__ is not implemented")
 
+    def direct_launch(self, bufs: Sequence[Buffer | None], inputs: dict[int, int]) -> DirectLaunch | None:
+        """This runner as a bare call for TinyJit's replay (`DirectLaunch`), with the buffers of `bufs` fixed except
+        the slots in `inputs` ({slot: index in a call's flat input list}, filled per call); None when it has no such
+        form (the default: the replay calls the runner)."""
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class DirectLaunch:
+    """A runner reduced to `fxn(*args)` for TinyJit's replay: before each call, `target[pos] = addresses[k]` for
+    every (pos, k) in `subs`, where `addresses` are the call's flat input buffers' addresses (`target` is `args`
+    itself, or a table the call reads). Nothing else runs between a replay's kernels."""
+
+    fxn: Callable[..., object]
+    args: list[object]
+    target: Any  # a list (`args` itself), or a ctypes array the call reads: set by index
+    subs: tuple[tuple[int, int], ...]
+    address: Callable[[Any], Any]  # a Buffer's device memory (`Buffer._buf`) -> what `target` holds for it
+
 
 def _launch_dims(sizes: Sequence[sint] | None, var_vals: dict[str, int]) -> tuple[int, ...] | None:
     return None if sizes is None else tuple(sym_infer(s, var_vals) for s in sizes)
@@ -141,6 +160,23 @@ class CompiledRunner(Runner):
         if self._uops_dropped or TRACK_MATCH_STATS.value >= 2:
             return
         self._program, self._uops_dropped = dataclasses.replace(self._program, uops=[]), True
+
+    def direct_launch(self, bufs: Sequence[Buffer | None], inputs: dict[int, int]) -> DirectLaunch | None:
+        program = self._program
+        direct = getattr(self._prg, "direct", None)  # a program that can hand out its bare function (CPU)
+        if program.vars or direct is None or (found := direct(len(program.globals))) is None:
+            return None
+        fxn, address = found
+        args: list[object] = []
+        for slot in program.globals:
+            if slot in inputs:
+                args.append(None)
+            elif (buf := bufs[slot]) is None:  # no memory and no input: the runner's own path reports it
+                return None
+            else:
+                args.append(address(buf._buf) if buf.size else 0)  # an empty buffer has no memory
+        subs = tuple((pos, inputs[slot]) for pos, slot in enumerate(program.globals) if slot in inputs)
+        return DirectLaunch(fxn, args, args, subs, address)
 
     @property
     def program(self) -> ProgramSpec:

@@ -13,6 +13,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from fusegrad.device import BufferSpec, Compiled, MallocAllocator
@@ -78,6 +79,16 @@ class CPUProgram:
         if handle and not sys.is_finalizing():  # at exit the mappings go with the process
             _ctypes.dlclose(handle)
 
+    def direct(self, nbufs: int) -> tuple[Callable[..., object], Callable[[memoryview], int]] | None:
+        """(the kernel's C function, taking `nbufs` buffer addresses; how a buffer's memory gives its address), for a
+        caller that launches the kernel itself (TinyJit's replay); None while CRASH_REPORT has a source to print
+        before the first run."""
+        if self.src is not None and CRASH_REPORT:
+            return None
+        if not self.fxn.argtypes:
+            self.fxn.argtypes = [ctypes.c_void_p] * nbufs
+        return self.fxn, memory_address
+
     def __call__(
         self,
         *bufs: memoryview | int,
@@ -89,7 +100,7 @@ class CPUProgram:
         """Run on buffers (host memoryviews or raw addresses, in slot order) and variable values (as int64)."""
         if not self.fxn.argtypes:  # a kernel's signature never changes: declared once, ctypes converts plain ints
             self.fxn.argtypes = [ctypes.c_void_p] * len(bufs) + [ctypes.c_int64] * len(vals)
-        args = [b if isinstance(b, int) else _address(b) for b in bufs]
+        args = [b if isinstance(b, int) else memory_address(b) for b in bufs]
         if CRASH_REPORT:
             report_kernel(self.name, self.src)
             self.src = None
@@ -128,7 +139,8 @@ def _pin_thread_runtimes() -> None:
         _THREAD_RUNTIMES.remove(soname)
 
 
-def _address(mv: memoryview) -> int:
+def memory_address(mv: memoryview) -> int:
+    """A host buffer's address as a kernel takes it (0 for an empty one: the kernel never reads it)."""
     return mv_address(mv) if mv.nbytes else 0
 
 

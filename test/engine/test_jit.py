@@ -654,3 +654,44 @@ def test_a_replay_keeps_no_input_alive() -> None:
     del x
     gc.collect()
     assert memory() is None  # what the call worked out lives in x's node and went with it
+
+
+# *** the replay's hot path: CPU kernels and graphs called bare ***
+
+
+@pytest.mark.parametrize("kernels", [1, 3])
+def test_cpu_replays_call_the_kernels_bare(kernels: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fusegrad.runtime.graph.cpu import CPUGraph
+
+    step = TinyJit(lambda x, y: steps(x + y, kernels - 1) if kernels > 1 else (x + y).realize())
+    empty = TinyJit(lambda e, x: (x + e.sum()).realize())  # an empty input has no memory (address 0)
+    for i in range(2):
+        step(vec(i + 0.5, 1.5), vec(2.5, 3.5))
+        empty(Tensor.empty(0), vec(1.5, 2.5))
+    assert step.captured is not None
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a replay went through a runner")
+
+    monkeypatch.setattr(CompiledRunner, "__call__", refuse)
+    monkeypatch.setattr(CPUGraph, "__call__", refuse)
+    for i in range(3):  # new inputs (new memory) at every call
+        x, y = vec(i + 0.5, 2 * i + 0.5), vec(10.5, 20.5)
+        assert step(x, y).tolist() == expected([i + 11.0, 2 * i + 21.0], kernels - 1)
+    assert step.captured._direct is not None
+    for _ in range(3):
+        assert empty(Tensor.empty(0), vec(1.5, 2.5)).tolist() == [1.5, 2.5]
+
+
+def test_replays_with_variables_or_profiling_go_through_the_runners() -> None:
+    n = Variable("jit_bare_n", 1, 8)
+    step = TinyJit(lambda x, k: (x[:k].contiguous() + 1).realize())
+    for i in range(1, 4):
+        assert step(vec(1, 2, 3, 4, 5, 6, 7, 8), n.bind(i)).shrink(((0, i),)).tolist() == [2, 3, 4][:i]
+    assert step.captured is not None
+    assert step.captured._direct is None  # a kernel variable takes each call's value
+    plain = TinyJit(lambda x: (x * 3).realize())
+    for _ in range(3):
+        plain(vec(1))
+    with Context(DEBUG=2):  # per-kernel lines: the runners print them
+        assert plain(vec(2)).tolist() == [6]

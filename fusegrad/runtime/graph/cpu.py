@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import ctypes
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fusegrad.device import Buffer, Device
 from fusegrad.engine.graph import GraphException, MultiGraphRunner
-from fusegrad.engine.realize import BufferXfer, CompiledRunner, ExecItem
+from fusegrad.engine.realize import BufferXfer, CompiledRunner, DirectLaunch, ExecItem
 from fusegrad.helpers import PROFILE, mv_address
-from fusegrad.runtime.ops_cpu import CPUProgram
+from fusegrad.runtime.ops_cpu import CPUProgram, memory_address
 from fusegrad.uop.ops import UOp
 from fusegrad.uop.symbolic_shape import check_bind
 
@@ -134,6 +135,18 @@ class CPUGraph(MultiGraphRunner):
         start = time.perf_counter()
         self._fxn(self._functions, self._addresses, self._values)
         return time.perf_counter() - start if wait else None
+
+    def direct_launch(self, bufs: Sequence[Buffer | None], inputs: dict[int, int]) -> DirectLaunch | None:
+        """The generated function with its tables, the call's inputs written into the address table; None when a
+        kernel variable takes each call's value."""
+        for n, value in enumerate(self._values_used):
+            if value.fixed is None:
+                return None
+            self._values[n] = value.fixed
+        subs = tuple((entry, k) for k, entry in self._input_entries)
+        return DirectLaunch(
+            self._fxn, [self._functions, self._addresses, self._values], self._addresses, subs, memory_address
+        )
 
     @staticmethod
     def _value(value: GraphValue, var_vals: dict[str, int]) -> int:
