@@ -177,6 +177,22 @@ def _with_place(u: UOp, shape: tuple[int, ...], device: str | tuple[str, ...]) -
     return u
 
 
+def _broadcast_constant(const: UOp, device: str | tuple[str, ...], shape: tuple[int, ...]) -> UOp:
+    """Scalar `const` reshaped to ones, then expanded to int `shape`: always valid, so the nodes _mop would make are
+    made without its checks, with the shapes and device it would record (the hot path of every `x * 2.0`)."""
+    ones, dtype = (1,) * len(shape), const.dtype
+    view = _with_place(UOp(Ops.RESHAPE, dtype, (_with_place(const, (), device),), ones), ones, device)
+    return view if shape == ones else _with_place(UOp(Ops.EXPAND, dtype, (view,), shape), shape, device)
+
+
+CONSTANTS_KEPT = 512  # constant tensors UOp.const_tensor keeps alive (emptied when full)
+_PLAIN_CONSTANTS = (bool, int, float)  # the Python numbers it keeps constants of (not vector lanes or numpy scalars)
+# its constants by (dtype id, value's type, value as the hash-consing key spells it, device, shape): the type keeps
+# True, 1 and 1.0 apart. A kept constant keeps the label of the call that first made it, as a shared one does;
+# kernel names already skip constants and their views (schedule/kernelize.py's _fused_metadata).
+_kept_constants: dict[tuple[Any, ...], UOp] = {}
+
+
 class UOp(MathTrait, metaclass=UOpMetaClass):
     """One node: `op`, result `dtype`, sources `src`, static `arg` and a free-form `tag`. Immutable; build new ones.
 
@@ -510,19 +526,23 @@ class UOp(MathTrait, metaclass=UOpMetaClass):
     @staticmethod
     def const_tensor(dtype: DType, b: ConstType, device: str | tuple[str, ...], shape: tuple[int, ...] = ()) -> UOp:
         """A constant tensor: a scalar CONST on `device`, reshaped and expanded to `shape`."""
+        shape = shape if type(shape) is tuple else tuple(shape)
+        kind = type(b)
+        # a training step makes the same few dozen constants every step (1/n of a mean, eps, a scale): the last
+        # CONSTANTS_KEPT made are kept alive, so each is one look-up here, not three nodes made and freed again
+        key = (id(dtype), kind, _canonical_float(b)[1] if kind is float else b, device, shape)
+        if (kept := _kept_constants.get(key)) is not None:
+            return kept
         ret = UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),), dtypes.as_const(b, dtype))
-        if not shape:
-            return ret
-        if not all(type(s) is int for s in shape):  # symbolic sizes: through the movement ops' checks
+        if shape and not all(type(s) is int for s in shape):  # symbolic sizes: through the movement ops' checks
             return ret.reshape((1,) * len(shape)).expand(shape)
-        # a scalar reshaped to ones, then ones expanded: always valid, so the nodes _mop would make are made without
-        # its checks, with the shapes and device it would record (the hot path of every `x * 2.0`)
-        ones, shape = (1,) * len(shape), tuple(shape)
-        view = UOp(Ops.RESHAPE, dtype, (_with_place(ret, (), device),), ones)
-        if shape == ones:
-            return _with_place(view, ones, device)
-        _with_place(view, ones, device)
-        return _with_place(UOp(Ops.EXPAND, dtype, (view,), shape), shape, device)
+        if shape:
+            ret = _broadcast_constant(ret, device, shape)
+        if kind in _PLAIN_CONSTANTS:
+            if len(_kept_constants) >= CONSTANTS_KEPT:
+                _kept_constants.clear()
+            _kept_constants[key] = ret
+        return ret
 
     @staticmethod
     def iota(n: int, device: str | tuple[str, ...]) -> UOp:

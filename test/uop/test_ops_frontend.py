@@ -4,6 +4,10 @@ compute_shape/compute_device would; node labels (NodeLabels) behave as a weak-ke
 
 from __future__ import annotations
 
+import gc
+import math
+import weakref
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,6 +15,7 @@ from hypothesis import strategies as st
 from fusegrad.dtype import dtypes
 from fusegrad.helpers import Metadata
 from fusegrad.uop import Ops
+from fusegrad.uop import ops as uop_ops
 from fusegrad.uop.ops import UOp, all_metadata
 from fusegrad.uop.shape import compute_device, compute_shape
 
@@ -29,6 +34,34 @@ def test_const_tensor_is_the_movement_ops_node(shape: list[int], value: float) -
         if node.op is not Ops.DEVICE:
             assert node._shape == compute_shape(node)
             assert node.device == compute_device(node)
+
+
+def test_constant_tensors_outlive_their_graph() -> None:
+    """A training step makes the same constants every step: the last ones made stay alive (one look-up, no nodes
+    made again), while equal-looking values of another type or sign stay distinct constants."""
+    first = UOp.const_tensor(dtypes.float32, 0.125, "CPU", (4, 3))
+    kept = weakref.ref(first)
+    scalar = weakref.ref(first.src[0].src[0])
+    del first
+    gc.collect()
+    assert kept() is not None
+    assert scalar() is not None
+    assert UOp.const_tensor(dtypes.float32, 0.125, "CPU", (4, 3)) is kept()
+    assert UOp.const_tensor(dtypes.float32, 0.125, "CPU", [4, 3]) is kept()  # a list shape finds it too
+    # -0.0 == 0.0 and True == 1 == 1.0 as dict keys: each still gets its own constant
+    assert UOp.const_tensor(dtypes.float32, -0.0, "CPU", (2,)) is not UOp.const_tensor(dtypes.float32, 0.0, "CPU", (2,))
+    assert math.copysign(1.0, UOp.const_tensor(dtypes.float32, -0.0, "CPU", ()).arg) == -1.0
+    assert UOp.const_tensor(dtypes.bool, True, "CPU", ()).arg is True
+    assert type(UOp.const_tensor(dtypes.int32, 1, "CPU", ()).arg) is int
+    assert UOp.const_tensor(dtypes.float32, 1, "CPU", ()) is UOp.const_tensor(dtypes.float32, 1.0, "CPU", ())
+    nan = UOp.const_tensor(dtypes.float32, float("nan"), "CPU", (2,))
+    assert UOp.const_tensor(dtypes.float32, float("nan"), "CPU", (2,)) is nan
+
+
+def test_kept_constants_are_bounded() -> None:
+    for i in range(uop_ops.CONSTANTS_KEPT + 5):
+        UOp.const_tensor(dtypes.int32, 1_000_000 + i, "CPU", (2,))
+    assert 0 < len(uop_ops._kept_constants) <= uop_ops.CONSTANTS_KEPT
 
 
 def test_alu_hands_on_shape_and_device() -> None:
