@@ -531,8 +531,10 @@ def pack_opts(sink: UOp, opts: list[Opt], loads: list[UOp], reduce_size: int, si
         served *= sizes[across]
     # unit-stride ungated loads vectorise as they are: their panel pays only where it serves PACK_MIN_REUSE row tiles;
     # gated or strided ones (a conv's padded input, its weights along output channels) are masked or gathered in every
-    # tile, so theirs pays from PACK_MIN_ROWS rows
-    plain = all(len(ld.src[0].src) < 3 and stride(ld.src[0].src[1], by_axis[vector.axis]) == 1 for ld in packed)
+    # tile, so theirs pays from PACK_MIN_ROWS rows. Judged on the operand's own loads: in `a @ a` its slot's other
+    # load is the rows' operand
+    operand = [ld for ld, (along, step) in zip(loads, strides, strict=True) if along and step == 0]
+    plain = all(len(ld.src[0].src) < 3 and stride(ld.src[0].src[1], by_axis[vector.axis]) == 1 for ld in operand)
     if served < PACK_MIN_ROWS or (plain and reuse.axis in left and sizes[reuse.axis] // reuse.arg < PACK_MIN_REUSE):
         return []
     if reuse.axis not in left and (outer := _outer_pack(sink, opts, ret, slots, fixed)):

@@ -15,7 +15,7 @@ from fusegrad.dtype import dtypes
 from fusegrad.helpers import Context
 from fusegrad.uop.ops import graph_rewrite
 from fusegrad.uop.symbolic import sym
-from test.codegen.test_opt import matmul, run
+from test.codegen.test_opt import matmul, run, self_matmul
 
 F32 = dtypes.float32
 TILE = [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 32), Opt(OptOps.SWAP, 0, 1)]  # AVX-512's 8 x 2 vectors
@@ -37,6 +37,25 @@ def test_a_matmul_whose_rows_pass_l2_groups_its_column_tiles(monkeypatch: pytest
     wide_host(monkeypatch)
     assert tile_of(1024, 1024, 1024) == [*TILE, Opt(OptOps.SPLIT, 0, 4), Opt(OptOps.PACK, 1, 2)]
     assert tile_of(2048, 2048, 2048) == [*TILE, Opt(OptOps.SPLIT, 0, 2), Opt(OptOps.PACK, 1, 2)]
+
+
+def test_a_self_matmul_groups_its_column_tiles_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a @ a: the packed operand's slot also holds the rows' load (strided along the columns); the panel is still a plain
+    # copy of the columns' operand, so its tile groups as a @ b's does
+    wide_host(monkeypatch)
+    opts = [o for o in hand_coded_opts(graph_rewrite(self_matmul(1024, F32)[0], sym)) if o.op is not OptOps.UNROLL]
+    assert opts == [*TILE, Opt(OptOps.SPLIT, 0, 4), Opt(OptOps.PACK, 1, 1)]
+
+
+def test_a_self_matmul_grouped_matches_the_plain_kernel_bit_for_bit() -> None:
+    ast, inputs, expected = self_matmul(64, F32)
+    tile = (Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.SWAP, 0, 1))
+    with Context(NOOPT=1):
+        plain = run(ast, inputs, expected.size, F32, "PYTHON")
+    for device in ("CPU", "PYTHON"):
+        got = run(ast.replace(arg=KernelInfo(opts_to_apply=(*tile, Opt(OptOps.SPLIT, 0, 2), Opt(OptOps.PACK, 1, 1)))),
+                  inputs, expected.size, F32, device)  # fmt: skip
+        np.testing.assert_array_equal(got, plain)
 
 
 def test_small_rows_and_few_groups_keep_the_tile(monkeypatch: pytest.MonkeyPatch) -> None:
