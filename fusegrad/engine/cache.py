@@ -222,30 +222,35 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class Template:
-    """A value of the becomes map as a recipe: per node, sources first, (op, dtype, arg, tag, source positions, shape,
-    device), with each BUFFER as the parameter it stands for (an int). The shape and device (structural, so the
-    same every time) are written into the node as compute_shape and compute_device would find them: the tensors
-    read them next (an optimiser's checks, the next forward), and a node built here has neither worked out yet.
-    Built with a realize's buffers, it is what a tensor reads afterwards. No UOp is kept: a kept node would outlive
-    its graph, and with it its Tensor-call label, which a later node of the same value would then inherit
-    (hash-consing)."""
+    """A value of the becomes map as a recipe: per node, sources first, (op, dtype, dtype id, arg, key arg, tag,
+    source positions, shape, device), with each BUFFER as the parameter it stands for (an int). The dtype id and key
+    arg are the node's hash-consing key parts, so a node is looked up without UOp()'s work on its arguments. The
+    shape and device (structural, so the same every time) are written into the node as compute_shape and
+    compute_device would find them: the tensors read them next (an optimiser's checks, the next forward), and a node
+    built here has neither worked out yet. Built with a realize's buffers, it is what a tensor reads afterwards. No
+    UOp is kept: a kept node would outlive its graph, and with it its Tensor-call label, which a later node of the
+    same value would then inherit (hash-consing)."""
 
     nodes: tuple[int | tuple[Any, ...], ...]
 
     def instantiate(self, params: Sequence[UOp] | Params) -> UOp:
         made: list[UOp] = []
+        live, create = UOpMetaClass.ucache, UOpMetaClass._create
         for node in self.nodes:
             if isinstance(node, int):
                 made.append(params[node])
-            else:
-                op, dtype, arg, tag, srcs, shape, device = node
-                u = UOp(op, dtype, tuple([made[i] for i in srcs]), arg, tag)
-                known = u.__dict__
-                if shape is not None:
-                    known.setdefault("_shape", shape)
-                if device is not None:
-                    known.setdefault("_device", device)
-                made.append(u)
+                continue
+            op, dtype, dtype_id, arg, key_arg, tag, srcs, shape, device = node
+            src = tuple([made[i] for i in srcs])
+            key = (op, dtype_id, src, key_arg, tag)
+            if (ref := live.get(key)) is None or (u := ref()) is None:
+                u = create(UOp, key, op, dtype, src, arg, tag)  # none live: no second look-up
+            known = u.__dict__
+            if shape is not None:
+                known.setdefault("_shape", shape)
+            if device is not None:
+                known.setdefault("_device", device)
+            made.append(u)
         return made[-1]
 
 
@@ -344,23 +349,38 @@ cache_counts: dict[str, int] = {"hit": 0, "miss": 0, "off": 0}
 
 
 def _template(value: UOp, param_of: dict[UOp, int]) -> Template | None:
-    """`value` as a recipe over the parameters; None if it holds a buffer that is no parameter."""
+    """`value` as a recipe over the parameters; None if it holds a buffer that is no parameter. A BUFFER is its
+    parameter, so the nodes below it (its UNIQUE and DEVICE) are not part of the recipe."""
+    if value.op is Ops.BUFFER:
+        return Template((param_of[value],)) if value in param_of else None
     position: dict[UOp, int] = {}
     nodes: list[int | tuple[Any, ...]] = []
-    for u in value.toposort():
-        if u.op is Ops.BUFFER:
-            if u not in param_of:
-                return None
-            nodes.append(param_of[u])
-        elif u.op in _UNCACHEABLE or any(s not in position for s in u.src):
+    for u in value.toposort(gate=lambda u: u.op is not Ops.BUFFER):
+        if u.op in _UNCACHEABLE or u.op is Ops.UNIQUE:
+            return None  # a symbolic value, or an identity outside any BUFFER: new every realize
+        if (srcs := _template_sources(u, position, nodes, param_of)) is None:
             return None
-        elif u.op is Ops.UNIQUE:
-            continue  # a BUFFER's identity: the BUFFER is a parameter
-        else:
-            place = (u._shape, u._cached("_device", compute_device))  # None where a node has none (a DEVICE's shape)
-            nodes.append((u.op, u.dtype, u.arg, u.tag, tuple(position[s] for s in u.src), *place))
+        place = (u._shape, u._cached("_device", compute_device))  # None where a node has none (a DEVICE's shape)
+        op, dtype_id, _, key_arg, tag = u._cache_key  # the hash-consing key's parts: instantiate looks nodes up
+        nodes.append((op, u.dtype, dtype_id, u.arg, key_arg, tag, srcs, *place))
         position[u] = len(nodes) - 1
     return Template(tuple(nodes))
+
+
+def _template_sources(
+    u: UOp, position: dict[UOp, int], nodes: list[int | tuple[Any, ...]], param_of: dict[UOp, int]
+) -> tuple[int, ...] | None:
+    """The template positions of u's sources, adding each BUFFER (where the walk stopped) as its parameter on first
+    use; None for a buffer that is no parameter."""
+    srcs = []
+    for s in u.src:
+        if s not in position:
+            if s.op is not Ops.BUFFER or s not in param_of:
+                return None
+            position[s] = len(nodes)
+            nodes.append(param_of[s])
+        srcs.append(position[s])
+    return tuple(srcs)
 
 
 def _steps(items: list[ExecItem], slot_of: dict[int, int]) -> tuple[Step, ...] | None:

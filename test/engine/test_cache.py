@@ -251,6 +251,29 @@ def test_replayed_tensors_carry_their_shape_and_device() -> None:
     np.testing.assert_allclose(y.numpy(), (x.numpy().reshape(4, 6) * 2).T)
 
 
+def test_templates_stop_at_their_parameters() -> None:
+    """A template reads each buffer as its parameter: the nodes under a BUFFER (its UNIQUE and DEVICE) are not
+    rebuilt on every hit, and its nodes carry their hash-consing key parts (looked up directly, no UOp() call)."""
+    schedule_cache.clear()
+    x = Tensor.rand(6, 4).realize()
+    for _ in range(3):
+        y = (x * 2).contiguous().reshape(4, 6).permute(1, 0)
+        y.realize()
+    lazy = (x * 2).contiguous().reshape(4, 6).permute(1, 0).uop
+    structure = graph_structure(UOp.sink(lazy))
+    templates = dict(schedule_cache[structure.key].becomes)
+    for template in templates.values():
+        assert not {n[0] for n in template.nodes if not isinstance(n, int)} & {Ops.DEVICE, Ops.UNIQUE}
+    template = templates[structure.position[lazy]]
+    first, *views = template.nodes
+    assert isinstance(first, int)  # the contiguous buffer: the parameter after x
+    assert [v[0] for v in views if not isinstance(v, int)][-2:] == [Ops.RESHAPE, Ops.PERMUTE]
+    assert all(not isinstance(v, int) and v[0] in (Ops.RESHAPE, Ops.PERMUTE) for v in views)
+    assert y.uop.op is Ops.PERMUTE
+    assert y.uop is UOp(Ops.PERMUTE, y.dtype, (y.uop.src[0],), (1, 0))  # the live node hash-consing finds
+    np.testing.assert_allclose(y.numpy(), (x.numpy() * 2).reshape(4, 6).T)
+
+
 def test_replay_builds_only_what_tensors_read(monkeypatch: pytest.MonkeyPatch) -> None:
     """A hit gives an intermediate buffer (no tensor reads it afterwards) no BUFFER node, and builds the node of a
     template only for a tensor that holds it; values stay right."""
