@@ -86,8 +86,9 @@ UNROLL_STEPS, UNROLL_MIN_REDUCE = 4, 512  # a packed tile's long reduce loop: st
 # column tiles go in groups of up to SPLIT_TILES sharing one panel, each row tile read once per group (column_groups)
 SPLIT_MIN_ROW_BYTES, SPLIT_TILES, SPLIT_MIN_GROUPS = 2 << 20, 4, 8
 # a panel spanning an output loop (a group's column tiles) may take this many: read by all its tiles from L2 (2 MiB a
-# core on the AVX-512 host): matmul 1024's groups of 4 tiles 155-161 -> 163 GFLOP/s single-thread over pairs
-PACK_GROUP_BYTES = 512 << 10
+# core on the AVX-512 host, half of it): matmul 1024's groups of 4 tiles 155-161 -> 163 GFLOP/s single-thread over
+# pairs; matmul 2048's fours (1 MiB) over pairs 154-158 -> 158-160 single-thread, 2 threads 54.5 -> 53.0-53.6 ms
+PACK_GROUP_BYTES = 1 << 20
 
 
 # *** applying opts ***
