@@ -36,7 +36,7 @@ from fusegrad.engine.cache import (
     cache_counts,
     graph_structure,
     record,
-    replay,
+    replay_into,
     run_hit,
     schedule_cache,
     schedule_cache_on,
@@ -3108,7 +3108,10 @@ def realize_tensors(tensors: Sequence[Tensor], do_update_stats: bool = True, alo
         cache_counts["miss"] += 1
         _schedule_and_run(tensors, structure, do_update_stats, only)
         return
-    run_hit(entry, start, lambda: _apply_map(replay(entry, structure, do_update_stats), only))
+    # the replay frees the graph before its kernels run, once the tensors are repointed: no local here holds it
+    held = [structure]
+    del structure, sink, bases
+    run_hit(entry, start, lambda: replay_into(entry, held, do_update_stats, functools.partial(_apply_map, only=only)))
 
 
 def _schedule_and_run(

@@ -454,6 +454,25 @@ def replay(entry: CachedSchedule, structure: Structure, do_update_stats: bool) -
     return Becomes({structure.nodes[pos]: template for pos, template in entry.becomes}, params)
 
 
+def replay_into(
+    entry: CachedSchedule, held: list[Structure], do_update_stats: bool, apply: Callable[[Becomes], None]
+) -> None:
+    """`replay`, handing what the graph's nodes become to `apply` (which repoints the tensors). The structure comes in
+    `held`, which this empties: on the hot path the tensors are repointed and the graph let go before the kernels
+    run (run_cached's `settle`), so its nodes are freed while the cores' caches still hold them, not after kernels
+    that streamed megabytes through them (a GPT step frees ~1,000 nodes here)."""
+    structure = held.pop()
+    leaves, templates = structure.leaves, entry.becomes
+
+    def settle(params: Params) -> None:
+        nonlocal structure
+        nodes = structure.nodes
+        structure = None  # type: ignore[assignment]  # the last reference but the tensors', which apply repoints
+        apply(Becomes({nodes[pos]: template for pos, template in templates}, params))
+
+    run_cached(entry, leaves, do_update_stats, settle)
+
+
 class Becomes(Mapping[UOp, UOp]):
     """A replay's map of graph nodes to what they become, each node built from its template when first looked up: a
     realize repoints the few tensors that hold one (a GPT step's loss and gradients), and building the others (~150
@@ -500,9 +519,16 @@ class Params:
         return node
 
 
-def run_cached(entry: CachedSchedule, leaves: list[UOp], do_update_stats: bool) -> Params:
+def run_cached(
+    entry: CachedSchedule, leaves: list[UOp], do_update_stats: bool, settle: Callable[[Params], None] | None = None
+) -> Params:
     """Run a cached schedule with `leaves` (BUFFER nodes, in its graph's walk order) as its parameters; returns every
-    parameter, the leaves and then the buffers it made, for its templates to read."""
+    parameter, the leaves and then the buffers it made, for its templates to read.
+
+    `settle(params)` points the realize's tensors at what they become. On the hot path (device graphs) it runs once
+    every buffer is allocated, before the kernels: the Python after a long graph call runs on cold caches, so work
+    moved ahead of it costs less. If a kernel then fails, those tensors read buffers it did not finish (its writes
+    into other buffers, a parameter's update, have happened in part either way). Elsewhere it runs after them."""
     bufs = [u.buffer for u in leaves]
     entry.hits += 1
     if len(entry.steps) == 1 and not capturing:  # one kernel (the eager op): run_schedule's bookkeeping is moot
@@ -514,9 +540,18 @@ def run_cached(entry: CachedSchedule, leaves: list[UOp], do_update_stats: bool) 
     else:
         spares, entry.spares = entry.spares or {}, None  # taken: a replay that fails midway leaves none behind
         bufs.extend(spares[i] if i in spares else Buffer(*spec) for i, spec in enumerate(entry.new_buffers))
+        for b in bufs:  # a graph call allocates nothing: buffers this realize makes get their memory here
+            b.ensure_allocated()
+        params = Params(leaves, bufs)
+        if settle is not None:
+            settle(params)
         _run_plan(entry, bufs, do_update_stats)
         _keep_spares(entry, {i: bufs[len(leaves) + i] for i in entry.intermediates})
-    return Params(leaves, bufs)
+        return params
+    params = Params(leaves, bufs)
+    if settle is not None:
+        settle(params)
+    return params
 
 
 SPARE_ENTRIES = 4  # hot schedules that keep their intermediates between replays (a training step has two or three)
@@ -565,9 +600,8 @@ def _can_batch(entry: CachedSchedule) -> bool:
 
 
 def _run_plan(entry: CachedSchedule, bufs: list[Buffer], do_update_stats: bool) -> None:
-    """Run the schedule's plan (built on first use): graph batches in one call each, other steps one by one."""
-    for b in bufs:  # a graph call allocates nothing: buffers this realize makes get their memory here
-        b.ensure_allocated()
+    """Run the schedule's plan (built on first use): graph batches in one call each, other steps one by one. Every
+    buffer is allocated already (a graph call allocates nothing)."""
     if entry.plan is None:
         entry.plan = _plan(entry.steps, bufs)
     for item in entry.plan:

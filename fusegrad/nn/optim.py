@@ -18,6 +18,7 @@ from fusegrad.dtype import dtypes, least_upper_dtype
 from fusegrad.engine.cache import (
     CachedSchedule,
     GraphRecipe,
+    Params,
     Structure,
     Template,
     flag_state_id,
@@ -469,9 +470,11 @@ def _step_again(recording: _StepRecording, inputs: list[Tensor], leaves: list[UO
 
 
 def _rerun(realized: _RealizedStep, targets: list[Tensor], leaves: list[UOp]) -> None:
-    params = run_cached(realized.entry, [leaves[i].base for i in realized.leaf_inputs], do_update_stats=True)
-    for i, template in realized.writes:
-        targets[i].uop = template.instantiate(params)
+    def settle(params: Params) -> None:  # on the hot path before the kernels run (run_cached's `settle`)
+        for i, template in realized.writes:
+            targets[i].uop = template.instantiate(params)
+
+    run_cached(realized.entry, [leaves[i].base for i in realized.leaf_inputs], True, settle)
 
 
 def _realize_and_remember(

@@ -4,6 +4,7 @@ devices included."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -412,6 +413,28 @@ def test_hot_schedule_runs_through_a_device_graph_on_fresh_data() -> None:
     assert _batches() >= 1, "a schedule replayed this often should run through the CPU graph"
     assert len(set(counts)) == 1, f"graph runs count their kernels like single runs: {counts}"
     assert counts[0] >= 2
+
+
+def test_hot_replay_repoints_and_frees_the_graph_before_its_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the device-graph path a hit points its tensors at their buffers and lets the old graph go before the
+    kernels run (the Python after a long graph call runs on cold caches); the tensors then read the kernels' values."""
+    schedule_cache.clear()
+    x = Tensor.rand(8, 8).realize()
+    seen: list[tuple[Ops, bool]] = []
+    run_plan = cache._run_plan
+
+    def spying(*args: Any) -> None:
+        seen.append((y.uop.base.op, graph() is None))
+        run_plan(*args)
+
+    for i in range(cache.GRAPH_AFTER_HITS + 2):
+        if i == cache.GRAPH_AFTER_HITS + 1:
+            monkeypatch.setattr(cache, "_run_plan", spying)
+        y = ((x + 1).contiguous().exp() * 2).sum(0)
+        graph = weakref.ref(y.uop)
+        y.realize()
+    assert seen == [(Ops.BUFFER, True)]
+    np.testing.assert_allclose(y.numpy(), (np.exp(x.numpy() + 1) * 2).sum(0), rtol=1e-5)
 
 
 def test_kept_schedules_drop_their_kernels_linear_programs() -> None:
