@@ -31,10 +31,13 @@ from fusegrad.dtype import (
     to_dtype,
 )
 from fusegrad.engine.cache import (
+    Continuation,
+    GradientBuild,
     GraphRecipe,
     Structure,
     cache_counts,
     graph_structure,
+    note_gradient_build,
     record,
     replay_into,
     run_hit,
@@ -3078,7 +3081,23 @@ def _gradients(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
     if recipe is None:
         return compute_gradient(root, root_grad, targets)
     nodes = structure.nodes
-    return dict(zip([nodes[i] for i in places], recipe.build(nodes), strict=True))
+    made = recipe.build_all(nodes)
+    outputs = [made[i] for i in recipe.outputs]
+    note_gradient_build(GradientBuild(root, made, {u: i for i, u in enumerate(outputs)}, _continuations(key, recipe)))
+    return dict(zip([nodes[i] for i in places], outputs, strict=True))
+
+
+# per gradient recipe key, the recipe and the realize walks its builds continued (GradientBuild.continuations)
+_gradient_walks: dict[tuple[Any, ...], tuple[GraphRecipe, dict[tuple[int, ...], Continuation | None]]] = {}
+
+
+def _continuations(key: tuple[Any, ...], recipe: GraphRecipe) -> dict[tuple[int, ...], Continuation | None]:
+    """The continuations remembered for `recipe` (a recipe recorded again under its key starts with none)."""
+    if (kept := _gradient_walks.get(key)) is None or kept[0] is not recipe:
+        if len(_gradient_walks) >= GRADIENT_RECIPES:
+            del _gradient_walks[next(iter(_gradient_walks))]
+        kept = _gradient_walks[key] = (recipe, {})
+    return kept[1]
 
 
 # *** realizing: the one path from lazy tensors to buffers (Tensor.realize, a random draw inside a capture) ***

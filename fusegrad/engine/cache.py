@@ -70,28 +70,137 @@ def graph_structure(sink: UOp, remember_first: bool = False) -> Structure:
 
     `remember_first` keeps the walk of the sink's first source in that node, and a later walk of a sink with the same
     first source starts from it (a node never changes, so neither does its walk): Tensor.gradient walks the loss's
-    graph, and the realize of the loss with its gradients then walks only the gradients' nodes."""
+    graph, and the realize of the loss with its gradients then walks only the gradients' nodes (or none: see
+    GradientBuild)."""
     flag = _flag_id()
     first = sink.src[0] if sink.src else None
+    build = None if remember_first else _take_build(sink)
     if first is not None and (kept := first.__dict__.get(_KEPT_WALK)) is not None and kept[0] == flag:
-        _, kept_nodes, kept_leaves, kept_parts, cacheable = kept
-        nodes, leaves, parts = [*kept_nodes, first], list(kept_leaves), [flag, *kept_parts]
-        position = dict(zip(nodes, range(len(nodes)), strict=True))
-        stack: list[UOp | None] = [sink, _EMIT, *reversed(sink.src[1:])]
-    elif remember_first and first is not None and first.op is not Ops.BUFFER:
-        nodes, leaves, parts, position = [], [], [flag], {}
+        return _walk_past_kept(sink, kept, build)
+    nodes: list[UOp] = []
+    leaves: list[UOp] = []
+    position: dict[UOp, int] = {}
+    parts: list[Any] = [flag]
+    if remember_first and first is not None and first.op is not Ops.BUFFER:
         cacheable = _walk([first], nodes, position, leaves, parts, True)
         # without `first` itself: a node holding a list that holds it would be a reference cycle
         first.__dict__[_KEPT_WALK] = (flag, nodes[:-1], tuple(leaves), parts[1:], cacheable)
-        stack = [sink, _EMIT, *reversed(sink.src[1:])]
+        stack: list[UOp | None] = [sink, _EMIT, *reversed(sink.src[1:])]
     else:
-        nodes, leaves, parts, position, cacheable, stack = [], [], [flag], {}, True, [sink]
+        cacheable, stack = True, [sink]
     cacheable = _walk(stack, nodes, position, leaves, parts, cacheable)
     key = tuple(parts) if cacheable else None
     return Structure(key, nodes, position, leaves)
 
 
+def _walk_past_kept(sink: UOp, kept: tuple[Any, ...], build: tuple[GradientBuild, tuple[int, ...]] | None) -> Structure:
+    """graph_structure of a sink whose first source kept its walk: that walk, then the rest, spliced from the
+    gradient build's remembered walk when there is one (else walked, and remembered for the build's next time)."""
+    flag, kept_nodes, kept_leaves, kept_parts, cacheable = kept
+    first = sink.src[0]
+    nodes, leaves, parts = [*kept_nodes, first], list(kept_leaves), [flag, *kept_parts]
+    if build is not None and cacheable and (spliced := _splice(build, sink, nodes, leaves, parts)) is not None:
+        return spliced
+    start = (len(nodes), len(leaves), len(parts))
+    position = dict(zip(nodes, range(len(nodes)), strict=True))
+    walked = _walk([sink, _EMIT, *reversed(sink.src[1:])], nodes, position, leaves, parts, cacheable)
+    if build is not None and cacheable:  # the first realize of this build's gradients: remember its walk
+        _learn(build, nodes, leaves, parts, start, walked)
+    return Structure(tuple(parts) if walked else None, nodes, position, leaves)
+
+
 _KEPT_WALK = "_kept_walk"  # a node's __dict__ entry: (flag id, nodes, leaves, key parts, cacheable) of its graph
+
+
+@dataclass(frozen=True, slots=True)
+class GradientBuild:
+    """Gradients just rebuilt from a GraphRecipe (Tensor.gradient), for the realize that reads them next: `made` is
+    every node the recipe read or made (GraphRecipe.build_all), `outputs` each gradient's index among the recipe's
+    outputs, `continuations` what walks of realizes of the loss with some of these gradients found (per recipe).
+
+    The realize of the loss (walked already: its kept walk) with gradients of one recipe walks a graph whose
+    structure is the recipe's: the same nodes of `made` in the same order, with the same key parts. So the first such
+    walk is remembered as `made` indices and key parts (a Continuation), and later ones are spliced from it without
+    walking the ~500 gradient nodes of a GPT step. It holds the nodes until that realize (or the next build)."""
+
+    root: UOp
+    made: list[UOp]
+    outputs: dict[UOp, int]
+    continuations: dict[tuple[int, ...], Continuation | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Continuation:
+    """A walk past the loss's kept walk over a gradient build (GradientBuild): the nodes it emitted after the loss and
+    before the sink, as indices into the build's `made`, and the key parts it added (the sink's included)."""
+
+    order: tuple[int, ...]
+    parts: tuple[Any, ...]
+    cacheable: bool
+
+
+_builds: list[GradientBuild] = []  # at most one: the latest build
+
+
+def note_gradient_build(build: GradientBuild) -> None:
+    """Remember `build` for the next realize's walk (graph_structure), replacing any earlier one."""
+    _builds.clear()
+    _builds.append(build)
+
+
+def _take_build(sink: UOp) -> tuple[GradientBuild, tuple[int, ...]] | None:
+    """The latest gradient build (let go: one walk uses it at most) and which of its outputs the sink reads after its
+    first source, when that source is the build's loss and every other one is one of its gradients."""
+    if not _builds:
+        return None
+    build = _builds.pop()
+    if not sink.src or sink.src[0] is not build.root:
+        return None
+    outputs = build.outputs
+    read = []
+    for s in sink.src[1:]:
+        if (i := outputs.get(s)) is None:
+            return None
+        read.append(i)
+    return build, tuple(read)
+
+
+def _splice(
+    taken: tuple[GradientBuild, tuple[int, ...]], sink: UOp, nodes: list[UOp], leaves: list[UOp], parts: list[Any]
+) -> Structure | None:
+    """The walk of `sink` from the loss's kept walk (nodes, parts) and the build's remembered continuation; None when
+    there is none yet (or this build's nodes are not all distinct from each other and the loss's: then walk)."""
+    build, read = taken
+    if (continuation := build.continuations.get(read)) is None:
+        return None
+    made = build.made
+    nodes.extend([made[i] for i in continuation.order])
+    nodes.append(sink)
+    position = dict(zip(nodes, range(len(nodes)), strict=True))
+    if len(position) != len(nodes):
+        del nodes[-len(continuation.order) - 1 :]
+        return None
+    parts.extend(continuation.parts)
+    return Structure(tuple(parts) if continuation.cacheable else None, nodes, position, leaves)
+
+
+def _learn(
+    taken: tuple[GradientBuild, tuple[int, ...]],
+    nodes: list[UOp],
+    leaves: list[UOp],
+    parts: list[Any],
+    start: tuple[int, int, int],
+    cacheable: bool,
+) -> None:
+    """Remember the walk past the loss (from `start`: node, leaf and part counts) as a Continuation of the build;
+    none when it met a node the build did not make or read (a buffer, a gradient's own user-given graph)."""
+    build, read = taken
+    first_node, first_leaf, first_part = start
+    index = {u: i for i, u in enumerate(build.made)}
+    order = [index.get(u, -1) for u in nodes[first_node:-1]]  # the sink is last
+    if -1 in order or len(leaves) != first_leaf:
+        return
+    build.continuations[read] = Continuation(tuple(order), tuple(parts[first_part:]), cacheable)
 
 
 def _walk(
@@ -294,6 +403,11 @@ class GraphRecipe:
         return GraphRecipe(tuple(used), tuple(nodes), tuple(position[u] for u in outputs))
 
     def build(self, leaves: list[UOp]) -> list[UOp]:
+        made = self.build_all(leaves)
+        return [made[i] for i in self.outputs]
+
+    def build_all(self, leaves: list[UOp]) -> list[UOp]:
+        """Every node the recipe reads or makes, by its index (`outputs` index this list)."""
         made = [leaves[i] for i in self.leaves]
         live, create = UOpMetaClass.ucache, UOpMetaClass._create
         # UOp(...) by its parts: the recording's key parts (float args canonical already) look the node up directly
@@ -310,7 +424,7 @@ class GraphRecipe:
             if device is not None:
                 known.setdefault("_device", device)
             made.append(u)
-        return [made[i] for i in self.outputs]
+        return made
 
 
 # nodes a GraphRecipe can't rebuild: memory (a leaf or nothing), identities and symbolic values

@@ -335,6 +335,38 @@ def test_remembered_first_walk_gives_the_same_structure() -> None:
     assert spliced.leaves == full.leaves
 
 
+def test_realize_of_rebuilt_gradients_splices_the_walk_a_full_walk_gives(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The realize of a loss with gradients rebuilt from a recipe walks them once per recipe; later realizes splice
+    that walk (no walk at all) and get the nodes, places, leaves and key a full walk gives; a gradient that is no
+    output of the latest build (accumulated, or edited) is walked."""
+    x = Tensor.rand(4, 4).realize()
+    w1, w2 = Tensor.rand(4, 4, requires_grad=True).realize(), Tensor.rand(4, requires_grad=True).realize()
+    walks: list[int] = []
+    walk = cache._walk
+
+    def counted(stack: list[UOp | None], *args: Any) -> bool:
+        walks.append(len(stack))
+        return walk(stack, *args)
+
+    monkeypatch.setattr(cache, "_walk", counted)
+    for step in range(5):
+        w1.grad = w2.grad = None
+        loss = ((x @ w1).relu() * w2 + 1).sum()
+        loss.backward()
+        grads = [w2.grad.uop, w1.grad.uop] if step < 4 else [(w2.grad * 1).uop, w1.grad.uop]
+        walks.clear()
+        got = graph_structure(UOp.sink(loss.uop, *grads))  # as Tensor.realize(loss, w2.grad, w1.grad) walks it
+        spliced = not walks
+        del loss.uop.__dict__[cache._KEPT_WALK]
+        full = graph_structure(UOp.sink(loss.uop, *grads))
+        assert got.nodes == full.nodes
+        assert got.position == full.position
+        assert got.leaves == full.leaves
+        assert got.key == full.key
+        assert spliced == (step in (2, 3)), step  # recorded, rebuilt and walked, then spliced; the edited one walks
+        Tensor.realize(loss, w1.grad, w2.grad)
+
+
 def test_flag_off_schedules_every_realize() -> None:
     a = Tensor.ones(5).contiguous().realize()
     (a + 1).realize()
