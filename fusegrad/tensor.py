@@ -74,7 +74,7 @@ from fusegrad.mixin.random import RandomMixin
 from fusegrad.mixin.reduce import ReduceMixin
 from fusegrad.uop import Ops
 from fusegrad.uop.mathtraits import OperatorTrait
-from fusegrad.uop.ops import UOp, all_metadata
+from fusegrad.uop.ops import LABELS, UOp, all_metadata
 from fusegrad.uop.symbolic_shape import (
     check_concrete,
     max_size,
@@ -216,19 +216,23 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     def __init__(self, data: Any, device: str | tuple[str, ...] | None = None, dtype: DTypeLike | None = None,
                  requires_grad: bool | None = None) -> None:  # fmt: skip
-        dt = _init_dtype(dtype) if dtype is not None else None
-        if data is None:  # like the reference: Tensor(None) is the scalar 0.0
-            data = 0.0
-        uop = data if isinstance(data, UOp) else _uop_from_data(data, _canonical_device(device), dt)
-        if dt is not None and uop.dtype != dt:
-            uop = uop.cast(dt)
+        # a node the frontend just built: the hot path of every op (~340 Tensors a GPT training step)
+        uop = data if type(data) is UOp and dtype is None else _init_uop(data, device, dtype)
         self._ref: weakref.ReferenceType[Tensor] = weakref.ref(self, _forget)
         _all_tensors[self._ref] = None
-        self.uop = uop
+        base_op = uop.base.op
+        if base_op is Ops.BUFFER or base_op is Ops.AFTER:  # a view of memory: the setter indexes it by its buffer
+            self.uop = uop
+        else:  # the `uop` setter's work for a node that views no buffer, on a tensor that indexed none yet
+            self._uop: UOp = uop
+            if base_op is not Ops.CONST:
+                _lazy_tensors[self._ref] = None
         self.requires_grad = requires_grad
         self.grad: Tensor | None = None
-        if (meta := _METADATA.get()) is not None and uop not in all_metadata:
-            all_metadata[uop] = (meta,)
+        if (meta := _METADATA.get()) is not None:
+            known = uop.__dict__  # all_metadata's entry, written directly (a node keeps the first label it got)
+            if LABELS not in known:
+                known[LABELS] = (meta,)
 
     # *** properties ***
 
@@ -244,7 +248,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     @uop.setter
     def uop(self, value: UOp) -> None:
-        self._uop: UOp = value
+        self._uop = value
         base = value.base
         if base.op is Ops.BUFFER:
             buffer: UOp | None = base
@@ -2543,9 +2547,11 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         return Tensor(self._uop.flip(tuple(i in axes for i in range(self.ndim))))
 
     def _axis(self, a: builtins.int, op: str) -> builtins.int:
-        if not -max(self.ndim, 1) <= a < max(self.ndim, 1):
-            raise IndexError(f"{op}: axis {a} out of range for {self.ndim}-d tensor ({-self.ndim}..{self.ndim - 1})")
-        return a % max(self.ndim, 1)
+        ndim = len(self._uop.shape)
+        bound = max(ndim, 1)
+        if not -bound <= a < bound:
+            raise IndexError(f"{op}: axis {a} out of range for {ndim}-d tensor ({-ndim}..{ndim - 1})")
+        return a % bound
 
     def transpose(self, dim0: builtins.int = 1, dim1: builtins.int = 0) -> Tensor:
         """The view with axes `dim0` and `dim1` swapped.
@@ -2804,6 +2810,17 @@ def _axis_selection(i: int | slice, size: int, axis: int) -> tuple[tuple[int, in
         return ((start, start + (n - 1) * step + 1) if n else (0, 0)), False, step
     n = max(0, math.ceil((start - stop) / -step))
     return ((start - (n - 1) * -step, start + 1) if n else (0, 0)), True, -step
+
+
+def _init_uop(data: Any, device: str | tuple[str, ...] | None, dtype: DTypeLike | None) -> UOp:
+    """Tensor()'s node for `data` (a node, None, a number, a list or an array) on `device`, cast to `dtype`."""
+    dt = _init_dtype(dtype) if dtype is not None else None
+    if data is None:  # like the reference: Tensor(None) is the scalar 0.0
+        data = 0.0
+    uop = data if isinstance(data, UOp) else _uop_from_data(data, _canonical_device(device), dt)
+    if dt is not None and uop.dtype != dt:
+        uop = uop.cast(dt)
+    return uop
 
 
 def _init_dtype(dtype: DTypeLike) -> DType:
