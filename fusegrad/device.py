@@ -318,6 +318,7 @@ class BufferStorage:
     """One allocation's handle; a view remembers its base's storage object to notice a re-allocation."""
 
     buf: Any  # Any: the allocator's handle (a memoryview on host devices, None on NULL, a pointer on GPUs)
+    address: int | None = None  # a host allocation's address, kept by the first launch that works it out
 
 
 class Buffer:

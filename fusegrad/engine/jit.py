@@ -475,7 +475,7 @@ class CapturedJit(Generic[R]):
         the counters; the least Python between and after kernels (it runs with the cores' caches full of the kernels'
         data, several times slower than hot)."""
         address = launches[0].address
-        addresses = [address(b._buf) if b.size else 0 for b in flat]  # an empty buffer has no memory
+        addresses = [address(b) for b in flat]
         for launch in launches:
             target = launch.target
             for pos, k in launch.subs:

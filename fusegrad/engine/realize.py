@@ -100,7 +100,7 @@ class DirectLaunch:
     args: list[object]
     target: Any  # a list (`args` itself), or a ctypes array the call reads: set by index
     subs: tuple[tuple[int, int], ...]
-    address: Callable[[Any], Any]  # a Buffer's device memory (`Buffer._buf`) -> what `target` holds for it
+    address: Callable[[Buffer], Any]  # a Buffer (an input of the call) -> what `target` holds for it
 
 
 def _launch_dims(sizes: Sequence[sint] | None, var_vals: dict[str, int]) -> tuple[int, ...] | None:
@@ -174,7 +174,7 @@ class CompiledRunner(Runner):
             elif (buf := bufs[slot]) is None:  # no memory and no input: the runner's own path reports it
                 return None
             else:
-                args.append(address(buf._buf) if buf.size else 0)  # an empty buffer has no memory
+                args.append(address(buf))
         subs = tuple((pos, inputs[slot]) for pos, slot in enumerate(program.globals) if slot in inputs)
         return DirectLaunch(fxn, args, args, subs, address)
 

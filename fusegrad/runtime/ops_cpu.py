@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from fusegrad.device import BufferSpec, Compiled, MallocAllocator
+from fusegrad.device import Buffer, BufferSpec, Compiled, MallocAllocator
 from fusegrad.helpers import CRASH_REPORT, PROFILE, cpu_profile, mv_address, report_kernel, suppress_finalizing
 from fusegrad.runtime.support.compiler_cpu import ClangCompiler, kernel_source
 
@@ -79,15 +79,15 @@ class CPUProgram:
         if handle and not sys.is_finalizing():  # at exit the mappings go with the process
             _ctypes.dlclose(handle)
 
-    def direct(self, nbufs: int) -> tuple[Callable[..., object], Callable[[memoryview], int]] | None:
-        """(the kernel's C function, taking `nbufs` buffer addresses; how a buffer's memory gives its address), for a
+    def direct(self, nbufs: int) -> tuple[Callable[..., object], Callable[[Buffer], int]] | None:
+        """(the kernel's C function, taking `nbufs` buffer addresses; how a Buffer gives its address), for a
         caller that launches the kernel itself (TinyJit's replay); None while CRASH_REPORT has a source to print
         before the first run."""
         if self.src is not None and CRASH_REPORT:
             return None
         if not self.fxn.argtypes:
             self.fxn.argtypes = [ctypes.c_void_p] * nbufs
-        return self.fxn, memory_address
+        return self.fxn, host_address
 
     def __call__(
         self,
@@ -142,6 +142,18 @@ def _pin_thread_runtimes() -> None:
 def memory_address(mv: memoryview) -> int:
     """A host buffer's address as a kernel takes it (0 for an empty one: the kernel never reads it)."""
     return mv_address(mv) if mv.nbytes else 0
+
+
+def host_address(buf: Buffer) -> int:
+    """A host Buffer's address as a kernel takes it (0 for an empty one), allocated first if it is not, worked out
+    once per allocation: kept in the allocation's storage, whose memory never moves."""
+    if not buf.nbytes:
+        return 0
+    storage = buf.ensure_allocated()._storage
+    assert storage is not None, "host_address: ensure_allocated left no storage"
+    if (address := storage.address) is None:
+        address = storage.address = mv_address(storage.buf)
+    return address
 
 
 def _clang_renderer() -> Renderer:

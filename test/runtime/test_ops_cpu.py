@@ -19,8 +19,8 @@ import pytest
 from fusegrad import diskcache
 from fusegrad.device import Buffer, CompileError, Device
 from fusegrad.dtype import dtypes
-from fusegrad.helpers import Context, ProfileRangeEvent, cpu_events
-from fusegrad.runtime.ops_cpu import CPUProgram
+from fusegrad.helpers import Context, ProfileRangeEvent, cpu_events, mv_address
+from fusegrad.runtime.ops_cpu import CPUProgram, host_address
 from fusegrad.runtime.support.compiler_cpu import ClangCompiler
 
 ADD_SRC = """void add(float* restrict out, const float* restrict a, const float* restrict b) {
@@ -247,3 +247,20 @@ def test_user_memory_gets_no_guard() -> None:
 
     assert mv_address(buf._buf) == ctypes.addressof(data)  # the user's address as given: no offset
     assert np.frombuffer(buf.as_memoryview(), np.float32).tolist() == [1, 2, 3, 4]
+
+
+def test_host_address_is_kept_per_allocation() -> None:
+    buf = Buffer("CPU", 4, dtypes.float32)
+    first = host_address(buf)  # allocates
+    assert first == mv_address(buf._buf)
+    assert buf._storage is not None
+    assert buf._storage.address == first  # kept: later calls read it
+    buf.deallocate()
+    taker = Buffer("CPU", 4, dtypes.float32).allocate()  # takes the freed memory (the allocator's reuse cache)
+    assert host_address(taker) == first
+    moved = host_address(buf)  # allocated again, elsewhere
+    assert moved == mv_address(buf._buf)
+    assert moved != first  # its own address, not the one kept for the old allocation
+    view = Buffer("CPU", 2, dtypes.float32, base=buf, offset=8)
+    assert host_address(view) == moved + 8
+    assert host_address(Buffer("CPU", 0, dtypes.float32)) == 0  # empty: no memory

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from fusegrad.device import Buffer, Device
 from fusegrad.engine.graph import GraphException, MultiGraphRunner
 from fusegrad.engine.realize import BufferXfer, CompiledRunner, DirectLaunch, ExecItem
-from fusegrad.helpers import PROFILE, mv_address
-from fusegrad.runtime.ops_cpu import CPUProgram, memory_address
+from fusegrad.helpers import PROFILE
+from fusegrad.runtime.ops_cpu import CPUProgram, host_address
 from fusegrad.uop.ops import UOp
 from fusegrad.uop.symbolic_shape import check_bind
 
@@ -36,10 +36,9 @@ class GraphValue:
 
 def buffer_address(buf: Buffer) -> int:
     """Address of a host buffer's first byte (0 for an empty one: the kernel never reads it)."""
-    memory = buf._buf
-    if not isinstance(memory, memoryview):
+    if not isinstance(buf._buf, memoryview):
         raise GraphException(f"CPU graph: buffer on {buf.device} is not host memory")
-    return mv_address(memory) if memory.nbytes else 0
+    return host_address(buf)
 
 
 class GraphSource:
@@ -145,7 +144,7 @@ class CPUGraph(MultiGraphRunner):
             self._values[n] = value.fixed
         subs = tuple((entry, k) for k, entry in self._input_entries)
         return DirectLaunch(
-            self._fxn, [self._functions, self._addresses, self._values], self._addresses, subs, memory_address
+            self._fxn, [self._functions, self._addresses, self._values], self._addresses, subs, host_address
         )
 
     @staticmethod
