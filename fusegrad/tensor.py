@@ -3100,20 +3100,21 @@ def _gradients(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
     nodes = structure.nodes
     made = recipe.build_all(nodes)
     outputs = [made[i] for i in recipe.outputs]
-    note_gradient_build(GradientBuild(root, made, {u: i for i, u in enumerate(outputs)}, _continuations(key, recipe)))
+    note_gradient_build(GradientBuild(root, made, {u: i for i, u in enumerate(outputs)}, _continuations(recipe)))
     return dict(zip([nodes[i] for i in places], outputs, strict=True))
 
 
-# per gradient recipe key, the recipe and the realize walks its builds continued (GradientBuild.continuations)
-_gradient_walks: dict[tuple[Any, ...], tuple[GraphRecipe, dict[tuple[int, ...], Continuation | None]]] = {}
+# per gradient recipe (by id: the entry holds the recipe, so no other object takes its id while it is here), the
+# recipe and the realize walks its builds continued (GradientBuild.continuations)
+_gradient_walks: dict[int, tuple[GraphRecipe, dict[tuple[int, ...], Continuation | None]]] = {}
 
 
-def _continuations(key: tuple[Any, ...], recipe: GraphRecipe) -> dict[tuple[int, ...], Continuation | None]:
-    """The continuations remembered for `recipe` (a recipe recorded again under its key starts with none)."""
-    if (kept := _gradient_walks.get(key)) is None or kept[0] is not recipe:
+def _continuations(recipe: GraphRecipe) -> dict[tuple[int, ...], Continuation | None]:
+    """The continuations remembered for `recipe` (the last GRADIENT_RECIPES recipes keep theirs)."""
+    if (kept := _gradient_walks.get(id(recipe))) is None or kept[0] is not recipe:
         if len(_gradient_walks) >= GRADIENT_RECIPES:
             del _gradient_walks[next(iter(_gradient_walks))]
-        kept = _gradient_walks[key] = (recipe, {})
+        kept = _gradient_walks[id(recipe)] = (recipe, {})
     return kept[1]
 
 
