@@ -177,6 +177,17 @@ def _with_place(u: UOp, shape: tuple[int, ...], device: str | tuple[str, ...]) -
     return u
 
 
+def _placed_like(u: UOp, source: UOp) -> UOp:
+    """`u` (a CAST or DETACH of `source`) with the shape and device `source` has recorded: compute_shape and
+    compute_device would find them there (the frontend's hot path)."""
+    known = source.__dict__
+    if (shape := known.get("_shape")) is not None:
+        u.__dict__.setdefault("_shape", shape)
+    if (device := known.get("_device")) is not None:
+        u.__dict__.setdefault("_device", device)
+    return u
+
+
 def _broadcast_constant(const: UOp, device: str | tuple[str, ...], shape: tuple[int, ...]) -> UOp:
     """Scalar `const` reshaped to ones, then expanded to int `shape`: always valid, so the nodes _mop would make are
     made without its checks, with the shapes and device it would record (the hot path of every `x * 2.0`)."""
@@ -434,14 +445,19 @@ class UOp(MathTrait, metaclass=UOpMetaClass):
         # the frontend's hot path: operands of one known shape give it to the result, as compute_shape would
         # (which also checks they agree: left to it otherwise), and the first operand its device
         known = self.__dict__
-        if (shape := known.get("_shape")) is not None and all(s.__dict__.get("_shape") == shape for s in src):
-            ret.__dict__.setdefault("_shape", shape)
-            if (device := known.get("_device")) is not None:
-                ret.__dict__.setdefault("_device", device)
+        if (shape := known.get("_shape")) is None:
+            return ret
+        for s in src:  # a loop, not all(generator): one or two sources, on every node the frontend builds
+            if s.__dict__.get("_shape") != shape:
+                return ret
+        made = ret.__dict__
+        made.setdefault("_shape", shape)
+        if (device := known.get("_device")) is not None:
+            made.setdefault("_device", device)
         return ret
 
     def cast(self, dtype: DType) -> UOp:
-        return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))
+        return self if self.dtype == dtype else _placed_like(UOp(Ops.CAST, dtype, (self,)), self)
 
     def bitcast(self, dtype: DType) -> UOp:
         return self if self.dtype == dtype else UOp(Ops.BITCAST, dtype, (self,))
@@ -593,8 +609,16 @@ class UOp(MathTrait, metaclass=UOpMetaClass):
 
     def r(self, op: Ops, axes: tuple[int, ...]) -> UOp:
         """Reduce `axes` with `op` (ADD, MUL, MAX), keeping them as size-1 axes."""
-        axes = tuple(sorted({a for a in axes if self.shape[a] != 1}))  # reducing a size-1 axis changes nothing
-        return UOp(Ops.REDUCE_AXIS, self.dtype, (self,), (op, axes)) if axes else self
+        shape = self.shape
+        axes = tuple(sorted({a for a in axes if shape[a] != 1}))  # reducing a size-1 axis changes nothing
+        if not axes:
+            return self
+        ret = UOp(Ops.REDUCE_AXIS, self.dtype, (self,), (op, axes))
+        # the frontend's hot path: the shape compute_shape would work out, and the source's device where known
+        ret.__dict__.setdefault("_shape", tuple(1 if i in axes else s for i, s in enumerate(shape)))
+        if (device := self.__dict__.get("_device")) is not None:
+            ret.__dict__.setdefault("_device", device)
+        return ret
 
     def contiguous(self) -> UOp:
         return UOp(Ops.CONTIGUOUS, self.dtype, (self,))
@@ -606,7 +630,7 @@ class UOp(MathTrait, metaclass=UOpMetaClass):
         return UOp(Ops.ASSIGN, self.dtype, (self, x))
 
     def detach(self) -> UOp:
-        return UOp(Ops.DETACH, self.dtype, (self,))
+        return _placed_like(UOp(Ops.DETACH, self.dtype, (self,)), self)
 
     # *** evaluation of constant-valued nodes ***
 

@@ -74,6 +74,25 @@ def test_alu_hands_on_shape_and_device() -> None:
         _ = x.alu(Ops.ADD, UOp.new_buffer("CPU", 3, dtypes.float32)).shape  # left to compute_shape's check
 
 
+@settings(max_examples=40, deadline=None)
+@given(shape=st.lists(st.integers(1, 4), min_size=1, max_size=4), data=st.data())
+def test_reduce_cast_and_detach_hand_on_shape_and_device(shape: list[int], data: st.DataObject) -> None:
+    """UOp.r, cast and detach record the shape and device compute_shape and compute_device work out (read back
+    without working them out again)."""
+    x = UOp.new_buffer("CPU", 1, dtypes.float32).reshape((1,) * len(shape)).expand(tuple(shape))
+    _ = x.shape, x.device  # known on the source (a bare BUFFER works its device out on first use)
+    axes = tuple(data.draw(st.lists(st.integers(0, len(shape) - 1), max_size=len(shape))))
+    for node in (x.r(Ops.ADD, axes), x.cast(dtypes.int32), x.detach(), x.r(Ops.MAX, axes).cast(dtypes.half)):
+        if node is x:
+            continue
+        assert "_shape" in node.__dict__
+        assert "_device" in node.__dict__
+        assert node.__dict__["_shape"] == compute_shape(node)
+        assert node.__dict__["_device"] == compute_device(node) == "CPU"
+    kernel_level = UOp.variable("a", 0, 10).cast(dtypes.float32)  # no tensor shape below it: none recorded
+    assert "_shape" not in kernel_level.__dict__
+
+
 def test_node_labels_live_on_the_node() -> None:
     node = UOp.new_buffer("CPU", 5, dtypes.float32).reshape((5, 1))
     label = (Metadata("relu", "here.py:1"),)
