@@ -11,6 +11,7 @@ express (symbolic variables, tensors sharded over several devices, storage views
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -367,9 +368,11 @@ class Template:
 class GraphRecipe:
     """Output nodes as a recipe over leaf nodes, for frontend code that builds the same graph on other leaves of the
     same structure (an optimiser's update, a gradient): the leaves it reads (their indices), then per node, sources
-    first, (op, dtype, arg, tag, source positions, label, shape, device). Rebuilt on new leaves it is the graph that
-    code would build (hash-consing returns live equal nodes), with the same labels where a node has none yet and the
-    shapes and devices the recording had worked out (structural, so the same). Like Template, it keeps no UOp."""
+    first, (op, dtype, dtype id, arg, key arg, tag, source positions, label, shape, device, and those last three as
+    the node's __dict__ entries). Rebuilt on new leaves it is the graph that code would build (hash-consing returns
+    live equal nodes), with the same labels where a node has none yet and the shapes and devices the recording had
+    worked out (structural, so the same); a node made anew gets a copy of the recorded entries. Like Template, it
+    keeps no UOp."""
 
     leaves: tuple[int, ...]  # made[i] = leaves[self.leaves[i]]; nodes follow
     nodes: tuple[tuple[Any, ...], ...]
@@ -398,8 +401,9 @@ class GraphRecipe:
             known = u.__dict__
             srcs = tuple([position[s] for s in u.src])
             op, dtype_id, _, key_arg, tag = u._cache_key  # the hash-consing key's parts: build looks nodes up by it
-            cached = (known.get("_shape"), known.get("_device"))
-            nodes.append((op, u.dtype, dtype_id, u.arg, key_arg, tag, srcs, all_metadata.get(u), *cached))
+            label, shape, device = all_metadata.get(u), known.get("_shape"), known.get("_device")
+            kept = {k: v for k, v in ((LABELS, label), ("_shape", shape), ("_device", device)) if v is not None}
+            nodes.append((op, u.dtype, dtype_id, u.arg, key_arg, tag, srcs, label, shape, device, kept))
         return GraphRecipe(tuple(used), tuple(nodes), tuple(position[u] for u in outputs))
 
     def build(self, leaves: list[UOp]) -> list[UOp]:
@@ -409,20 +413,26 @@ class GraphRecipe:
     def build_all(self, leaves: list[UOp]) -> list[UOp]:
         """Every node the recipe reads or makes, by its index (`outputs` index this list)."""
         made = [leaves[i] for i in self.leaves]
-        live, create = UOpMetaClass.ucache, UOpMetaClass._create
+        live, new, ref_to = UOpMetaClass.ucache, object.__new__, weakref.ref
         # UOp(...) by its parts: the recording's key parts (float args canonical already) look the node up directly
-        for op, dtype, dtype_id, arg, key_arg, tag, srcs, label, shape, device in self.nodes:
+        for op, dtype, dtype_id, arg, key_arg, tag, srcs, label, shape, device, kept in self.nodes:
             src = tuple([made[i] for i in srcs])
             key = (op, dtype_id, src, key_arg, tag)
             if (ref := live.get(key)) is None or (u := ref()) is None:
-                u = create(UOp, key, op, dtype, src, arg, tag)  # none live: no second look-up
-            known = u.__dict__
-            if label is not None:
-                known.setdefault(LABELS, label)  # a node keeps the first label it got
-            if shape is not None:
-                known.setdefault("_shape", shape)
-            if device is not None:
-                known.setdefault("_device", device)
+                # none live: UOpMetaClass._create's node, written here (one frame less per gradient node), its label,
+                # shape and device in one copy of the recorded ones
+                u = new(UOp)
+                u.op, u.dtype, u.src, u.arg, u.tag, u._cache_key = op, dtype, src, arg, tag, key
+                u.__dict__ = kept.copy()
+                live[key] = ref_to(u)
+            else:
+                known = u.__dict__
+                if label is not None:
+                    known.setdefault(LABELS, label)  # a node keeps the first label it got
+                if shape is not None:
+                    known.setdefault("_shape", shape)
+                if device is not None:
+                    known.setdefault("_device", device)
             made.append(u)
         return made
 
