@@ -26,20 +26,24 @@ _OUTER_OP: contextvars.ContextVar[str | None] = contextvars.ContextVar("_OUTER_O
 _ERROR_NAMES = {"dot": "matmul"}
 
 
-# Metadata by (method, code, line): one object per call site, not one per call (a frozen dataclass costs ~1 µs to
-# build, and every op of a training step builds one). Bounded: cleared when it grows past _METADATA_SITES entries.
-_call_sites: dict[tuple[str, CodeType, int], Metadata] = {}
+# Metadata by (method, code object's id, instruction offset): one object per call site, not one per call (a frozen
+# dataclass costs ~1 µs to build, and every op of a training step builds one). The key holds the code's id, not the
+# code (a code object hashes its contents, ~1 µs), and the entry holds the code, so no other code object takes that id
+# while it is here; the offset is a plain attribute, where the line number is worked out from a table. Bounded:
+# cleared when it grows past _METADATA_SITES entries.
+_call_sites: dict[tuple[str, int, int], tuple[CodeType, Metadata]] = {}
 _METADATA_SITES = 4096
 
 
 def call_metadata(name: str, frame: FrameType) -> Metadata:
     """The Metadata of Tensor method `name` called from `frame`'s current line."""
-    key = (name, frame.f_code, frame.f_lineno)
-    if (meta := _call_sites.get(key)) is None:
+    code = frame.f_code
+    key = (name, id(code), frame.f_lasti)
+    if (site := _call_sites.get(key)) is None or site[0] is not code:
         if len(_call_sites) >= _METADATA_SITES:
             _call_sites.clear()
-        meta = _call_sites[key] = Metadata(name, f"{frame.f_code.co_filename}:{frame.f_lineno}")
-    return meta
+        site = _call_sites[key] = (code, Metadata(name, f"{code.co_filename}:{frame.f_lineno}"))
+    return site[1]
 
 
 def traced(fn: F) -> F:
