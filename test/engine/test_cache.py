@@ -367,6 +367,31 @@ def test_realize_of_rebuilt_gradients_splices_the_walk_a_full_walk_gives(monkeyp
         Tensor.realize(loss, w1.grad, w2.grad)
 
 
+def test_view_structure_is_worked_out_once_per_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An optimiser keys every step by its inputs' view structures, most of them the same nodes each step: a node
+    keeps its answer (None included), and a new node of the same structure gets the same one."""
+    calls: list[UOp] = []
+    work = cache._view_structure
+
+    def counted(u: UOp) -> tuple[Any, ...] | None:
+        calls.append(u)
+        return work(u)
+
+    monkeypatch.setattr(cache, "_view_structure", counted)
+    buf = Tensor.rand(6, 4).realize()
+    view = buf.reshape(4, 6).T.uop
+    lazy = (buf + 1).uop
+    first = cache.view_structure(view)
+    assert first is not None
+    assert first[:2] == ((Ops.PERMUTE, (1, 0)), (Ops.RESHAPE, (4, 6)))  # outermost first
+    assert cache.view_structure(view) is first
+    assert cache.view_structure(lazy) is None
+    assert cache.view_structure(lazy) is None
+    assert calls == [view, lazy]
+    other = Tensor.rand(6, 4).realize().reshape(4, 6).T.uop
+    assert cache.view_structure(other) == first
+
+
 def test_flag_off_schedules_every_realize() -> None:
     a = Tensor.ones(5).contiguous().realize()
     (a + 1).realize()
