@@ -26,7 +26,7 @@ batch of kernels on CPU). Per-step Python overhead of a jitted fusegrad step, me
 timed ones (the same batches again, replayed without graph runners so that each kernel's C call shows): the ctypes
 function of every captured kernel is wrapped so that the time inside each call is summed, and the overhead is the
 replay call's wall time minus that sum, within the same replay (so the kernels' varying times cancel out), less what
-the wrapper itself adds outside its window (measured at start on libc's abs(), about 1 us per call; what lands inside
+the wrapper itself adds outside its window (measured at start on libc's abs(), about 0.3 us per call; what lands inside
 the window, and ctypes' own argument conversion, count as kernel time). The smallest over those steps is shown, per
 step and per kernel; a busy machine inflates it (another process may take the core between kernels). --null adds a
 cross-check: the same step jitted on the NULL device, whose kernels run nothing, so that a replay's whole time is
@@ -424,16 +424,18 @@ def overhead_steps(trainer: Trainer, run: Run, batches: list[Any]) -> None:
     clock cannot see into), so the captured step is regrouped without them first and with them again after: the timed
     steps ran graphed, as users' steps do (bench/overhead.py measures graphed replays)."""
     captured = trainer.jit.captured
-    with graphs_off(trainer):
+    # the clock's timed functions go in before the replay prepares again: a CPU replay keeps the kernels' functions it
+    # found then (Runner.direct_launch) and calls them bare
+    with graphs_off(trainer), kernel_clock(captured.items) as spent:
         captured._reset_replay()  # the next replay prepares again, now without graph runners
         for inputs in batches:
-            with kernel_clock(captured.items) as spent:
-                start = time.perf_counter()
-                out = trainer.step(inputs)
-                call, in_call = time.perf_counter() - start, list(spent)
+            spent.clear()
+            start = time.perf_counter()
+            out = trainer.step(inputs)
+            call, in_call = time.perf_counter() - start, list(spent)
             out.item()
             run.overheads.append(replay_overhead(call, in_call, len(captured.items)))
-    captured._reset_replay()
+    captured._reset_replay()  # and again with the kernels' own functions and the graph runners
 
 
 def replay_overhead(call: float, spent: list[float], kernels: int) -> Overhead:
@@ -485,7 +487,8 @@ def kernel_clock(items: list[Any]) -> Iterator[list[float]]:
 
 def wrapper_cost(calls: int = 2000, rounds: int = 5) -> float:
     """Seconds that TimedCFunction adds to a C call outside its timed window: libc's abs() called bare and wrapped,
-    reading argtypes first as the CPU runtime does; the smallest per-call time of `rounds` rounds of each."""
+    as a CPU replay calls a kernel (the bare function with its argument list); the smallest per-call time of `rounds`
+    rounds of each."""
     import ctypes
 
     bare = ctypes.CDLL(None).abs
@@ -493,9 +496,9 @@ def wrapper_cost(calls: int = 2000, rounds: int = 5) -> float:
 
     def per_call(fxn: Any) -> float:
         start = time.perf_counter()
+        args = [-1]
         for _ in range(calls):
-            if fxn.argtypes is not None:
-                fxn(-1)
+            fxn(*args)
         return (time.perf_counter() - start) / calls
 
     wrapped = TimedCFunction(bare, [])
