@@ -3126,10 +3126,10 @@ def realize_tensors(tensors: Sequence[Tensor], do_update_stats: bool = True, alo
     engine/cache.py). `alone`: no other live tensor's graph holds their nodes (a random draw's key and state), so
     only they are repointed, without the walk over every lazy tensor's graph."""
     only = tensors if alone else None
-    sink = UOp.sink(*[t._uop for t in tensors])
-    bases = [u.base for u in sink.src]
+    bases = [t._uop.base for t in tensors]
     if all(b.op in _SETTLED_OPS for b in bases):  # realized memory and constants (`loss.item()`): nothing to run
-        return
+        return  # (before any SINK node is made: an optimiser's step asks this of its realized gradients)
+    sink = UOp.sink(*[t._uop for t in tensors])
     if all(b.op in _SETTLED_OPS or (b.op is Ops.ASSIGN and b.src[1].op is Ops.KERNEL) for b in bases):
         # nothing to kernelize (_is_done); kernels an earlier kernelize() built still run
         _schedule_and_run(tensors, None, do_update_stats, only, kernelized=True)

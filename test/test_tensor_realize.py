@@ -105,6 +105,25 @@ def test_realizing_a_buffer_runs_nothing() -> None:
     assert is_buffer(t)
 
 
+def test_realizing_buffers_builds_no_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Realized tensors (an optimiser's gradients, `loss.item()`) are checked without making a SINK of them."""
+    from fusegrad.uop.ops import UOp
+
+    a, b = Tensor.rand(3).realize(), Tensor.rand(2, 2).realize()
+    sinks: list[Any] = []
+    sink = UOp.sink
+
+    def counted(*srcs: UOp, **kwargs: Any) -> UOp:
+        sinks.append(srcs)
+        return sink(*srcs, **kwargs)
+
+    monkeypatch.setattr(UOp, "sink", staticmethod(counted))
+    Tensor.realize(a, b.T, b.reshape(4))
+    assert sinks == []
+    (a + 1).realize()
+    assert sinks
+
+
 def test_reading_a_view_of_a_buffer() -> None:
     t = (Tensor(np.arange(6, dtype=np.float32).reshape(2, 3)) * 1).realize()
     assert t.T.tolist() == [[0, 3], [1, 4], [2, 5]]
