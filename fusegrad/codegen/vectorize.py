@@ -123,9 +123,18 @@ def is_inside_reduce(u: UOp) -> bool:
 def _dependents(sink: UOp, lane: UOp) -> set[UOp]:
     ret = {lane}
     for u in sink.toposort():
-        if any(s in ret for s in u.src):
+        if any(s in ret for s in u.src) and not _is_lane_partials(u, lane):
             ret.add(u)
     return ret
+
+
+def _is_lane_partials(u: UOp, lane: UOp) -> bool:
+    """An AFTER of a register array that the lane loop fills with reduces' values (opt.LANES's partials, one per
+    lane): its address doesn't depend on the lane, only its contents, so the loop that combines them stays scalar."""
+    if u.op is not Ops.AFTER or u.src[0].op is not Ops.DEFINE_REG or lane in u.src[0].toposort():
+        return False
+    writes = [s for s in u.src[1:] if s.op is Ops.STORE]
+    return bool(writes) and all(s.src[1].op is Ops.REDUCE for s in writes)
 
 
 _WIDE_INTS = (dtypes.int32, dtypes.int64, dtypes.index)  # index math cast between these keeps its value
@@ -177,7 +186,8 @@ class _Vectorizer:
                 if self.lanes and not has_vector_reduce:
                     raise _NoVectorFormError("lane-by-lane work in a kernel with no vector reduce")
                 stores = [self.lanes.get(s, (self.new.get(s, s),)) for s in sink.src]
-                return sink.replace(src=tuple(x for lanes in stores for x in lanes))
+                ret = sink.replace(src=tuple(x for lanes in stores for x in lanes))
+                return ret.substitute(filled) if (filled := self.filled(sink)) else ret
             if u not in dependent or u is self.lane or u.dtype == dtypes.index:
                 continue
             try:
@@ -191,6 +201,11 @@ class _Vectorizer:
                     raise
                 self.lanes[u] = tuple(self.lane_node(u, i) for i in range(self.vec.count))
         raise AssertionError("vectorize: the sink is the last node of its toposort")
+
+    def filled(self, sink: UOp) -> dict[UOp, UOp]:
+        """Each lane-partials AFTER (`_is_lane_partials`) -> the same AFTER of the array's vector writes."""
+        after = [u for u in sink.toposort() if _is_lane_partials(u, self.lane) and any(s in self.new for s in u.src)]
+        return {u: u.replace(src=tuple(self.new.get(s, s) for s in u.src)) for u in after}
 
     def lane_node(self, u: UOp, i: int) -> UOp:
         """`u` as lane `i` computes it: a scalar op on each source's lane."""

@@ -618,6 +618,10 @@ class _LoopShapes:
     carrying: set[UOp] = field(default_factory=set)
     vector: set[UOp] = field(default_factory=set)  # loops whose own body holds vector values (codegen/vectorize.py)
     updates: dict[UOp, list[tuple[UOp, Ops]]] = field(default_factory=dict)  # loop -> (register, op) stored in it
+    # outermost loops that write a kernel-wide register array element per iteration (opt.GROUP's partials), and the
+    # work in each outermost loop counting a vector op's lanes
+    partials: set[UOp] = field(default_factory=set)
+    lane_work: dict[UOp, int] = field(default_factory=dict)
 
     @staticmethod
     def of(uops: list[UOp]) -> _LoopShapes:
@@ -644,6 +648,8 @@ class _LoopShapes:
                 # a loop whose range picks the element stored (acc[j] in the j loop) writes a new one each iteration
                 picked = u.src[0].src[1].toposort() if len(u.src[0].src) > 1 else {}
                 ret.carrying.update(r for r in open_loops[declared_in[reg] :] if r not in picked)
+                if declared_in[reg] == 0 and open_loops and open_loops[0] in picked:
+                    ret.partials.add(open_loops[0])
                 # an element per iteration (a row buffer filled by a reduce's loop, codegen/rowbuffer.py) is no update
                 if open_loops and open_loops[-1] not in picked:
                     ret.updates.setdefault(open_loops[-1], []).append((reg, u.src[1].op))
@@ -652,6 +658,8 @@ class _LoopShapes:
                 ret.vector.add(open_loops[-1])
             if open_loops and (u.op in GroupOp.ALU or u.op in (Ops.LOAD, Ops.STORE)):
                 ret.work[open_loops[0]] = ret.work.get(open_loops[0], 0) + trips[-1]
+                lanes = value.dtype.count if not isinstance(value.dtype, PtrDType) else 1
+                ret.lane_work[open_loops[0]] = ret.lane_work.get(open_loops[0], 0) + trips[-1] * lanes
         return ret
 
 
@@ -939,7 +947,11 @@ class ClangRenderer(CStyleLanguage):
                 if rng in shapes.in_reduce:
                     ret[rng] = f"#pragma GCC unroll {rng.src[0].arg}"
                 continue
-            threads = shapes.work.get(rng, 0) >= self.parallel_threshold
+            # a GROUP's chunks summed as vectors (opt.LANES) are the work of the same chunks summed lane by lane;
+            # other vector kernels keep the scalar count (a GPT or convnet kernel of ~1M lanes' work ran 4-13x
+            # slower on threads)
+            work = (shapes.lane_work if rng in shapes.partials else shapes.work).get(rng, 0)
+            threads = work >= self.parallel_threshold
             simd = rng in shapes.innermost and rng not in shapes.vector and not _short_odd_trip(rng)
             clauses = (["parallel for"] if threads else []) + ([f"simd{_simdlen(rng)}"] if simd else [])
             if clauses:

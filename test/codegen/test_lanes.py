@@ -1,0 +1,96 @@
+"""codegen/opt.py LANES (lane_opts): a split full sum keeps several vector accumulators per chunk, reading
+consecutive elements into interleaved partials (codegen/vectorize.py makes them vectors), then combines them; the C
+renderer still runs the chunks on threads. The sum's order changes, so results are checked against float64."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from fusegrad.codegen import to_program
+from fusegrad.codegen.opt import LANE_VECTORS, Opt, OptOps, hand_coded_opts
+from fusegrad.dtype import DType, dtypes
+from fusegrad.renderer.cstyle import ClangRenderer
+from fusegrad.uop import Ops
+from fusegrad.uop.ops import UOp
+from test.codegen.test_opt import Case, check, data, full_sum, glob, loop, red, run, with_opts
+
+DEVICES = ["CPU", "PYTHON"]
+LANES = LANE_VECTORS * 8  # float32 lanes of 32-byte vectors (test/codegen/conftest.py)
+
+
+def positive_sum(size: int) -> Case:
+    """A sum of values in [0, 1): every partial grows, so its rounding error does too (no cancellation)."""
+    ast, _, _ = full_sum(size, dtypes.float32)
+    a = np.random.default_rng(0).random(size, dtype=np.float32)
+    return ast, [a], a.astype(np.float64).sum().reshape(1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.float64, dtypes.float16, dtypes.int32], ids=str)
+@pytest.mark.parametrize(
+    "opts",
+    [(Opt(OptOps.GROUP, 0, 4), Opt(OptOps.LANES, 0, 32)), (Opt(OptOps.LANES, 0, 64),), (Opt(OptOps.LANES, 0, 2),)],
+    ids=["group then lanes", "lanes", "two lanes"],
+)
+def test_lanes_sum_matches_numpy(opts: tuple[Opt, ...], dt: DType, device: str) -> None:
+    check(full_sum(1024, dt), dt, device, opts)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_lanes_of_a_product_sum_and_a_product(device: str) -> None:
+    r0 = red(256, 0)
+    x, y = glob(1, 256, dtypes.float32).index(r0).load(), glob(2, 256, dtypes.float32).index(r0).load()
+    a, b = data((256,), dtypes.float32), data((256,), dtypes.float32, 1) * 0.1 + 1
+    out = glob(0, 1, dtypes.float32).index(UOp.const(dtypes.index, 0))
+    dot = (UOp.sink(out.store((x * y).reduce(r0, arg=Ops.ADD))), [a, b], np.array([a.astype(np.float64) @ b]))
+    check(dot, dtypes.float32, device, (Opt(OptOps.LANES, 0, 32),))
+    prod = (UOp.sink(out.store(y.reduce(r0, arg=Ops.MUL))), [a, b], np.array([b.astype(np.float64).prod()]))
+    check(prod, dtypes.float32, device, (Opt(OptOps.LANES, 0, 16),))
+
+
+def test_heuristic_sums_a_big_full_reduce_in_lanes() -> None:
+    assert hand_coded_opts(full_sum(1 << 20, dtypes.float32)[0]) == [Opt(OptOps.GROUP, 0, 16), Opt(OptOps.LANES, 0, 32)]
+    # float64: as many vectors of half the lanes
+    assert hand_coded_opts(full_sum(1 << 20, dtypes.float64)[0])[1:] == [Opt(OptOps.LANES, 0, 16)]
+    # half and int sums have no vector accumulators; a chunk of 65537 no whole step of lanes
+    assert hand_coded_opts(full_sum(1 << 20, dtypes.float16)[0]) == [Opt(OptOps.GROUP, 0, 16)]
+    assert hand_coded_opts(full_sum(1 << 20, dtypes.int32)[0]) == [Opt(OptOps.GROUP, 0, 16)]
+    assert hand_coded_opts(full_sum(16 * 65537, dtypes.float32)[0]) == [Opt(OptOps.GROUP, 0, 16)]
+
+
+def test_lanes_kernel_keeps_vector_accumulators_on_threads() -> None:
+    # the 16M-float sum's form: each of 16 chunks (one `parallel for`) adds whole vectors into LANE_VECTORS
+    # accumulators, unrolled so they stay in registers, instead of one `omp simd reduction` scalar
+    ast = full_sum(1 << 20, dtypes.float32)[0]
+    src = to_program(ast, ClangRenderer()).src
+    assert src.count("#pragma omp parallel for") == 1
+    assert re.search(rf"float8 (acc\d+)\[{LANE_VECTORS}\];", src)
+    assert f"#pragma GCC unroll {LANE_VECTORS}" in src
+    assert re.search(r"acc\d+\[ridx\d+\] = \(acc\d+\[ridx\d+\]\+val0\);", src)
+
+
+def test_lanes_sum_has_less_error_than_one_accumulator() -> None:
+    # PYTHON runs the linear program in order (the C's `omp simd` picks its own): each of 2 chunks of 65536 positive
+    # floats summed by one accumulator, against LANES's 32 per chunk of 2048 each, against float64
+    ast, inputs, expected = positive_sum(1 << 17)
+    group = (Opt(OptOps.GROUP, 0, 2),)
+    errors = [abs(float(run(with_opts(ast, opts), inputs, 1, dtypes.float32, "PYTHON")[0]) - expected[0])
+              for opts in (group, (*group, Opt(OptOps.LANES, 0, 32)))]  # fmt: skip
+    assert errors[1] < errors[0] / 4, errors
+
+
+@pytest.mark.parametrize(
+    ("ast", "opts", "match"),
+    [(full_sum(96, dtypes.float32)[0], (Opt(OptOps.LANES, 0, 64),), "LANES by 64 of axis 0: got size 96"),
+     (full_sum(96, dtypes.float32)[0], (Opt(OptOps.GROUP, 0, 2), Opt(OptOps.LANES, 2, 2)),
+      "LANES needs a REDUCE axis: got axis 2 of REDUCE|got a reduce over several loops or of a reduce"),
+     (UOp.sink(glob(0, 4, dtypes.float32).index(loop(4, 0)).store(
+         glob(1, 32, dtypes.float32).index(loop(4, 0) * 8 + red(8, 1)).load().reduce(red(8, 1), arg=Ops.ADD))),
+      (Opt(OptOps.LANES, 0, 2),), "LANES needs a REDUCE axis: got axis 0 of LOOP")],
+)  # fmt: skip
+def test_bad_lanes_are_errors(ast: UOp, opts: tuple[Opt, ...], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        to_program(with_opts(ast, opts), ClangRenderer())
