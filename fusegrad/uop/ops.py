@@ -130,6 +130,7 @@ class UOpMetaClass(type):
 buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
 
 
+_BUFFER = "_buffer"  # a node's __dict__ entry: its Buffer, once UOp.buffer has read it (see there)
 _Default = TypeVar("_Default")
 LABELS = "_labels"  # a labelled node's __dict__ entry (NodeLabels)
 
@@ -417,13 +418,18 @@ class UOp(MathTrait, metaclass=UOpMetaClass):
     @property
     def buffer(self) -> Buffer:
         """The device Buffer behind a BUFFER node, created on first use."""
+        known = self.__dict__
+        if (ret := known.get(_BUFFER)) is not None:  # read before (a node's Buffer is set once and never changes)
+            return ret  # type: ignore[no-any-return]  # only this property writes the entry
         if self.op in GroupOp.Movement and self.base.op is Ops.BUFFER:
-            return self.base.buffer  # a view reads its base's memory
-        if self.op is not Ops.BUFFER:
+            ret = self.base.buffer  # a view reads its base's memory
+        elif self.op is not Ops.BUFFER:
             raise ValueError(f"buffer: only BUFFER nodes own a Buffer, got {self.op}")
-        if (ret := buffers.get(self)) is not None:
-            return ret
-        buffers[self] = ret = Buffer(self.src[1].arg, self.arg, self.dtype)
+        elif (ret := buffers.get(self)) is None:
+            buffers[self] = ret = Buffer(self.src[1].arg, self.arg, self.dtype)
+        # kept in the node too: the weak map's look-up makes a weak reference each time, and a replay reads ~150 a
+        # training step; the node holds it no longer than the map does (while the node lives)
+        known[_BUFFER] = ret
         return ret
 
     @property

@@ -93,6 +93,29 @@ def test_reduce_cast_and_detach_hand_on_shape_and_device(shape: list[int], data:
     assert "_shape" not in kernel_level.__dict__
 
 
+def test_a_nodes_buffer_is_read_once_and_kept_as_the_weak_map_keeps_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """UOp.buffer keeps what it read in the node: the next read (a replay reads ~150 a step) skips the weak map, and
+    the Buffer lives as long as the node, as the map's entry does."""
+    node = UOp.new_buffer("CPU", 4, dtypes.float32)
+    view = node.reshape((2, 2))
+    first = view.buffer
+    assert node.buffer is first
+    assert uop_ops.buffers.get(node) is first
+
+    class Unread(dict):
+        def get(self, *args: object) -> None:
+            raise AssertionError("read the weak map again")
+
+    monkeypatch.setattr(uop_ops, "buffers", Unread())
+    assert view.buffer is first
+    assert node.buffer is first
+    monkeypatch.undo()
+    kept = weakref.ref(first)
+    del first, view, node
+    gc.collect()
+    assert kept() is None
+
+
 def test_node_labels_live_on_the_node() -> None:
     node = UOp.new_buffer("CPU", 5, dtypes.float32).reshape((5, 1))
     label = (Metadata("relu", "here.py:1"),)
