@@ -175,11 +175,12 @@ def lanes(sink: UOp, opt: Opt, new_axis: int, new_reg: int) -> UOp:
     rng = _find_range(sink, opt.axis)
     size = _check_split(opt, rng, AxisType.REDUCE)
     red = next(u for u in sink.toposort() if u.op is Ops.REDUCE and rng in u.src[1:])
-    if len(red.src) != 2 or any(u.op in (Ops.REDUCE, Ops.DEFINE_REG) for u in red.src[0].toposort()):
-        raise ValueError(f"opt: LANES of axis {opt.axis}: got a reduce over several loops or of a reduce, expected one")
+    if any(u.op in (Ops.REDUCE, Ops.DEFINE_REG) for u in red.src[0].toposort()):
+        raise ValueError(f"opt: LANES of axis {opt.axis}: got a reduce of a reduce or of partials, expected of data")
     lane = UOp.range(opt.arg, new_axis, AxisType.UPCAST)
     step = UOp.range(size // opt.arg, opt.axis, AxisType.REDUCE)
-    part_value = red.src[0].substitute({rng: step * opt.arg + lane}).reduce(step, arg=red.arg)
+    others = [r for r in red.src[1:] if r is not rng]
+    part_value = red.src[0].substitute({rng: step * opt.arg + lane}).reduce(step, *others, arg=red.arg)
     parts = UOp(Ops.DEFINE_REG, red.dtype.ptr(opt.arg, AddrSpace.REG), arg=new_reg)
     written = parts.index(lane).store(part_value)
     combine = UOp.range(opt.arg, new_axis + 1, AxisType.REDUCE)
@@ -767,22 +768,29 @@ def group_opts(sink: UOp, nodes: dict[UOp, None]) -> list[Opt]:
     for rng in sorted(top.src[1:], key=lambda r: r.arg):
         size = int(rng.src[0].arg) if rng.src[0].op is Ops.CONST else 0
         parts = _first_divisor(size, (GROUP_PARTS, 8, 4, 2), GROUP_PARTS)
-        if size * inner[top] >= GROUP_MIN_SIZE and parts is not None:
+        # a reduce of data counts all its loops: a sum over (4096, 4096) is as big as one over 16M (it ran on one
+        # thread); one of reduces counts its own loop (GPT's loss over (16, 64) rows of 98 ran 1.7x slower split)
+        total = size * inner[top] if inner[top] > 1 else _reduce_size(top)
+        if total >= GROUP_MIN_SIZE and parts is not None:
             ret = [Opt(OptOps.GROUP, rng.arg[0], parts)]
-            return ret + lane_opts(sink, ret, top, size // parts)
+            return ret + lane_opts(sink, ret, top)
     return []
 
 
-def lane_opts(sink: UOp, opts: list[Opt], red: UOp, chunk: int) -> list[Opt]:
-    """LANES for a GROUP's partial sums over one loop of float32/float64 whose value has a vector form: LANE_VECTORS
-    vector accumulators a chunk instead of the one `omp simd reduction` keeps. A sum of 16M floats, side by side:
-    one thread 2.3-2.7% faster, 2 threads the same at the memory limit on an idle machine (~1150 us) and 3-4% faster
-    with the other core busy; error against float64 3.4x lower. [] for any other reduce or a chunk of no whole
-    steps of them."""
+def lane_opts(sink: UOp, opts: list[Opt], red: UOp) -> list[Opt]:
+    """LANES along the innermost loop of a GROUP's partial reduce (float32/float64, its value with a vector form):
+    LANE_VECTORS vector accumulators a chunk instead of the one `omp simd reduction` keeps. A sum of 16M floats, side
+    by side: one thread 2.3-2.7% faster, 2 threads the same at the memory limit on an idle machine (~1150 us) and
+    3-4% faster with the other core busy; error against float64 3.4x lower. [] for any other reduce or an innermost
+    loop (a grouped one's chunk) of no whole step of lanes."""
     lanes = LANE_VECTORS * vectorize.host_vector_bytes() // red.dtype.itemsize
-    if len(red.src) != 2 or red.dtype not in VECTOR_DTYPES or red.arg not in vectorize.VECTOR_REDUCES or chunk % lanes:
+    inner = max(red.src[1:], key=lambda r: r.arg)
+    if red.dtype not in VECTOR_DTYPES or red.arg not in vectorize.VECTOR_REDUCES or inner.src[0].op is not Ops.CONST:
         return []
-    ret = [Opt(OptOps.LANES, opts[0].axis, lanes)]
+    size = int(inner.src[0].arg) // (opts[0].arg if inner.arg[0] == opts[0].axis else 1)  # a grouped loop's chunk
+    if size % lanes:
+        return []
+    ret = [Opt(OptOps.LANES, inner.arg[0], lanes)]
     try:
         applied = apply_opts(sink, (*opts, *ret))
     except ValueError:  # a reduce of a reduce (a fused cross-entropy's sum over rows)

@@ -51,6 +51,36 @@ def test_lanes_of_a_product_sum_and_a_product(device: str) -> None:
     check(prod, dtypes.float32, device, (Opt(OptOps.LANES, 0, 16),))
 
 
+def sum_2d(rows: int, cols: int) -> Case:
+    r0, r1 = red(rows, 0), red(cols, 1)
+    value = glob(1, rows * cols, dtypes.float32).index(r0 * cols + r1).load().reduce(r0, r1, arg=Ops.ADD)
+    a = data((rows, cols), dtypes.float32)
+    out = glob(0, 1, dtypes.float32).index(UOp.const(dtypes.index, 0))
+    return UOp.sink(out.store(value)), [a], a.astype(np.float64).sum().reshape(1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "opts",
+    [(Opt(OptOps.GROUP, 0, 3), Opt(OptOps.LANES, 1, 32)), (Opt(OptOps.LANES, 1, 16),), (Opt(OptOps.LANES, 0, 2),)],
+    ids=["group rows then lanes", "lanes of columns", "lanes of rows"],
+)
+def test_lanes_of_a_sum_over_two_loops(opts: tuple[Opt, ...], device: str) -> None:
+    check(sum_2d(6, 64), dtypes.float32, device, opts)
+
+
+def test_heuristic_splits_a_full_reduce_over_several_loops_by_its_whole_size() -> None:
+    # (4096, 4096): no loop of 65536 alone, yet as big a sum as 16M floats (it ran on one thread); lanes go along
+    # the rows, the innermost loop
+    ast = sum_2d(4096, 4096)[0]
+    assert hand_coded_opts(ast) == [Opt(OptOps.GROUP, 0, 16), Opt(OptOps.LANES, 1, LANES)]
+    src = to_program(ast, ClangRenderer()).src
+    assert src.count("#pragma omp parallel for") == 1
+    assert re.search(rf"float8 acc\d+\[{LANE_VECTORS}\];", src)
+    assert hand_coded_opts(sum_2d(128, 1000)[0]) == [Opt(OptOps.GROUP, 0, 16)]  # rows of no whole step of lanes
+    assert hand_coded_opts(sum_2d(16, 1024)[0]) == []  # 16384 elements: too small for threads
+
+
 def test_heuristic_sums_a_big_full_reduce_in_lanes() -> None:
     assert hand_coded_opts(full_sum(1 << 20, dtypes.float32)[0]) == [Opt(OptOps.GROUP, 0, 16), Opt(OptOps.LANES, 0, 32)]
     # float64: as many vectors of half the lanes
@@ -86,7 +116,7 @@ def test_lanes_sum_has_less_error_than_one_accumulator() -> None:
     ("ast", "opts", "match"),
     [(full_sum(96, dtypes.float32)[0], (Opt(OptOps.LANES, 0, 64),), "LANES by 64 of axis 0: got size 96"),
      (full_sum(96, dtypes.float32)[0], (Opt(OptOps.GROUP, 0, 2), Opt(OptOps.LANES, 2, 2)),
-      "LANES needs a REDUCE axis: got axis 2 of REDUCE|got a reduce over several loops or of a reduce"),
+      "LANES of axis 2: got a reduce of a reduce or of partials, expected of data"),
      (UOp.sink(glob(0, 4, dtypes.float32).index(loop(4, 0)).store(
          glob(1, 32, dtypes.float32).index(loop(4, 0) * 8 + red(8, 1)).load().reduce(red(8, 1), arg=Ops.ADD))),
       (Opt(OptOps.LANES, 0, 2),), "LANES needs a REDUCE axis: got axis 0 of LOOP")],
