@@ -3068,8 +3068,11 @@ def _infer_list_dtype(data: Any) -> DType:
 
 GRADIENT_RECIPES = 64  # gradient graphs kept; the oldest goes first
 # (structure of (root, root_grad), targets' positions) -> (the positions compute_gradient gave gradients, their
-# graph over the structure's nodes, or None when it can't be rebuilt). Mutated in place, never rebound.
-gradient_recipes: dict[tuple[Any, ...], tuple[tuple[int, ...], GraphRecipe | None]] = {}
+# graph over the structure's nodes, or None when it can't be rebuilt, and the realize walks its builds continued:
+# GradientBuild.continuations). Mutated in place, never rebound.
+gradient_recipes: dict[
+    tuple[Any, ...], tuple[tuple[int, ...], GraphRecipe | None, dict[tuple[int, ...], Continuation | None]]
+] = {}
 
 
 def _gradients(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
@@ -3092,30 +3095,16 @@ def _gradients(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
         if len(gradient_recipes) >= GRADIENT_RECIPES:
             del gradient_recipes[next(iter(gradient_recipes))]
         recipe = GraphRecipe.of(list(grads.values()), structure.nodes)
-        gradient_recipes[key] = (tuple(position[u] for u in grads), recipe)
+        gradient_recipes[key] = (tuple(position[u] for u in grads), recipe, {})
         return grads
-    places, recipe = entry
+    places, recipe, continuations = entry
     if recipe is None:
         return compute_gradient(root, root_grad, targets)
     nodes = structure.nodes
     made = recipe.build_all(nodes)
     outputs = [made[i] for i in recipe.outputs]
-    note_gradient_build(GradientBuild(root, made, {u: i for i, u in enumerate(outputs)}, _continuations(recipe)))
+    note_gradient_build(GradientBuild(root, made, {u: i for i, u in enumerate(outputs)}, continuations))
     return dict(zip([nodes[i] for i in places], outputs, strict=True))
-
-
-# per gradient recipe (by id: the entry holds the recipe, so no other object takes its id while it is here), the
-# recipe and the realize walks its builds continued (GradientBuild.continuations)
-_gradient_walks: dict[int, tuple[GraphRecipe, dict[tuple[int, ...], Continuation | None]]] = {}
-
-
-def _continuations(recipe: GraphRecipe) -> dict[tuple[int, ...], Continuation | None]:
-    """The continuations remembered for `recipe` (the last GRADIENT_RECIPES recipes keep theirs)."""
-    if (kept := _gradient_walks.get(id(recipe))) is None or kept[0] is not recipe:
-        if len(_gradient_walks) >= GRADIENT_RECIPES:
-            del _gradient_walks[next(iter(_gradient_walks))]
-        kept = _gradient_walks[id(recipe)] = (recipe, {})
-    return kept[1]
 
 
 # *** realizing: the one path from lazy tensors to buffers (Tensor.realize, a random draw inside a capture) ***

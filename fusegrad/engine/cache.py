@@ -5,7 +5,7 @@ same kernels run with this realize's buffers, in the same order, and the tensors
 kernelize or create_schedule. The key is built in one walk of the graph (`graph_structure`). Graphs the cache can't
 express (symbolic variables, tensors sharded over several devices, storage views) are scheduled every time.
 `Tensor.realize` (tensor.py's `realize_tensors`) keys its graph with `graph_structure`, runs a kept schedule with
-`replay` and keeps a new one with `record`.
+`replay_into` (`replay` returns the map instead) and keeps a new one with `record`.
 """
 
 from __future__ import annotations
@@ -587,14 +587,16 @@ def run_hit(entry: CachedSchedule, start: float, run: Callable[[], None]) -> Non
 
 def replay(entry: CachedSchedule, structure: Structure, do_update_stats: bool) -> Becomes:
     """Run a cached schedule on this graph's buffers; returns what its graph's nodes become (the tensors to repoint)."""
-    params = run_cached(entry, structure.leaves, do_update_stats)
-    return Becomes({structure.nodes[pos]: template for pos, template in entry.becomes}, params)
+    made: list[Becomes] = []
+    replay_into(entry, [structure], do_update_stats, made.append)
+    return made[0]
 
 
 def replay_into(
     entry: CachedSchedule, held: list[Structure], do_update_stats: bool, apply: Callable[[Becomes], None]
 ) -> None:
-    """`replay`, handing what the graph's nodes become to `apply` (which repoints the tensors). The structure comes in
+    """Run a cached schedule on this graph's buffers, handing what its graph's nodes become to `apply` (which
+    repoints the tensors). The structure comes in
     `held`, which this empties: on the hot path the tensors are repointed and the graph let go before the kernels
     run (run_cached's `settle`), so its nodes are freed while the cores' caches still hold them, not after kernels
     that streamed megabytes through them (a GPT step frees ~1,000 nodes here)."""

@@ -139,7 +139,6 @@ def _label(key: Key, names: tuple[str, ...] = ()) -> str:
     return f"'{name}'{''.join(f'[{k!r}]' for k in key[1:])} ({where})"
 
 
-_ARG_KEYS = [(i,) for i in range(16)]  # the keys of the first positional arguments, made once
 _NESTED_TYPES = (list, tuple, dict, UOp)  # arguments that may hold Tensors or bind a variable
 
 
@@ -147,7 +146,7 @@ def _find_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[t
     """(every Tensor argument with its place, whether an argument is a container or a UOp: one that may hold
     Tensors or bind a variable)."""
     if not kwargs and all(type(a) is Tensor for a in args):  # the common call: Tensors only
-        return [(_ARG_KEYS[i] if i < len(_ARG_KEYS) else (i,), a) for i, a in enumerate(args)], False
+        return [((i,), a) for i, a in enumerate(args)], False
     top: list[tuple[Key, Any]] = [((i,), a) for i, a in enumerate(args)]
     if kwargs:
         top += [((k,), v) for k, v in sorted(kwargs.items())]
@@ -796,8 +795,6 @@ _TENSOR_HOLDERS = (Tensor, list, tuple, dict)  # arguments whose Tensors are inp
 def _plain_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[Key, str]:
     """{place: description} of the arguments that are not Tensors or containers: plain values (numbers, strings, None)
     by value, other objects (a model, `self`) by identity. A replay can't follow them, so other ones must not replay."""
-    if not kwargs and all(type(a) is Tensor for a in args):  # the common call: Tensors only
-        return {}
     plain: dict[Key, str] = {
         (i,): _describe_argument(a) for i, a in enumerate(args) if not isinstance(a, _TENSOR_HOLDERS)
     }

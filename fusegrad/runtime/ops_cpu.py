@@ -146,12 +146,17 @@ def memory_address(mv: memoryview) -> int:
 
 def host_address(buf: Buffer) -> int:
     """A host Buffer's address as a kernel takes it (0 for an empty one), allocated first if it is not, worked out
-    once per allocation: kept in the allocation's storage, whose memory never moves."""
+    once per allocation: kept in the allocation's storage, whose memory never moves. TypeError for memory that is not
+    the host's."""
     if not buf.nbytes:
         return 0
     storage = buf.ensure_allocated()._storage
     assert storage is not None, "host_address: ensure_allocated left no storage"
     if (address := storage.address) is None:
+        if not isinstance(storage.buf, memoryview):
+            raise TypeError(
+                f"host_address: buffer on {buf.device} is not host memory: got {type(storage.buf).__name__}"
+            )
         address = storage.address = mv_address(storage.buf)
     return address
 

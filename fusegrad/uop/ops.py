@@ -587,8 +587,8 @@ class UOp(MathTrait, metaclass=UOpMetaClass):
         return self if self.shape == shape else self._view_node(op, shape, shape)
 
     def _view_node(self, op: Ops, arg: Any, shape: tuple[sint, ...]) -> UOp:
-        """The movement node over this one, with the shape compute_shape would work out again (frontend hot path)
-        and, where this node's is known, its device (a view is on its source's device)."""
+        """A node of this one alone (a view, a reduce over axes), with the shape compute_shape would work out again
+        (frontend hot path) and, where this node's is known, its device (such a node is on its source's device)."""
         ret = UOp(op, self.dtype, (self,), arg)
         ret.__dict__.setdefault("_shape", shape)
         if (device := self.__dict__.get("_device")) is not None:
@@ -619,12 +619,7 @@ class UOp(MathTrait, metaclass=UOpMetaClass):
         axes = tuple(sorted({a for a in axes if shape[a] != 1}))  # reducing a size-1 axis changes nothing
         if not axes:
             return self
-        ret = UOp(Ops.REDUCE_AXIS, self.dtype, (self,), (op, axes))
-        # the frontend's hot path: the shape compute_shape would work out, and the source's device where known
-        ret.__dict__.setdefault("_shape", tuple(1 if i in axes else s for i, s in enumerate(shape)))
-        if (device := self.__dict__.get("_device")) is not None:
-            ret.__dict__.setdefault("_device", device)
-        return ret
+        return self._view_node(Ops.REDUCE_AXIS, (op, axes), tuple(1 if i in axes else s for i, s in enumerate(shape)))
 
     def contiguous(self) -> UOp:
         return UOp(Ops.CONTIGUOUS, self.dtype, (self,))

@@ -36,9 +36,10 @@ class GraphValue:
 
 def buffer_address(buf: Buffer) -> int:
     """Address of a host buffer's first byte (0 for an empty one: the kernel never reads it)."""
-    if not isinstance(buf._buf, memoryview):
-        raise GraphException(f"CPU graph: buffer on {buf.device} is not host memory")
-    return host_address(buf)
+    try:
+        return host_address(buf)
+    except TypeError:
+        raise GraphException(f"CPU graph: buffer on {buf.device} is not host memory") from None
 
 
 class GraphSource:
