@@ -219,6 +219,7 @@ CAPTURING = ContextVar("CAPTURING", 1)  # 0: JIT capture pauses (set internally 
 TRACEMETA = ContextVar("TRACEMETA", 1)  # 1: attach Tensor-call Metadata to UOps; 2: also record the caller's line
 NO_MEMORY_PLANNER = ContextVar("NO_MEMORY_PLANNER", 0)  # 1: give every scheduled buffer its own allocation
 SCHEDULE_CACHE = ContextVar("SCHEDULE_CACHE", 1)  # 0: schedule every realize, even one shaped like an earlier one
+RECIPE_CACHE = ContextVar("RECIPE_CACHE", 1)  # 0: run composite Tensor methods always; 2: check reuses (recipes.py)
 RING = ContextVar("RING", 1)  # multi-device allreduce: 0 naive, 1 ring when large enough, 2 always ring
 RING_ALLREDUCE_THRESHOLD = ContextVar("RING_ALLREDUCE_THRESHOLD", 256_000)  # RING=1: ring from this many elements
 SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 1)  # 1: split very large reductions into two kernels

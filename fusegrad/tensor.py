@@ -17,6 +17,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal, TypeVar
 
+import fusegrad.mixin as _mixin
 from fusegrad.device import Device, canonicalize_device
 from fusegrad.dtype import (
     ConstType,
@@ -65,6 +66,7 @@ from fusegrad.helpers import (
     prod,
 )
 from fusegrad.mixin import call_metadata as _call_metadata
+from fusegrad.mixin import recipes as _recipes
 from fusegrad.mixin import traced as _mixin_traced
 from fusegrad.mixin.elementwise import ElementwiseMixin, _in_float, _sigmoid, _tanh
 from fusegrad.mixin.linalg import LinalgMixin
@@ -826,6 +828,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
 
     def _buffer(self) -> Any:
         """The realized, contiguous Buffer holding this tensor's values (a multi-device tensor: gathered first)."""
+        _recipes.host_events += 1  # a value read: an op recording this depends on data
         if capturing and CAPTURING.value:  # a replay would return the value read now, never the new one
             raise JitError("reading tensor data during a TinyJit capture: the value would be baked into every replay")
         if isinstance(self.device, tuple):
@@ -940,6 +943,7 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
             >>> w.assign(Tensor([1.0, 2.0, 3.0])).tolist(), w.assign(7).tolist()
             ([1.0, 2.0, 3.0], [7.0, 7.0, 7.0])
         """
+        _recipes.host_events += 1  # a write: an op doing this can't be rebuilt from a recipe
         if isinstance(x, Tensor):
             xt = x
         elif isinstance(x, (bool, int, float)):
@@ -2792,6 +2796,10 @@ def _label_operator(fn: F) -> F:
 for _name in _LABELLED_OPERATORS:
     setattr(Tensor, _name, _label_operator(getattr(Tensor, _name)))
 
+# op recipes: the outermost traced call of a composite method rebuilds its first call's graph (mixin/recipes.py)
+_recipes.tensor_type = Tensor
+_mixin._reuse = _recipes.call
+
 
 # *** module helpers ***
 
@@ -3114,6 +3122,7 @@ def realize_tensors(tensors: Sequence[Tensor], do_update_stats: bool = True, alo
     """Compute `tensors` in one schedule: a cached one when an earlier realize had this structure (SCHEDULE_CACHE,
     engine/cache.py). `alone`: no other live tensor's graph holds their nodes (a random draw's key and state), so
     only they are repointed, without the walk over every lazy tensor's graph."""
+    _recipes.host_events += 1  # a realize: an op doing this can't be rebuilt from a recipe
     only = tensors if alone else None
     bases = [t._uop.base for t in tensors]
     if all(b.op in _SETTLED_OPS for b in bases):  # realized memory and constants (`loss.item()`): nothing to run

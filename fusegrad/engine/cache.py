@@ -52,7 +52,7 @@ CACHE_NODES = 1_000_000  # graph nodes in all kept keys together (~100 bytes eac
 _UNCACHEABLE = frozenset({Ops.BIND, Ops.DEFINE_VAR, Ops.KERNEL})
 # nodes whose arg is an identity, not a value: two CONTIGUOUS of one source are distinct nodes, whatever their ids
 _ID_ARGS = frozenset({Ops.UNIQUE, Ops.CONTIGUOUS})
-_CHECKED = _UNCACHEABLE | {Ops.DEVICE} | GroupOp.Movement  # the ops _is_replayable can refuse
+_CHECKED = _UNCACHEABLE | {Ops.DEVICE} | GroupOp.Movement  # the ops is_replayable can refuse
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +232,7 @@ def _walk(
             # the node's hash-consing key: its arg keeps -0.0 apart from 0.0, and its dtype is the interned dtype's id
             op, dtype_id, src, arg, tag = node._cache_key
             if op in checked and cacheable and not (op in movement and arg in plain_args):
-                cacheable = _is_replayable(node)
+                cacheable = is_replayable(node)
             position[node] = len(nodes)
             add_node(node)
             add_parts((op, dtype_id, None if op in id_args else arg, tag, len(src)))
@@ -276,7 +276,7 @@ _NOT_KEPT = object()
 def _view_structure(u: UOp) -> tuple[Any, ...] | None:
     chain: list[Any] = []
     while u.op in GroupOp.Movement:
-        if not _is_replayable(u):
+        if not is_replayable(u):
             return None
         chain.append((u.op, u.arg))
         u = u.src[0]
@@ -285,7 +285,7 @@ def _view_structure(u: UOp) -> tuple[Any, ...] | None:
     return (*chain, u.dtype, u.arg, device)
 
 
-def _is_replayable(node: UOp) -> bool:
+def is_replayable(node: UOp) -> bool:
     """Not a symbolic value (a bound variable, or a movement op sized by one: symbolic_shape.py), a kernel built
     by an earlier kernelize(), or a device tuple (a sharded tensor's placements live outside the graph)."""
     if node.op in _UNCACHEABLE or (node.op is Ops.DEVICE and isinstance(node.arg, tuple)):
@@ -302,7 +302,7 @@ def _is_replayable(node: UOp) -> bool:
 
 
 PLAIN_ARGS_KEPT = 8192  # movement args remembered as free of symbolic sizes (emptied when full)
-# movement args _is_replayable found without a symbolic size: a step's walk meets the same few hundred shapes each
+# movement args is_replayable found without a symbolic size: a step's walk meets the same few hundred shapes each
 # time, and a movement op with one of them skips the check. None holds a node, so none keeps one alive.
 _PLAIN_MOVEMENT_ARGS: set[Any] = set()
 

@@ -34,6 +34,9 @@ _ERROR_NAMES = {"dot": "matmul"}
 _call_sites: dict[tuple[str, int, int], tuple[CodeType, Metadata]] = {}
 _METADATA_SITES = 4096
 
+# mixin/recipes.py's `call` once tensor.py installed it: the outermost traced call goes through it (op recipes)
+_reuse: Callable[[Callable[..., Any], Metadata | None, tuple[Any, ...], dict[str, Any]], Any] | None = None
+
 
 def call_metadata(name: str, frame: FrameType) -> Metadata:
     """The Metadata of Tensor method `name` called from `frame`'s current line."""
@@ -63,6 +66,8 @@ def traced(fn: F) -> F:
         meta = call_metadata(fn.__name__, sys._getframe(1)) if TRACEMETA.value else None  # the user's line
         op_token, meta_token = _OUTER_OP.set(op), _METADATA.set(meta)
         try:
+            if (reuse := _reuse) is not None:
+                return reuse(fn, meta, args, kwargs)
             return fn(*args, **kwargs)
         except INPUT_ERRORS as e:  # input errors: re-raised with the user-facing op in front, as the same type
             if type(e) not in INPUT_ERRORS or str(e).startswith(f"{op}:"):
