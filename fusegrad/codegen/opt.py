@@ -47,6 +47,9 @@ class OptOps(Enum):
     UNROLL = auto()  # innermost reduce axis of size n -> n/arg steps of an unrolled loop of arg (codegen/unroll.py)
     SPLIT = auto()  # output axis of size n -> an outer loop of n/arg iterations and a loop of arg nested innermost
     LANES = auto()  # reduce axis of size n -> arg interleaved partial reductions (an upcast loop), then combined
+    # output axis of size n -> ceil(n/arg) iterations of an upcast loop of arg (any arg < n): the last tile's lanes past
+    # the end repeat index n-1, computing and storing its value again (as UPCAST where arg divides n)
+    UPCAST_CLAMP = auto()
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +94,9 @@ SPLIT_MIN_ROW_BYTES, SPLIT_TILES, SPLIT_MIN_GROUPS = 2 << 20, 4, 8
 # core on the AVX-512 host, half of it): matmul 1024's groups of 4 tiles 155-161 -> 163 GFLOP/s single-thread over
 # pairs; matmul 2048's fours (1 MiB) over pairs 154-158 -> 158-160 single-thread, 2 threads 54.5 -> 53.0-53.6 ms
 PACK_GROUP_BYTES = 1 << 20
+# a grouped matmul tile on AVX-512 (wide_tile_opts): rows x vectors, and its reduce loop's unrolled steps (each step
+# is 48 instructions already: 4 steps ran 13.1 ms against 2's 12.6 on matmul 1024, one core)
+WIDE_TILE, WIDE_TILE_UNROLL = (6, 4), 2
 LANE_VECTORS = 4  # vector accumulators of a split full reduce's chunk (LANES): its adds don't wait on one register
 
 
@@ -138,6 +144,46 @@ def upcast(sink: UOp, opt: Opt, new_axis: int) -> UOp:
     outer = UOp.range(size // opt.arg, opt.axis, AxisType.LOOP)
     replacement = inner if size == opt.arg else outer * opt.arg + inner
     return graph_rewrite(sink, pm_replace_nodes, ctx={rng: replacement}, name="upcast")
+
+
+def upcast_clamp(sink: UOp, opt: Opt, new_axis: int) -> UOp:
+    """r -> min(outer * arg + inner, n - 1): an upcast by an amount that needn't divide the axis size n (a register
+    tile of 6 rows over 1024). The last tile's lanes past the end take index n - 1, so they compute that index's value
+    from the same loads in the same order and store it again, bit for bit: harmless where the kernel reads no buffer
+    it writes and the tile's lanes run in one thread (an upcast loop is never split across threads). Where arg
+    divides n it is UPCAST."""
+    rng = _find_range(sink, opt.axis)
+    if rng.arg[1] is not AxisType.LOOP or rng.src[0].op is not Ops.CONST:
+        raise ValueError(f"opt: UPCAST_CLAMP needs a LOOP axis of constant size: got axis {opt.axis} of "
+                         f"{rng.arg[1].name}, size {rng.src[0].render()}")  # fmt: skip
+    size = int(rng.src[0].arg)
+    if opt.arg >= 2 and size % opt.arg == 0:
+        return upcast(sink, Opt(OptOps.UPCAST, opt.axis, opt.arg), new_axis)
+    if not 2 <= opt.arg < size:
+        raise ValueError(f"opt: UPCAST_CLAMP by {opt.arg} of axis {opt.axis}: got size {size}, expected 2 <= arg < n")
+    if any(u.op is Ops.DEFINE_REG for u in sink.toposort()):  # as upcast's
+        raise ValueError(f"opt: UPCAST_CLAMP of axis {opt.axis}: got GROUP or PACK applied before it, expected neither")
+    if written := _read_outputs(sink):
+        raise ValueError(f"opt: UPCAST_CLAMP of axis {opt.axis}: got a kernel reading buffers it writes {written}, "
+                         "expected none (a repeated lane would read its own store)")  # fmt: skip
+    inner = UOp.range(opt.arg, new_axis, AxisType.UPCAST)
+    outer = UOp.range(-(-size // opt.arg), opt.axis, AxisType.LOOP)
+    index, last = outer * opt.arg + inner, UOp.const(rng.dtype, size - 1)
+    return graph_rewrite(sink, pm_replace_nodes, ctx={rng: (index < last).where(index, last)}, name="upcast clamp")
+
+
+def _global_slot(index: UOp) -> int | None:
+    """The slot of the global buffer an INDEX addresses (None for registers and locals)."""
+    buf = index.src[0] if index.op is Ops.INDEX else None
+    return int(buf.arg) if buf is not None and buf.op is Ops.DEFINE_GLOBAL else None
+
+
+def _read_outputs(sink: UOp) -> list[int]:
+    """The slots of the global buffers the kernel both stores to and loads from."""
+    nodes = sink.toposort()
+    stored = {_global_slot(u.src[0]) for u in nodes if u.op is Ops.STORE}
+    loaded = {_global_slot(u.src[0]) for u in nodes if u.op is Ops.LOAD}
+    return sorted(s for s in stored & loaded if s is not None)
 
 
 def group(sink: UOp, opt: Opt, new_axis: int, new_reg: int) -> UOp:
@@ -315,8 +361,8 @@ def apply_opts(sink: UOp, opts: tuple[Opt, ...], has_local: bool = False) -> UOp
         nodes = sink.toposort()
         new_axis = max((u.arg[0] for u in nodes if u.op is Ops.RANGE), default=-1) + 1
         match opt.op:
-            case OptOps.UPCAST:
-                sink = upcast(sink, opt, new_axis)
+            case OptOps.UPCAST | OptOps.UPCAST_CLAMP:
+                sink = (upcast if opt.op is OptOps.UPCAST else upcast_clamp)(sink, opt, new_axis)
             case OptOps.LOCAL:
                 sink = split_local(sink, opt.axis, opt.arg, new_axis)
             case OptOps.GROUP | OptOps.GROUPTOP if has_local or opt.op is OptOps.GROUPTOP:
@@ -581,7 +627,8 @@ def column_groups(opts: list[Opt], reduce_size: int, sizes: dict[int, int], item
     """For pack_opts's tile with its column (vector) loop swapped outermost: where the rows a column tile reads
     (rows x reduce) pass SPLIT_MIN_ROW_BYTES, that loop split so groups of column tiles share one packed panel
     and loop inside the row tiles: each row tile then streams from L3 once per group and is reread from L1/L2 by
-    the group's other tiles (on AVX-512, matmul 1024: 4 tiles of 32 columns, a 512 KiB panel; 2048: pairs). []
+    the group's other tiles (on AVX-512, 8 x 2 vectors over 4096 x 2048: pairs of 32-column tiles, 512 KiB of panel
+    each; wide_tile_opts' 6 x 4 over matmul 1024 and 2048: pairs of 64-column tiles, 256 and 512 KiB each). []
     otherwise. The groups stay the parallel loop (at least SPLIT_MIN_GROUPS); each accumulator keeps its order."""
     reuse, vector = opts[-2], opts[-1]
     tiles, panel = sizes[vector.axis] // vector.arg, reduce_size * vector.arg * itemsize
@@ -749,6 +796,29 @@ def _taller_tile(
     return tile + packed if packed else []
 
 
+def wide_tile_opts(
+    sink: UOp, tile: list[Opt], loads: list[UOp], reduce_size: int, sizes: dict[int, int], width: int, acc_bytes: int
+) -> list[Opt]:
+    """For a packed tile whose column tiles go in groups (column_groups: matmul 1024 and 2048) on AVX-512: a tile of
+    WIDE_TILE rows x vectors (24 of AVX-512's 32 registers) instead of 8 x 2 (or register_tile's 5 x 2 over 1000
+    rows), its rows clamped at the end (6 divides neither 1024 nor 2048: UPCAST_CLAMP repeats the last row in the last
+    tile). Per reduce step it loads 4 vectors and broadcasts 6 floats for 24 fmas, where 8 x 2 loads 2 and broadcasts
+    8 for 16 (10 loads per 16 fmas capped the inner loop near 85% of a core). Its accumulators are variables
+    (linearize.named_accumulators), its reduce loop unrolled by WIDE_TILE_UNROLL. One core, generated C: matmul 1024
+    13.3-13.4 -> 12.7-12.8 ms, 2048 111-113 -> 102-105 ms, 1000 x 1024 x 1024 14.3 -> 12.5 ms, 1536 49.9 -> 43.1 ms,
+    (1030 x 1024) @ (1024 x 2048) 30.3 -> 25.7 ms; the same bits. [] elsewhere (too few groups: 768 x 768 x 768)."""
+    rows, vectors = WIDE_TILE
+    if width * acc_bytes < vectorize.WIDE_VECTOR_BYTES or not any(o.op is OptOps.SPLIT for o in tile):
+        return []
+    reuse, vector = (o for o in tile if o.op is OptOps.UPCAST)
+    lanes = vectors * width
+    wide = [Opt(OptOps.UPCAST_CLAMP, reuse.axis, rows), Opt(OptOps.UPCAST, vector.axis, lanes)]
+    if sizes[vector.axis] % lanes or sizes[reuse.axis] < rows * PACK_MIN_REUSE:
+        return []
+    packed = pack_opts(sink, wide, loads, reduce_size, sizes)
+    return wide + packed if any(o.op is OptOps.SPLIT for o in packed) else []
+
+
 def _operand_bytes(loads: list[UOp]) -> int:
     """Bytes of the buffers the loads read (each once)."""
     bufs = {ld.src[0].src[0] for ld in loads}
@@ -910,8 +980,9 @@ def tile_opts(sink: UOp, opts: list[Opt], rest: list[UOp], width: int, acc_bytes
         # on AVX-512 twice the rows where its 32 registers allow (x @ w.T over 384: 4 x 32 -> 8 x 32, 832 -> 679 us)
         accumulators = _row_accumulators(width, acc_bytes)
         taller = _taller_tile(sink, upcasts, reduce_size, sizes, width, accumulators) if len(upcasts) == 2 else []
-        if taller and not opts:
-            return taller
+        if not opts and len(upcasts) == 2:
+            tile = taller or upcasts + packed
+            return wide_tile_opts(sink, tile, loads, reduce_size, sizes, width, acc_bytes) or tile
         return upcasts + packed
     if len(upcasts) == 2 and upcasts[0].arg >= 4 and sizes.get(upcasts[0].axis) == upcasts[0].arg:
         # the rows took the whole reuse axis, so no loop is left to pack the vector loads outside: with half of it
@@ -1113,11 +1184,12 @@ def unroll_opts(sink: UOp, opts: list[Opt]) -> list[Opt]:
     inner = max((u for u in nodes if u.op is Ops.RANGE and u.arg[1] in REDUCE_AXES), key=lambda r: r.arg[0])
     # the loops of the reduce that closes it (two sums over loops of 32 side by side are two short reduces)
     steps = [r for u in nodes if u.op is Ops.REDUCE and inner in u.src[1:] for r in u.src[1:]]
-    if not steps or any(r.src[0].op is not Ops.CONST for r in steps) or int(inner.src[0].arg) % UNROLL_STEPS:
+    amount = WIDE_TILE_UNROLL if any(o.op is OptOps.UPCAST_CLAMP for o in opts) else UNROLL_STEPS  # wide_tile_opts'
+    if not steps or any(r.src[0].op is not Ops.CONST for r in steps) or int(inner.src[0].arg) % amount:
         return []
     if math.prod(int(r.src[0].arg) for r in steps) < UNROLL_MIN_REDUCE:
         return []
-    ret = [Opt(OptOps.UNROLL, inner.arg[0], UNROLL_STEPS)]
+    ret = [Opt(OptOps.UNROLL, inner.arg[0], amount)]
     try:
         apply_opts(sink, (*opts, *ret))
     except ValueError:  # the reduce loop's index is used elsewhere, or more than one reduce runs over it

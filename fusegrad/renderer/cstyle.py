@@ -95,16 +95,23 @@ class RenderContext:
                 return base if base not in self.r.values() else self.fresh_name(base + "_")
         return self.fresh_name(_PREFIXES.get(u.op, "alu"))
 
+    def in_reduce(self, u: UOp) -> bool:
+        """Whether the innermost loop around `u` is a reduce loop."""
+        return (rng := self.loop.get(u)) is not None and rng.arg[1] in REDUCE_AXES
+
     def is_inline(self, u: UOp) -> bool:
         """Whether `u` is written into its user's text rather than a variable of its own.
 
-        Register loads inline (the accumulator is read where it is used); other values inline only when used once
-        in the same loop, so hoisted work stays hoisted, and not as a branch of ?:. Global loads get a variable.
+        Register loads inline (the accumulator is read where it is used), but for a vector that several nodes use
+        in a reduce loop (a packed panel's vector each row of a named tile multiplies: a variable, loaded ahead of the
+        rows, codegen/linearize.py); other values inline only when used once in the same loop, so hoisted work stays
+        hoisted, and not as a branch of ?:. Global loads get a variable.
         """
         if u.op in _ALWAYS_INLINE:
             return True
         if u.op is Ops.LOAD:
-            return _is_register(_base_buffer(u.src[0].src[0]))
+            shared = u.dtype.count > 1 and len(self.users.get(u, [])) > 1 and self.in_reduce(u)
+            return _is_register(_base_buffer(u.src[0].src[0])) and not shared
         users = self.users.get(u, [])
         if len(users) != 1 or self.depth[users[0]] != self.depth[u]:
             return False

@@ -19,6 +19,7 @@ from test.codegen.test_opt import matmul, run, self_matmul
 
 F32 = dtypes.float32
 TILE = [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 32), Opt(OptOps.SWAP, 0, 1)]  # AVX-512's 8 x 2 vectors
+WIDE = [Opt(OptOps.UPCAST_CLAMP, 0, 6), Opt(OptOps.UPCAST, 1, 64), Opt(OptOps.SWAP, 0, 1)]  # and 6 x 4 (wide_tile_opts)
 
 
 def wide_host(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -35,9 +36,10 @@ def test_a_matmul_whose_rows_pass_l2_groups_its_column_tiles(monkeypatch: pytest
     # matmul 1024: a's 4 MiB of rows streamed from L3 once per column tile of 32; in fours, the 512 KiB panel of the
     # group serves its tiles from one pass over the rows; matmul 2048's 256 KiB panels go in fours too (1 MiB: within
     # PACK_GROUP_BYTES, where a budget of 512 KiB took pairs)
+    # (both now take opt.wide_tile_opts' 6 x 4 vectors, in pairs: test_wide_tile.py)
     wide_host(monkeypatch)
-    assert tile_of(1024, 1024, 1024) == [*TILE, Opt(OptOps.SPLIT, 0, 4), Opt(OptOps.PACK, 1, 2)]
-    assert tile_of(2048, 2048, 2048) == [*TILE, Opt(OptOps.SPLIT, 0, 4), Opt(OptOps.PACK, 1, 2)]
+    assert tile_of(1024, 1024, 1024) == [*WIDE, Opt(OptOps.SPLIT, 0, 2), Opt(OptOps.PACK, 1, 2)]
+    assert tile_of(2048, 2048, 2048) == [*WIDE, Opt(OptOps.SPLIT, 0, 2), Opt(OptOps.PACK, 1, 2)]
     assert tile_of(4096, 4096, 2048) == [*TILE, Opt(OptOps.SPLIT, 0, 2), Opt(OptOps.PACK, 1, 2)]  # 512 KiB a tile
 
 
@@ -46,7 +48,7 @@ def test_a_self_matmul_groups_its_column_tiles_too(monkeypatch: pytest.MonkeyPat
     # copy of the columns' operand, so its tile groups as a @ b's does
     wide_host(monkeypatch)
     opts = [o for o in hand_coded_opts(graph_rewrite(self_matmul(1024, F32)[0], sym)) if o.op is not OptOps.UNROLL]
-    assert opts == [*TILE, Opt(OptOps.SPLIT, 0, 4), Opt(OptOps.PACK, 1, 1)]
+    assert opts == [*WIDE, Opt(OptOps.SPLIT, 0, 2), Opt(OptOps.PACK, 1, 1)]
 
 
 def test_a_self_matmul_grouped_matches_the_plain_kernel_bit_for_bit() -> None:
@@ -71,11 +73,11 @@ def test_the_group_loops_inside_the_row_tiles_around_one_panel(monkeypatch: pyte
     wide_host(monkeypatch)
     src = to_program(matmul(1024, 1024, 1024, F32)[0], Device["CPU"].renderer).src
     body = src[src.index("#pragma omp parallel for") :]
-    # 8 groups in parallel; the panel of the group's 4 tiles (131072 floats) filled first, then 128 row tiles, each
-    # running the group's 4 column tiles
+    # 8 groups in parallel; the panel of the group's 2 tiles of 64 (131072 floats) filled first, then 171 row tiles
+    # of 6, each running the group's 2 column tiles
     assert " < 8; " in body.split("\n")[1], body[:400]
-    fill, rows = body.index("= val0;"), body.index(" < 128; ")
-    group, steps = body.index(" < 4; ", rows), body.index(" < 256; ", rows)  # then the reduce's 1024 steps, by 4
+    fill, rows = body.index("= val0;"), body.index(" < 171; ")
+    group, steps = body.index(" < 2; ", rows), body.index(" < 512; ", rows)  # then the reduce's 1024 steps, by 2
     assert "float acc0[131072];" in body
     assert fill < rows < group < steps, body[:2000]
 

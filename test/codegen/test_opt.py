@@ -598,8 +598,9 @@ def test_heuristic_doubles_a_packed_tiles_rows_on_a_wide_vector_host(monkeypatch
 
     monkeypatch.setattr(vectorize, "host_vector_bytes", lambda: vectorize.WIDE_VECTOR_BYTES)
     tile = [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 32), Opt(OptOps.SWAP, 0, 1), Opt(OptOps.PACK, 1, 2)]
-    # column tiles in fours (SPLIT_TILES): four 128 KiB panels (column_groups)
-    assert tile_opts_of(matmul(1024, 1024, 1024, dtypes.float32)[0]) == [*tile[:3], Opt(OptOps.SPLIT, 0, 4), tile[3]]
+    # column tiles in groups (column_groups): pairs of 512 KiB panels over 4096 rows (matmul 1024 and 2048 take
+    # opt.wide_tile_opts' 6 x 4 tile instead: test_wide_tile.py; here its 1 MiB panels would not pair)
+    assert tile_opts_of(matmul(4096, 4096, 2048, dtypes.float32)[0]) == [*tile[:3], Opt(OptOps.SPLIT, 0, 2), tile[3]]
     assert tile_opts_of(matmul(1024, 384, 128, dtypes.float32)[0]) == tile
     check(matmul(64, 64, 64, dtypes.float32), dtypes.float32, "CPU", None)
     # unpacked tiles keep theirs
