@@ -21,6 +21,16 @@ from fusegrad.uop.ops import all_metadata
 RNG = np.random.default_rng(7)
 
 
+@pytest.fixture(autouse=True)
+def _every_recording_gains(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether a recording gains is timed (the method against a rebuild's cost): on a loaded machine or a fast one
+    that decides differently, so these tests keep every recording, from fresh tables."""
+    monkeypatch.setattr(recipes, "REBUILD_US", 0.0)
+    monkeypatch.setattr(recipes, "NODE_US", 0.0)
+    monkeypatch.setattr(recipes, "_recordings", {})
+    monkeypatch.setattr(recipes, "_stats", {})
+
+
 def _data(*shape: int) -> np.ndarray:
     return RNG.standard_normal(shape).astype(np.float32)
 
@@ -189,6 +199,17 @@ def test_outputs_carry_the_call_sites_label() -> None:
     label = all_metadata.get(out.uop)
     assert label is not None
     assert label[0].name == "layernorm"
+
+
+def test_a_method_whose_recordings_do_not_gain_is_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(recipes, "REBUILD_US", 1e9)  # no method is slower than this: no recording gains
+    for n in range(2, recipes.TRIES + 4):  # a new key each time: a recording each, until the method is off
+        _softmax(Tensor(_data(n)))
+    stats = next(s for f, s in recipes._stats.items() if f.__name__ == "softmax")
+    assert stats.off
+    assert stats.records == recipes.TRIES
+    monkeypatch.setattr(recipes, "REBUILD_US", 0.0)  # it would gain now, but the method stays off
+    assert _hits(lambda: [_softmax(Tensor(_data(2))) for _ in range(2)]) == 0
 
 
 def test_a_method_called_with_new_values_each_time_is_switched_off() -> None:
