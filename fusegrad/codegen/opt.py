@@ -94,9 +94,7 @@ SPLIT_MIN_ROW_BYTES, SPLIT_TILES, SPLIT_MIN_GROUPS = 2 << 20, 4, 8
 # core on the AVX-512 host, half of it): matmul 1024's groups of 4 tiles 155-161 -> 163 GFLOP/s single-thread over
 # pairs; matmul 2048's fours (1 MiB) over pairs 154-158 -> 158-160 single-thread, 2 threads 54.5 -> 53.0-53.6 ms
 PACK_GROUP_BYTES = 1 << 20
-# a grouped matmul tile on AVX-512 (wide_tile_opts): rows x vectors, and its reduce loop's unrolled steps (each step
-# is 48 instructions already: 4 steps ran 13.1 ms against 2's 12.6 on matmul 1024, one core)
-WIDE_TILE, WIDE_TILE_UNROLL = (6, 4), 2
+WIDE_TILE = (6, 4)  # rows x vectors of a grouped matmul's tile on AVX-512 (wide_tile_opts)
 LANE_VECTORS = 4  # vector accumulators of a split full reduce's chunk (LANES): its adds don't wait on one register
 
 
@@ -804,9 +802,10 @@ def wide_tile_opts(
     rows), its rows clamped at the end (6 divides neither 1024 nor 2048: UPCAST_CLAMP repeats the last row in the last
     tile). Per reduce step it loads 4 vectors and broadcasts 6 floats for 24 fmas, where 8 x 2 loads 2 and broadcasts
     8 for 16 (10 loads per 16 fmas capped the inner loop near 85% of a core). Its accumulators are variables
-    (linearize.named_accumulators), its reduce loop unrolled by WIDE_TILE_UNROLL. One core, generated C: matmul 1024
-    13.3-13.4 -> 12.7-12.8 ms, 2048 111-113 -> 102-105 ms, 1000 x 1024 x 1024 14.3 -> 12.5 ms, 1536 49.9 -> 43.1 ms,
-    (1030 x 1024) @ (1024 x 2048) 30.3 -> 25.7 ms; the same bits. [] elsewhere (too few groups: 768 x 768 x 768)."""
+    (linearize.named_accumulators), its reduce loop unrolled by 4 (unroll_opts; 2 steps 1.5% slower, 8 3%). One core,
+    generated C: matmul 1024 13.2-13.3 -> 12.5-12.6 ms, 2048 109-111 -> 102-103 ms, 1000 x 1024 x 1024 14.3 -> 12.5
+    ms, 1536 49.9 -> 43.1 ms, (1030 x 1024) @ (1024 x 2048) 30.3 -> 25.7 ms; the same bits. [] elsewhere (too few
+    groups: 768 x 768 x 768)."""
     rows, vectors = WIDE_TILE
     if width * acc_bytes < vectorize.WIDE_VECTOR_BYTES or not any(o.op is OptOps.SPLIT for o in tile):
         return []
@@ -1184,12 +1183,11 @@ def unroll_opts(sink: UOp, opts: list[Opt]) -> list[Opt]:
     inner = max((u for u in nodes if u.op is Ops.RANGE and u.arg[1] in REDUCE_AXES), key=lambda r: r.arg[0])
     # the loops of the reduce that closes it (two sums over loops of 32 side by side are two short reduces)
     steps = [r for u in nodes if u.op is Ops.REDUCE and inner in u.src[1:] for r in u.src[1:]]
-    amount = WIDE_TILE_UNROLL if any(o.op is OptOps.UPCAST_CLAMP for o in opts) else UNROLL_STEPS  # wide_tile_opts'
-    if not steps or any(r.src[0].op is not Ops.CONST for r in steps) or int(inner.src[0].arg) % amount:
+    if not steps or any(r.src[0].op is not Ops.CONST for r in steps) or int(inner.src[0].arg) % UNROLL_STEPS:
         return []
     if math.prod(int(r.src[0].arg) for r in steps) < UNROLL_MIN_REDUCE:
         return []
-    ret = [Opt(OptOps.UNROLL, inner.arg[0], amount)]
+    ret = [Opt(OptOps.UNROLL, inner.arg[0], UNROLL_STEPS)]
     try:
         apply_opts(sink, (*opts, *ret))
     except ValueError:  # the reduce loop's index is used elsewhere, or more than one reduce runs over it

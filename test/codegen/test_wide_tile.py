@@ -1,6 +1,6 @@
 """codegen/opt.py wide_tile_opts: on AVX-512, a matmul whose column tiles go in groups (column_groups) takes a tile of
 6 rows x 4 vectors (24 accumulators, each a variable: linearize.named_accumulators), its rows clamped at the end
-(UPCAST_CLAMP) and its reduce loop unrolled by 2; other kernels keep their tiles."""
+(UPCAST_CLAMP); other kernels keep their tiles."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ WIDE = [
     Opt(OptOps.SWAP, 0, 1),
     Opt(OptOps.SPLIT, 0, 2),
     Opt(OptOps.PACK, 1, 2),
-    Opt(OptOps.UNROLL, 2, 2),
+    Opt(OptOps.UNROLL, 2, 4),
 ]
 
 
@@ -79,7 +79,7 @@ def test_the_wide_tile_in_c() -> None:
     fmas = re.findall(r"^\s*(\S+) = fg_fma_float16\(", body, flags=re.MULTILINE)
     assert len(fmas) == 24
     assert all(re.fullmatch(r"acc\d+", name) for name in fmas), fmas  # variables, not an array's elements
-    assert "#pragma GCC unroll 2\n" in body
+    assert "#pragma GCC unroll 4\n" in body
 
 
 @pytest.mark.usefixtures("wide_host")
