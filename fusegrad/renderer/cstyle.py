@@ -329,16 +329,24 @@ def emulated_name(dt: DType) -> str:
     return dt.name.removeprefix("float8_").strip("_")
 
 
+def guarded(name: str, text: str) -> str:
+    """`text` (C definitions) once per translation unit: the CPU compiler builds kernels joined into one source, and a
+    second definition of a static function or table there is an error (the whole batch then compiles one by one)."""
+    macro = f"FG_HAVE_{name.upper()}"
+    return f"#ifndef {macro}\n#define {macro}\n{text}#endif\n"
+
+
 def _bf16_helpers() -> str:
     """Round to nearest even on the top 16 bits of a float; a NaN keeps its sign and stays quiet."""
-    return (
+    return guarded(
+        "bf16",
         "static inline float fg_load_bf16(unsigned short x) {\n"
         "  union { unsigned int u; float f; } v = { .u = (unsigned int)x << 16 }; return v.f; }\n"
         "static inline unsigned short fg_store_bf16(float x) {\n"
         "  union { float f; unsigned int u; } v = { .f = x };\n"
         "  if (x != x) return (unsigned short)((v.u >> 16) | 0x40u);\n"
         "  return (unsigned short)((v.u + 0x7FFFu + ((v.u >> 16) & 1u)) >> 16); }\n"
-        "static inline float fg_round_bf16(float x) { return fg_load_bf16(fg_store_bf16(x)); }\n"
+        "static inline float fg_round_bf16(float x) { return fg_load_bf16(fg_store_bf16(x)); }\n",
     )
 
 
@@ -349,7 +357,8 @@ def _fp8_helpers(dt: DType) -> str:
     values = ",".join(_c_float_literal(fp8_to_float(bits, dt)) for bits in range(256))
     min_normal, min_subnormal = 2.0 ** (1 - fmt.bias), 2.0 ** (1 - fmt.bias - fmt.mantissa_bits)
     zero = "0.0f" if fmt.fnuz else "(float)x"  # fnuz has no negative zero
-    return (
+    return guarded(
+        name,
         f"static const float fg_{name}_values[256] = {{{values}}};\n"
         f"static inline float fg_load_{name}(unsigned char x) {{ return fg_{name}_values[x]; }}\n"
         f"static inline float fg_round_{name}(double x) {{\n"
@@ -366,7 +375,7 @@ def _fp8_helpers(dt: DType) -> str:
         f"  if (m < {min_normal!r}f) return sign | (unsigned char)(m / {min_subnormal!r}f);\n"
         "  int e; __builtin_frexpf(m, &e);\n"
         f"  return sign | (unsigned char)(((e - 1 + {fmt.bias}) << {fmt.mantissa_bits})"
-        f" | (int)((__builtin_ldexpf(m, 1 - e) - 1.0f) * {1 << fmt.mantissa_bits})); }}\n"
+        f" | (int)((__builtin_ldexpf(m, 1 - e) - 1.0f) * {1 << fmt.mantissa_bits})); }}\n",
     )
 
 
@@ -789,13 +798,15 @@ def render_vector_math_helpers(uops: list[UOp], lang: CStyleLanguage) -> str:
         call = "fg_exp2f" if libm == "exp2f" else f"__builtin_{libm}"  # without libmvec: inline, vectorised by gcc
         lane = f"  for (int i = 0; i < {dt.count}; i++) v[i] = ({scalar}){call}(v[i]);"
         fallback = [f"static inline {name} fg_{fn}_{name}({name} v) {{", lane, "  return v;", "}"]
+        lines += [f"#ifndef FG_HAVE_{fn.upper()}_{name.upper()}", f"#define FG_HAVE_{fn.upper()}_{name.upper()}"]
         if (isa := _MVEC_ISA.get(dt.itemsize)) is None:
-            lines += fallback
+            lines += [*fallback, "#endif"]
             continue
         guard = "__AVX512F__" if isa == "e" else "__AVX2__"
         vector_fn = f"_ZGV{isa}N{dt.count}v_{libm}"
         lines += [f"#if defined(FUSEGRAD_MVEC) && defined(__x86_64__) && defined({guard})"]
         lines += [f"{name} {vector_fn}({name});", f"#define fg_{fn}_{name} {vector_fn}", "#else", *fallback, "#endif"]
+        lines.append("#endif")
     return "".join(line + "\n" for line in lines)
 
 
@@ -893,6 +904,7 @@ def render_fma_helpers(uops: list[UOp], lang: CStyleLanguage) -> str:
     lines = []
     for dt in used:
         name, scalar = lang.render_dtype(dt), dt.scalar()
+        lines += [f"#ifndef FG_HAVE_FMA_{name.upper()}", f"#define FG_HAVE_FMA_{name.upper()}"]
         lines.append(f"static inline {name} fg_fma_{name}({name} a, {name} b, {name} c) {{")
         if (builtin := _X86_FMA.get((scalar, dt.count))) is not None:
             lines += [f"#if defined(__x86_64__) && defined({builtin[0]})",
@@ -901,7 +913,7 @@ def render_fma_helpers(uops: list[UOp], lang: CStyleLanguage) -> str:
         lines += [f"  for (int i = 0; i < {dt.count}; i++) a[i] = {fma}(a[i], b[i], c[i]);", "  return a;"]
         if builtin is not None:
             lines.append("#endif")
-        lines.append("}")
+        lines += ["}", "#endif"]
     return "".join(line + "\n" for line in lines)
 
 

@@ -37,6 +37,8 @@ static inline float fg_exp2f(float x) {
 }
 #endif
 #endif
+#ifndef FG_HAVE_EXP2_FLOAT8
+#define FG_HAVE_EXP2_FLOAT8
 #if defined(FUSEGRAD_MVEC) && defined(__x86_64__) && defined(__AVX2__)
 float8 _ZGVdN8v_exp2f(float8);
 #define fg_exp2_float8 _ZGVdN8v_exp2f
@@ -46,6 +48,9 @@ static inline float8 fg_exp2_float8(float8 v) {
   return v;
 }
 #endif
+#endif
+#ifndef FG_HAVE_FMA_FLOAT8
+#define FG_HAVE_FMA_FLOAT8
 static inline float8 fg_fma_float8(float8 a, float8 b, float8 c) {
 #if defined(__x86_64__) && defined(__FMA__)
   return __builtin_ia32_vfmaddps256(a, b, c);
@@ -54,6 +59,7 @@ static inline float8 fg_fma_float8(float8 a, float8 b, float8 c) {
   return a;
 #endif
 }
+#endif
 #include <math.h>
 #ifdef FUSEGRAD_MVEC
 float exp2f(float) __attribute__((simd("notinbranch")));

@@ -1,5 +1,7 @@
 typedef float float8 __attribute__((vector_size(32)));
 typedef float float8_u __attribute__((vector_size(32), aligned(4), may_alias));
+#ifndef FG_HAVE_FMA_FLOAT8
+#define FG_HAVE_FMA_FLOAT8
 static inline float8 fg_fma_float8(float8 a, float8 b, float8 c) {
 #if defined(__x86_64__) && defined(__FMA__)
   return __builtin_ia32_vfmaddps256(a, b, c);
@@ -8,6 +10,7 @@ static inline float8 fg_fma_float8(float8 a, float8 b, float8 c) {
   return a;
 #endif
 }
+#endif
 #include <math.h>
 #ifdef FUSEGRAD_MVEC
 float exp2f(float) __attribute__((simd("notinbranch")));
