@@ -39,6 +39,7 @@ STRUCTURES = 200_000  # structure parts interned before the table starts over (i
 REBUILD_US, NODE_US = 6.0, 1.0
 TRIES = 4  # recordings of one method in a row that gained nothing, after which it is run straight
 MISSES = 64  # recordings of one method after which it is run straight unless its calls reuse them at least as often
+RETRY = 4096  # calls of a method switched off after which it is tried again (a program's next phase: a training loop)
 
 # the Tensor class (tensor.py registers it: mixins never import Tensor); None until then, and nothing is recorded
 tensor_type: Any = None
@@ -67,17 +68,18 @@ _recordings: dict[tuple[Any, ...], Recording] = {}
 class _MethodStats:
     """Per method: recordings, the last ones in a row that gained nothing (too fast, or unrecordable), reuses; `off`:
     run it straight (its recordings don't gain, or it is called with new keys most of the time: a Python float that
-    changes every call)."""
+    changes every call, a test suite's many shapes) for its next RETRY calls, then counted afresh."""
 
     records: int = 0
     no_gain: int = 0
     hits: int = 0
-    off: bool = False
+    off: int = 0  # calls left to run straight
 
     def recorded(self, gain: bool) -> None:
         self.records += 1
         self.no_gain = 0 if gain else self.no_gain + 1
-        self.off = self.no_gain >= TRIES or (self.records >= MISSES and self.hits < self.records)
+        if self.no_gain >= TRIES or (self.records >= MISSES and self.hits < self.records):
+            self.off, self.records, self.no_gain, self.hits = RETRY, 0, 0, 0
 
 
 _stats: dict[Callable[..., Any], _MethodStats] = {}
@@ -87,7 +89,10 @@ def call(fn: Callable[..., Any], meta: Metadata | None, args: tuple[Any, ...], k
     """`fn(*args, **kwargs)` for the outermost traced call: rebuilt from a recording when its key has one."""
     if (stats := _stats.get(fn)) is None:
         stats = _stats[fn] = _MethodStats()
-    if stats.off or tensor_type is None or not RECIPE_CACHE.value or TRACK_MATCH_STATS.value >= 2:
+    if stats.off:
+        stats.off -= 1
+        return fn(*args, **kwargs)
+    if tensor_type is None or not RECIPE_CACHE.value or TRACK_MATCH_STATS.value >= 2:
         return fn(*args, **kwargs)
     inputs: list[Any] = []
     parts = _arg_parts(args, kwargs, inputs)
