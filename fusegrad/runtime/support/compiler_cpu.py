@@ -21,13 +21,11 @@ DEFAULT_COMPILERS = ("cc", "gcc", "clang")  # tried in order when CPU_CC is unse
 # the only fmas are codegen's explicit MULACCs (codegen/fma.py), which PYTHON computes exactly too
 # -fno-trapping-math -fno-math-errno: lets gcc vectorize selects and math calls (we never read fp flags or errno)
 # -fwrapv: signed overflow wraps, the C semantics the IR defines (plain C leaves it undefined)
-# -funroll-loops: unrolls loops of known or computed trip counts (the vectorised row loops of 16 vectors and the like),
-# the same arithmetic in the same order. Each kernel compiled both ways, best of 10-20 interleaved, one thread: sdpa's 3
-# kernels 5.71 -> 4.87 ms (QK^T 1.25x, softmax scores 1.16x; 1.18x on 2 threads), softmax fwd 1.09x, layernorm fwd
-# 1.05x, the GPT step's 96 kernels 15.2 -> 14.6 ms, the convnet's 65 10.7 -> 9.8 ms, matmul 1024 and conv 1.00x; the
-# GPT and convnet kernels' compile time +6%
+# no -funroll-loops: it made sdpa's kernels 1.18x faster, but with it this host's gcc 12 computed a wrong uint32
+# column sum in an `omp simd` reduce loop of computed trip count, and emitted AVX512-FP16 masked moves (vmovsh) that
+# binutils 2.40 cannot assemble (test/runtime/test_compiler_flags.py keeps both kernels)
 CFLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off", "-fno-trapping-math",
-          "-fno-math-errno", "-fwrapv", "-funroll-loops", "-x", "c", "-")  # fmt: skip
+          "-fno-math-errno", "-fwrapv", "-x", "c", "-")  # fmt: skip
 
 
 @functools.cache
