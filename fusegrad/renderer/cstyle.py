@@ -971,10 +971,11 @@ class ClangRenderer(CStyleLanguage):
         return f"__builtin_fma{_math_suffix(dt)}({x},{y},{z})"
 
     def render_register(self, name: str, ptr: PtrDType) -> str:
-        """A half accumulator array is 32-byte aligned: gcc 12.2 with -mno-avx512fp16 (see compiler_cpu) placed one
-        in the red zone of a kernel without threads at an address 8 past a 16-byte boundary and read it with the
-        aligned `vmovdqa` (a 4x5 @ 5x1000 half matmul segfaulted); an alignment above the ABI's makes gcc realign."""
-        if ptr.base == dtypes.float16 and ptr.size > 1:
+        """An accumulator array of scalars is 32-byte aligned: gcc 12.2 placed one in the red zone of a kernel without
+        threads at an address 8 past a 16-byte boundary and cleared it with the aligned `vmovdqa` from an `omp simd`
+        loop (a 4x5 @ 5x1000 half matmul, and a cumsum over an expanded bool (3, 4) tensor, found by test.fuzz, both
+        segfaulted); an alignment above the ABI's makes gcc realign. Arrays of vectors are aligned by their type."""
+        if ptr.base.count == 1 and ptr.size > 1:
             return f"{self.render_dtype(ptr.base)} {name}[{ptr.size}] __attribute__((aligned(32)));"
         return super().render_register(name, ptr)
 

@@ -27,7 +27,7 @@ void r_2_16_8_8_4_3_3(float* restrict data0, const float* restrict data1, const 
     long long alu2 = (ridx0*256);
     for (long long ridx1 = 0; ridx1 < 8; ridx1++) {
       long long alu3 = (ridx1*8);
-      float acc0[288];
+      float acc0[288] __attribute__((aligned(32)));
       for (long long ridx9 = 0; ridx9 < 4; ridx9++) {
         long long alu4 = (ridx9*72);
         long long alu5 = (alu2+(ridx9*64));

@@ -71,7 +71,7 @@ double sin(double) __attribute__((simd("notinbranch")));
 #endif
 void r_16_16_32_32(float* restrict data0, const float* restrict data1, const float* restrict data2, const float* restrict data3) {
   float8 alu0 = ((float8){0.0f,0.0f,0.0f,0.0f,0.0f,0.0f,0.0f,0.0f});
-  float acc0[512];
+  float acc0[512] __attribute__((aligned(32)));
   for (long long ridx6 = 0; ridx6 < 32; ridx6++) {
     long long alu1 = (ridx6*16);
     #pragma omp simd simdlen(FG_SIMDLEN)
@@ -82,7 +82,7 @@ void r_16_16_32_32(float* restrict data0, const float* restrict data1, const flo
   }
   float8 alu2 = ((float8){1.0f,1.0f,1.0f,1.0f,1.0f,1.0f,1.0f,1.0f});
   float8 alu3 = ((float8){(-1.442695f),(-1.442695f),(-1.442695f),(-1.442695f),(-1.442695f),(-1.442695f),(-1.442695f),(-1.442695f)});
-  float acc1[512];
+  float acc1[512] __attribute__((aligned(32)));
   for (long long ridx8 = 0; ridx8 < 32; ridx8++) {
     long long alu4 = (ridx8*16);
     #pragma omp simd simdlen(FG_SIMDLEN)

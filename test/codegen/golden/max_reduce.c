@@ -8,7 +8,7 @@ double log2(double) __attribute__((simd("notinbranch")));
 double sin(double) __attribute__((simd("notinbranch")));
 #endif
 void r_8_4(float* restrict data0, const float* restrict data1) {
-  float acc0[8];
+  float acc0[8] __attribute__((aligned(32)));
   #pragma omp simd
   for (long long ridx3 = 0; ridx3 < 8; ridx3++) {
     acc0[ridx3] = (-__builtin_inff());

@@ -17,13 +17,13 @@ double sin(double) __attribute__((simd("notinbranch")));
 void r_1048576(float* restrict data0, const float* restrict data1) {
   float acc4;
   acc4 = 0.0f;
-  float acc0[16];
+  float acc0[16] __attribute__((aligned(32)));
   float8 alu0 = ((float8){0.0f,0.0f,0.0f,0.0f,0.0f,0.0f,0.0f,0.0f});
   #pragma omp parallel for
   for (long long ridx1 = 0; ridx1 < 16; ridx1++) {
     float acc3;
     acc3 = 0.0f;
-    float acc1[32];
+    float acc1[32] __attribute__((aligned(32)));
     float8 acc2[4];
     for (long long ridx6 = 0; ridx6 < 4; ridx6++) {
       acc2[ridx6] = alu0;
