@@ -78,7 +78,7 @@ def test_the_group_loops_inside_the_row_tiles_around_one_panel(monkeypatch: pyte
     assert " < 8; " in body.split("\n")[1], body[:400]
     fill, rows = body.index("= val0;"), body.index(" < 171; ")
     group, steps = body.index(" < 2; ", rows), body.index(" < 256; ", rows)  # then the reduce's 1024 steps, by 4
-    assert "float acc0[131072];" in body
+    assert "float acc0[131072] __attribute__((aligned(32)));" in body
     assert fill < rows < group < steps, body[:2000]
 
 

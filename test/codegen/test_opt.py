@@ -765,7 +765,7 @@ def test_group_renders_parallel_partials() -> None:
     # GROUP alone (the heuristic adds LANES: test_lanes.py)
     src = to_program(with_opts(full_sum(1 << 20, dtypes.float32)[0], (Opt(OptOps.GROUP, 0, 16),)), ClangRenderer()).src
     body = src[src.index("void") :]
-    assert "float acc0[16];" in body
+    assert "float acc0[16] __attribute__((aligned(32)));" in body
     assert body.index("#pragma omp parallel for") < body.index("#pragma omp simd reduction(+:acc1)")
     assert "acc0[ridx1] = acc1;" in body
 
@@ -933,7 +933,8 @@ def test_pack_renders_a_panel_filled_outside_the_loop_it_serves() -> None:
     opts = (Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.SWAP, 0, 1), Opt(OptOps.PACK, 1, 2))
     src = to_program(with_opts(matmul(6, 5, 16, dtypes.float32)[0], opts), ClangRenderer()).src
     body = src[src.index("void") :]
-    panel, rows = body.index("float acc0[40];"), body.index("for (long long ridx1 = 0; ridx1 < 3")  # 5 x 8 of b
+    panel = body.index("float acc0[40] __attribute__((aligned(32)));")  # 5 x 8 of b
+    rows = body.index("for (long long ridx1 = 0; ridx1 < 3")
     assert panel < body.index("acc0[", panel + 20) < rows  # declared and filled before the row loop
     assert "data2[" not in body[rows:]  # the row tiles read b from the panel only
     assert "(*(const float8_u*)&acc0[" in body[rows:]  # as vectors

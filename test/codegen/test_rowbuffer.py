@@ -77,7 +77,7 @@ def test_the_heuristic_keeps_softmax_exp_in_a_row_buffer() -> None:
     assert hand_coded_opts(ast) == [Opt(OptOps.KEEP, 3, 64)]  # the sum's loop fills it
     src = to_program(ast, Device["CPU"].renderer).src
     assert src.count("exp2f((") == 1  # the output loop loads what the sum's loop stored
-    assert "float acc0[64];" in src
+    assert "float acc0[64] __attribute__((aligned(32)));" in src
 
 
 def test_softmax_backward_keeps_one_exp_for_three_passes() -> None:

@@ -73,7 +73,7 @@ def test_the_wide_tile_in_c() -> None:
     src = to_program(matmul(1024, 1024, 1024, F32)[0], Device["CPU"].renderer).src
     body = src[src.index("#pragma omp parallel for") :]
     assert " < 8; " in body.split("\n")[1]  # 8 groups of 2 column tiles of 64 in parallel
-    assert "float acc0[131072];" in body  # their panel: 1024 x 128 floats
+    assert "float acc0[131072] __attribute__((aligned(32)));" in body  # their panel: 1024 x 128 floats
     assert " < 171; " in body  # ceil(1024 / 6) row tiles
     assert ":1023)" in body  # rows past the end repeat row 1023
     fmas = re.findall(r"^\s*(\S+) = fg_fma_float16\(", body, flags=re.MULTILINE)
