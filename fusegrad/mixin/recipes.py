@@ -122,8 +122,9 @@ _NO = object()  # an argument a key can't express
 def _arg_parts(args: tuple[Any, ...], kwargs: dict[str, Any], inputs: list[Any]) -> tuple[Any, ...] | None:
     parts = [_part(a, inputs) for a in args]
     if kwargs:
-        parts.extend((name, _part(v, inputs)) for name, v in kwargs.items())
-    return None if _NO in parts or any(type(p) is tuple and _NO in p for p in parts) else tuple(parts)
+        parts += list(kwargs)
+        parts += [_part(v, inputs) for v in kwargs.values()]
+    return None if _NO in parts else tuple(parts)
 
 
 def _part(v: Any, inputs: list[Any]) -> Any:

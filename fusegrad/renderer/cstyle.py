@@ -792,22 +792,19 @@ def render_vector_math_helpers(uops: list[UOp], lang: CStyleLanguage) -> str:
     """`fg_exp2_float16(v)` and the like for the vector math ops used: glibc's libmvec variant where it links
     (FUSEGRAD_MVEC) on x86-64 with the ISA the vector needs, else the scalar builtin lane by lane."""
     used = sorted({(u.op.name.lower(), u.dtype) for u in uops if u.op in _VECTOR_MATH and u.dtype.count > 1})
-    lines = []
+    out = []
     for fn, dt in used:
         name, scalar, libm = lang.render_dtype(dt), lang.render_dtype(dt.scalar()), f"{fn}{_math_suffix(dt)}"
         call = "fg_exp2f" if libm == "exp2f" else f"__builtin_{libm}"  # without libmvec: inline, vectorised by gcc
         lane = f"  for (int i = 0; i < {dt.count}; i++) v[i] = ({scalar}){call}(v[i]);"
-        fallback = [f"static inline {name} fg_{fn}_{name}({name} v) {{", lane, "  return v;", "}"]
-        lines += [f"#ifndef FG_HAVE_{fn.upper()}_{name.upper()}", f"#define FG_HAVE_{fn.upper()}_{name.upper()}"]
-        if (isa := _MVEC_ISA.get(dt.itemsize)) is None:
-            lines += [*fallback, "#endif"]
-            continue
-        guard = "__AVX512F__" if isa == "e" else "__AVX2__"
-        vector_fn = f"_ZGV{isa}N{dt.count}v_{libm}"
-        lines += [f"#if defined(FUSEGRAD_MVEC) && defined(__x86_64__) && defined({guard})"]
-        lines += [f"{name} {vector_fn}({name});", f"#define fg_{fn}_{name} {vector_fn}", "#else", *fallback, "#endif"]
-        lines.append("#endif")
-    return "".join(line + "\n" for line in lines)
+        lines = [f"static inline {name} fg_{fn}_{name}({name} v) {{", lane, "  return v;", "}"]
+        if (isa := _MVEC_ISA.get(dt.itemsize)) is not None:
+            guard, vector_fn = "__AVX512F__" if isa == "e" else "__AVX2__", f"_ZGV{isa}N{dt.count}v_{libm}"
+            mvec = [f"#if defined(FUSEGRAD_MVEC) && defined(__x86_64__) && defined({guard})"]
+            mvec += [f"{name} {vector_fn}({name});", f"#define fg_{fn}_{name} {vector_fn}", "#else"]
+            lines = [*mvec, *lines, "#endif"]
+        out.append(guarded(f"{fn}_{name}", "".join(line + "\n" for line in lines)))
+    return "".join(out)
 
 
 _VECTOR_MATH = (Ops.EXP2, Ops.LOG2, Ops.SIN)
@@ -901,11 +898,10 @@ def render_fma_helpers(uops: list[UOp], lang: CStyleLanguage) -> str:
     """`fg_fma_float16(a, b, c)` and the like for each vector dtype a MULACC has: one x86 instruction where the ISA is
     there, else fmaf lane by lane (the same bits, slower)."""
     used = sorted({u.dtype for u in uops if u.op is Ops.MULACC and u.dtype.count > 1 and dtypes.is_float(u.dtype)})
-    lines = []
+    out = []
     for dt in used:
         name, scalar = lang.render_dtype(dt), dt.scalar()
-        lines += [f"#ifndef FG_HAVE_FMA_{name.upper()}", f"#define FG_HAVE_FMA_{name.upper()}"]
-        lines.append(f"static inline {name} fg_fma_{name}({name} a, {name} b, {name} c) {{")
+        lines = [f"static inline {name} fg_fma_{name}({name} a, {name} b, {name} c) {{"]
         if (builtin := _X86_FMA.get((scalar, dt.count))) is not None:
             lines += [f"#if defined(__x86_64__) && defined({builtin[0]})",
                       f"  return {builtin[1]};", "#else"]  # fmt: skip
@@ -913,8 +909,9 @@ def render_fma_helpers(uops: list[UOp], lang: CStyleLanguage) -> str:
         lines += [f"  for (int i = 0; i < {dt.count}; i++) a[i] = {fma}(a[i], b[i], c[i]);", "  return a;"]
         if builtin is not None:
             lines.append("#endif")
-        lines += ["}", "#endif"]
-    return "".join(line + "\n" for line in lines)
+        lines.append("}")
+        out.append(guarded(f"fma_{name}", "".join(line + "\n" for line in lines)))
+    return "".join(out)
 
 
 class ClangRenderer(CStyleLanguage):
