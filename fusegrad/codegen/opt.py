@@ -94,7 +94,12 @@ SPLIT_MIN_ROW_BYTES, SPLIT_TILES, SPLIT_MIN_GROUPS = 2 << 20, 4, 8
 # core on the AVX-512 host, half of it): matmul 1024's groups of 4 tiles 155-161 -> 163 GFLOP/s single-thread over
 # pairs; matmul 2048's fours (1 MiB) over pairs 154-158 -> 158-160 single-thread, 2 threads 54.5 -> 53.0-53.6 ms
 PACK_GROUP_BYTES = 1 << 20
-WIDE_TILE = (6, 4)  # rows x vectors of a grouped matmul's tile on AVX-512 (wide_tile_opts)
+# rows x vectors of a grouped matmul's tile (wide_tile_opts) by vector bytes: on AVX-512 24 of its 32 registers; on AVX2
+# 10 of its 16 (gcc 12 spills two of 6 x 2's twelve in the inner loop: matmul 1024 on a Zen 3 host 4 x 2 62-97, 6 x 2
+# 95-108, 5 x 2 141-168 GFLOP/s on 2 threads)
+WIDE_TILE = {64: (6, 4), 32: (5, 2)}
+CHANNEL_ACCUMULATORS = 8  # of a padded conv's channel tile on AVX2 (channel_tile_opts)
+SHORT_TILE = 6  # rows of 2 vectors of a packed tile over a short reduce on AVX2 (short_tile_opts)
 LANE_VECTORS = 4  # vector accumulators of a split full reduce's chunk (LANES): its adds don't wait on one register
 
 
@@ -461,15 +466,16 @@ def strided_tile_opts(
     width: int,
     max_vectors: int = MAX_ACC_VECTORS,
     accumulators: int = MAX_ACC_VECTORS,
+    skip: frozenset[UOp] = frozenset(),
 ) -> list[Opt]:
-    """A register tile whose vector axis no load is contiguous in (a @ b.T, Linear's x @ w.T): the innermost output
-    axis some loads stride along (the others don't depend on it: broadcasts), with a reuse axis those loads don't
-    depend on (two of them in a fused SwiGLU's gate and up projections), of up to `accumulators` vectors. Only worth
-    it with a PACK of those loads (their panels are contiguous in the vector axis); [] otherwise."""
+    """A register tile whose vector axis (not one in `skip`) no load is contiguous in (a @ b.T, Linear's x @ w.T):
+    the innermost output axis some loads stride along (the others don't depend on it: broadcasts), with a reuse axis
+    those loads don't depend on (two of them in a fused SwiGLU's gate and up projections), of up to `accumulators`
+    vectors. Only worth it with a PACK of those loads (their panels are contiguous in the vector axis); [] otherwise."""
     strides = {r: [stride(ld.src[0].src[1], r) for ld in loads] for r in loops}
     for vector in reversed(loops):
         along = [i for i, s in enumerate(strides[vector]) if s]
-        if not along or any(s is None for s in strides[vector]):
+        if vector in skip or not along or any(s is None for s in strides[vector]):
             continue
         reuse = [r for r in loops if r is not vector and all(strides[r][i] == 0 for i in along)]
         if not reuse:
@@ -756,6 +762,10 @@ def _packed_strided_tile(
         if packed := pack_opts(sink, opts + tile, loads, reduce_size, sizes) if tile else []:
             if not opts and width * acc_bytes >= vectorize.WIDE_VECTOR_BYTES and limit >= 2:
                 return _two_vector_tile(sink, tile, packed, reduce_size, sizes, width)
+            if not opts and (
+                short := short_tile_opts(sink, tile + packed, loads, reduce_size, sizes, width, acc_bytes)
+            ):
+                return short[:2], short[2:]  # on AVX2 (q @ k.T)
             return tile, packed
     return tile, []
 
@@ -797,18 +807,19 @@ def _taller_tile(
 def wide_tile_opts(
     sink: UOp, tile: list[Opt], loads: list[UOp], reduce_size: int, sizes: dict[int, int], width: int, acc_bytes: int
 ) -> list[Opt]:
-    """For a packed tile whose column tiles go in groups (column_groups: matmul 1024 and 2048) on AVX-512: a tile of
-    WIDE_TILE rows x vectors (24 of AVX-512's 32 registers) instead of 8 x 2 (or register_tile's 5 x 2 over 1000
-    rows), its rows clamped at the end (6 divides neither 1024 nor 2048: UPCAST_CLAMP repeats the last row in the last
-    tile). Per reduce step it loads 4 vectors and broadcasts 6 floats for 24 fmas, where 8 x 2 loads 2 and broadcasts
-    8 for 16 (10 loads per 16 fmas capped the inner loop near 85% of a core). Its accumulators are variables
+    """For a packed tile whose column tiles go in groups (column_groups: matmul 1024 and 2048): a tile of WIDE_TILE rows
+    x vectors (AVX2 below; on AVX-512 6 x 4, 24 of its 32 registers) instead of 8 x 2 (or register_tile's 5 x 2 over
+    1000 rows), its rows clamped at the end (6 divides neither 1024 nor 2048: UPCAST_CLAMP repeats the last row in the
+    last tile). Per reduce step it loads 4 vectors and broadcasts 6 floats for 24 fmas, where 8 x 2 loads 2 and
+    broadcasts 8 for 16 (10 loads per 16 fmas capped the inner loop near 85% of a core). Its accumulators are variables
     (linearize.named_accumulators), its reduce loop unrolled by 4 (unroll_opts; 2 steps 1.5% slower, 8 3%). One core,
-    generated C: matmul 1024 13.2-13.3 -> 12.5-12.6 ms, 2048 109-111 -> 102-103 ms, 1000 x 1024 x 1024 14.3 -> 12.5
-    ms, 1536 49.9 -> 43.1 ms, (1030 x 1024) @ (1024 x 2048) 30.3 -> 25.7 ms; the same bits. [] elsewhere (too few
-    groups: 768 x 768 x 768)."""
-    rows, vectors = WIDE_TILE
-    if width * acc_bytes < vectorize.WIDE_VECTOR_BYTES or not any(o.op is OptOps.SPLIT for o in tile):
+    generated C: matmul 1024 13.2-13.3 -> 12.5-12.6 ms, 2048 109-111 -> 102-103 ms, 1000 x 1024 x 1024 14.3 -> 12.5 ms,
+    1536 49.9 -> 43.1 ms, (1030 x 1024) @ (1024 x 2048) 30.3 -> 25.7 ms; the same bits. [] elsewhere (too few groups:
+    768 x 768 x 768). On AVX2, 5 x 2 instead of register_tile's 4 x 2: 7 loads per 10 fmas where 4 x 2 needs 6 per 8,
+    and 10 chains of fmas in flight (a Zen 3 core keeps two 4-cycle fmas a cycle going: 8 chains at least)."""
+    if (shape := WIDE_TILE.get(width * acc_bytes)) is None or not any(o.op is OptOps.SPLIT for o in tile):
         return []
+    rows, vectors = shape
     reuse, vector = (o for o in tile if o.op is OptOps.UPCAST)
     lanes = vectors * width
     wide = [Opt(OptOps.UPCAST_CLAMP, reuse.axis, rows), Opt(OptOps.UPCAST, vector.axis, lanes)]
@@ -816,6 +827,29 @@ def wide_tile_opts(
         return []
     packed = pack_opts(sink, wide, loads, reduce_size, sizes)
     return wide + packed if any(o.op is OptOps.SPLIT for o in packed) else []
+
+
+def short_tile_opts(
+    sink: UOp, tile: list[Opt], loads: list[UOp], reduce_size: int, sizes: dict[int, int], width: int, acc_bytes: int
+) -> list[Opt]:
+    """On AVX2, a packed tile of 4 rows x 2 vectors over a reduce too short to unroll (under UNROLL_MIN_REDUCE) as
+    SHORT_TILE rows (the last row tile clamped, as wide_tile_opts'): 12 of the 16 registers accumulate, 8 loads per 12
+    fmas where 4 x 2 takes 6 per 8. Without the unrolled loop gcc 12 keeps all 12 in registers (with it, 2 spill:
+    wide_tile_opts' 5 rows). Zen 3, 2 threads, sdpa (4, 8, 256, 64): q @ k.T 2.9-3.4 -> 1.6-2.0 ms, p @ v 2.3-3.9 ->
+    1.6-1.7 ms (5 rows: 2.6 and 1.6). [] elsewhere."""
+    if width * acc_bytes != vectorize.VECTOR_BYTES or reduce_size >= UNROLL_MIN_REDUCE:
+        return []
+    if any(u.op is Ops.WHERE for u in sink.toposort()):  # a mask: clipped loops end per row, not per clamped tile
+        return []
+    upcasts = [o for o in tile if o.op is OptOps.UPCAST]
+    if len(upcasts) != 2 or upcasts[0].arg != 4 or upcasts[1].arg != 2 * width:
+        return []
+    reuse, vector = upcasts
+    if sizes[reuse.axis] < SHORT_TILE * PACK_MIN_REUSE:
+        return []
+    short = [Opt(OptOps.UPCAST_CLAMP, reuse.axis, SHORT_TILE), vector]
+    packed = pack_opts(sink, short, loads, reduce_size, sizes)
+    return short + packed if packed and _opts_apply(sink, short + packed) else []
 
 
 def _operand_bytes(loads: list[UOp]) -> int:
@@ -950,7 +984,11 @@ def tile_opts(sink: UOp, opts: list[Opt], rest: list[UOp], width: int, acc_bytes
     fractional = bool(width and upcasts and upcasts[-1].arg % width)  # no whole vectors along the columns
     # a conv (a reduce over a window: several reduce loops) whose columns' tile is narrower than any vector
     scalar_conv = fractional and upcasts[-1].arg < narrow and any(len(u.src) > 2 for u in reduces)
-    if fractional and (channels := channel_tile_opts(sink, rest, loads, width, acc_bytes, ungated=scalar_conv)):
+    # on AVX2 a padded conv takes the channel tile even where whole vectors fit its columns (channel_tile_opts)
+    whole = 0 < width * acc_bytes < vectorize.WIDE_VECTOR_BYTES and bool(upcasts) and upcasts[-1].arg % width == 0
+    if (fractional or whole) and (
+        channels := channel_tile_opts(sink, rest, loads, width, acc_bytes, ungated=scalar_conv, whole=whole)
+    ):
         return channels
     if width and not (upcasts and upcasts[-1].arg % width == 0) and not (upcasts and sizes[upcasts[-1].axis] >= narrow):
         # no whole vectors along a contiguous output axis (none: a @ b.T; or a small conv's 2 or 4 columns): a tile
@@ -981,7 +1019,11 @@ def tile_opts(sink: UOp, opts: list[Opt], rest: list[UOp], width: int, acc_bytes
         taller = _taller_tile(sink, upcasts, reduce_size, sizes, width, accumulators) if len(upcasts) == 2 else []
         if not opts and len(upcasts) == 2:
             tile = taller or upcasts + packed
-            return wide_tile_opts(sink, tile, loads, reduce_size, sizes, width, acc_bytes) or tile
+            return (
+                wide_tile_opts(sink, tile, loads, reduce_size, sizes, width, acc_bytes)
+                or short_tile_opts(sink, tile, loads, reduce_size, sizes, width, acc_bytes)
+                or tile
+            )
         return upcasts + packed
     if len(upcasts) == 2 and upcasts[0].arg >= 4 and sizes.get(upcasts[0].axis) == upcasts[0].arg:
         # the rows took the whole reuse axis, so no loop is left to pack the vector loads outside: with half of it
@@ -994,21 +1036,38 @@ def tile_opts(sink: UOp, opts: list[Opt], rest: list[UOp], width: int, acc_bytes
 
 
 def channel_tile_opts(
-    sink: UOp, rest: list[UOp], loads: list[UOp], width: int, acc_bytes: int, ungated: bool = False
+    sink: UOp,
+    rest: list[UOp],
+    loads: list[UOp],
+    width: int,
+    acc_bytes: int,
+    ungated: bool = False,
+    whole: bool = False,
 ) -> list[Opt]:
     """For a padded conv whose rows are no whole number of `width` lanes (56 columns of 16): the strided tile over its
-    output channels (the weights' axis: a few columns of the image as rows, the input broadcast) with the weights
-    packed once outside the outermost output loop they don't depend on (the batch), not a tile of narrower vectors
-    along the columns over a panel of the input rows that every channel tile rereads from L2 (bench/conv.py's
-    8x64x56x56 forward: 26 -> 10-15 ms single-thread). [] unless the loads along the columns are gated (a pad's), or
-    `ungated`: a conv whose columns' own tile is narrower than any vector (the convnet's conv1, 26 uint8 columns:
-    8 channels x 2 columns of scalars 3.3 ms -> 13 columns x 16 channels 0.33 ms single-thread). On AVX-512 the tile
-    takes 16 accumulators (`_row_accumulators`): register_tile's 4 columns x 4 vectors of channels, where 14 gave 7 x
-    2: each gated broadcast of the input feeds twice the FMAs (the 8x64x56x56 forward 14.5 -> 12.8 ms single-thread
-    CPU time, 4% on its input gradient)."""
+    output channels (the weights' axis: a few columns of the image as rows, the input broadcast) with the weights packed
+    once outside the outermost output loop they don't depend on (the batch), not a tile of narrower vectors along the
+    columns over a panel of the input rows that every channel tile rereads from L2 (bench/conv.py's 8x64x56x56 forward:
+    26 -> 10-15 ms single-thread). [] unless the loads along the columns are gated (a pad's), or `ungated`: a conv whose
+    columns' own tile is narrower than any vector (the convnet's conv1, 26 uint8 columns: 8 channels x 2 columns of
+    scalars 3.3 ms -> 13 columns x 16 channels 0.33 ms single-thread). On AVX-512 the tile takes 16 accumulators
+    (`_row_accumulators`): register_tile's 4 columns x 4 vectors of channels, where 14 gave 7 x 2: each gated broadcast
+    of the input feeds twice the FMAs (the 8x64x56x56 forward 14.5 -> 12.8 ms single-thread CPU time, 4% on its input
+    gradient). On AVX2 it is taken where whole vectors divide the columns too (`whole`), as 4 columns x 2 vectors of
+    channels (CHANNEL_ACCUMULATORS): the columns' tile of 2 channels x 7 vectors over a packed input panel folds each of
+    its 7 loads into 2 fmas (16 loads per 14 fmas) and gcc 12 spills its 14 accumulators; 7 x 2 channel vectors spill
+    too (Zen 3, 2 threads: the 8x64x56x56 forward 20.3-22.1 -> 15.5-17.4 ms)."""
     if not ungated and not any(len(ld.src[0].src) > 2 for ld in loads):
         return []
-    tile = strided_tile_opts(rest, loads, width, accumulators=_row_accumulators(width, acc_bytes))
+    if not whole:
+        tile = strided_tile_opts(rest, loads, width, accumulators=_row_accumulators(width, acc_bytes))
+    else:  # the channels as vectors, never the columns the gated loads stride along
+        gated = [ld.src[0].src[1] for ld in loads if len(ld.src[0].src) > 2]
+        columns = frozenset(r for r in rest for idx in gated if stride(idx, r))
+        inner = max(columns, key=range_key, default=None)  # a strided conv keeps its packed input panel
+        if inner is None or any(stride(idx, inner) not in (0, 1) for idx in gated):
+            return []
+        tile = strided_tile_opts(rest, loads, width, accumulators=CHANNEL_ACCUMULATORS, skip=columns)
     if len(tile) != 2:
         return []
     by_axis = {u.arg[0]: u for u in sink.toposort() if u.op is Ops.RANGE}

@@ -47,6 +47,8 @@ UPCAST_AMOUNTS = (2, 4, 8, 16)
 GROUP_AMOUNTS = (2, 4, 8, 16)  # partial reductions tried for a reduce axis
 UNROLL_AMOUNTS = (2, 4, 8)  # unrolled steps tried for the innermost reduce loop (codegen/unroll.py)
 SPLIT_AMOUNTS = (2, 4, 8)  # column tiles a SPLIT group may take, tried around the heuristic's (opt.column_groups)
+# rows of a clamped row tile (opt.wide_tile_opts, opt.short_tile_opts), tried around the heuristic's
+CLAMP_AMOUNTS = (2, 3, 4, 5, 6, 8)
 GPU_GROUP_AMOUNTS = (8, 16, 32, 64, 128, 256)  # GPUs: threads of a work-group sharing a reduce through local memory
 LOCAL_AMOUNTS = (2, 4, 8, 16, 32, 64)  # GPUs: threads of a work-group along an output axis
 MAX_LOCAL = 256  # GPUs: threads of a work-group a candidate may reach (LOCAL and GROUP loops together)
@@ -159,11 +161,12 @@ def extensions(sink: UOp, opts: tuple[Opt, ...], has_local: bool = False) -> lis
 
 
 def neighbours(sink: UOp, opts: tuple[Opt, ...], has_local: bool = False) -> list[tuple[Opt, ...]]:
-    """The opt lists one step from `opts`: its extensions, `opts` with one UPCAST's, UNROLL's or SPLIT's amount
-    changed (another tile or group size: a finished tile such as the heuristic's, whose PACK ends its extensions, is
-    still varied), and `opts` without one of its opts; those that apply."""
+    """The opt lists one step from `opts`: its extensions, `opts` with one UPCAST's, UPCAST_CLAMP's, UNROLL's or SPLIT's
+    amount changed (another tile or group size: a finished tile such as the heuristic's, whose PACK ends its extensions,
+    is still varied), and `opts` without one of its opts; those that apply."""
     ret = extensions(sink, opts, has_local)
-    amounts = {OptOps.UPCAST: UPCAST_AMOUNTS, OptOps.UNROLL: UNROLL_AMOUNTS, OptOps.SPLIT: SPLIT_AMOUNTS}
+    amounts = {OptOps.UPCAST: UPCAST_AMOUNTS, OptOps.UNROLL: UNROLL_AMOUNTS, OptOps.SPLIT: SPLIT_AMOUNTS,
+               OptOps.UPCAST_CLAMP: CLAMP_AMOUNTS}  # fmt: skip
     for i, opt in enumerate(opts):
         if opt.op in amounts:
             ret += _applicable(sink, [(*opts[:i], Opt(opt.op, opt.axis, amount), *opts[i + 1 :])

@@ -384,9 +384,10 @@ def tile_opts_of(ast: UOp) -> list[Opt]:
 def test_heuristic_matmul_picks_a_vector_and_a_reuse_axis() -> None:
     # a 4x16 tile: 4 rows of a, 16 contiguous columns of b (two AVX2 registers), 64 float accumulators; a long
     # reduce: the column tiles' loop goes outside the row tiles', and each k x 16 panel of b is packed once; a's rows
-    # (4 MiB) would stream from L3 per column tile: groups of 4 column tiles share one panel (SPLIT, column_groups)
+    # (4 MiB) would stream from L3 per column tile: groups of 4 column tiles share one panel (SPLIT, column_groups),
+    # and grouped tiles take wide_tile_opts' 5 rows (the last tile clamped)
     packed = [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.SWAP, 0, 1), Opt(OptOps.PACK, 1, 2)]
-    grouped = [*packed[:3], Opt(OptOps.SPLIT, 0, 4), packed[3]]
+    grouped = [Opt(OptOps.UPCAST_CLAMP, 0, 5), *packed[1:3], Opt(OptOps.SPLIT, 0, 4), packed[3]]
     assert tile_opts_of(matmul(1024, 1024, 1024, dtypes.float32)[0]) == grouped
     assert tile_opts_of(matmul(64, 8, 12, dtypes.float32)[0]) == [
         Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 4)]  # fmt: skip
@@ -423,12 +424,16 @@ def test_swap_interchanges_the_loops() -> None:
 
 
 def test_heuristic_conv_vectorises_width_and_reuses_inputs_across_output_channels() -> None:
-    # the whole row of 56 (7 vectors) for 2 output channels: 14 vector accumulators
-    assert hand_coded_opts(conv1d(8, 8, 64, 56, dtypes.float32)[0]) == [
+    # the whole row of 56 (7 vectors) for 2 output channels: 14 vector accumulators (unpadded, 58 inputs: no gates)
+    assert hand_coded_opts(conv1d_strided(8, 8, 64, 58, 1, 0, dtypes.float32)[0]) == [
         Opt(OptOps.UPCAST, 1, 2), Opt(OptOps.UPCAST, 2, 56)]  # fmt: skip
     # with a long enough reduce the channel tiles go innermost and read the inputs from a packed panel
-    assert hand_coded_opts(conv1d(8, 128, 64, 56, dtypes.float32)[0]) == [
+    assert hand_coded_opts(conv1d_strided(8, 128, 64, 58, 1, 0, dtypes.float32)[0]) == [
         Opt(OptOps.UPCAST, 1, 2), Opt(OptOps.UPCAST, 2, 56), Opt(OptOps.PACK, 1, 1)]  # fmt: skip
+    # padded, on AVX2 too: 4 columns x 2 vectors of channels over the weights packed once per image
+    # (channel_tile_opts; 2 x 7 vectors spill in gcc 12 and fold each load into 2 fmas)
+    assert hand_coded_opts(conv1d(8, 128, 64, 56, dtypes.float32)[0]) == [
+        Opt(OptOps.UPCAST, 2, 4), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.PACK, 0, 2)]  # fmt: skip
     check(conv1d(2, 128, 8, 56, dtypes.float32), dtypes.float32, "CPU", None, exact=True)
 
 

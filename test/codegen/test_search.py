@@ -32,7 +32,7 @@ from fusegrad.uop.ops import UOp, graph_rewrite
 from fusegrad.uop.symbolic import sym
 
 UPCAST, GROUP, SWAP, PACK = OptOps.UPCAST, OptOps.GROUP, OptOps.SWAP, OptOps.PACK
-KEEP, UNROLL = OptOps.KEEP, OptOps.UNROLL
+KEEP, UNROLL, UPCAST_CLAMP = OptOps.KEEP, OptOps.UNROLL, OptOps.UPCAST_CLAMP
 Ran = tuple[float, dict[int, np.ndarray]] | None
 
 
@@ -396,9 +396,10 @@ def test_neighbours_vary_a_finished_tile() -> None:
     assert tile[-1].op is PACK
     assert all(opts[-1].op in (PACK, UNROLL) for opts in extensions(sink, tile))
     near = neighbours(sink, tile)
-    first = tile[0]
-    assert first.op is UPCAST
-    assert (Opt(UPCAST, first.axis, first.arg // 2), *tile[1:]) in near
+    first = tile[0]  # on AVX2 (conftest's 8 lanes) a clamped tile of 6 rows over its reduce of 64 (short_tile_opts)
+    assert first == Opt(UPCAST_CLAMP, 0, 6)
+    assert (Opt(UPCAST_CLAMP, first.axis, 4), *tile[1:]) in near  # the clamp's rows are varied too
+    assert (first, Opt(UPCAST, tile[1].axis, tile[1].arg // 2), *tile[2:]) in near  # and the vectors'
     assert tile[:-1] in near
     assert tile not in near
     # an UNROLL's amount is varied as an UPCAST's is
