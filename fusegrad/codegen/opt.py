@@ -832,22 +832,26 @@ def wide_tile_opts(
 def short_tile_opts(
     sink: UOp, tile: list[Opt], loads: list[UOp], reduce_size: int, sizes: dict[int, int], width: int, acc_bytes: int
 ) -> list[Opt]:
-    """On AVX2, a packed tile of 4 rows x 2 vectors over a reduce too short to unroll (under UNROLL_MIN_REDUCE) as
-    SHORT_TILE rows (the last row tile clamped, as wide_tile_opts'): 12 of the 16 registers accumulate, 8 loads per 12
-    fmas where 4 x 2 takes 6 per 8. Without the unrolled loop gcc 12 keeps all 12 in registers (with it, 2 spill:
-    wide_tile_opts' 5 rows). Zen 3, 2 threads, sdpa (4, 8, 256, 64): q @ k.T 2.9-3.4 -> 1.6-2.0 ms, p @ v 2.3-3.9 ->
-    1.6-1.7 ms (5 rows: 2.6 and 1.6). [] elsewhere."""
-    if width * acc_bytes != vectorize.VECTOR_BYTES or reduce_size >= UNROLL_MIN_REDUCE:
+    """On AVX2, a packed tile of 4 rows x 2 vectors as more rows, the last row tile clamped (as wide_tile_opts'): over a
+    reduce too short to unroll (under UNROLL_MIN_REDUCE) SHORT_TILE rows, 12 of the 16 registers accumulating, 8 loads
+    per 12 fmas where 4 x 2 takes 6 per 8; over an unrolled one WIDE_TILE's 5 rows (gcc 12 spills 2 of 12 there). Zen 3,
+    2 threads: sdpa (4, 8, 256, 64)'s q @ k.T 2.9-3.4 -> 1.6-2.0 ms and p @ v 2.3-3.9 -> 1.6-1.7 ms (5 rows: 2.6 and
+    1.6); the GPT step's (1024 x 512) @ (512 x 128) 1.35-1.6 -> 0.88-0.92 ms (6 rows not unrolled 0.90-0.94). []
+    elsewhere, and in a kernel with a select or a gated load: a mask may clip its reduce loops per row (codegen/clip.py;
+    a clamped tile would not), and telling that apart from an epilogue's select (the GPT step's GELU backward after its
+    p @ v, 1.66-1.80 -> 1.34-1.38 ms as 6 rows) is left for later."""
+    if width * acc_bytes != vectorize.VECTOR_BYTES:
         return []
-    if any(u.op is Ops.WHERE for u in sink.toposort()):  # a mask: clipped loops end per row, not per clamped tile
+    if any(u.op is Ops.WHERE or (u.op is Ops.INDEX and len(u.src) > 2) for u in sink.toposort()):  # selects, gates
         return []
     upcasts = [o for o in tile if o.op is OptOps.UPCAST]
     if len(upcasts) != 2 or upcasts[0].arg != 4 or upcasts[1].arg != 2 * width:
         return []
     reuse, vector = upcasts
-    if sizes[reuse.axis] < SHORT_TILE * PACK_MIN_REUSE:
+    rows = SHORT_TILE if reduce_size < UNROLL_MIN_REDUCE else WIDE_TILE[vectorize.VECTOR_BYTES][0]
+    if sizes[reuse.axis] < rows * PACK_MIN_REUSE:
         return []
-    short = [Opt(OptOps.UPCAST_CLAMP, reuse.axis, SHORT_TILE), vector]
+    short = [Opt(OptOps.UPCAST_CLAMP, reuse.axis, rows), vector]
     packed = pack_opts(sink, short, loads, reduce_size, sizes)
     return short + packed if packed and _opts_apply(sink, short + packed) else []
 
