@@ -4,17 +4,14 @@ mask clips its loops per row keep register_tile's tile."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from fusegrad import Tensor
-from fusegrad.codegen import KernelInfo
 from fusegrad.codegen.opt import Opt, OptOps
 from fusegrad.dtype import dtypes
-from fusegrad.helpers import Context
 from fusegrad.uop import Ops
-from test.codegen.test_opt import matmul, run
-from test.codegen.test_wide_tile import opts_of
+from test.codegen.test_opt import matmul
+from test.codegen.test_wide_tile import assert_plain_bits, opts_of
 
 F32 = dtypes.float32
 SHORT = [Opt(OptOps.UPCAST_CLAMP, 0, 6), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.SWAP, 0, 1), Opt(OptOps.PACK, 1, 2)]
@@ -61,9 +58,4 @@ def test_a_causal_mask_keeps_rows_clipped() -> None:
 @pytest.mark.parametrize("device", ["CPU", "PYTHON"])
 def test_the_short_tile_gives_the_plain_kernels_bits(device: str) -> None:
     # 100 rows in tiles of 6: the last one 96..99, then row 99 twice more
-    ast, inputs, expected = matmul(100, 64, 32, F32)
-    with Context(NOOPT=1):
-        plain = run(ast, inputs, expected.size, F32, "PYTHON")
-    got = run(ast.replace(arg=KernelInfo(opts_to_apply=tuple(SHORT))), inputs, expected.size, F32, device)
-    np.testing.assert_array_equal(got, plain)
-    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    assert_plain_bits(matmul(100, 64, 32, F32), SHORT, device)
