@@ -17,6 +17,8 @@ from enum import Enum, auto
 from typing import TYPE_CHECKING
 
 from fusegrad.codegen import vectorize
+from fusegrad.codegen.clip import clip_reduce_loops
+from fusegrad.codegen.gates import pm_simplify_gates
 from fusegrad.codegen.gpudims import gpu_heuristic, split_group, split_local
 from fusegrad.codegen.linearize import flat_index, range_key
 from fusegrad.codegen.rowbuffer import keep_row_value, kept_value
@@ -836,13 +838,10 @@ def short_tile_opts(
     reduce too short to unroll (under UNROLL_MIN_REDUCE) SHORT_TILE rows, 12 of the 16 registers accumulating, 8 loads
     per 12 fmas where 4 x 2 takes 6 per 8; over an unrolled one WIDE_TILE's 5 rows (gcc 12 spills 2 of 12 there). Zen 3,
     2 threads: sdpa (4, 8, 256, 64)'s q @ k.T 2.9-3.4 -> 1.6-2.0 ms and p @ v 2.3-3.9 -> 1.6-1.7 ms (5 rows: 2.6 and
-    1.6); the GPT step's (1024 x 512) @ (512 x 128) 1.35-1.6 -> 0.88-0.92 ms (6 rows not unrolled 0.90-0.94). []
-    elsewhere, and in a kernel with a select or a gated load: a mask may clip its reduce loops per row (codegen/clip.py;
-    a clamped tile would not), and telling that apart from an epilogue's select (the GPT step's GELU backward after its
-    p @ v, 1.66-1.80 -> 1.34-1.38 ms as 6 rows) is left for later."""
-    if width * acc_bytes != vectorize.VECTOR_BYTES:
-        return []
-    if any(u.op is Ops.WHERE or (u.op is Ops.INDEX and len(u.src) > 2) for u in sink.toposort()):  # selects, gates
+    1.6); the GPT step's (1024 x 512) @ (512 x 128) 1.35-1.6 -> 0.88-0.92 ms (6 rows not unrolled 0.90-0.94), its
+    GELU backward fused after a matmul (an epilogue's selects) 1.66-1.80 -> 1.34-1.38 ms as 6 rows. [] elsewhere, and
+    where a mask clips a reduce loop per row (codegen/clip.py; a clamped tile would not): `_clips`."""
+    if width * acc_bytes != vectorize.VECTOR_BYTES or _clips(sink):
         return []
     upcasts = [o for o in tile if o.op is OptOps.UPCAST]
     if len(upcasts) != 2 or upcasts[0].arg != 4 or upcasts[1].arg != 2 * width:
@@ -854,6 +853,16 @@ def short_tile_opts(
     short = [Opt(OptOps.UPCAST_CLAMP, reuse.axis, rows), vector]
     packed = pack_opts(sink, short, loads, reduce_size, sizes)
     return short + packed if packed and _opts_apply(sink, short + packed) else []
+
+
+def _clips(sink: UOp) -> bool:
+    """Whether codegen/clip.py ends some reduce loop of the untiled kernel early (a mask of terms or of the value
+    read). A tile's lanes only narrow what it proves (a loop ends where its rest is the identity on every lane), so a
+    kernel it leaves alone untiled it leaves alone tiled: an epilogue's selects, a padded input's gated loads."""
+    if not any(u.op is Ops.WHERE or (u.op is Ops.INDEX and len(u.src) > 2) for u in sink.toposort()):
+        return False
+    gated = graph_rewrite(sink, pm_simplify_gates, name="simplify gates")
+    return clip_reduce_loops(gated) is not gated
 
 
 def _operand_bytes(loads: list[UOp]) -> int:

@@ -4,6 +4,7 @@ mask clips its loops per row keep register_tile's tile."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from fusegrad import Tensor
@@ -59,3 +60,21 @@ def test_a_causal_mask_keeps_rows_clipped() -> None:
 def test_the_short_tile_gives_the_plain_kernels_bits(device: str) -> None:
     # 100 rows in tiles of 6: the last one 96..99, then row 99 twice more
     assert_plain_bits(matmul(100, 64, 32, F32), SHORT, device)
+
+
+def test_an_epilogues_select_takes_the_short_tile() -> None:
+    # a select after the reduce (GELU's backward fused after a matmul) clips no loop: the tile is the plain matmul's
+    x, w, g = Tensor.rand(256, 64).realize(), Tensor.rand(64, 256).realize(), Tensor.rand(256, 256).realize()
+    y = x @ w
+    ((mask, opts),) = _tiles((y > 0.5).where(g * y, -y))
+    assert mask
+    assert list(opts) == SHORT
+
+
+def test_an_epilogues_select_under_the_short_tile_is_right() -> None:
+    rng = np.random.default_rng(0)
+    x, w, g = (rng.standard_normal(s).astype(np.float32) for s in ((268, 64), (64, 256), (268, 256)))
+    y = Tensor(x) @ Tensor(w)
+    out = (y > 0.5).where(Tensor(g) * y, -y)
+    assert _tiles(out)[0][1][0] == Opt(OptOps.UPCAST_CLAMP, 0, 6)  # 268 rows: the last tile clamped
+    np.testing.assert_allclose(out.numpy(), np.where(x @ w > 0.5, g * (x @ w), -(x @ w)), rtol=1e-5, atol=1e-5)
