@@ -1092,8 +1092,25 @@ def channel_tile_opts(
     if not free:
         return []
     across = min(free, key=range_key)
+    if whole:  # the other padded axes: those a gate tests (an image's rows, not its batch)
+        gates = [u for ld in loads if len(ld.src[0].src) > 2 for u in ld.src[0].src[2].toposort()]
+        tile = _square_channel_tile(tile, rows, [r for r in rest if r is not rows and r in gates])
     ret = [*tile, *(Opt(OptOps.PACK, across.arg[0], slot) for slot in sorted({ld.src[0].src[0].arg for ld in packed}))]
     return ret if _opts_apply(sink, ret) else []
+
+
+def _square_channel_tile(tile: list[Opt], columns: UOp, image_rows: list[UOp]) -> list[Opt]:
+    """AVX2's channel tile of 4 image columns as 2 image rows x 2 columns (rows first, the outer unrolled loop), where
+    an image row axis (another axis the input's gates test) splits in 2: the same 8 accumulators over 4
+    outputs a step, with half the columns' gates. Zen 3, 2 threads, 8x64x56x56 forward timed in turns: 16.3-16.6 ->
+    13.5-14.0 ms (2 columns x 2 rows, the columns outer: 14.2-14.7)."""
+    if tile[0].arg != 4 or int(columns.src[0].arg) % 2:
+        return tile
+    splits = [r for r in image_rows if r.src[0].op is Ops.CONST and int(r.src[0].arg) % 2 == 0]
+    if not splits:
+        return tile
+    outer = max(splits, key=range_key)
+    return [Opt(OptOps.UPCAST, outer.arg[0], 2), Opt(OptOps.UPCAST, columns.arg[0], 2), tile[1]]
 
 
 def shared_panel_opts(

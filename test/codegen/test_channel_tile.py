@@ -1,5 +1,6 @@
 """codegen/opt.py channel_tile_opts on an unpadded conv whose columns' own tile would be narrower than a vector (the
-convnet's first conv: 26 columns): the tile over output channels with the weights packed, not scalars."""
+convnet's first conv: 26 columns): the tile over output channels with the weights packed, not scalars; and on AVX2
+(conftest's 8 lanes) a padded conv's tile of 2 image rows x 2 columns x 2 vectors of channels."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from fusegrad.codegen.opt import Opt, OptOps, hand_coded_opts
 from fusegrad.dtype import dtypes
 from fusegrad.uop.ops import graph_rewrite
 from fusegrad.uop.symbolic import sym
-from test.codegen.test_opt import check, conv2d_valid, run
+from test.codegen.test_opt import check, conv1d, conv2d_padded, conv2d_valid, run
+from test.codegen.test_wide_tile import assert_plain_bits
 
 F32 = dtypes.float32
 
@@ -47,3 +49,20 @@ def test_any_unpadded_conv_runs_bit_for_bit_as_the_plain_kernel(batch: int, cin:
             np.testing.assert_array_equal(got, plain, err_msg=f"{device} {opts}")
         else:  # a plain reduce loop: C may sum it in SIMD lanes
             np.testing.assert_allclose(got, plain, rtol=1e-5, atol=1e-5, err_msg=f"{device} {opts}")
+
+
+SQUARE = [Opt(OptOps.UPCAST, 2, 2), Opt(OptOps.UPCAST, 3, 2), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.PACK, 0, 2)]
+
+
+def test_a_padded_conv_tiles_two_rows_of_two_columns() -> None:
+    # 8x64x56x56's forward: 4 columns x 2 vectors 16.3-16.6 -> 13.5-14.0 ms as 2 rows x 2 columns (Zen 3, in turns)
+    assert hand_coded_opts(graph_rewrite(conv2d_padded(2, 64, 64, 56, F32)[0], sym)) == SQUARE
+    # a 1-D conv has no image rows to split (its batch is no padded axis): 4 columns
+    assert hand_coded_opts(conv1d(8, 128, 64, 56, F32)[0])[0] == Opt(OptOps.UPCAST, 2, 4)
+
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_the_square_tile_gives_the_plain_kernels_bits(device: str) -> None:
+    case = conv2d_padded(2, 3, 16, 8, F32)
+    assert hand_coded_opts(graph_rewrite(case[0], sym)) == SQUARE
+    assert_plain_bits(case, SQUARE, device)

@@ -672,6 +672,23 @@ def conv2d_valid(batch: int, cin: int, cout: int, size: int, dt: DType) -> Case:
     return ast, [xs, ws], np.einsum("ncyxk,ock->noyx", windows, ws.reshape(cout, cin, 9).astype(np.float64)).ravel()
 
 
+def conv2d_padded(batch: int, cin: int, cout: int, size: int, dt: DType) -> Case:
+    """out (batch, cout, size, size) = the 3x3 conv of x (batch, cin, size, size) padded by 1 (gated loads) with w."""
+    n, o, y, x = loop(batch, 0), loop(cout, 1), loop(size, 2), loop(size, 3)
+    c, ky, kx = red(cin, 4), red(3, 5), red(3, 6)
+    py, px, plane = y + ky - 1, x + kx - 1, size * size
+    valid = (py >= 0) & (py < size) & (px >= 0) & (px < size)
+    inp = glob(1, batch * cin * plane, dt).index(n * (cin * plane) + c * plane + py * size + px, valid)
+    weight = glob(2, cout * cin * 9, dt).index(o * (cin * 9) + c * 9 + ky * 3 + kx)
+    value = (inp.load() * weight.load()).reduce(c, ky, kx, arg=Ops.ADD)
+    dest = glob(0, batch * cout * plane, dt).index(n * (cout * plane) + o * plane + y * size + x)
+    xs, ws = data((batch, cin, size, size), dt), data((cout, cin, 3, 3), dt, 1)
+    padded = np.pad(xs.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    windows = np.stack([padded[:, :, i : i + size, j : j + size] for i in range(3) for j in range(3)], -1)
+    expected = np.einsum("ncyxk,ock->noyx", windows, ws.reshape(cout, cin, 9).astype(np.float64)).ravel()
+    return UOp.sink(dest.store(value)), [xs, ws], expected
+
+
 def test_heuristic_packs_a_convs_weights_outside_the_outermost_loop_when_the_panel_fits_l1(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
