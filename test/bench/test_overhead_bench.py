@@ -3,6 +3,7 @@ being the example's model, and one short run of the driver printing the table.""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -69,6 +70,15 @@ def test_a_short_run_prints_the_table() -> None:
     rows = {line.split("|")[1].strip() for line in proc.stdout.splitlines() if line.startswith("| ")}
     assert {"tiny eager µs", "tiny jitted µs", "import ms", "import ms CPU time"} <= rows
     assert "load average" in proc.stdout
+
+
+def test_import_is_timed_from_the_bytecode_cache(bench: ModuleType) -> None:
+    # as a user's install imports; where the environment forbids writing bytecode, the uncached figure is shown too
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    assert set(bench.import_time("fusegrad", 1, env)) == {"import ms", "import ms CPU time"}
+    figures = bench.import_time("fusegrad", 1, env | {"PYTHONDONTWRITEBYTECODE": "1"})
+    assert set(figures) == {"import ms", "import ms CPU time", "import ms, no bytecode cache"}
+    assert all(v > 0 for v in figures.values())
 
 
 def test_ratio_gives_wall_and_cpu_time(bench: ModuleType) -> None:
