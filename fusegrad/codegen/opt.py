@@ -253,16 +253,24 @@ def _enclosing_loops(sink: UOp, red: UOp) -> list[UOp]:
 
 
 def swap(sink: UOp, opt: Opt) -> UOp:
-    """Two output loops trade axis ids, so each sits where the other did (their ends and uses stay)."""
+    """Two output loops trade axis ids, so each sits where the other did (their ends and uses stay); or two loops of
+    the same reduces (their terms summed in another order: a conv's input gradient over its output channels outside
+    the window's loops)."""
     first, second = _find_range(sink, opt.axis), _find_range(sink, opt.arg)
-    if first.arg[1] is not AxisType.LOOP or second.arg[1] is not AxisType.LOOP:
-        raise ValueError(f"opt: SWAP needs two LOOP axes: got {first.arg[1].name} and {second.arg[1].name}")
+    kinds = (first.arg[1], second.arg[1])
+    if kinds == (AxisType.REDUCE, AxisType.REDUCE):
+        if any((first in u.src[1:]) != (second in u.src[1:]) for u in sink.toposort() if u.op is Ops.REDUCE):
+            raise ValueError(f"opt: SWAP of reduce axes {opt.axis} and {opt.arg}: got loops of different reduces")
+    elif kinds != (AxisType.LOOP, AxisType.LOOP):
+        raise ValueError(f"opt: SWAP needs two LOOP axes or two REDUCE axes: got {kinds[0].name} and {kinds[1].name}")
     # a GROUP's partials are written inside the output loops nested outside them then: a later swap could move one
     # of those inside the write's loop (and its loop over partials is no output loop to swap)
     if any(u.op is Ops.DEFINE_REG for u in sink.toposort()):
         raise ValueError(f"opt: SWAP of axes {opt.axis} and {opt.arg}: got a kernel with GROUP applied, expected none")
     # substitute, not a rewrite to a fixed point: with equal ends the two new ranges are the old ones, swapped
-    return sink.substitute({first: UOp.range(first.src[0], opt.arg), second: UOp.range(second.src[0], opt.axis)})
+    return sink.substitute(
+        {first: UOp.range(first.src[0], opt.arg, kinds[0]), second: UOp.range(second.src[0], opt.axis, kinds[1])}
+    )
 
 
 def split(sink: UOp, opt: Opt, new_axis: int) -> UOp:
@@ -1095,8 +1103,23 @@ def channel_tile_opts(
     if whole:  # the other padded axes: those a gate tests (an image's rows, not its batch)
         gates = [u for ld in loads if len(ld.src[0].src) > 2 for u in ld.src[0].src[2].toposort()]
         tile = _square_channel_tile(tile, rows, [r for r in rest if r is not rows and r in gates])
+        tile = _channels_outside(sink) + tile
     ret = [*tile, *(Opt(OptOps.PACK, across.arg[0], slot) for slot in sorted({ld.src[0].src[0].arg for ld in packed}))]
     return ret if _opts_apply(sink, ret) else []
+
+
+def _channels_outside(sink: UOp) -> list[Opt]:
+    """SWAPs that nest a conv's longest reduce loop (its channels) outside its window's, the others kept in order: an
+    input gradient sums over (ky, kx, output channel), so each step's broadcasts came from another channel's plane (a
+    new cache line each) and the window's planes left L1 between steps. Zen 3, 2 threads, 8x64x56x56's input gradient
+    timed in turns: 19.7-22.3 -> 14.7-17.2 ms. [] where it is outermost already (a forward conv) or the reduce loops
+    are not one reduce's."""
+    reduces = [u for u in sink.toposort() if u.op is Ops.REDUCE]
+    if len(reduces) != 1 or any(r.src[0].op is not Ops.CONST for r in reduces[0].src[1:]):
+        return []
+    loops = sorted(reduces[0].src[1:], key=range_key)
+    longest = max(range(len(loops)), key=lambda i: (int(loops[i].src[0].arg), -i))
+    return [Opt(OptOps.SWAP, loops[i - 1].arg[0], loops[i].arg[0]) for i in range(longest, 0, -1)]
 
 
 def _square_channel_tile(tile: list[Opt], columns: UOp, image_rows: list[UOp]) -> list[Opt]:

@@ -84,7 +84,8 @@ def _const_ranges(sink: UOp, axis_type: AxisType) -> list[UOp]:
 def actions(sink: UOp, has_local: bool = False) -> list[Opt]:
     """The opts that may extend `sink`'s current ones: UPCAST of each constant output loop by a divisor (the upcast
     loops' sizes multiplying to at most MAX_UPCAST) unless a reduce is grouped or packed, GROUP of each constant
-    reduce axis by a divisor unless there are upcasts, SWAP of each pair of output loops, PACK of each buffer a reduce
+    reduce axis by a divisor unless there are upcasts, SWAP of each pair of output loops and of reduce loops (the
+    order a conv sums its channels and window in), PACK of each buffer a reduce
     loads across each constant output loop that load doesn't depend on, KEEP of each reduce whose costly value the
     kernel computes again over its row (codegen/rowbuffer.py), UNROLL of the innermost reduce loop. On GPUs
     (`has_local`) LOCAL and GROUP (`gpu_actions`) instead of GROUP, PACK, KEEP and UNROLL. Candidates only: apply_opts
@@ -101,7 +102,9 @@ def actions(sink: UOp, has_local: bool = False) -> list[Opt]:
         return ret + gpu_actions(sink, loops, reduces, upcast > 1)
     for r in [] if upcast > 1 else reduces:
         ret += [Opt(OptOps.GROUP, r.arg[0], a) for a in GROUP_AMOUNTS if int(r.src[0].arg) % a == 0]
-    ret += [Opt(OptOps.SWAP, a.arg[0], b.arg[0]) for i, a in enumerate(loops) for b in loops[i + 1 :]]
+    ret += [
+        Opt(OptOps.SWAP, a.arg[0], b.arg[0]) for rs in (loops, reduces) for i, a in enumerate(rs) for b in rs[i + 1 :]
+    ]
     return ret + pack_actions(sink, loops) + keep_actions(sink) + unroll_actions(sink)
 
 

@@ -332,7 +332,7 @@ def test_group_inside_output_loops_and_around_a_nested_reduce(device: str) -> No
      (Opt(OptOps.GROUP, 0, 2), "GROUP needs a REDUCE axis: got axis 0 of LOOP"),
      (Opt(OptOps.UPCAST, 9, 2), "no single loop with axis id 9: got 0, expected 1"),
      (Opt(OptOps.UPCAST, 1, 1), "UPCAST by 1 of axis 1"),
-     (Opt(OptOps.SWAP, 0, 2), "SWAP needs two LOOP axes: got LOOP and REDUCE")],
+     (Opt(OptOps.SWAP, 0, 2), "SWAP needs two LOOP axes or two REDUCE axes: got LOOP and REDUCE")],
 )  # fmt: skip
 def test_bad_opts_are_errors(opt: Opt, match: str) -> None:
     with pytest.raises(ValueError, match=match):
@@ -672,10 +672,11 @@ def conv2d_valid(batch: int, cin: int, cout: int, size: int, dt: DType) -> Case:
     return ast, [xs, ws], np.einsum("ncyxk,ock->noyx", windows, ws.reshape(cout, cin, 9).astype(np.float64)).ravel()
 
 
-def conv2d_padded(batch: int, cin: int, cout: int, size: int, dt: DType) -> Case:
-    """out (batch, cout, size, size) = the 3x3 conv of x (batch, cin, size, size) padded by 1 (gated loads) with w."""
+def conv2d_padded(batch: int, cin: int, cout: int, size: int, dt: DType, channels_inner: bool = False) -> Case:
+    """out (batch, cout, size, size) = the 3x3 conv of x (batch, cin, size, size) padded by 1 (gated loads) with w; its
+    reduce loops (cin, ky, kx), or (ky, kx, cin) with `channels_inner` (as a conv's input gradient nests them)."""
     n, o, y, x = loop(batch, 0), loop(cout, 1), loop(size, 2), loop(size, 3)
-    c, ky, kx = red(cin, 4), red(3, 5), red(3, 6)
+    c, ky, kx = (red(cin, 6), red(3, 4), red(3, 5)) if channels_inner else (red(cin, 4), red(3, 5), red(3, 6))
     py, px, plane = y + ky - 1, x + kx - 1, size * size
     valid = (py >= 0) & (py < size) & (px >= 0) & (px < size)
     inp = glob(1, batch * cin * plane, dt).index(n * (cin * plane) + c * plane + py * size + px, valid)
@@ -810,7 +811,7 @@ def _divisors(n: int) -> list[int]:
 @st.composite
 def conv_and_opts(draw: st.DrawFn) -> tuple[tuple[int, int, int, int], tuple[Opt, ...]]:
     """A small 1-d conv (gated loads, two reduce axes), random valid upcasts in any order, maybe then a swap of two
-    output loops still there (a swap renames axes, so it comes last)."""
+    output loops still there (a swap renames axes, so it comes last), maybe a swap of its two reduce loops anywhere."""
     batch, cout, width = draw(st.integers(1, 4)), draw(st.integers(1, 6)), draw(st.integers(1, 9))
     upcasts: list[Opt] = []
     left = {}  # axis -> iterations its loop keeps
@@ -823,7 +824,10 @@ def conv_and_opts(draw: st.DrawFn) -> tuple[tuple[int, int, int, int], tuple[Opt
     loops = [axis for axis, n in left.items() if n > 1]
     if len(loops) >= 2 and draw(st.booleans()):
         opts.append(Opt(OptOps.SWAP, *draw(st.permutations(loops))[:2]))
-    return (batch, draw(st.integers(1, 3)), cout, width), tuple(opts)
+    cin = draw(st.integers(1, 3))
+    if cin > 1 and draw(st.booleans()):  # the reduce's loops (channels, window) in the other order
+        opts.insert(draw(st.integers(0, len(opts))), Opt(OptOps.SWAP, 3, 4))
+    return (batch, cin, cout, width), tuple(opts)
 
 
 @settings(max_examples=10, deadline=None)
