@@ -7,9 +7,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 if importlib.util.find_spec("fusegrad") is None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+# HYPOTHESIS_PROFILE=ci (.ci/run sets it): every property test draws the same examples on every run and keeps no
+# example database, so a red CI is reproducible and never a roll of the dice; locally the examples stay random (and the
+# local database replays failures) so new cases keep being found
+settings.register_profile("ci", derandomize=True, database=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 @pytest.fixture(autouse=True)
