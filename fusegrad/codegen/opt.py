@@ -849,14 +849,14 @@ def short_tile_opts(
     1.6); the GPT step's (1024 x 512) @ (512 x 128) 1.35-1.6 -> 0.88-0.92 ms (6 rows not unrolled 0.90-0.94), its
     GELU backward fused after a matmul (an epilogue's selects) 1.66-1.80 -> 1.34-1.38 ms as 6 rows. [] elsewhere, and
     where a mask clips a reduce loop per row (codegen/clip.py; a clamped tile would not): `_clips`."""
-    if width * acc_bytes != vectorize.VECTOR_BYTES or _clips(sink):
+    if width * acc_bytes != vectorize.VECTOR_BYTES:
         return []
     upcasts = [o for o in tile if o.op is OptOps.UPCAST]
     if len(upcasts) != 2 or upcasts[0].arg != 4 or upcasts[1].arg != 2 * width:
         return []
     reuse, vector = upcasts
     rows = SHORT_TILE if reduce_size < UNROLL_MIN_REDUCE else WIDE_TILE[vectorize.VECTOR_BYTES][0]
-    if sizes[reuse.axis] < rows * PACK_MIN_REUSE:
+    if sizes[reuse.axis] < rows * PACK_MIN_REUSE or _clips(sink):  # the clip rewrite last: the costliest test
         return []
     short = [Opt(OptOps.UPCAST_CLAMP, reuse.axis, rows), vector]
     packed = pack_opts(sink, short, loads, reduce_size, sizes)
@@ -1127,7 +1127,7 @@ def _square_channel_tile(tile: list[Opt], columns: UOp, image_rows: list[UOp]) -
     an image row axis (another axis the input's gates test) splits in 2: the same 8 accumulators over 4
     outputs a step, with half the columns' gates. Zen 3, 2 threads, 8x64x56x56 forward timed in turns: 16.3-16.6 ->
     13.5-14.0 ms (2 columns x 2 rows, the columns outer: 14.2-14.7)."""
-    if tile[0].arg != 4 or int(columns.src[0].arg) % 2:
+    if tile[0].arg != 4:  # 4 columns upcast: their loop's size is a multiple of 4, so of 2
         return tile
     splits = [r for r in image_rows if r.src[0].op is Ops.CONST and int(r.src[0].arg) % 2 == 0]
     if not splits:

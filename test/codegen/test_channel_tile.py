@@ -14,9 +14,8 @@ from fusegrad.codegen.opt import Opt, OptOps, hand_coded_opts
 from fusegrad.dtype import dtypes
 from fusegrad.uop.ops import graph_rewrite
 from fusegrad.uop.symbolic import sym
-from test.codegen.test_opt import check, conv1d, conv2d_padded, conv2d_valid, run
+from test.codegen.test_opt import assert_plain_bits, check, conv1d, conv2d_padded, conv2d_valid, run
 from test.codegen.test_rowbuffer import softmax_ast
-from test.codegen.test_wide_tile import assert_plain_bits
 
 F32 = dtypes.float32
 

@@ -70,6 +70,17 @@ def data(shape: tuple[int, ...], dt: DType, seed: int = 0) -> np.ndarray:
 Case = tuple[UOp, list[np.ndarray], np.ndarray]
 
 
+def assert_plain_bits(case: Case, opts: list[Opt], device: str) -> None:
+    """The float32 kernel of `case` with `opts` on `device` gives the plain kernel's bits (PYTHON, no opts): for opts
+    that keep every sum's order (tiles, clamped rows, packed panels); and its values are numpy's to rounding."""
+    ast, inputs, expected = case
+    with Context(NOOPT=1):
+        plain = run(ast, inputs, expected.size, dtypes.float32, "PYTHON")
+    got = run(ast.replace(arg=KernelInfo(opts_to_apply=tuple(opts))), inputs, expected.size, dtypes.float32, device)
+    np.testing.assert_array_equal(got, plain)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
 def matmul(m: int, k: int, n: int, dt: DType) -> Case:
     """out (m, n) = a (m, k) @ b (k, n)."""
     r0, r1, r2 = loop(m, 0), loop(n, 1), red(k, 2)

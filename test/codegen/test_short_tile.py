@@ -11,8 +11,8 @@ from fusegrad import Tensor
 from fusegrad.codegen.opt import Opt, OptOps
 from fusegrad.dtype import dtypes
 from fusegrad.uop import Ops
-from test.codegen.test_opt import matmul
-from test.codegen.test_wide_tile import assert_plain_bits, opts_of
+from test.codegen.test_opt import assert_plain_bits, matmul
+from test.codegen.test_wide_tile import opts_of
 
 F32 = dtypes.float32
 SHORT = [Opt(OptOps.UPCAST_CLAMP, 0, 6), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.SWAP, 0, 1), Opt(OptOps.PACK, 1, 2)]

@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
 import pytest
 
-from fusegrad.codegen import KernelInfo, to_program
+from fusegrad.codegen import to_program
 from fusegrad.codegen.opt import Opt, OptOps, hand_coded_opts
 from fusegrad.device import Device
 from fusegrad.dtype import dtypes
-from fusegrad.helpers import Context
 from fusegrad.uop.ops import UOp, graph_rewrite
 from fusegrad.uop.symbolic import sym
-from test.codegen.test_opt import matmul, run
+from test.codegen.test_opt import assert_plain_bits, matmul
 
 F32 = dtypes.float32
 WIDE = [
@@ -96,13 +94,3 @@ def test_the_wide_tile_in_c() -> None:
 def test_the_wide_tile_gives_the_plain_kernels_bits(device: str) -> None:
     # 100 rows (tiles of 6: the last one 96..99, then 99 twice), 2 column tiles of 64 in one group
     assert_plain_bits(matmul(100, 8, 128, F32), WIDE, device)
-
-
-def assert_plain_bits(case: tuple[UOp, list[np.ndarray], np.ndarray], opts: list[Opt], device: str) -> None:
-    """The kernel of matmul `case` with `opts` on `device` gives the plain kernel's bits (PYTHON, no opts)."""
-    ast, inputs, expected = case
-    with Context(NOOPT=1):
-        plain = run(ast, inputs, expected.size, F32, "PYTHON")
-    got = run(ast.replace(arg=KernelInfo(opts_to_apply=tuple(opts))), inputs, expected.size, F32, device)
-    np.testing.assert_array_equal(got, plain)
-    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
