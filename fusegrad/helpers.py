@@ -11,6 +11,7 @@ import contextvars
 import ctypes
 import decimal
 import functools
+import gc
 import getpass
 import hashlib
 import operator
@@ -238,6 +239,8 @@ TRANSCENDENTAL = ContextVar("TRANSCENDENTAL", 1)  # 1: native exp2/log2/sin if t
 FUSE_ARANGE = ContextVar("FUSE_ARANGE", 0)  # 1: fuse arange-built index tensors into their consumers
 FUSE_CONV_BW = ContextVar("FUSE_CONV_BW", 0)  # 1: fuse the convolution backward pass into fewer kernels
 LRU = ContextVar("LRU", 1)  # 0: free buffers immediately instead of keeping them in the allocator's LRU cache
+# the collector's generation-0 threshold that `import fusegrad` sets where Python's is lower; 0: leave it alone
+GC_THRESHOLD = ContextVar("GC_THRESHOLD", 10_000)
 ALLREDUCE_CAST = ContextVar("ALLREDUCE_CAST", 1)  # 1: allreduce half-precision inputs in a wider dtype
 VIZ = ContextVar("VIZ", 0)  # 1: record rewrites and profile events and serve them in the VIZ web app; -1: save only
 PROFILE = ContextVar("PROFILE", abs(VIZ.value))  # 1: record timing events (cpu_events, Buffer.profile_events)
@@ -1751,3 +1754,17 @@ def report_kernel(name: str, src: str | None) -> None:
         text = f"CRASH_REPORT: source of {name}:\n{src.rstrip()}\n{text}"
     sys.stderr.write(text)
     sys.stderr.flush()
+
+
+def raise_gc_threshold() -> None:
+    """Raise the cyclic collector's generation-0 threshold to GC_THRESHOLD (read once, at `import fusegrad`) where it is
+    lower and automatic collection is on (a threshold of 0 turns it off: left alone, as is a higher one set earlier).
+
+    An eager training step builds and frees thousands of graph nodes, none of them in a reference cycle (a node refers
+    only to its sources), so the collections their allocations trigger find nothing. At Python's default of 700 the
+    bench GPT step ran ~3.7 young and 0.3 middle collections a step and a full one (47-54 ms over ~80k objects) every
+    ~20 steps: 2.2-3.6 ms of its 12-16 ms of Python a step on the NULL device; at 10,000, none. Cyclic garbage (the
+    program's own) is still collected, after 10,000 net allocations instead of 700."""
+    threshold, *older = gc.get_threshold()
+    if 0 < threshold < (wanted := GC_THRESHOLD.value):
+        gc.set_threshold(wanted, *older)

@@ -710,3 +710,25 @@ def test_shapes_and_strides() -> None:
     assert to_tuple(3) == (3,)
     assert to_tuple((1, 2)) == (1, 2)
     assert flat_to_grouped((1, 2, 3, 4)) == ((3, 4), (1, 2))
+
+
+# *** the collector's threshold (raise_gc_threshold, at import) ***
+
+
+def _threshold_after_import(setup: str, env: dict[str, str]) -> tuple[int, ...]:
+    code = f"import gc\n{setup}\nimport fusegrad\nprint(*gc.get_threshold())"
+    base = {k: v for k, v in os.environ.items() if k != "GC_THRESHOLD"}
+    proc = subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True,
+                          timeout=120, check=True)  # fmt: skip
+    return tuple(int(x) for x in proc.stdout.split())
+
+
+def test_import_raises_the_young_generation_threshold() -> None:
+    assert _threshold_after_import("gc.set_threshold(700, 10, 10)", {}) == (10_000, 10, 10)
+    assert _threshold_after_import("gc.set_threshold(700, 5, 3)", {"GC_THRESHOLD": "2000"}) == (2000, 5, 3)
+
+
+def test_import_leaves_a_chosen_threshold_alone() -> None:
+    assert _threshold_after_import("gc.set_threshold(700, 10, 10)", {"GC_THRESHOLD": "0"}) == (700, 10, 10)
+    assert _threshold_after_import("gc.set_threshold(50_000, 10, 10)", {}) == (50_000, 10, 10)  # higher already
+    assert _threshold_after_import("gc.set_threshold(0)", {}) == (0, 10, 10)  # automatic collection off: stays off

@@ -89,6 +89,40 @@ def test_profile_records_an_exec_event() -> None:
     assert [(e.device, e.name) for e in cpu_events if isinstance(e, ProfileRangeEvent)][-1] == ("CPU", "add4")
 
 
+def test_eager_launch_calls_the_bare_kernel_once_it_has_run() -> None:
+    runner = CompiledRunner(add_program())
+    bufs = [Buffer("CPU", 4, f32), buffer("CPU", [1, 2, 3, 4], f32), buffer("CPU", [4, 3, 2, 1.5], f32)]
+    bufs[0].ensure_allocated()
+    assert runner(bufs, {}) is None
+    assert isinstance(runner._direct, tuple)  # the CPU program handed out its C function
+    elapsed = runner(bufs, {}, wait=True)
+    assert isinstance(elapsed, float)
+    assert elapsed > 0
+    assert bufs[0].numpy().tolist() == [5, 5, 5, 5.5]
+    fresh = Buffer("CPU", 4, f32)  # not allocated yet: the bare call's address allocates it
+    runner([fresh, bufs[1], bufs[2]], {})
+    assert fresh.numpy().tolist() == [5, 5, 5, 5.5]
+
+
+def test_eager_launch_under_profile_keeps_the_kernel_span() -> None:
+    runner = CompiledRunner(add_program())
+    bufs = [Buffer("CPU", 4, f32), buffer("CPU", [1, 2, 3, 4], f32), buffer("CPU", [1, 1, 1, 1], f32)]
+    ExecItem(UOp.sink(), list(bufs), prg=runner).run()  # the bare call is ready
+    cpu_events.clear()
+    with Context(PROFILE=1):
+        ExecItem(UOp.sink(), list(bufs), prg=runner).run()
+    assert [(e.device, e.name) for e in cpu_events if isinstance(e, ProfileRangeEvent)][-1] == ("CPU", "add4")
+
+
+def test_eager_launch_of_a_device_without_bare_calls() -> None:
+    out, a = Buffer("PYTHON", 3, f32), buffer("PYTHON", [1, 2, 3], f32)
+    runner = ExecItem(double_ast(3), [out, a]).lower().prg
+    assert isinstance(runner, CompiledRunner)
+    runner([out.ensure_allocated(), a], {})
+    assert runner._direct is False  # PYTHON's programs have no C function: the program's own call, every launch
+    assert out.numpy().tolist() == [2, 4, 6]
+
+
 def test_debug_2_prints_one_line_per_kernel(capsys: pytest.CaptureFixture[str]) -> None:
     bufs = [Buffer("CPU", 4, f32), buffer("CPU", [1, 2, 3, 4], f32), buffer("CPU", [1, 1, 1, 1], f32)]
     with Context(DEBUG=2):
