@@ -309,17 +309,30 @@ def note_reads(
 
 
 _SIMPLIFIED_MAX = 4096  # kernel ASTs whose simplified form is kept (the oldest goes first)
-# AST's content key -> simplified AST: a layer repeated n times is one AST, simplified once. Keyed by the bytes, not
-# the node: the unsimplified ASTs (~20k tracked objects over a GPT run) then die with their schedule instead of being
-# walked by every full garbage collection for as long as the cache keeps them (a GPT step's collections 1.19-1.21 ->
-# 1.05-1.06 ms on NULL). The price is a key per new AST on a schedule miss (the 1,000-layer chain 0.55 -> 0.62 s);
-# weak keys cost more (0.75 s: the chain's ASTs die between layers, so every layer missed)
+# AST's content key -> simplified AST: a layer repeated n times is one AST, simplified once. Keyed by the bytes, so an
+# AST that is no longer among the few below (~20k tracked objects over a GPT run, if all were kept) dies with its
+# schedule and is not walked by the collector's full collections while the cache keeps its simplified form
 _simplified: dict[bytes, UOp] = {}
+# the latest ASTs themselves, in front of it: a repeated layer builds its kernel again while the last one's AST lives
+# (held here), so hash-consing returns that very node and the look-up needs no content key (which walks and hashes
+# every node of an AST built anew: the 1,000-layer chain's scheduling 1.48-1.62 -> 1.10-1.30 s CPU). Only a few: with
+# the collector's full collections rare (helpers.raise_gc_threshold) they cost it little
+_SIMPLIFIED_NODES_MAX = 256
+_simplified_nodes: dict[UOp, UOp] = {}
 
 
 def simplify_kernel(ast: UOp) -> UOp:
     if TRACK_MATCH_STATS.value >= 2:  # VIZ shows every kernel's simplification
         return graph_rewrite(ast, sym, name="simplify kernel indices")
+    if (done := _simplified_nodes.get(ast)) is not None:
+        return done
+    if len(_simplified_nodes) >= _SIMPLIFIED_NODES_MAX:
+        del _simplified_nodes[next(iter(_simplified_nodes))]
+    _simplified_nodes[ast] = done = _simplify_by_content(ast)
+    return done
+
+
+def _simplify_by_content(ast: UOp) -> UOp:
     if (done := _simplified.get(key := ast.key)) is not None:
         return done
     if len(_simplified) >= _SIMPLIFIED_MAX:

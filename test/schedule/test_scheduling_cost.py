@@ -47,9 +47,9 @@ def test_a_repeated_layer_is_simplified_once(monkeypatch: pytest.MonkeyPatch) ->
     assert len(simplified) <= 3  # the first layer, the output layer and one AST for all the layers between
 
 
-def test_the_simplify_cache_keeps_no_unsimplified_ast_alive(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keyed by content: a later schedule's equal AST hits, and the old AST object is free to die (every full garbage
-    collection walked the ones a node-keyed cache kept)."""
+def test_the_simplify_cache_keeps_only_the_latest_unsimplified_asts_alive(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The latest few ASTs are kept (a repeated layer's next AST is then that node: no content key), older ones die:
+    the content-keyed cache behind them hits when an equal AST is built again."""
     seen: list[weakref.ref[Any]] = []
     original = rangeify.simplify_kernel
 
@@ -58,14 +58,33 @@ def test_the_simplify_cache_keeps_no_unsimplified_ast_alive(monkeypatch: pytest.
         return original(ast)
 
     rangeify._simplified.clear()
+    rangeify._simplified_nodes.clear()
+    monkeypatch.setattr(rangeify, "_SIMPLIFIED_NODES_MAX", 1)
     monkeypatch.setattr(kernelize, "simplify_kernel", remembered)
     chain(3).schedule()
     first = len(rangeify._simplified)
     gc.collect()
-    assert seen
+    assert len({id(ref()) for ref in seen if ref() is not None}) == 1  # the last one, held in front
+    assert len(rangeify._simplified_nodes) == 1
+    rangeify._simplified_nodes.clear()
+    gc.collect()
     assert all(ref() is None for ref in seen)
-    chain(3).schedule()  # the same ASTs built again: all hits
+    chain(3).schedule()  # the same ASTs built again, as new nodes: all hits on their content
     assert len(rangeify._simplified) == first
+
+
+def test_a_repeated_layer_reuses_the_live_ast(monkeypatch: pytest.MonkeyPatch) -> None:
+    keyed: list[Any] = []
+    original = rangeify._simplify_by_content
+
+    def counted(ast: Any) -> Any:
+        keyed.append(ast)
+        return original(ast)
+
+    rangeify._simplified_nodes.clear()
+    monkeypatch.setattr(rangeify, "_simplify_by_content", counted)
+    assert len(chain(30).schedule()) == 30
+    assert len(keyed) <= 3  # the first layer, the output layer and one AST for all the layers between
 
 
 def test_a_second_round_still_runs_when_a_walk_inlined_a_split_reduce(monkeypatch: pytest.MonkeyPatch) -> None:
