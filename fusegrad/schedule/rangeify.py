@@ -147,7 +147,8 @@ class KernelBuilder(ReadPolicy):
                 self.note_read(n, i, v, c)
             if key in self.memo:
                 continue
-            if n._shape is not None and prod(n.shape) == 0:  # an empty tensor is never read: any value will do
+            # an empty tensor is never read: any value will do (a symbolic size is a UOp, never equal to 0)
+            if (shape := n._shape) is not None and 0 in shape:
                 self.memo[key] = UOp.const(n.dtype, 0)
                 continue
             if (stored := self.stored_node(n)) is not None:
