@@ -239,8 +239,7 @@ TRANSCENDENTAL = ContextVar("TRANSCENDENTAL", 1)  # 1: native exp2/log2/sin if t
 FUSE_ARANGE = ContextVar("FUSE_ARANGE", 0)  # 1: fuse arange-built index tensors into their consumers
 FUSE_CONV_BW = ContextVar("FUSE_CONV_BW", 0)  # 1: fuse the convolution backward pass into fewer kernels
 LRU = ContextVar("LRU", 1)  # 0: free buffers immediately instead of keeping them in the allocator's LRU cache
-# the collector's generation-0 threshold that `import fusegrad` sets where Python's is lower; 0: leave it alone
-GC_THRESHOLD = ContextVar("GC_THRESHOLD", 10_000)
+GC_THRESHOLD = ContextVar("GC_THRESHOLD", 10_000)  # gc generation-0 threshold import sets if lower; 0: leave it alone
 ALLREDUCE_CAST = ContextVar("ALLREDUCE_CAST", 1)  # 1: allreduce half-precision inputs in a wider dtype
 VIZ = ContextVar("VIZ", 0)  # 1: record rewrites and profile events and serve them in the VIZ web app; -1: save only
 PROFILE = ContextVar("PROFILE", abs(VIZ.value))  # 1: record timing events (cpu_events, Buffer.profile_events)
