@@ -140,10 +140,14 @@ class KernelBuilder(ReadPolicy):
     def emit(self, node: UOp, idx: Index, valid: UOp | None, ctx: frozenset[UOp]) -> UOp:
         """The scalar value of `node` at `idx` (explicit stack: graphs are arbitrarily deep)."""
         stack: list[tuple[UOp, Index, UOp | None, frozenset[UOp], bool]] = [(node, idx, valid, ctx, False)]
+        reads_only = self.reads_only
         while stack:
             n, i, v, c, expanded = stack.pop()
             key = (n, i, v)
-            if not expanded:
+            # the fusion policy sees each read in find_realizes' walks; a build walks the same reads after those
+            # walks settled (every node they flag is realized, so loaded before `flagged` is asked), and its own
+            # records would be thrown away: it skips them
+            if reads_only and not expanded:
                 self.note_read(n, i, v, c)
             if key in self.memo:
                 continue

@@ -126,3 +126,19 @@ def test_a_realize_visits_lazy_tensors_only() -> None:
     np.testing.assert_array_equal(weights[1].numpy(), [3.0, 3.0, 3.0])
     np.testing.assert_array_equal(reader.numpy(), [4.0, 4.0, 4.0])
     assert weights[1] not in {ref() for ref in tensor._lazy_tensors}
+
+
+def test_building_a_kernel_records_no_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fusion policy's reads are noted in find_realizes' walks only: a kernel's build walks the same reads once
+    the decisions are made, and would only throw its records away."""
+    noted: list[bool] = []
+    original = rangeify.KernelBuilder.note_read
+
+    def counted(self: Any, *args: Any) -> None:
+        noted.append(self.reads_only)
+        original(self, *args)
+
+    monkeypatch.setattr(rangeify.KernelBuilder, "note_read", counted)
+    assert len(chain(10).schedule()) == 10
+    assert noted
+    assert all(noted)  # every read noted was a reads-only walk's
