@@ -104,5 +104,11 @@ def _slot_count(ast: UOp, kernel: UOp) -> int:
         return 2
     # slots are numbered when the kernel is built; simplification can drop one (a load that folded away), so the
     # buffers up to the highest slot still used are passed, each at its own position
-    globs = [int(u.arg) for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL]
-    return max(globs) + 1 if globs else len(kernel.src)
+    slots = ast.__dict__.get(_SLOTS)  # kept in the AST: a model's repeated layer has one AST for all its kernels
+    if slots is None:
+        globs = [int(u.arg) for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL]
+        slots = ast.__dict__[_SLOTS] = max(globs) + 1 if globs else 0
+    return slots if slots else len(kernel.src)
+
+
+_SLOTS = "_slot_count"  # a kernel AST's __dict__ entry: its highest DEFINE_GLOBAL slot plus one (0: none)
