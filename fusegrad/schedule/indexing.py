@@ -20,6 +20,8 @@ Index = tuple[UOp, ...]
 
 
 def idx_const(x: int) -> UOp:
+    if type(x) is int:  # the common case, without UOp.const's conversions (a scheduled kernel makes ~10 of these)
+        return UOp(Ops.CONST, dtypes.index, arg=x)
     return UOp.const(dtypes.index, x)
 
 

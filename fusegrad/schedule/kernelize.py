@@ -259,8 +259,11 @@ def _is_constant_view(node: UOp) -> bool:
 
 def _is_identity(node: UOp) -> bool:
     """x * 1 or x + 0 (a gradient times the implicit ones of `backward()`): the kernel folds it away, label and all."""
-    unit = {Ops.MUL: 1, Ops.ADD: 0}.get(node.op)
+    unit = _UNITS.get(node.op)
     return unit is not None and any(s.base.op is Ops.CONST and s.base.arg == unit for s in node.src)
+
+
+_UNITS = {Ops.MUL: 1, Ops.ADD: 0}  # the constant that leaves the other operand as it is
 
 
 def _result_view(root: UOp, stored: UOp) -> UOp:
