@@ -20,7 +20,7 @@ import pathlib
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from fusegrad.diskcache import CacheKey
@@ -308,6 +308,15 @@ class BufferSpec:
     nolru: bool = False  # freed at once, never kept for reuse
     zero: bool = False  # must start zero-filled (so never reused from the LRU cache)
     external_ptr: int | None = None  # memory owned elsewhere at this address: never allocated or freed here
+    # the fields' hash, worked out once: every allocation and free looks the LRU cache up by (size, spec)
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        key = (self.uncached, self.cpu_access, self.host, self.nolru, self.zero, self.external_ptr)
+        object.__setattr__(self, "_hash", hash(key))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 _DEFAULT_SPEC = BufferSpec()  # shared (frozen): building one per Buffer costs more than the rest of its __init__
@@ -351,6 +360,7 @@ class Buffer:
         if size < 0:
             raise ValueError(f"Buffer: size must be >= 0: got {size}")
         self.device, self.size, self.dtype, self.offset = Device.canonicalize(device), size, dtype, offset
+        self.nbytes = size * dtype.itemsize  # a plain attribute: every allocation, free and launch reads it
         self.options = options if options is not None else _DEFAULT_SPEC
         self._base, self.allocated_views, self._uop_refcount = base, 0, uop_refcount
         self._allocator: Allocator[Any] | None = None  # looked up on first use: a Buffer opens no device
@@ -412,10 +422,6 @@ class Buffer:
         storage = self.ensure_allocated()._storage
         assert storage is not None, "Buffer: ensure_allocated left no storage"
         return storage.buf
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
 
     @property
     def uop_refcount(self) -> int:

@@ -462,3 +462,24 @@ def test_profile_graph_event() -> None:
     event = ProfileGraphEvent(ents=[entry], deps=[[]], sigs=[Decimal(1), Decimal(2)])
     assert event.ents[0].is_copy
     assert not ProfileGraphEntry("NV", "E_2", 0, 1).is_copy
+
+
+def test_buffer_spec_hash_follows_its_fields() -> None:
+    import dataclasses
+
+    a, b = BufferSpec(), BufferSpec()
+    assert a == b
+    assert hash(a) == hash(b)
+    c = dataclasses.replace(a, nolru=True)
+    assert c != a
+    assert {a: 1}.get(c) is None
+    assert {a: 1}[b] == 1
+    assert hash(dataclasses.replace(c, nolru=False)) == hash(a)
+    assert hash(BufferSpec(external_ptr=64)) == hash(BufferSpec(external_ptr=64))
+    assert "_hash" not in repr(a)
+
+
+def test_buffer_nbytes_is_its_size_in_bytes() -> None:
+    assert Buffer("CPU", 5, dtypes.float16).nbytes == 10
+    base = Buffer("CPU", 8, dtypes.int32)
+    assert Buffer("CPU", 2, dtypes.int32, base=base, offset=8).nbytes == 8
