@@ -312,7 +312,7 @@ class BufferSpec:
     _hash: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        key = (self.uncached, self.cpu_access, self.host, self.nolru, self.zero, self.external_ptr)
+        key = tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.compare)  # what == compares
         object.__setattr__(self, "_hash", hash(key))
 
     def __hash__(self) -> int:

@@ -102,10 +102,9 @@ class ReadPolicy:
 
     def stored_node(self, u: UOp) -> UOp | None:
         """What `u` is loaded from, if it is not computed inline in this kernel."""
-        # is_stored(u), written out: every node of every walk asks this
-        if (op := u.op) is Ops.BUFFER or (op is Ops.ASSIGN and len(u.src) == 2 and u.src[1].op is Ops.KERNEL):
+        if is_stored(u):
             return self.buffer_of.get(u, u)  # a buffer read through a snapshot (ordering.py) is read from the copy
-        if op is Ops.AFTER:  # memory after an ASSIGN: read what that assign's kernel wrote
+        if u.op is Ops.AFTER:  # memory after an ASSIGN: read what that assign's kernel wrote
             return self.buffer_of.get(u.src[1], u.src[1])
         if u in self.realized and u is not self.root:
             return self.buffer_of.get(u, u)

@@ -218,7 +218,7 @@ def _kernel_for(
         return write  # an assign into DISK memory: the copy writes the bytes in place (views.py)
     if (view := storage_view_kernel(root, buffer_of)) is not None:
         return view  # DISK and NPY run no kernels: a view of their memory is a Buffer view (views.py)
-    built = build_kernel(root, realized, buffer_of, {}, {}, None, placements)
+    built = build_kernel(root, realized, buffer_of, None, placements)
     deps: tuple[UOp, ...] = ()
     if root.op is Ops.ASSIGN:
         target = root.src[0].base

@@ -250,13 +250,13 @@ def _local_copy(root: UOp, buffer_of: dict[UOp, UOp]) -> BuiltKernel:
     return BuiltKernel(root, copy_ast(out, moves), out, [source])
 
 
-def build_kernel(root: UOp, realized: dict[UOp, str], buffer_of: dict[UOp, UOp], reads: Reads,
-                 flagged: dict[UOp, str], device_buffer: UOp | None,
+def build_kernel(root: UOp, realized: dict[UOp, str], buffer_of: dict[UOp, UOp], device_buffer: UOp | None,
                  placements: dict[UOp, Placement] | None = None) -> BuiltKernel:  # fmt: skip
     """The kernel computing realized node `root` into `device_buffer` (a fresh BUFFER when None).
 
-    With `placements` (a graph on several devices), the kernel is described once: its device index is a MULTI range."""
-    kb = KernelBuilder(root, realized, buffer_of, reads, flagged)
+    With `placements` (a graph on several devices), the kernel is described once: its device index is a MULTI range.
+    The fusion decisions are made (find_realizes): the build notes no reads and flags nothing."""
+    kb = KernelBuilder(root, realized, buffer_of, {}, {})
     if placements is not None and (devices := devices_of(root)) is not None:
         if root not in placements or root.op is Ops.AFTER:  # a snapshot (ordering.py) or memory after a write
             return _local_copy(root, buffer_of)
