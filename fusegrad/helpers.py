@@ -238,6 +238,7 @@ AMX = ContextVar("AMX", 0)  # 1: use Apple AMX matrix instructions on the CPU ba
 TRANSCENDENTAL = ContextVar("TRANSCENDENTAL", 1)  # 1: native exp2/log2/sin if the device has them; 2: always emulate
 FUSE_ARANGE = ContextVar("FUSE_ARANGE", 0)  # 1: fuse arange-built index tensors into their consumers
 FUSE_CONV_BW = ContextVar("FUSE_CONV_BW", 0)  # 1: fuse the convolution backward pass into fewer kernels
+FUSE_SIBLINGS = ContextVar("FUSE_SIBLINGS", 1)  # 1: independent row kernels over the same rows run as one (on the CPU)
 LRU = ContextVar("LRU", 1)  # 0: free buffers immediately instead of keeping them in the allocator's LRU cache
 GC_THRESHOLD = ContextVar("GC_THRESHOLD", 10_000)  # gc generation-0 threshold import sets if lower; 0: leave it alone
 ALLREDUCE_CAST = ContextVar("ALLREDUCE_CAST", 1)  # 1: allreduce half-precision inputs in a wider dtype

@@ -2,17 +2,19 @@
 
 `create_schedule(sink)` walks the graph sources-first, so a kernel comes after the kernels whose buffers it reads.
 A kernel on several devices becomes one ExecItem per device (its MULTI range bound to the device's index); a
-multi-device COPY becomes one buffer copy per move (schedule/collectives.py).
+multi-device COPY becomes one buffer copy per move (schedule/collectives.py). Independent row kernels over the same
+rows then run as one kernel with several outputs (`merge_siblings`, schedule/siblings.py).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fusegrad.helpers import cpu_profile
+from fusegrad.helpers import FUSE_SIBLINGS, cpu_profile
 from fusegrad.schedule.collectives import MultiCopy
 from fusegrad.schedule.multi import DEVICE_VAR, is_multi_range, multi_buffer
 from fusegrad.schedule.rangeify import Kernel, is_kernelized
+from fusegrad.schedule.siblings import merge_kernels, row_signature
 from fusegrad.uop import Ops
 from fusegrad.uop.ops import UOp
 
@@ -55,7 +57,7 @@ def _create_schedule(sink: UOp) -> list[ExecItem]:
         else:
             bufs: list[Buffer | None] = [b.buffer for b in slots]
             items.append(ExecItem(info.ast, bufs, metadata=info.metadata, fixedvars=dict(info.var_vals)))
-    return items
+    return merge_siblings(items) if FUSE_SIBLINGS.value else items
 
 
 def _device_buffer(buf: UOp, device: int) -> Buffer:
@@ -112,3 +114,123 @@ def _slot_count(ast: UOp, kernel: UOp) -> int:
 
 
 _SLOTS = "_slot_count"  # a kernel AST's __dict__ entry: its highest DEFINE_GLOBAL slot plus one (0: none)
+
+
+# *** sibling row kernels (schedule/siblings.py) ***
+
+SIBLING_DEVICES = frozenset({"CPU", "PYTHON", "NULL"})  # where merged kernels were measured (CPU) and checked
+SIBLING_WINDOW = 8  # how far back in the run order a kernel looks for a sibling
+MAX_SIBLING_STORES = 4  # stores of one merged kernel, at most
+
+
+def merge_siblings(items: list[ExecItem]) -> list[ExecItem]:
+    """`items` with each row kernel merged into an earlier one of the same output loops (`row_signature`) that reads
+    one of the same buffers, where neither reads or writes what the other writes and moving one next to the other
+    breaks no order with the kernels between them. The merged kernel runs at the earlier one's place, or else at the
+    later one's. A layernorm's forward and backward realized together: 2 kernels -> 1, their rows read once."""
+    out: list[ExecItem] = []
+    for item in items:
+        if not any(_merge_into(out, k, item) for k in _sibling_candidates(out, item)):
+            out.append(item)
+    return out
+
+
+def _sibling_candidates(out: list[ExecItem], item: ExecItem) -> list[int]:
+    """Positions in `out` (latest first, within SIBLING_WINDOW) of kernels with `item`'s row signature."""
+    if (signature := _signature(item)) is None:
+        return []
+    start = len(out) - 1
+    return [k for k in range(start, max(-1, start - SIBLING_WINDOW), -1) if _signature(out[k]) is signature]
+
+
+def _device(item: ExecItem) -> str | None:
+    """The one device of every buffer of `item` (None: a buffer missing, or several devices)."""
+    devices = {b.device if b is not None else None for b in item.bufs}
+    return devices.pop() if len(devices) == 1 else None
+
+
+def _signature(item: ExecItem) -> UOp | None:
+    """The item's row signature (kept in its AST), for an unlowered kernel on one SIBLING_DEVICES device."""
+    if item.ast.op is not Ops.SINK or item.prg is not None or item.fixedvars or len(item.ast.src) >= MAX_SIBLING_STORES:
+        return None
+    if (device := _device(item)) is None or device.split(":")[0] not in SIBLING_DEVICES:
+        return None
+    known = item.ast.__dict__
+    if (kept := known.get(_ROW_SIGNATURE, _NONE)) is _NONE:
+        kept = known[_ROW_SIGNATURE] = row_signature(item.ast)
+    return kept  # type: ignore[no-any-return]  # only this function writes the entry
+
+
+_ROW_SIGNATURE = "_row_signature"  # a kernel AST's __dict__ entry: row_signature's answer
+_NONE = object()
+
+
+def _merge_into(out: list[ExecItem], k: int, item: ExecItem) -> bool:
+    """Merge `item` into `out[k]` (at k, or moved to the end) where that keeps every order that matters."""
+    first = out[k]
+    if len(first.ast.src) + len(item.ast.src) > MAX_SIBLING_STORES or _device(first) != _device(item):
+        return False
+    if (mine := _access(first)) is None or (theirs := _access(item)) is None or not _independent(mine, theirs):
+        return False
+    if not (mine[1] - mine[0]) & (theirs[1] - theirs[0]):  # no input in common: nothing to read once
+        return False
+    between = [_access(c) for c in out[k + 1 :]]
+    merged = _merged_item(first, item)
+    if all(c is not None and _independent(theirs, c) for c in between):
+        out[k] = merged  # the later kernel moves up to the earlier one
+    elif all(c is not None and _independent(mine, c) for c in between):
+        del out[k]  # the earlier kernel moves down to the later one
+        out.append(merged)
+    else:
+        return False
+    return True
+
+
+Access = tuple[set[int], set[int]]  # (written, every buffer used) as ids of base buffers
+
+
+def _access(item: ExecItem) -> Access | None:
+    """What `item` writes and uses; None where that is not known (a buffer not made yet, a store through a view)."""
+    if any(b is None for b in item.bufs):
+        return None
+    used = {id(b.base) for b in item.bufs if b is not None}
+    if item.ast.op is not Ops.SINK:  # a copy or a view: its destination comes first
+        first = item.bufs[0]
+        return ({id(first.base)} if first is not None else set()), used
+    written: set[int] = set()
+    for store in item.ast.src:
+        if store.op is not Ops.STORE or store.src[0].op is not Ops.INDEX:
+            return None
+        if (glob := store.src[0].src[0]).op is not Ops.DEFINE_GLOBAL:
+            return None
+        if (buf := item.bufs[int(glob.arg)]) is not None:
+            written.add(id(buf.base))
+    return written, used
+
+
+def _independent(a: Access, b: Access) -> bool:
+    """Neither uses what the other writes: the two may run in either order, or as one kernel."""
+    return not (a[0] & b[1]) and not (b[0] & a[1])
+
+
+def _merged_item(first: ExecItem, second: ExecItem) -> ExecItem:
+    """One ExecItem running both kernels: the second's buffers join the first's, a buffer both pass through the same
+    kind of pointer keeping one slot."""
+    from fusegrad.engine.realize import ExecItem
+
+    mine = _globals(first.ast)
+    bufs = list(first.bufs)
+    slots: dict[int, int] = {}
+    for slot, glob in sorted(_globals(second.ast).items()):
+        buf = second.bufs[slot]
+        same = [i for i, b in enumerate(bufs) if b is buf and i in mine and mine[i].dtype == glob.dtype]
+        if not same:
+            bufs.append(buf)
+        slots[slot] = same[0] if same else len(bufs) - 1
+    metadata = tuple(dict.fromkeys((*(first.metadata or ()), *(second.metadata or ()))))
+    return ExecItem(merge_kernels(first.ast, second.ast, slots), bufs, metadata=metadata or None)
+
+
+def _globals(ast: UOp) -> dict[int, UOp]:
+    """A kernel's DEFINE_GLOBALs by slot."""
+    return {int(u.arg): u for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL}

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from fusegrad import Device, Tensor
 from fusegrad.codegen import to_program
 from fusegrad.engine.cache import schedule_cache
+from fusegrad.helpers import Context
 from fusegrad.schedule import fusion
 from test.shared import count_kernels
 
@@ -107,13 +108,16 @@ def test_row_ops_forward_take_one_kernel() -> None:
 
 def test_row_ops_forward_and_backward_take_two_kernels() -> None:
     """The backward's kernel computes the forward's row statistics again over the row it reads anyway, instead of
-    loading them from kernels of their own (each statistic is read per row element by both kernels)."""
+    loading them from kernels of their own (each statistic is read per row element by both kernels). Realized
+    together, the two then run as one kernel with two outputs (schedule/siblings.py)."""
     for op in (lambda t: t.softmax(-1), lambda t: t.log_softmax(-1), lambda t: t.layernorm(-1)):
         x, g = Tensor.empty(64, 256, requires_grad=True), Tensor.empty(64, 256)
         out = op(x)
         (out * g).sum().backward()
         assert x.grad is not None
-        assert count_kernels(out, x.grad) == 2
+        with Context(FUSE_SIBLINGS=0):
+            assert count_kernels(out, x.grad) == 2
+        assert count_kernels(out, x.grad) == 1
 
 
 def test_a_row_too_long_for_cache_is_reduced_by_kernels_of_its_own() -> None:
