@@ -583,11 +583,15 @@ def print_overhead(run: Run, null: Overhead | None, wrapper: float) -> None:
     timed steps, less the timing wrapper's own cost per kernel."""
     best = min(run.overheads, key=lambda o: o.seconds)
     overhead = best.seconds - best.kernels * wrapper
+    # a replay's own Python per kernel is now about as small as the wrapper's cost, itself measured with noise: a
+    # difference below zero says the overhead is too small for this timing to resolve, not that it is negative
+    unresolved = " (below what this timing resolves)" if overhead < 0 else ""
+    overhead = max(overhead, 0.0)
     print(f"fusegrad TinyJit: first call {run.seconds[0]:.2f} s (schedule, compile, run), capture call "
           f"{run.seconds[1]:.2f} s (schedule, run: the kernels are already compiled)")  # fmt: skip
     print(f"fusegrad Python overhead per replayed step: {overhead * 1e6:,.0f} us for {best.kernels} kernels = "
           f"{overhead * 1e6 / best.kernels:.1f} us per kernel (replay time minus the kernels' own, less the timing "
-          f"wrapper's {wrapper * 1e6:.2f} us per kernel)")  # fmt: skip
+          f"wrapper's {wrapper * 1e6:.2f} us per kernel){unresolved}")  # fmt: skip
     if null is not None:
         print(f"  cross-check on the NULL device (kernels run nothing): {null.seconds * 1e6:,.0f} us per replay of "
               f"{null.kernels} kernels = {null.seconds * 1e6 / null.kernels:.1f} us per kernel")  # fmt: skip

@@ -3,7 +3,7 @@
 `create_schedule(sink)` walks the graph sources-first, so a kernel comes after the kernels whose buffers it reads.
 A kernel on several devices becomes one ExecItem per device (its MULTI range bound to the device's index); a
 multi-device COPY becomes one buffer copy per move (schedule/collectives.py). Independent row kernels over the same
-rows then run as one kernel with several outputs (`merge_siblings`, schedule/siblings.py).
+rows then run as one kernel with several outputs (`merge_siblings`, schedule/siblings.py), as do elementwise ones.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from fusegrad.helpers import FUSE_SIBLINGS, cpu_profile
 from fusegrad.schedule.collectives import MultiCopy
 from fusegrad.schedule.multi import DEVICE_VAR, is_multi_range, multi_buffer
 from fusegrad.schedule.rangeify import Kernel, is_kernelized
-from fusegrad.schedule.siblings import merge_kernels, row_signature
+from fusegrad.schedule.siblings import has_reduce, merge_kernels, sibling_signature
 from fusegrad.uop import Ops
 from fusegrad.uop.ops import UOp
 
@@ -116,31 +116,69 @@ def _slot_count(ast: UOp, kernel: UOp) -> int:
 _SLOTS = "_slot_count"  # a kernel AST's __dict__ entry: its highest DEFINE_GLOBAL slot plus one (0: none)
 
 
-# *** sibling row kernels (schedule/siblings.py) ***
+# *** sibling kernels (schedule/siblings.py) ***
 
 SIBLING_DEVICES = frozenset({"CPU", "PYTHON", "NULL"})  # where merged kernels were measured (CPU) and checked
-SIBLING_WINDOW = 8  # how far back in the run order a kernel looks for a sibling
+SIBLING_WINDOW = 128  # how far back in the run order a kernel looks for a sibling (an optimizer's steps of ~50
+# parameters write every first moment, then every second moment: a parameter's two are ~50 kernels apart)
 MAX_SIBLING_STORES = 4  # stores of one merged kernel, at most
 
 
 def merge_siblings(items: list[ExecItem]) -> list[ExecItem]:
-    """`items` with each row kernel merged into an earlier one of the same output loops (`row_signature`) that reads
-    one of the same buffers, where neither reads or writes what the other writes and moving one next to the other
-    breaks no order with the kernels between them. The merged kernel runs at the earlier one's place, or else at the
-    later one's. A layernorm's forward and backward realized together: 2 kernels -> 1, their rows read once."""
-    out: list[ExecItem] = []
-    for item in items:
-        if not any(_merge_into(out, k, item) for k in _sibling_candidates(out, item)):
-            out.append(item)
-    return out
+    """`items` with each row (or elementwise) kernel merged into an earlier one of its kind over the same output loops
+    (`sibling_signature`) that reads one of the same buffers, where neither reads or writes what the other writes and
+    moving one next to the other breaks no order with the kernels between them. The merged kernel runs at the
+    earlier one's place, or else at the later one's. A layernorm's forward and backward realized together: 2 kernels
+    -> 1, their rows read once; Adam's moment updates of one parameter: 2 -> 1, its gradient read once."""
+    return _SiblingMerge().run(items)
 
 
-def _sibling_candidates(out: list[ExecItem], item: ExecItem) -> list[int]:
-    """Positions in `out` (latest first, within SIBLING_WINDOW) of kernels with `item`'s row signature."""
-    if (signature := _signature(item)) is None:
-        return []
-    start = len(out) - 1
-    return [k for k in range(start, max(-1, start - SIBLING_WINDOW), -1) if _signature(out[k]) is signature]
+class _SiblingMerge:
+    """One merge_siblings pass: the run order so far, and each item's accesses worked out once (keyed by id; the
+    entry holds the item, so no other item can take its id during the pass)."""
+
+    def __init__(self) -> None:
+        self.out: list[ExecItem] = []
+        self.accesses: dict[int, tuple[ExecItem, Access | None]] = {}
+
+    def run(self, items: list[ExecItem]) -> list[ExecItem]:
+        for item in items:
+            if not any(self.merge_into(k, item) for k in self.candidates(item)):
+                self.out.append(item)
+        return self.out
+
+    def access(self, item: ExecItem) -> Access | None:
+        if (kept := self.accesses.get(id(item))) is None:
+            kept = self.accesses[id(item)] = (item, _access(item))
+        return kept[1]
+
+    def candidates(self, item: ExecItem) -> list[int]:
+        """Positions in the run order (latest first, within SIBLING_WINDOW) of kernels of `item`'s kind and
+        signature."""
+        if (signature := _signature(item)) is None:
+            return []
+        start, kind = len(self.out) - 1, _kind(item)
+        window = range(start, max(-1, start - SIBLING_WINDOW), -1)
+        return [k for k in window if _signature(self.out[k]) is signature and _kind(self.out[k]) == kind]
+
+    def merge_into(self, k: int, item: ExecItem) -> bool:
+        """Merge `item` into the kernel at `k` (there, or with that one moved to the end) where that keeps every
+        order that matters."""
+        out, first = self.out, self.out[k]
+        if len(first.ast.src) + len(item.ast.src) > MAX_SIBLING_STORES or _device(first) != _device(item):
+            return False
+        mine, theirs = self.access(first), self.access(item)
+        if mine is None or theirs is None or not _independent(mine, theirs) or not _share_operand(first, mine, theirs):
+            return False
+        between = [self.access(c) for c in out[k + 1 :]]
+        if all(c is not None and _independent(theirs, c) for c in between):
+            out[k] = _merged_item(first, item)  # the later kernel moves up to the earlier one
+        elif all(c is not None and _independent(mine, c) for c in between):
+            del out[k]  # the earlier kernel moves down to the later one
+            out.append(_merged_item(first, item))
+        else:
+            return False
+        return True
 
 
 def _device(item: ExecItem) -> str | None:
@@ -150,40 +188,37 @@ def _device(item: ExecItem) -> str | None:
 
 
 def _signature(item: ExecItem) -> UOp | None:
-    """The item's row signature (kept in its AST), for an unlowered kernel on one SIBLING_DEVICES device."""
+    """The item's sibling signature (kept in its AST), for an unlowered kernel on one SIBLING_DEVICES device."""
     if item.ast.op is not Ops.SINK or item.prg is not None or item.fixedvars or len(item.ast.src) >= MAX_SIBLING_STORES:
         return None
     if (device := _device(item)) is None or device.split(":")[0] not in SIBLING_DEVICES:
         return None
     known = item.ast.__dict__
-    if (kept := known.get(_ROW_SIGNATURE, _NONE)) is _NONE:
-        kept = known[_ROW_SIGNATURE] = row_signature(item.ast)
+    if (kept := known.get(_SIGNATURE, _NONE)) is _NONE:
+        kept = known[_SIGNATURE] = sibling_signature(item.ast)
     return kept  # type: ignore[no-any-return]  # only this function writes the entry
 
 
-_ROW_SIGNATURE = "_row_signature"  # a kernel AST's __dict__ entry: row_signature's answer
+def _kind(item: ExecItem) -> bool:
+    """Row ops (True) or elementwise (False), kept in the AST beside its signature."""
+    known = item.ast.__dict__
+    if (kept := known.get(_HAS_REDUCE)) is None:
+        kept = known[_HAS_REDUCE] = has_reduce(item.ast)
+    return bool(kept)
+
+
+_SIGNATURE = "_sibling_signature"  # a kernel AST's __dict__ entries: sibling_signature's and has_reduce's answers
+_HAS_REDUCE = "_has_reduce"
 _NONE = object()
 
 
-def _merge_into(out: list[ExecItem], k: int, item: ExecItem) -> bool:
-    """Merge `item` into `out[k]` (at k, or moved to the end) where that keeps every order that matters."""
-    first = out[k]
-    if len(first.ast.src) + len(item.ast.src) > MAX_SIBLING_STORES or _device(first) != _device(item):
+def _share_operand(first: ExecItem, mine: Access, theirs: Access) -> bool:
+    """Do the two read one buffer (not one either writes) of at least half the first's output's size? That is what a
+    merge reads once; kernels sharing only a scalar (a learning rate) would save a launch, not traffic: left apart."""
+    if (out := first.bufs[0]) is None:
         return False
-    if (mine := _access(first)) is None or (theirs := _access(item)) is None or not _independent(mine, theirs):
-        return False
-    if not (mine[1] - mine[0]) & (theirs[1] - theirs[0]):  # no input in common: nothing to read once
-        return False
-    between = [_access(c) for c in out[k + 1 :]]
-    merged = _merged_item(first, item)
-    if all(c is not None and _independent(theirs, c) for c in between):
-        out[k] = merged  # the later kernel moves up to the earlier one
-    elif all(c is not None and _independent(mine, c) for c in between):
-        del out[k]  # the earlier kernel moves down to the later one
-        out.append(merged)
-    else:
-        return False
-    return True
+    common = (mine[1] - mine[0]) & (theirs[1] - theirs[0])
+    return any(b is not None and id(b.base) in common and 2 * b.base.size >= out.size for b in first.bufs)
 
 
 Access = tuple[set[int], set[int]]  # (written, every buffer used) as ids of base buffers

@@ -1,10 +1,10 @@
-"""Sibling row kernels as one kernel with several outputs (#12): the AST side of engine/schedule.py's merge.
+"""Sibling kernels as one kernel with several outputs (#12): the AST side of engine/schedule.py's merge.
 
 Two kernels of row ops over the same output loops (a layernorm's or softmax's forward and its backward, realized
 together) each read their rows from memory and each compute the rows' statistics. Run as one kernel, the outer loops
 are shared: the rows are read from memory once and each statistic (a REDUCE of the same expression) is computed once.
-Entry points: `row_signature` (may this kernel take a sibling, and which output loops must one share?) and
-`merge_kernels` (the merged AST).
+Elementwise kernels over the same loops merge alike (Adam's two moment updates read the gradient once). Entry points:
+`sibling_signature` (may this kernel take a sibling, and which output loops must one share?) and `merge_kernels`.
 """
 
 from __future__ import annotations
@@ -27,11 +27,12 @@ _ROW_OPS = GroupOp.Elementwise | {
 }
 
 
-def row_signature(ast: UOp) -> UOp | None:
-    """The output index every store of `ast` writes at, when `ast` is a kernel of row ops: a SINK of STOREs at one
-    index over LOOP ranges, with a REDUCE whose value is broadcast along some output loop (its value depends on a
-    strict subset of the output loops: a contraction such as a matmul, whose every output has its own reduce, is not
-    a row op). None for anything else. Two kernels with the same (hash-consed) index may be merged."""
+def sibling_signature(ast: UOp) -> UOp | None:
+    """The output index every store of `ast` writes at, when `ast` is an elementwise kernel or a kernel of row ops: a
+    SINK of STOREs at one index over LOOP ranges, whose every REDUCE (if any) is broadcast along some output loop (its
+    value depends on a strict subset of the output loops: a contraction such as a matmul, whose every output has its
+    own reduce, is not a row op). None for anything else. Two kernels with the same (hash-consed) index, both
+    elementwise or both of row ops, may be merged."""
     if ast.op is not Ops.SINK or not ast.src or ast.arg is not None:  # an arg: opts chosen for this kernel
         return None
     index: UOp | None = None
@@ -51,15 +52,19 @@ def row_signature(ast: UOp) -> UOp | None:
             return None
         if u.op is Ops.RANGE and u.arg[1] is AxisType.LOOP and u not in outer:
             return None
-    reduces = [u for u in nodes if u.op is Ops.REDUCE]
-    if not reduces or any(outer <= set(r.toposort()) for r in reduces):
+    if any(outer <= set(r.toposort()) for r in nodes if r.op is Ops.REDUCE):
         return None
     return index
 
 
+def has_reduce(ast: UOp) -> bool:
+    """A kernel of row ops (else elementwise): kernels merge only with their own kind."""
+    return any(u.op is Ops.REDUCE for u in ast.toposort())
+
+
 def merge_kernels(first: UOp, second: UOp, slots: Mapping[int, int]) -> UOp:
     """One AST computing the stores of `first` and then those of `second`, whose buffer slot s becomes `slots[s]`
-    (slots the two kernels share keep one DEFINE_GLOBAL). Both have the same `row_signature`. The second's reduce
+    (slots the two kernels share keep one DEFINE_GLOBAL). Both have the same `sibling_signature`. The second's reduce
     loops are renumbered past the first's, and each of its reduces that computes what one of the first's does over
     loops of the same sizes takes that reduce's loops, so both read the same REDUCE node (computed once)."""
     next_id = 1 + max(u.arg[0] for ast in (first, second) for u in ast.toposort() if u.op is Ops.RANGE)

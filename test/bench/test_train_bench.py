@@ -113,7 +113,7 @@ def test_tiny_run_against_torch(bench: ModuleType, capsys: pytest.CaptureFixture
     assert len(overheads) == 2
     for line in overheads:
         per_kernel = float(line.split(" = ")[1].split()[0])
-        assert 0 < per_kernel < 10_000, line  # microseconds: positive, and far below a whole step
+        assert 0 <= per_kernel < 10_000, line  # microseconds: not negative, and far below a whole step
         assert "less the timing wrapper's" in line
 
 

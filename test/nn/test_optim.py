@@ -14,7 +14,8 @@ import torch
 from fusegrad import Tensor
 from fusegrad.dtype import dtypes
 from fusegrad.engine.cache import cache_counts, schedule_cache
-from fusegrad.helpers import GlobalCounters
+from fusegrad.engine.schedule import MAX_SIBLING_STORES
+from fusegrad.helpers import Context, GlobalCounters
 from fusegrad.nn import optim
 from fusegrad.uop import Ops
 from fusegrad.uop.ops import UOp, all_metadata
@@ -431,30 +432,39 @@ def test_mis_shaped_gradient_raises() -> None:
 # *** kernels per step ***
 
 
+MERGED = MAX_SIBLING_STORES  # kernels over one parameter shape that read one buffer run in groups of this many
+
+
 @pytest.mark.parametrize(
-    ("make", "kernels"),
+    ("make", "kernels", "merged"),
     [
-        (lambda p: optim.SGD(p, lr=0.1), lambda n: n),  # one fused kernel per parameter: w -= lr * g
-        (lambda p: optim.SGD(p, lr=0.1, momentum=0.9), lambda n: 2 * n),  # + the momentum buffer
-        (lambda p: optim.Adam(p), lambda n: 3 * n + 2),  # m, v and w per parameter; b1^t and b2^t
-        # fused: one buffer per state in all, plus the concatenated update, then one write per parameter
-        (lambda p: optim.SGD(p, lr=0.1, momentum=0.9, fused=True), lambda n: n + 2),
-        (lambda p: optim.Adam(p, fused=True), lambda n: n + 5),
+        (lambda p: optim.SGD(p, lr=0.1), lambda n: n, lambda n: n),  # one fused kernel per parameter: w -= lr * g
+        (lambda p: optim.SGD(p, lr=0.1, momentum=0.9), lambda n: 2 * n, lambda n: 2 * n),  # + the momentum buffer
+        # m, v and w per parameter; b1^t and b2^t. Merged: m and v both read the gradient, one kernel
+        (lambda p: optim.Adam(p), lambda n: 3 * n + 2, lambda n: 2 * n + 2),
+        # fused: one buffer per state in all, plus the concatenated update, then one write per parameter. Merged: the
+        # writes all read the concatenated update, in groups
+        (lambda p: optim.SGD(p, lr=0.1, momentum=0.9, fused=True), lambda n: n + 2, lambda n: 2 + -(-n // MERGED)),
+        (lambda p: optim.Adam(p, fused=True), lambda n: n + 5, lambda n: 5 + -(-n // MERGED)),
     ],
 )
-def test_kernels_per_step(make: Callable[[list[Tensor]], optim.Optimizer], kernels: Callable[[int], int]) -> None:
-    """With the gradients realized, a step writes each parameter and state buffer once: one kernel each."""
+def test_kernels_per_step(
+    make: Callable[[list[Tensor]], optim.Optimizer], kernels: Callable[[int], int], merged: Callable[[int], int]
+) -> None:
+    """With the gradients realized, a step writes each parameter and state buffer once: one kernel each, or fewer
+    where sibling kernels merge (FUSE_SIBLINGS, schedule/siblings.py)."""
     n = 6
-    params = [Tensor.randn(5, 3, requires_grad=True).realize() for _ in range(n)]
-    opt = make(params)
-    with Tensor.train():
-        for _ in range(2):  # the second step runs on buffers that the first one created
-            opt.zero_grad()
-            sum((p * p).sum() for p in params).backward()  # type: ignore[union-attr]  # a sum of Tensors
-            Tensor.realize(*[p.grad for p in params if p.grad is not None])
-            GlobalCounters.reset()
-            opt.step()
-            assert GlobalCounters.kernel_count == kernels(n)
+    for fuse, expected in ((0, kernels(n)), (1, merged(n))):
+        params = [Tensor.randn(5, 3, requires_grad=True).realize() for _ in range(n)]
+        opt = make(params)
+        with Tensor.train(), Context(FUSE_SIBLINGS=fuse):
+            for _ in range(2):  # the second step runs on buffers that the first one created
+                opt.zero_grad()
+                sum((p * p).sum() for p in params).backward()  # type: ignore[union-attr]  # a sum of Tensors
+                Tensor.realize(*[p.grad for p in params if p.grad is not None])
+                GlobalCounters.reset()
+                opt.step()
+                assert GlobalCounters.kernel_count == expected
 
 
 def test_jitted_step_sees_new_lr() -> None:

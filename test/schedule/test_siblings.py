@@ -1,6 +1,6 @@
-"""Sibling row kernels (schedule/siblings.py, engine/schedule.merge_siblings): which kernels may merge, that a merged
+"""Sibling kernels (schedule/siblings.py, engine/schedule.merge_siblings): which kernels may merge, that a merged row
 kernel shares its row statistics, that every order the run depends on is kept, and that merged kernels give the
-separate kernels' bits on CPU and PYTHON (hypothesis over row ops, shapes and values)."""
+separate kernels' bits on CPU and PYTHON (hypothesis over row and elementwise ops, shapes and values)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from fusegrad.engine.cache import cache_counts
 from fusegrad.engine.realize import ExecItem
 from fusegrad.engine.schedule import merge_siblings
 from fusegrad.helpers import Context
-from fusegrad.schedule.siblings import row_signature
+from fusegrad.nn.optim import Adam
+from fusegrad.schedule.siblings import sibling_signature
 from fusegrad.uop import Ops
 from fusegrad.uop.ops import UOp
 from test.shared import count_kernels
@@ -30,6 +31,11 @@ ROW_OPS: dict[str, Callable[[Tensor], Tensor]] = {
     "layernorm": lambda t: t.layernorm(-1),
     "rms": lambda t: t * (t.square().mean(-1, keepdim=True) + 1e-6).rsqrt(),
     "centered": lambda t: t - t.max(-1, keepdim=True),
+}
+ELEMENTWISE_OPS: dict[str, Callable[[Tensor], Tensor]] = {
+    "affine": lambda t: t * 2 + 1,
+    "exp": lambda t: (t * 0.5).exp(),
+    "square": lambda t: t * t,
 }
 
 
@@ -46,16 +52,16 @@ def _forward_backward(op: Callable[[Tensor], Tensor], x: np.ndarray, g: np.ndarr
     return [out.numpy(), xt.grad.numpy()]
 
 
-def test_row_signature_is_the_store_index_of_row_ops_only() -> None:
+def test_sibling_signature_is_the_store_index_of_row_ops_only() -> None:
     x, w = Tensor.empty(16, 32), Tensor.empty(32, 32)
     (softmax,) = _kernels(x.softmax(-1))
-    assert row_signature(softmax) is softmax.src[0].src[0].src[1]
+    assert sibling_signature(softmax) is softmax.src[0].src[0].src[1]
     (matmul,) = _kernels(x @ w)  # each output its own reduce: a contraction
-    assert row_signature(matmul) is None
-    (elementwise,) = _kernels(x * 2 + 1)  # no reduce: nothing to read once
-    assert row_signature(elementwise) is None
+    assert sibling_signature(matmul) is None
+    (elementwise,) = _kernels(x * 2 + 1)
+    assert sibling_signature(elementwise) is elementwise.src[0].src[0].src[1]
     (total,) = _kernels(x.sum(-1))  # the reduce is the output: nothing broadcast along a row
-    assert row_signature(total) is None
+    assert sibling_signature(total) is None
 
 
 @pytest.mark.parametrize("name", ["softmax", "log_softmax", "layernorm"])
@@ -117,6 +123,42 @@ def test_contractions_sharing_an_input_are_not_merged() -> None:
     assert count_kernels(x @ w1, x @ w2) == 2
 
 
+def test_row_and_elementwise_kernels_are_not_merged() -> None:
+    x = Tensor.empty(32, 64)
+    assert count_kernels(x.softmax(-1), x * 2) == 2
+    assert count_kernels(x * 2, (x + 1).exp()) == 1
+
+
+def test_adam_moment_updates_of_a_parameter_merge() -> None:
+    """Adam's first and second moment updates both read the gradient: one kernel. Training matches the separate
+    kernels bit for bit."""
+
+    def train(steps: int) -> tuple[int, list[np.ndarray]]:
+        rng = np.random.default_rng(11)
+        w = Tensor(rng.standard_normal((16, 32)).astype(np.float32), requires_grad=True)
+        b = Tensor(rng.standard_normal(32).astype(np.float32), requires_grad=True)
+        x = Tensor(rng.standard_normal((8, 16)).astype(np.float32))
+        opt = Adam([w, b], lr=0.01)
+        kernels = 0
+        with Tensor.train():
+            for _ in range(steps):
+                opt.zero_grad()
+                ((x @ w + b).relu().sum()).backward()
+                update = opt.schedule_step()
+                items = update[0].schedule(*update[1:])
+                kernels = len([si for si in items if si.ast.op is Ops.SINK])
+                for si in items:
+                    si.run()
+        return kernels, [w.numpy(), b.numpy()]
+
+    with Context(FUSE_SIBLINGS=0):
+        apart_kernels, apart = train(3)
+    kernels, merged = train(3)
+    assert kernels == apart_kernels - 2  # one kernel fewer per parameter
+    for got, want in zip(merged, apart, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_kernels_with_no_input_in_common_are_not_merged() -> None:
     a, b = Tensor.empty(32, 64), Tensor.empty(32, 64)
     assert count_kernels(a.softmax(-1), b.softmax(-1)) == 2
@@ -176,7 +218,7 @@ def test_merged_forward_and_backward_are_right(name: str, device: str) -> None:
 
 @settings(max_examples=25, deadline=None)
 @given(
-    names=st.lists(st.sampled_from(sorted(ROW_OPS)), min_size=1, max_size=3),
+    names=st.lists(st.sampled_from(sorted(ROW_OPS | ELEMENTWISE_OPS)), min_size=1, max_size=3),
     rows=st.integers(1, 9),
     cols=st.integers(1, 40),
     seed=st.integers(0, 2**31 - 1),
@@ -185,15 +227,15 @@ def test_merged_forward_and_backward_are_right(name: str, device: str) -> None:
 def test_merged_kernels_give_the_separate_kernels_bits(
     names: list[str], rows: int, cols: int, seed: int, device: str
 ) -> None:
-    """Several row ops of one input and their gradient, realized together: merged or not, the same bits (each store
-    keeps its own expression and its reduces' order)."""
+    """Several row and elementwise ops of one input and their gradient, realized together: merged or not, the same
+    bits (each store keeps its own expression and its reduces' order)."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((rows, cols)).astype(np.float32)
     gs = [rng.standard_normal((rows, cols)).astype(np.float32) for _ in names]
 
     def run() -> list[np.ndarray]:
         xt = Tensor(x, device=device, requires_grad=True)
-        outs = [ROW_OPS[n](xt) for n in names]
+        outs = [(ROW_OPS | ELEMENTWISE_OPS)[n](xt) for n in names]
         sum((o * Tensor(g, device=device)).sum() for o, g in zip(outs, gs, strict=True)).backward()
         assert xt.grad is not None
         Tensor.realize(*outs, xt.grad)
