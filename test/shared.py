@@ -1,6 +1,6 @@
 """Helpers shared by the test modules (one home, imported as `test.shared`): loading a script that is not a package
 module (bench/, tools/), comparing a result with its reference at the tolerance of its dtype, counting a schedule's
-kernels, and the small realized-kernel chains the JIT and graph tests replay."""
+kernels, whether OpenCL opens here, and the small realized-kernel chains the JIT and graph tests replay."""
 
 from __future__ import annotations
 
@@ -62,6 +62,17 @@ def assert_matches(
         atol=default_atol if atol is None else atol,
         equal_nan=True,
     )
+
+
+def cl_unavailable() -> str | None:
+    """Why the CL device does not open here (None: it opens; PoCL on CI)."""
+    from fusegrad.device import Device
+
+    try:
+        Device["CL"]
+    except Exception as err:  # any failure to open means: no OpenCL here
+        return f"{type(err).__name__}: {err}"
+    return None
 
 
 def count_kernels(*tensors: Tensor) -> int:

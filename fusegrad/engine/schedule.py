@@ -153,13 +153,14 @@ class _SiblingMerge:
         return kept[1]
 
     def candidates(self, item: ExecItem) -> list[int]:
-        """Positions in the run order (latest first, within SIBLING_WINDOW) of kernels of `item`'s kind and
-        signature."""
+        """Positions in the run order (latest first, within SIBLING_WINDOW) of kernels of `item`'s signature: the
+        same output index, the same kind."""
         if (signature := _signature(item)) is None:
             return []
-        start, kind = len(self.out) - 1, _kind(item)
+        index, kind = signature
+        start = len(self.out) - 1
         window = range(start, max(-1, start - SIBLING_WINDOW), -1)
-        return [k for k in window if _signature(self.out[k]) is signature and _kind(self.out[k]) == kind]
+        return [k for k in window if (other := _signature(self.out[k])) and other[0] is index and other[1] is kind]
 
     def merge_into(self, k: int, item: ExecItem) -> bool:
         """Merge `item` into the kernel at `k` (there, or with that one moved to the end) where that keeps every
@@ -187,28 +188,24 @@ def _device(item: ExecItem) -> str | None:
     return devices.pop() if len(devices) == 1 else None
 
 
-def _signature(item: ExecItem) -> UOp | None:
-    """The item's sibling signature (kept in its AST), for an unlowered kernel on one SIBLING_DEVICES device."""
+Signature = tuple[UOp, bool]  # sibling_signature's output index, and whether the kernel has a reduce (its kind)
+
+
+def _signature(item: ExecItem) -> Signature | None:
+    """The item's sibling signature and kind (kept in its AST), for an unlowered kernel on one SIBLING_DEVICES
+    device."""
     if item.ast.op is not Ops.SINK or item.prg is not None or item.fixedvars or len(item.ast.src) >= MAX_SIBLING_STORES:
         return None
     if (device := _device(item)) is None or device.split(":")[0] not in SIBLING_DEVICES:
         return None
     known = item.ast.__dict__
     if (kept := known.get(_SIGNATURE, _NONE)) is _NONE:
-        kept = known[_SIGNATURE] = sibling_signature(item.ast)
+        index = sibling_signature(item.ast)
+        kept = known[_SIGNATURE] = None if index is None else (index, has_reduce(item.ast))
     return kept  # type: ignore[no-any-return]  # only this function writes the entry
 
 
-def _kind(item: ExecItem) -> bool:
-    """Row ops (True) or elementwise (False), kept in the AST beside its signature."""
-    known = item.ast.__dict__
-    if (kept := known.get(_HAS_REDUCE)) is None:
-        kept = known[_HAS_REDUCE] = has_reduce(item.ast)
-    return bool(kept)
-
-
-_SIGNATURE = "_sibling_signature"  # a kernel AST's __dict__ entries: sibling_signature's and has_reduce's answers
-_HAS_REDUCE = "_has_reduce"
+_SIGNATURE = "_sibling_signature"  # a kernel AST's __dict__ entry: _signature's answer
 _NONE = object()
 
 

@@ -9,17 +9,9 @@ import pytest
 from fusegrad import Tensor
 from fusegrad.device import Buffer, CompileError, Device
 from fusegrad.dtype import dtypes
+from test.shared import cl_unavailable
 
-
-def _cl_available() -> str | None:
-    try:
-        Device["CL"]
-    except Exception as err:  # any failure to open means: no OpenCL here
-        return f"{type(err).__name__}: {err}"
-    return None
-
-
-pytestmark = pytest.mark.skipif((why := _cl_available()) is not None, reason=f"no OpenCL device: {why}")
+pytestmark = pytest.mark.skipif((why := cl_unavailable()) is not None, reason=f"no OpenCL device: {why}")
 
 
 def test_buffer_round_trip() -> None:

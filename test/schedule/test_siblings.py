@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fusegrad import Device, Tensor, TinyJit
+from fusegrad import Tensor, TinyJit
 from fusegrad.device import Buffer
 from fusegrad.dtype import dtypes
 from fusegrad.engine.cache import cache_counts
@@ -23,7 +23,7 @@ from fusegrad.nn.optim import Adam
 from fusegrad.schedule.siblings import sibling_signature
 from fusegrad.uop import Ops
 from fusegrad.uop.ops import UOp
-from test.shared import count_kernels
+from test.shared import cl_unavailable, count_kernels
 
 ROW_OPS: dict[str, Callable[[Tensor], Tensor]] = {
     "softmax": lambda t: t.softmax(-1),
@@ -179,15 +179,7 @@ def test_merge_siblings_leaves_a_schedule_without_siblings_alone() -> None:
     assert merge_siblings(list(items)) == items
 
 
-def _has_cl() -> bool:
-    try:
-        Device["CL"]
-    except Exception:  # any failure to open means: no OpenCL here
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _has_cl(), reason="no OpenCL device")
+@pytest.mark.skipif(cl_unavailable() is not None, reason="no OpenCL device")
 def test_not_merged_on_gpu_style_devices() -> None:
     x, g = Tensor.empty(16, 64, device="CL", requires_grad=True), Tensor.empty(16, 64, device="CL")
     out = x.softmax(-1)

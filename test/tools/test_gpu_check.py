@@ -14,19 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from test.shared import cl_unavailable
+
 REPO = Path(__file__).resolve().parents[2]
 STEPS = ["environment", "devices", "runtime-tests", "docs-gpu-page", "gpt-train-step", "bench-gpu", "ops-elementwise",
          "ops-reduce", "ops-movement"]  # fmt: skip
-
-
-def _cl_missing() -> bool:
-    from fusegrad.device import Device
-
-    try:
-        Device["CL"]
-    except Exception:  # any failure to open: no OpenCL here
-        return True
-    return False
 
 
 def run_check(out: Path, *args: str, **env: str) -> tuple[int, dict[str, list[str]], str]:
@@ -38,7 +30,7 @@ def run_check(out: Path, *args: str, **env: str) -> tuple[int, dict[str, list[st
     return done.returncode, {line.split()[0]: line.split(maxsplit=4)[1:] for line in lines}, done.stdout
 
 
-@pytest.mark.skipif(_cl_missing(), reason="no OpenCL device: the CL plan needs one to open")
+@pytest.mark.skipif(cl_unavailable() is not None, reason="no OpenCL device: the CL plan needs one to open")
 def test_dry_run_plans_every_step(tmp_path: Path) -> None:
     rc, summary, printed = run_check(tmp_path, "--dry-run", GPU_CHECK_DEVICE="CL", GPU_CHECK_SECONDS="100")
     assert rc == 0
@@ -67,7 +59,7 @@ def test_missing_cuda_skips_the_gpu_steps_with_the_reason(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(_cl_missing(), reason="no OpenCL device: the CL plan needs one to run")
+@pytest.mark.skipif(cl_unavailable() is not None, reason="no OpenCL device: the CL plan needs one to run")
 def test_a_hanging_step_is_killed_and_the_rest_skipped(tmp_path: Path) -> None:
     # the python the script runs hangs in pytest: the first test step is killed at its limit, what the budget then
     # leaves is too little for the others
