@@ -7,16 +7,17 @@ so a cache file can't run code. Entry points: cache_get / cache_put / cache_clea
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
-import sqlite3
 import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeAlias, TypeVar
+from types import ModuleType
+from typing import TYPE_CHECKING, TypeAlias, TypeVar
+
+if TYPE_CHECKING:
+    import sqlite3
 
 SCHEMA_VERSION = 1  # bump when the key or value encoding changes: new tables get a new prefix, old rows are never read
 BUSY_TIMEOUT_S = 30.0  # how long sqlite's busy handler waits for another process's write lock
@@ -30,6 +31,16 @@ CacheKey: TypeAlias = (
 R = TypeVar("R")
 
 _RAW_TAG, _JSON_TAG = b"\x00", b"\x01"
+
+
+# hashlib, json and sqlite3 are imported at the first cache access, not with fusegrad: together ~15 ms of
+# `import fusegrad` (hashlib loads OpenSSL), paid by programs that never compile a kernel
+def _sqlite3() -> ModuleType:
+    import sqlite3
+
+    return sqlite3
+
+
 _warned: set[str] = set()  # messages already printed, so a broken cache warns once per process, not per lookup
 
 
@@ -60,6 +71,9 @@ def _tag_key(key: CacheKey) -> JSONValue:
 
 def key_digest(key: CacheKey) -> str:
     """Stable across processes and Python versions (unlike hash()): sha256 of the canonical tagged JSON."""
+    import hashlib
+    import json
+
     canonical = json.dumps(_tag_key(key), separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -86,6 +100,8 @@ def encode_value(val: CacheValue) -> bytes:
     """One tag byte, then the raw bytes (fast path for compiled binaries) or UTF-8 JSON."""
     if isinstance(val, bytes):
         return _RAW_TAG + val
+    import json
+
     _check_json(val)
     return _JSON_TAG + json.dumps(val, separators=(",", ":")).encode()
 
@@ -95,6 +111,8 @@ def decode_value(blob: bytes) -> CacheValue:
     if tag == _RAW_TAG:
         return bytes(body)
     if tag == _JSON_TAG:
+        import json
+
         ret: JSONValue = json.loads(body)
         return ret
     raise ValueError(f"diskcache: unknown value tag: got {tag!r}, expected {_RAW_TAG!r} or {_JSON_TAG!r}")
@@ -104,6 +122,8 @@ def table_name(table: str) -> str:
     """Quote-safe sqlite identifier; a hash suffix keeps distinct names distinct after sanitising."""
     safe = re.sub(r"[^A-Za-z0-9_]", "_", table)
     if safe != table:
+        import hashlib
+
         safe += "_" + hashlib.sha256(table.encode()).hexdigest()[:8]
     return f"v{SCHEMA_VERSION}_{safe}"
 
@@ -141,7 +161,7 @@ class SqliteStore:
         if self.conn is None:
             os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
             # isolation_level=None: no implicit transactions; writes use explicit BEGIN IMMEDIATE
-            self.conn = sqlite3.connect(
+            self.conn = _sqlite3().connect(
                 self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
             )
             stat = os.stat(self.path)
@@ -180,7 +200,7 @@ class SqliteStore:
             for attempt in range(LOCK_RETRIES + 1):
                 try:
                     return op(self.connect())
-                except sqlite3.DatabaseError as err:
+                except _sqlite3().DatabaseError as err:
                     if _is_corrupt(err) and not healed:
                         self.quarantine(err)
                         healed = True
@@ -195,7 +215,7 @@ def _select(table: str, digest: str) -> Callable[[sqlite3.Connection], bytes | N
     def op(conn: sqlite3.Connection) -> bytes | None:
         try:
             row = conn.execute(f'SELECT val FROM "{table}" WHERE key=?', (digest,)).fetchone()
-        except sqlite3.OperationalError as err:
+        except _sqlite3().OperationalError as err:
             if "no such table" in str(err):
                 return None
             raise
@@ -260,7 +280,7 @@ def cache_get(path: str, table: str, key: CacheKey) -> CacheValue | None:
         return None if blob is None else decode_value(blob)
     except ValueError as err:
         _warn_once(f"fusegrad: ignoring unreadable cache entry in {path}: {err}")
-    except (sqlite3.Error, OSError) as err:
+    except (_sqlite3().Error, OSError) as err:
         _warn_once(f"fusegrad: cache {path} unusable, continuing without it: {err}")
     return None
 
@@ -270,7 +290,7 @@ def cache_put(path: str, table: str, key: CacheKey, val: CacheValue) -> None:
     digest, blob = key_digest(key), encode_value(val)
     try:
         get_store(path).run(_upsert(table_name(table), digest, blob))
-    except (sqlite3.Error, OSError) as err:
+    except (_sqlite3().Error, OSError) as err:
         _warn_once(f"fusegrad: cache {path} unusable, continuing without it: {err}")
 
 

@@ -13,7 +13,6 @@ import decimal
 import functools
 import gc
 import getpass
-import hashlib
 import operator
 import os
 import pathlib
@@ -175,6 +174,33 @@ class Context(contextlib.ContextDecorator):
             ContextVar._cache[k].value = v
 
 
+class _LazyDefault(ContextVar[str]):
+    """A str flag whose default is computed at its first read, when the environment doesn't set it (an empty value
+    reads as unset): PROFILEPATH's file in the system temp folder needs tempfile, which with shutil and random is
+    ~8 ms of `import fusegrad` that a program without PROFILE never uses.
+
+    Examples:
+        >>> PROFILEPATH.value.endswith("fusegrad_profile.fgprof") or "PROFILEPATH" in os.environ
+        True
+    """
+
+    _value: str
+
+    def __init__(self, key: str, default: Callable[[], str]) -> None:
+        self._default = default
+        super().__init__(key, "")
+
+    @property  # a computed default behind the plain attribute of every other flag
+    def value(self) -> str:
+        if not self._value:
+            self._value = self._default()
+        return self._value
+
+    @value.setter
+    def value(self, value: str) -> None:
+        self._value = value
+
+
 def temp(x: str, append_user: bool = False) -> str:
     """Path of `x` in the system temp folder (`x.<user>` with append_user, so users of one machine don't collide).
 
@@ -244,7 +270,7 @@ GC_THRESHOLD = ContextVar("GC_THRESHOLD", 10_000)  # gc generation-0 threshold i
 ALLREDUCE_CAST = ContextVar("ALLREDUCE_CAST", 1)  # 1: allreduce half-precision inputs in a wider dtype
 VIZ = ContextVar("VIZ", 0)  # 1: record rewrites and profile events and serve them in the VIZ web app; -1: save only
 PROFILE = ContextVar("PROFILE", abs(VIZ.value))  # 1: record timing events (cpu_events, Buffer.profile_events)
-PROFILEPATH = ContextVar("PROFILEPATH", temp("fusegrad_profile.fgprof"))  # PROFILE's trace; .json: JSON at exit
+PROFILEPATH = _LazyDefault("PROFILEPATH", lambda: temp("fusegrad_profile.fgprof"))  # PROFILE trace; .json: JSON
 TRACK_MATCH_STATS = ContextVar("TRACK_MATCH_STATS", 2 if VIZ.value else 0)  # 1: count rule matches; 2: record them
 REWRITE_STACK_LIMIT = ContextVar("REWRITE_STACK_LIMIT", 250000)  # graph_rewrite stack size that signals a rule loop
 DEV = ContextVar("DEV", "")  # default device name ("" means pick the first available)
@@ -1230,6 +1256,8 @@ def _fetch_path(
     if isinstance(name, pathlib.Path) or (name is not None and "/" in name):
         return pathlib.Path(name)
     # different headers (an auth token) can mean different contents: they get a file of their own
+    import hashlib  # with OpenSSL, ~8 ms of import: not with fusegrad
+
     header_text = "\n".join(f"{k.strip()}:{v.strip()}" for k, v in sorted(headers.items()))
     suffix = "_" + hashlib.md5(header_text.encode()).hexdigest() if headers else ""
     stem = name if name is not None else hashlib.md5(url.encode()).hexdigest()
@@ -1237,6 +1265,8 @@ def _fetch_path(
 
 
 def _sha256_of(path: pathlib.Path) -> str:
+    import hashlib
+
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -1281,6 +1311,8 @@ def _copy_stream(reader: Any, out: Any, length: int | None, url: str) -> tuple[i
         bar = None
     else:
         bar = tqdm(total=length, unit="B", unit_scale=True, desc=url, disable=None)
+    import hashlib
+
     digest, written = hashlib.sha256(), 0
     while chunk := reader.read(1 << 16):
         out.write(chunk)

@@ -691,6 +691,24 @@ def test_importing_helpers_reaches_for_no_network() -> None:
     assert out.stderr == ""
 
 
+def test_import_leaves_what_the_first_cache_access_needs_unloaded(tmp_path: pathlib.Path) -> None:
+    """hashlib (OpenSSL), sqlite3, json and tempfile load at their first use (~25 ms of `import fusegrad` before), and
+    the default PROFILEPATH is still the temp folder's file, found at its first read."""
+    env = {k: v for k, v in os.environ.items() if k != "PROFILEPATH"} | {"CACHEDB": str(tmp_path / "c.db")}
+    code = (
+        "import sys, fusegrad\n"
+        "print(sorted(m for m in ('hashlib', 'sqlite3', 'json', 'tempfile') if m in sys.modules))\n"
+        "import pathlib, tempfile\n"
+        "from fusegrad.helpers import PROFILEPATH, Context, diskcache_get, diskcache_put\n"
+        "print(PROFILEPATH.value == str(pathlib.Path(tempfile.gettempdir()) / 'fusegrad_profile.fgprof'))\n"
+        "with Context(PROFILEPATH='elsewhere.fgprof'): print(PROFILEPATH.value)\n"
+        "diskcache_put('t', ('k', 1), {'v': [1, 2]}); print(diskcache_get('t', ('k', 1)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.splitlines() == ["[]", "True", "elsewhere.fgprof", "{'v': [1, 2]}"], out.stdout
+    assert out.stderr == ""
+
+
 # *** small helpers the reference exports ***
 
 

@@ -25,16 +25,18 @@ SCREENSHOT_MARK = re.compile(r"<!--\s*screenshot:\s*(?P<name>[\w.-]+\.png)\s*\|\
 
 
 def _flag_declaration(node: ast.stmt) -> tuple[str, str, str] | None:
-    """(flag name, how it is read, default source) for `X = ContextVar("X", d)` or `X = getenv("X", d) ...`."""
+    """(flag name, how it is read, default source) for `X = ContextVar("X", d)`, `X = _LazyDefault("X", lambda: d)`
+    (a default computed at the first read) or `X = getenv("X", d) ...`."""
     if not isinstance(node, ast.Assign) or len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
         return None
     for call in ast.walk(node.value):
         if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name) or not call.args:
             continue
         name = call.args[0]
-        if call.func.id in ("ContextVar", "getenv") and isinstance(name, ast.Constant):
-            default = ast.unparse(call.args[1]) if len(call.args) > 1 else "0"
-            return str(name.value), call.func.id, default
+        if call.func.id in ("ContextVar", "_LazyDefault", "getenv") and isinstance(name, ast.Constant):
+            given = call.args[1] if len(call.args) > 1 else ast.Constant(0)
+            default = ast.unparse(given.body if isinstance(given, ast.Lambda) else given)
+            return str(name.value), "getenv" if call.func.id == "getenv" else "ContextVar", default
     return None
 
 

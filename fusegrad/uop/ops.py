@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import itertools
 import math
 import weakref
@@ -741,6 +740,8 @@ def sym_infer(x: sint, var_vals: dict[str, int]) -> int:
 
 
 def _content_key(u: UOp) -> bytes:
+    import hashlib  # not at import: it loads OpenSSL (~8 ms of `import fusegrad`)
+
     h = hashlib.sha256(f"{u.op.name}|{u.dtype!r}|{_arg_text(u.arg)}|{u.tag!r}|".encode())
     for s in u.src:
         h.update(s.__dict__["_key"])
