@@ -80,6 +80,21 @@ def test_forward_and_backward_merge_and_share_their_statistics(name: str) -> Non
     assert reduces[2] == reduces[1] < reduces[0] + reduces[1]
 
 
+@pytest.mark.parametrize(("siblings", "kernels"), [(1, 1), (0, 2)])
+def test_debug_line_counts_the_kernels_that_run(
+    siblings: int, kernels: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """DEBUG=1's "scheduled N kernels" counts them after the merge (it counted kernelize's kernels before it)."""
+    x = Tensor(np.random.default_rng(0).standard_normal((8, 48), dtype=np.float32), requires_grad=True).realize()
+    out = x.log_softmax(-1)
+    (out * 3).sum().backward()
+    assert x.grad is not None
+    capsys.readouterr()
+    with Context(FUSE_SIBLINGS=siblings, DEBUG=1):
+        Tensor.realize(out, x.grad)
+    assert f"scheduled {kernels} kernels in" in capsys.readouterr().out
+
+
 def test_a_kernel_reading_the_other_ones_output_is_not_merged() -> None:
     x = Tensor.empty(32, 64)
     first = x.softmax(-1)
