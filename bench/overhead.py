@@ -13,6 +13,7 @@ import argparse
 import importlib
 import itertools
 import json
+import math
 import os
 import resource
 import subprocess
@@ -193,15 +194,31 @@ def gpt_step(fw: ModuleType) -> tuple[Callable[[Any, Any], Any], Any, Any]:
 
 
 def ratio(eager: Callable[[], Any], jitted: Callable[[], Any] | None, seconds: float, label: str) -> dict[str, float]:
-    """The eager step's ms, and with a jitted step its ms and the eager/jitted ratio, in wall and in CPU time."""
-    wall, cpu = best_of_both(eager, seconds)
-    out = {f"{label} eager ms": wall * 1e3}
-    if jitted is not None:
-        jit_wall, jit_cpu = best_of_both(jitted, seconds)
-        out[f"{label} jitted ms"] = jit_wall * 1e3
-        out[f"{label} eager/jitted"] = wall / jit_wall
-        out[f"{label} eager/jitted CPU time"] = cpu / jit_cpu
-    return out
+    """The eager step's ms, and with a jitted step its ms and the eager/jitted ratio, in wall and in CPU time.
+
+    The two take turns, one call each, for `seconds` in all, and each keeps its best: load from other work on the
+    shared cores falls on both alike. Timed one after the other (a block of eager steps, then one of jitted steps),
+    the GPT ratio on this host swung 1.35-1.84 between runs; taking turns, 1.18-1.31 in three runs."""
+    if jitted is None:
+        wall, cpu = best_of_both(eager, seconds)
+        return {f"{label} eager ms": wall * 1e3}
+    eager(), jitted()
+    best = {"eager": [math.inf, math.inf], "jitted": [math.inf, math.inf]}
+    deadline, rounds = time.perf_counter() + seconds, 0
+    while rounds < 3 or time.perf_counter() < deadline:
+        for name, fn in (("eager", eager), ("jitted", jitted)):
+            start, cpu_start = time.perf_counter(), time.process_time()
+            fn()
+            wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+            best[name] = [min(best[name][0], wall), min(best[name][1], cpu)]
+        rounds += 1
+    (wall, cpu), (jit_wall, jit_cpu) = best["eager"], best["jitted"]
+    return {
+        f"{label} eager ms": wall * 1e3,
+        f"{label} jitted ms": jit_wall * 1e3,
+        f"{label} eager/jitted": wall / jit_wall,
+        f"{label} eager/jitted CPU time": cpu / jit_cpu,
+    }
 
 
 def mlp(fw: ModuleType, name: str, seconds: float) -> dict[str, float]:

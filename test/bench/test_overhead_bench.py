@@ -94,6 +94,13 @@ def test_ratio_gives_wall_and_cpu_time(bench: ModuleType) -> None:
     assert set(bench.ratio(slow, None, 0.05, "step")) == {"step eager ms"}
 
 
+def test_ratio_times_eager_and_jitted_in_turns(bench: ModuleType) -> None:
+    """One call each in turn (after one untimed warm-up call each), so drifting load falls on both alike."""
+    calls: list[str] = []
+    bench.ratio(lambda: calls.append("e"), lambda: calls.append("j"), 0.0, "step")
+    assert "".join(calls) == "ej" * 4  # the warm-up pair and at least three timed rounds
+
+
 def test_python_measure_gives_the_gpt_steps_phases_on_null() -> None:
     """The `python` measure runs on the NULL device and gives each phase's ms, their total and the collector's."""
     argv = ["--frameworks", "fusegrad", "--measures", "python", "--seconds", "0.05"]
