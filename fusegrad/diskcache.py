@@ -41,6 +41,15 @@ def _sqlite3() -> ModuleType:
     return sqlite3
 
 
+def _sqlite3_or_warn(path: str) -> ModuleType | None:
+    """sqlite3, or None (said once) where this Python was built without it: the cache is skipped, nothing fails."""
+    try:
+        return _sqlite3()
+    except ImportError as err:
+        _warn_once(f"fusegrad: cache {path} unusable, continuing without it: this Python has no sqlite3 ({err})")
+        return None
+
+
 _warned: set[str] = set()  # messages already printed, so a broken cache warns once per process, not per lookup
 
 
@@ -275,12 +284,14 @@ def close_all() -> None:
 def cache_get(path: str, table: str, key: CacheKey) -> CacheValue | None:
     """The value stored under (table, key), or None when missing, unreadable, or the cache is unusable."""
     digest = key_digest(key)
+    if (sqlite3 := _sqlite3_or_warn(path)) is None:
+        return None
     try:
         blob = get_store(path).run(_select(table_name(table), digest))
         return None if blob is None else decode_value(blob)
     except ValueError as err:
         _warn_once(f"fusegrad: ignoring unreadable cache entry in {path}: {err}")
-    except (_sqlite3().Error, OSError) as err:
+    except (sqlite3.Error, OSError) as err:
         _warn_once(f"fusegrad: cache {path} unusable, continuing without it: {err}")
     return None
 
@@ -288,9 +299,11 @@ def cache_get(path: str, table: str, key: CacheKey) -> CacheValue | None:
 def cache_put(path: str, table: str, key: CacheKey, val: CacheValue) -> None:
     """Store val under (table, key); a cache that can't be written is reported once and otherwise ignored."""
     digest, blob = key_digest(key), encode_value(val)
+    if (sqlite3 := _sqlite3_or_warn(path)) is None:
+        return
     try:
         get_store(path).run(_upsert(table_name(table), digest, blob))
-    except (_sqlite3().Error, OSError) as err:
+    except (sqlite3.Error, OSError) as err:
         _warn_once(f"fusegrad: cache {path} unusable, continuing without it: {err}")
 
 

@@ -492,6 +492,23 @@ def test_diskcache_decorator() -> None:
     assert calls == [4, 5]
 
 
+def test_diskcache_without_sqlite3_is_skipped_with_one_warning(
+    cache_path: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Python built without sqlite3 (its import is deferred to the first cache access) runs without the cache."""
+
+    def missing() -> None:
+        raise ImportError("No module named '_sqlite3'")
+
+    monkeypatch.setattr(store, "_sqlite3", missing)
+    monkeypatch.setattr(store, "_warned", set())
+    assert diskcache_put("t", "k", b"v") == b"v"
+    assert diskcache_get("t", "k") is None
+    err = capsys.readouterr().err
+    assert err.count("this Python has no sqlite3") == 1, err
+    assert not os.path.exists(cache_path)
+
+
 def test_cachelevel_zero_disables(cache_path: str) -> None:
     with Context(CACHELEVEL=0):
         assert diskcache_put("t", "k", b"v") == b"v"
