@@ -834,7 +834,9 @@ class Tensor(ElementwiseMixin, ReduceMixin, MovementMixin, NNMixin, RandomMixin,
         if isinstance(self.device, tuple):
             return self.to(self.device[0])._buffer()
         u = self._uop
-        if u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER):
+        while u.op is Ops.RESHAPE:  # reshapes of a buffer read its memory as it is (a reduce's keepdim and squeeze)
+            u = u.src[0]
+        if u.op is Ops.BUFFER:
             return u.buffer.ensure_allocated()  # realized and contiguous (settled): a realize would find nothing to run
         return self.contiguous().realize().uop.buffer.ensure_allocated()
 

@@ -24,6 +24,21 @@ def test_a_realized_tensor_is_read_without_a_realize(monkeypatch: pytest.MonkeyP
     assert calls == []
 
 
+def test_a_realized_reduce_is_read_without_a_copy_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reduce's result settles as reshapes of its buffer (keepdim, then the axis dropped): `loss.item()` and a row
+    sum's numpy() read that memory. They ran a copy kernel each (E_ / E_4) while only one reshape was read directly."""
+    grid = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4)).realize()
+    rows, total = grid.sum(axis=1).realize(), (grid * 2).sum().realize()
+    assert rows.uop.op is Ops.RESHAPE
+    assert rows.uop.src[0].op is Ops.RESHAPE
+    calls: list[object] = []
+    monkeypatch.setattr(tensor_module, "realize_tensors", lambda *args, **kwargs: calls.append(args))
+    np.testing.assert_array_equal(rows.numpy(), [6, 22, 38])
+    assert total.item() == 132.0
+    assert rows.tolist() == [6.0, 22.0, 38.0]
+    assert calls == []
+
+
 def test_views_and_lazy_tensors_are_realized_first() -> None:
     grid = (Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]) + 0).realize()
     np.testing.assert_array_equal(grid.T.numpy(), [[1, 4], [2, 5], [3, 6]])  # a view: copied out contiguous
