@@ -40,17 +40,25 @@ def best_of(fn: Callable[[], Any], seconds: float, number: int = 1) -> float:
 def best_of_both(fn: Callable[[], Any], seconds: float, number: int = 1) -> tuple[float, float]:
     """(wall seconds, CPU seconds) per call, each the fastest of repeated batches of `number` calls (at least 3)
     within `seconds`. CPU time (this process, all its threads) is what a loaded machine inflates far less."""
-    fn()
-    walls: list[float] = []
-    cpus: list[float] = []
-    deadline = time.perf_counter() + seconds
-    while len(walls) < 3 or time.perf_counter() < deadline:
-        start, cpu_start = time.perf_counter(), time.process_time()
-        for _ in range(number):
-            fn()
-        walls.append((time.perf_counter() - start) / number)
-        cpus.append((time.process_time() - cpu_start) / number)
-    return min(walls), min(cpus)
+    return best_in_turns([fn], seconds, number)[0]
+
+
+def best_in_turns(fns: list[Callable[[], Any]], seconds: float, number: int = 1) -> list[tuple[float, float]]:
+    """best_of_both of each of `fns`, which take turns (a batch of `number` calls each per round, at least 3 rounds,
+    after one untimed call each), so load from other work on the shared cores falls on all of them alike."""
+    for fn in fns:
+        fn()
+    best = [(math.inf, math.inf) for _ in fns]
+    deadline, rounds = time.perf_counter() + seconds, 0
+    while rounds < 3 or time.perf_counter() < deadline:
+        for i, fn in enumerate(fns):
+            start, cpu_start = time.perf_counter(), time.process_time()
+            for _ in range(number):
+                fn()
+            wall, cpu = (time.perf_counter() - start) / number, (time.process_time() - cpu_start) / number
+            best[i] = (min(best[i][0], wall), min(best[i][1], cpu))
+        rounds += 1
+    return best
 
 
 # *** workers: one framework, one measure, in its own process; print a JSON dict of figures ***
@@ -202,17 +210,7 @@ def ratio(eager: Callable[[], Any], jitted: Callable[[], Any] | None, seconds: f
     if jitted is None:
         wall, cpu = best_of_both(eager, seconds)
         return {f"{label} eager ms": wall * 1e3}
-    eager(), jitted()
-    best = {"eager": [math.inf, math.inf], "jitted": [math.inf, math.inf]}
-    deadline, rounds = time.perf_counter() + seconds, 0
-    while rounds < 3 or time.perf_counter() < deadline:
-        for name, fn in (("eager", eager), ("jitted", jitted)):
-            start, cpu_start = time.perf_counter(), time.process_time()
-            fn()
-            wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-            best[name] = [min(best[name][0], wall), min(best[name][1], cpu)]
-        rounds += 1
-    (wall, cpu), (jit_wall, jit_cpu) = best["eager"], best["jitted"]
+    (wall, cpu), (jit_wall, jit_cpu) = best_in_turns([eager, jitted], seconds)
     return {
         f"{label} eager ms": wall * 1e3,
         f"{label} jitted ms": jit_wall * 1e3,
