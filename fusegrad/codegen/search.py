@@ -45,6 +45,7 @@ __all__ = ["SearchResult", "actions", "beam_ast", "beam_search", "searches"]
 # inside an upcast loop of 4 (an aligned store to acc0 + 3: a crash, e.g. UPCAST 1 4 then UPCAST 0 3 of a 6x5x8 matmul)
 UPCAST_AMOUNTS = (2, 4, 8, 16)
 GROUP_AMOUNTS = (2, 4, 8, 16)  # partial reductions tried for a reduce axis
+LANES_AMOUNTS = (16, 32, 64)  # interleaved partials tried for a sum's loop (2, 4 or 8 AVX2 vectors of float32)
 UNROLL_AMOUNTS = (2, 4, 8)  # unrolled steps tried for the innermost reduce loop (codegen/unroll.py)
 SPLIT_AMOUNTS = (2, 4, 8)  # column tiles a SPLIT group may take, tried around the heuristic's (opt.column_groups)
 # rows of a clamped row tile (opt.wide_tile_opts, opt.short_tile_opts), tried around the heuristic's
@@ -87,9 +88,9 @@ def actions(sink: UOp, has_local: bool = False) -> list[Opt]:
     reduce axis by a divisor unless there are upcasts, SWAP of each pair of output loops and of reduce loops (the
     order a conv sums its channels and window in), PACK of each buffer a reduce
     loads across each constant output loop that load doesn't depend on, KEEP of each reduce whose costly value the
-    kernel computes again over its row (codegen/rowbuffer.py), UNROLL of the innermost reduce loop. On GPUs
-    (`has_local`) LOCAL and GROUP (`gpu_actions`) instead of GROUP, PACK, KEEP and UNROLL. Candidates only: apply_opts
-    still decides whether one fits (ValueError: it doesn't)."""
+    kernel computes again over its row (codegen/rowbuffer.py), LANES of each sum's loop, UNROLL of the innermost reduce
+    loop. On GPUs (`has_local`) LOCAL and GROUP (`gpu_actions`) instead of GROUP, PACK, KEEP, LANES and UNROLL.
+    Candidates only: apply_opts still decides whether one fits (ValueError: it doesn't)."""
     upcast = math.prod(int(r.src[0].arg) for r in _const_ranges(sink, AxisType.UPCAST))
     loops, reduces = _const_ranges(sink, AxisType.LOOP), _const_ranges(sink, AxisType.REDUCE)
     # GROUP and UPCAST exclude each other: gcc took 37 s to compile a 64x64 matmul tile with its reduce grouped
@@ -105,7 +106,22 @@ def actions(sink: UOp, has_local: bool = False) -> list[Opt]:
     ret += [
         Opt(OptOps.SWAP, a.arg[0], b.arg[0]) for rs in (loops, reduces) for i, a in enumerate(rs) for b in rs[i + 1 :]
     ]
-    return ret + pack_actions(sink, loops) + keep_actions(sink) + unroll_actions(sink)
+    return ret + pack_actions(sink, loops) + keep_actions(sink) + lane_actions(sink) + unroll_actions(sink)
+
+
+def lane_actions(sink: UOp) -> list[Opt]:
+    """LANES of each sum's or product's one reduce loop (a row's, a GROUP's chunk) by each amount that divides it and
+    leaves at least two steps; none for a reduce whose terms are already in lanes or an upcast tile."""
+    ret: list[Opt] = []
+    for red in (u for u in sink.toposort() if u.op is Ops.REDUCE and u.arg in (Ops.ADD, Ops.MUL) and len(u.src) == 2):
+        rng = red.src[1]
+        if rng.arg[1] is not AxisType.REDUCE or rng.src[0].op is not Ops.CONST:
+            continue
+        if any(u.op is Ops.RANGE and u.arg[1] is AxisType.UPCAST for u in red.src[0].toposort()):
+            continue
+        size = int(rng.src[0].arg)
+        ret += [Opt(OptOps.LANES, rng.arg[0], a) for a in LANES_AMOUNTS if size % a == 0 and size >= 2 * a]
+    return ret
 
 
 def unroll_actions(sink: UOp) -> list[Opt]:

@@ -59,7 +59,30 @@ def vectorize_upcast(sink: UOp, masks: bool = False) -> UOp:
     """`sink` with its innermost UPCAST loop as vector lanes (split into an upcast loop of whole vectors when longer
     than one), or `sink` unchanged when that loop's work doesn't fit the vector forms above. `masks`: the renderer
     spells SELECT_ALU's forms on float32 vectors (the C renderer; the GPU dialects don't yet)."""
-    lane = _lane_loop(sink)
+    ret = _vectorize_lane(sink, _lane_loop(sink), masks)
+    # LANES's partials of other reduces (a layernorm's mean and then its variance, each over its own loop over the
+    # row): each loop its own vectors, as none of them depends on another's lanes
+    for lane in _partials_lanes(ret):
+        ret = _vectorize_lane(ret, lane, masks)
+    return ret
+
+
+def _partials_lanes(sink: UOp) -> list[UOp]:
+    """The upcast loops still scalar that only fill LANES partials: each one a plain register index of their store."""
+    ret: dict[UOp, None] = {}
+    for u in sink.toposort():
+        if u.op is Ops.AFTER and u.src[0].op is Ops.DEFINE_REG:
+            for s in u.src[1:]:
+                if s.op is not Ops.STORE or s.src[1].op is not Ops.REDUCE or s.src[0].op is not Ops.INDEX:
+                    continue
+                lane = s.src[0].src[1]
+                if lane.op is Ops.RANGE and lane.arg[1] is AxisType.UPCAST and _is_lane_partials(u, lane):
+                    ret[lane] = None
+    return [lane for lane in ret if lane.src[0].op is Ops.CONST]
+
+
+def _vectorize_lane(sink: UOp, lane: UOp | None, masks: bool) -> UOp:
+    """`sink` with upcast loop `lane` as vector lanes (see vectorize_upcast), or unchanged."""
     if lane is None:
         return sink
     dtype = _lane_dtype(sink, lane)

@@ -1,16 +1,18 @@
 """codegen/opt.py LANES (lane_opts): a split full sum keeps several vector accumulators per chunk, reading
 consecutive elements into interleaved partials (codegen/vectorize.py makes them vectors), then combines them; the C
-renderer still runs the chunks on threads. The sum's order changes, so results are checked against float64."""
+renderer still runs the chunks on threads. A row kernel's sums take them too (row_lane_opts: a layernorm's mean and
+variance, each its own vectors). The sum's order changes, so results are checked against float64."""
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
 import pytest
 
 from fusegrad.codegen import to_program
-from fusegrad.codegen.opt import LANE_VECTORS, Opt, OptOps, hand_coded_opts
+from fusegrad.codegen.opt import LANE_VECTORS, ROW_LANE_STEPS, Opt, OptOps, hand_coded_opts
 from fusegrad.dtype import DType, dtypes
 from fusegrad.renderer.cstyle import ClangRenderer
 from fusegrad.uop import Ops
@@ -110,6 +112,55 @@ def test_lanes_sum_has_less_error_than_one_accumulator() -> None:
     errors = [abs(float(run(with_opts(ast, opts), inputs, 1, dtypes.float32, "PYTHON")[0]) - expected[0])
               for opts in (group, (*group, Opt(OptOps.LANES, 0, 32)))]  # fmt: skip
     assert errors[1] < errors[0] / 4, errors
+
+
+def normalized_rows(rows: int, width: int, exp: bool = False) -> Case:
+    """out (rows, width) = (x - mean) / sqrt(var + 1e-5) over each row of x, mean and var summed over the row in one
+    kernel (a layernorm's forward; the variance's sum holds the mean's); with `exp`, exp(x - mean) / the sum of it (a
+    softmax of x less its mean: a sum whose terms call exp2)."""
+    r, c, k1, k2 = loop(rows, 0), loop(width, 1), red(width, 2), red(width, 3)
+    x = glob(1, rows * width, dtypes.float32)
+    mean = x.index(r * width + k1).load().reduce(k1, arg=Ops.ADD) * (1 / width)
+    a = data((rows, width), dtypes.float32)
+    centred = a.astype(np.float64) - a.astype(np.float64).mean(-1, keepdims=True)
+    if exp:
+        total = ((x.index(r * width + k2).load() - mean) * math.log2(math.e)).exp2().reduce(k2, arg=Ops.ADD)
+        value = ((x.index(r * width + c).load() - mean) * math.log2(math.e)).exp2() * total.reciprocal()
+        expected = np.exp(centred) / np.exp(centred).sum(-1, keepdims=True)
+    else:
+        d = x.index(r * width + k2).load() - mean
+        var = (d * d).reduce(k2, arg=Ops.ADD) * (1 / width)
+        value = (x.index(r * width + c).load() - mean) * (var + 1e-5).sqrt().reciprocal()
+        expected = centred / np.sqrt((centred**2).mean(-1, keepdims=True) + 1e-5)
+    ast = UOp.sink(glob(0, rows * width, dtypes.float32).index(r * width + c).store(value))
+    return ast, [a], expected.ravel()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "opts",
+    [(Opt(OptOps.LANES, 2, 32), Opt(OptOps.LANES, 3, 32)), (Opt(OptOps.LANES, 3, 16),), (Opt(OptOps.LANES, 2, 8),)],
+    ids=["mean and variance", "variance", "mean"],
+)
+def test_lanes_of_a_rows_mean_and_variance(opts: tuple[Opt, ...], device: str) -> None:
+    # the variance's terms hold the mean, a reduce closed before its loop: LANES of either or both
+    check(normalized_rows(6, 128), dtypes.float32, device, opts)
+
+
+def test_heuristic_sums_a_rows_mean_and_variance_in_lanes() -> None:
+    ast = normalized_rows(64, 1024)[0]
+    assert hand_coded_opts(ast) == [Opt(OptOps.LANES, 2, LANES), Opt(OptOps.LANES, 3, LANES)]
+    src = to_program(ast, ClangRenderer()).src
+    # each sum its own vector accumulators, in turn, over the row
+    assert len(re.findall(rf"float8 acc\d+\[{LANE_VECTORS}\];", src)) == 2
+    assert "simd reduction(+:acc" in src  # only the partials' combination: 32 per sum, not 1024
+    check(normalized_rows(4, 128), dtypes.float32, "CPU", None)
+    # a row of fewer than ROW_LANE_STEPS steps of lanes keeps its one accumulator
+    assert hand_coded_opts(normalized_rows(4, (ROW_LANE_STEPS - 1) * LANES)[0]) == []
+    # a sum of exp is bound by the exp: its loop and its row buffer (KEEP) stay as they were; the mean's sum takes lanes
+    keep = Opt(OptOps.KEEP, 3, 1024)
+    assert hand_coded_opts(normalized_rows(64, 1024, exp=True)[0]) == [keep, Opt(OptOps.LANES, 2, LANES)]
+    check(normalized_rows(4, 128, exp=True), dtypes.float32, "CPU", None)
 
 
 @pytest.mark.parametrize(

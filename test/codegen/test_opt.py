@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from fusegrad import Tensor
 from fusegrad.codegen import KernelInfo, full_rewrite, kernel_names, to_program
-from fusegrad.codegen.opt import Opt, OptOps, hand_coded_opts, register_tile, stride
+from fusegrad.codegen.opt import LANE_VECTORS, Opt, OptOps, hand_coded_opts, register_tile, stride
 from fusegrad.codegen.search import extensions
 from fusegrad.device import Buffer, Device
 from fusegrad.dtype import DType, _to_np_dtype, dtypes
@@ -555,9 +555,10 @@ def test_heuristic_tiles_a_conv_pooled_in_its_kernel_over_its_channels() -> None
 
 def test_heuristic_leaves_a_row_sum_of_unreused_loads_untiled() -> None:
     """No load but the broadcast p can be packed outside the batch loop: a row tile over t would read x and y lane by
-    lane, 128 floats apart (128 -> 28 us single-thread at 16x64x128 untiled); the reduce loop stays innermost."""
+    lane, 128 floats apart (128 -> 28 us single-thread at 16x64x128 untiled); the reduce loop stays innermost, its sum
+    in LANES's vector accumulators where the row holds ROW_LANE_STEPS steps of them (row_lane_opts)."""
     case = row_sum_broadcast(16, 64, 128, dtypes.float32)
-    assert hand_coded_opts(case[0]) == []
+    assert hand_coded_opts(case[0]) == [Opt(OptOps.LANES, 2, LANE_VECTORS * 8)]  # 32-byte vectors (conftest.py)
     check(row_sum_broadcast(2, 16, 64, dtypes.float32), dtypes.float32, "CPU", None)
     check(row_sum_broadcast(2, 16, 64, dtypes.float32), dtypes.float32, "PYTHON", None, exact=True)
 

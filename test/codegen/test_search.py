@@ -121,6 +121,19 @@ def test_actions_of_a_matmul() -> None:
     assert all(o[-1].op is not UNROLL for o in extensions(sink, (Opt(UNROLL, 2, 4),)))
 
 
+def test_actions_of_a_row_sum_include_lanes() -> None:
+    # a layernorm's mean and variance: LANES of each sum's loop of 64 by 16 and 32 (64 would leave one step)
+    sink = graph_rewrite(walk_kernels()["layernorm"], sym)
+    lanes = [o for o in actions(sink) if o.op is OptOps.LANES]
+    axes = sorted({o.axis for o in lanes})
+    assert len(axes) == 2
+    assert lanes == [Opt(OptOps.LANES, axis, amount) for axis in axes for amount in (16, 32)]
+    assert all(len(e) == 1 for e in extensions(sink, ()) if e[-1].op is OptOps.LANES)
+    # once a sum is in lanes, its loop takes no second LANES
+    first = lanes[0]
+    assert all(o.axis != first.axis for o in actions(apply_opts(sink, (first,))) if o.op is OptOps.LANES)
+
+
 def test_beam_picks_the_fastest_and_stops_when_nothing_is_faster(monkeypatch: pytest.MonkeyPatch) -> None:
     fastest = (Opt(UPCAST, 1, 4),)
     timed = fake_clock(monkeypatch, fastest)
@@ -444,11 +457,13 @@ def test_a_winner_by_luck_loses_the_duel_with_the_heuristic(monkeypatch: pytest.
 
 @functools.cache
 def walk_kernels() -> dict[str, UOp]:
-    """ASTs whose neighbourhoods hold every kind of opt: a matmul (UPCAST, SWAP, GROUP, PACK), a softmax (KEEP)."""
+    """ASTs whose neighbourhoods hold every kind of opt: a matmul (UPCAST, SWAP, GROUP, PACK), a softmax (KEEP), a
+    layernorm (LANES of its mean's and its variance's sums)."""
     a, b = Tensor.randn(16, 32).realize(), Tensor.randn(32, 16).realize()
     return {
         "matmul": (a @ b).schedule()[-1].ast,
         "softmax": Tensor.randn(8, 64).realize().softmax(-1).schedule()[-1].ast,
+        "layernorm": Tensor.randn(8, 64).realize().layernorm(-1).schedule()[-1].ast,
     }
 
 
@@ -457,7 +472,7 @@ def walk_kernels() -> dict[str, UOp]:
 def test_neighbour_walks_compute_what_the_plain_kernel_does(data: st.DataObject) -> None:
     """A walk of 1-3 steps through `neighbours` (changed amounts and left-out opts too) from no opts or the heuristic's:
     the kernel, where it renders, matches the unoptimised one on the search's own random inputs."""
-    ast = walk_kernels()[data.draw(st.sampled_from(["matmul", "softmax"]))]
+    ast = walk_kernels()[data.draw(st.sampled_from(["matmul", "softmax", "layernorm"]))]
     sink = graph_rewrite(ast, sym)
     opts = choose_opts(sink, None, Device["CPU"].renderer) if data.draw(st.booleans()) else ()
     for _ in range(data.draw(st.integers(1, 3))):
