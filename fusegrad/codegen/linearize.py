@@ -227,6 +227,24 @@ pm_reduce_to_accumulator = PatternMatcher([
 ])  # fmt: skip
 
 
+def open_loops(value: UOp) -> set[UOp]:
+    """The loops `value` is computed in: the RANGEs it depends on that no node below it closes. A REDUCE closes its
+    loops; a register an opt filled (an AFTER of a DEFINE_REG: partials, a row buffer, a packed panel) closes the
+    loops of its writes but the ones it lists (a layernorm's variance in LANES holds its mean's combined partials,
+    not the mean's lane loop)."""
+    open_: dict[UOp, frozenset[UOp]] = {}
+    for u in value.toposort():
+        register = u.op is Ops.AFTER and u.src[0].op is Ops.DEFINE_REG
+        srcs = [s for s in u.src[1:] if s.op is Ops.RANGE] if register else u.src
+        here = frozenset().union(*(open_[s] for s in srcs))
+        if u.op is Ops.RANGE:
+            here |= {u}
+        elif u.op is Ops.REDUCE:
+            here -= set(u.src[1:])
+        open_[u] = here
+    return set(open_[value])
+
+
 # *** loop nesting ***
 
 

@@ -20,7 +20,7 @@ from fusegrad.codegen import vectorize
 from fusegrad.codegen.clip import clip_reduce_loops
 from fusegrad.codegen.gates import pm_simplify_gates
 from fusegrad.codegen.gpudims import gpu_heuristic, split_group, split_local
-from fusegrad.codegen.linearize import flat_index, range_key
+from fusegrad.codegen.linearize import flat_index, open_loops, range_key
 from fusegrad.codegen.rowbuffer import keep_row_value, kept_value
 from fusegrad.codegen.unroll import unroll_reduce
 from fusegrad.codegen.vectorize import VECTOR_DTYPES
@@ -226,9 +226,9 @@ def lanes(sink: UOp, opt: Opt, new_axis: int, new_reg: int) -> UOp:
     rng = _find_range(sink, opt.axis)
     size = _check_split(opt, rng, AxisType.REDUCE)
     red = next(u for u in sink.toposort() if u.op is Ops.REDUCE and rng in u.src[1:])
-    # the value may hold another row statistic (a variance's mean) computed before this loop, not a reduce or a
-    # register's partials read along it
-    if any(u.op is Ops.REDUCE or (u.op is Ops.INDEX and _is_register(u.src[0])) for u in _depending(red.src[0], rng)):
+    # the value may hold another row statistic (a variance's mean) computed before this loop, and read a row buffer
+    # or a packed panel along it, not a reduce or an earlier opt's partials
+    if any(u.op is Ops.REDUCE or (u.op is Ops.INDEX and _is_partials(u.src[0])) for u in _depending(red.src[0], rng)):
         raise ValueError(f"opt: LANES of axis {opt.axis}: got a reduce of a reduce or of partials, expected of data")
     lane = UOp.range(opt.arg, new_axis, AxisType.UPCAST)
     step = UOp.range(size // opt.arg, opt.axis, AxisType.REDUCE)
@@ -241,8 +241,13 @@ def lanes(sink: UOp, opt: Opt, new_axis: int, new_reg: int) -> UOp:
     return graph_rewrite(sink, pm_replace_nodes, ctx={red: combined.reduce(combine, arg=red.arg)}, name="lanes")
 
 
-def _is_register(buf: UOp) -> bool:
-    return buf.op is Ops.DEFINE_REG or (buf.op is Ops.AFTER and buf.src[0].op is Ops.DEFINE_REG)
+def _is_partials(buf: UOp) -> bool:
+    """A register of a GROUP's or LANES's partials: its writes store reduces."""
+    return (
+        buf.op is Ops.AFTER
+        and buf.src[0].op is Ops.DEFINE_REG
+        and any(s.op is Ops.STORE and s.src[1].op is Ops.REDUCE for s in buf.src[1:])
+    )
 
 
 def _depending(value: UOp, rng: UOp) -> list[UOp]:
@@ -254,28 +259,10 @@ def _depending(value: UOp, rng: UOp) -> list[UOp]:
     return [u for u in dep if u is not rng]
 
 
-def _open_loops(root: UOp) -> set[UOp]:
-    """The loops `root` depends on that no node below it closes: a REDUCE closes its loops, and an earlier opt's
-    register of partials (an AFTER of a DEFINE_REG) closes the loops of its writes but the ones it lists."""
-    open_: dict[UOp, frozenset[UOp]] = {}
-    for u in root.toposort():
-        if u.op is Ops.AFTER and u.src[0].op is Ops.DEFINE_REG:
-            srcs = [s for s in u.src[1:] if s.op is Ops.RANGE]
-        else:
-            srcs = list(u.src)
-        here = frozenset().union(*(open_[s] for s in srcs))
-        if u.op is Ops.RANGE:
-            here |= {u}
-        elif u.op is Ops.REDUCE:
-            here -= set(u.src[1:])
-        open_[u] = here
-    return set(open_[root])
-
-
 def _enclosing_loops(sink: UOp, red: UOp) -> list[UOp]:
     """The loops a reduce's partials live in: the value's, less those closed by this reduce or one inside it, and
     every output loop nested outside one of those (else the partials' write would sit outside a loop it is in)."""
-    ret = _open_loops(red)
+    ret = open_loops(red)
     if ret:
         deepest = max(range_key(r) for r in ret)
         loops = [u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] is AxisType.LOOP]
@@ -977,7 +964,7 @@ def row_lane_opts(sink: UOp, opts: list[Opt]) -> list[Opt]:
     1.52 -> 1.04 ms best (1.80 -> 1.47 median), one thread 2.95 -> 2.37 ms; RMSNorm 0.94 -> 0.80 ms. Not for a sum
     whose terms call exp or log (a softmax's: bound by the exp, and the kept row buffer's KEEP with LANES ran 2.8 ->
     4.3 ms), a loop of fewer than ROW_LANE_STEPS steps of lanes, or one the vector forms can't express."""
-    nodes = sink.toposort()
+    nodes = apply_opts(sink, tuple(opts)).toposort()  # after KEEP: a sum of a row buffer's exp no longer calls exp
     if not any(u.op is Ops.RANGE and u.arg[1] is AxisType.LOOP for u in nodes):
         return []  # a full reduction: group_opts splits it, with lane_opts
     kept = {o.axis for o in opts if o.op is OptOps.KEEP}
@@ -988,7 +975,9 @@ def row_lane_opts(sink: UOp, opts: list[Opt]) -> list[Opt]:
         rng, lanes = red.src[1], LANE_VECTORS * vectorize.host_vector_bytes() // red.dtype.itemsize
         if rng.arg[0] in kept or rng.src[0].op is not Ops.CONST or int(rng.src[0].arg) % lanes:
             continue
-        if int(rng.src[0].arg) < ROW_LANE_STEPS * lanes or any(u.op in _TRANSCENDENTAL for u in red.src[0].toposort()):
+        if int(rng.src[0].arg) < ROW_LANE_STEPS * lanes or any(
+            u.op in _TRANSCENDENTAL for u in _depending(red.src[0], rng)
+        ):
             continue
         trial = [*ret, Opt(OptOps.LANES, rng.arg[0], lanes)]
         try:

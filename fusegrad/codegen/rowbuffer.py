@@ -9,6 +9,7 @@ such a value?) and `keep_row_value` (the rewrite).
 
 from __future__ import annotations
 
+from fusegrad.codegen.linearize import open_loops
 from fusegrad.dtype import AddrSpace
 from fusegrad.uop import AxisType, Ops
 from fusegrad.uop.ops import UOp
@@ -21,13 +22,6 @@ _COSTLY = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.
 def _row_loop(rng: UOp) -> bool:
     """A plain loop of constant size (not an upcast's or a split's lane)."""
     return rng.op is Ops.RANGE and rng.arg[1] in (AxisType.LOOP, AxisType.REDUCE) and rng.src[0].op is Ops.CONST
-
-
-def _open_ranges(value: UOp) -> set[UOp]:
-    """The loops `value` is computed in: its RANGEs less those a reduce inside it closes."""
-    nodes = value.toposort()
-    closed = {r for u in nodes if u.op is Ops.REDUCE for r in u.src[1:]}
-    return {u for u in nodes if u.op is Ops.RANGE and u not in closed}
 
 
 def _is_costly_in(value: UOp, rng: UOp) -> bool:
@@ -56,7 +50,7 @@ def kept_value(sink: UOp, red: UOp) -> tuple[UOp, list[UOp]] | None:
     nodes = sink.toposort()
     # a loop around the reduce (a cumsum's output loop, whose mask the reduce reads) is no later loop: it would read the
     # row before the reduce's loop has filled it, and the linear program could not order the two
-    around = _open_ranges(red)
+    around = open_loops(red)
     same_size = [r for r in nodes if r is not rng and r not in around and _row_loop(r) and r.src[0].arg == size]
     before = red.toposort()
     best: tuple[UOp, list[UOp]] | None = None
@@ -64,7 +58,7 @@ def kept_value(sink: UOp, red: UOp) -> tuple[UOp, list[UOp]] | None:
     stack, seen = [red.src[0]], {red.src[0]}
     while stack:  # widest first: the value itself, then its sources
         value = stack.pop(0)
-        ranges = _open_ranges(value)
+        ranges = open_loops(value)
         if rng in ranges and value.dtype.count == 1 and size * value.dtype.itemsize <= ROW_BUFFER_BYTES:
             outer = ranges - {rng}
             if all(r.arg[1] is AxisType.LOOP for r in outer) and (costly := _costly_count(value, rng)):
@@ -89,7 +83,7 @@ def keep_row_value(sink: UOp, axis: int, new_reg: int) -> UOp:
     rng = reduces[0].src[1]
     size = int(rng.src[0].arg)
     row = UOp(Ops.DEFINE_REG, value.dtype.ptr(size, AddrSpace.REG), arg=new_reg)
-    outer = sorted(_open_ranges(value) - {rng}, key=lambda r: r.arg)
+    outer = sorted(open_loops(value) - {rng}, key=lambda r: r.arg)
     filled = row.index(rng).store(value)  # in the reduce's own loop: the value is computed there anyway
     kept = UOp(Ops.AFTER, row.dtype, (row, filled, *outer))
     return sink.substitute({value.substitute({rng: r}): kept.index(r).load() for r in again})

@@ -11,12 +11,14 @@ import re
 import numpy as np
 import pytest
 
+from fusegrad import Tensor
 from fusegrad.codegen import to_program
 from fusegrad.codegen.opt import LANE_VECTORS, ROW_LANE_STEPS, Opt, OptOps, hand_coded_opts
 from fusegrad.dtype import DType, dtypes
 from fusegrad.renderer.cstyle import ClangRenderer
 from fusegrad.uop import Ops
-from fusegrad.uop.ops import UOp
+from fusegrad.uop.ops import UOp, graph_rewrite
+from fusegrad.uop.symbolic import sym
 from test.codegen.test_opt import Case, check, data, full_sum, glob, loop, red, run, with_opts
 
 DEVICES = ["CPU", "PYTHON"]
@@ -161,6 +163,28 @@ def test_heuristic_sums_a_rows_mean_and_variance_in_lanes() -> None:
     keep = Opt(OptOps.KEEP, 3, 1024)
     assert hand_coded_opts(normalized_rows(64, 1024, exp=True)[0]) == [keep, Opt(OptOps.LANES, 2, LANES)]
     check(normalized_rows(4, 128, exp=True), dtypes.float32, "CPU", None)
+
+
+def test_softmax_gradient_sums_its_kept_row_in_lanes() -> None:
+    # softmax forward and backward merged in one kernel: the exp sum fills the row buffer (KEEP) and keeps its one
+    # accumulator (bound by the exp); the gradient's sum of g * softmax reads that buffer along its loop, so it takes
+    # lanes (a read of a row buffer is data, not an earlier opt's partials)
+    rng = np.random.default_rng(0)
+    a, g = rng.standard_normal((8, 1024)).astype(np.float32), rng.standard_normal((8, 1024)).astype(np.float32)
+    x = Tensor(a, requires_grad=True)
+    out = x.softmax(-1)
+    (out * Tensor(g)).sum().backward()
+    (kernel,) = [ei.ast for ei in Tensor.schedule(out, x.grad) if ei.ast.op is Ops.SINK]
+    opts = hand_coded_opts(graph_rewrite(kernel, sym))
+    keep = [o for o in opts if o.op is OptOps.KEEP]
+    assert len(keep) == 1
+    assert [o.op for o in opts] == [OptOps.KEEP, OptOps.LANES]
+    assert opts[1].axis != keep[0].axis
+    Tensor.realize(out, x.grad)
+    e = np.exp(a.astype(np.float64) - a.max(-1, keepdims=True))
+    p = e / e.sum(-1, keepdims=True)
+    np.testing.assert_allclose(out.numpy(), p, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(x.grad.numpy(), p * (g - (p * g).sum(-1, keepdims=True)), rtol=1e-4, atol=1e-7)
 
 
 @pytest.mark.parametrize(
