@@ -63,16 +63,6 @@ def sum_2d(rows: int, cols: int) -> Case:
     return UOp.sink(out.store(value)), [a], a.astype(np.float64).sum().reshape(1)
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize(
-    "opts",
-    [(Opt(OptOps.GROUP, 0, 3), Opt(OptOps.LANES, 1, 32)), (Opt(OptOps.LANES, 1, 16),), (Opt(OptOps.LANES, 0, 2),)],
-    ids=["group rows then lanes", "lanes of columns", "lanes of rows"],
-)
-def test_lanes_of_a_sum_over_two_loops(opts: tuple[Opt, ...], device: str) -> None:
-    check(sum_2d(6, 64), dtypes.float32, device, opts)
-
-
 def test_heuristic_splits_a_full_reduce_over_several_loops_by_its_whole_size() -> None:
     # (4096, 4096): no loop of 65536 alone, yet as big a sum as 16M floats (it ran on one thread); lanes go along
     # the rows, the innermost loop
@@ -140,13 +130,17 @@ def normalized_rows(rows: int, width: int, exp: bool = False) -> Case:
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize(
-    "opts",
-    [(Opt(OptOps.LANES, 2, 32), Opt(OptOps.LANES, 3, 32)), (Opt(OptOps.LANES, 3, 16),), (Opt(OptOps.LANES, 2, 8),)],
-    ids=["mean and variance", "variance", "mean"],
-)
-def test_lanes_of_a_rows_mean_and_variance(opts: tuple[Opt, ...], device: str) -> None:
-    # the variance's terms hold the mean, a reduce closed before its loop: LANES of either or both
-    check(normalized_rows(6, 128), dtypes.float32, device, opts)
+    ("case", "opts"),
+    [("sum 2d", (Opt(OptOps.GROUP, 0, 3), Opt(OptOps.LANES, 1, 32))), ("sum 2d", (Opt(OptOps.LANES, 1, 16),)),
+     ("sum 2d", (Opt(OptOps.LANES, 0, 2),)),
+     # a row's variance holds its mean, a reduce closed before its loop: LANES of either or both
+     ("rows", (Opt(OptOps.LANES, 2, 32), Opt(OptOps.LANES, 3, 32))), ("rows", (Opt(OptOps.LANES, 3, 16),)),
+     ("rows", (Opt(OptOps.LANES, 2, 8),))],
+    ids=["group rows then lanes", "lanes of columns", "lanes of rows", "mean and variance", "variance", "mean"],
+)  # fmt: skip
+def test_lanes_of_sums_over_two_loops(case: str, opts: tuple[Opt, ...], device: str) -> None:
+    """A sum over two loops (6, 64) and a layernorm's two sums over rows of 128 (normalized_rows)."""
+    check(sum_2d(6, 64) if case == "sum 2d" else normalized_rows(6, 128), dtypes.float32, device, opts)
 
 
 def test_heuristic_sums_a_rows_mean_and_variance_in_lanes() -> None:
