@@ -227,6 +227,26 @@ pm_reduce_to_accumulator = PatternMatcher([
 ])  # fmt: skip
 
 
+def is_partials(u: UOp) -> bool:
+    """An AFTER of a register array filled with reduces' values (a GROUP's or LANES's partials, one per chunk or lane):
+    its address doesn't depend on the loop that fills it, only its contents."""
+    if u.op is not Ops.AFTER or u.src[0].op is not Ops.DEFINE_REG:
+        return False
+    writes = [s for s in u.src[1:] if s.op is Ops.STORE]
+    return bool(writes) and all(s.src[1].op is Ops.REDUCE for s in writes)
+
+
+def dependents(root: UOp, rng: UOp, past_partials: bool = True) -> set[UOp]:
+    """`rng` and the nodes of `root` that depend on it (one pass: sources come before their users). Without
+    `past_partials`, the dependence stops at partials filled along `rng` (`is_partials`): the loop combining them
+    doesn't run in `rng`'s lanes."""
+    ret = {rng}
+    for u in root.toposort():
+        if any(s in ret for s in u.src) and (past_partials or not is_partials(u)):
+            ret.add(u)
+    return ret
+
+
 def open_loops(value: UOp) -> set[UOp]:
     """The loops `value` is computed in: the RANGEs it depends on that no node below it closes. A REDUCE closes its
     loops; a register an opt filled (an AFTER of a DEFINE_REG: partials, a row buffer, a packed panel) closes the

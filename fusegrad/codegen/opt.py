@@ -20,7 +20,7 @@ from fusegrad.codegen import vectorize
 from fusegrad.codegen.clip import clip_reduce_loops
 from fusegrad.codegen.gates import pm_simplify_gates
 from fusegrad.codegen.gpudims import gpu_heuristic, split_group, split_local
-from fusegrad.codegen.linearize import flat_index, open_loops, range_key
+from fusegrad.codegen.linearize import dependents, flat_index, is_partials, open_loops, range_key
 from fusegrad.codegen.rowbuffer import keep_row_value, kept_value
 from fusegrad.codegen.unroll import unroll_reduce
 from fusegrad.codegen.vectorize import VECTOR_DTYPES
@@ -228,7 +228,7 @@ def lanes(sink: UOp, opt: Opt, new_axis: int, new_reg: int) -> UOp:
     red = next(u for u in sink.toposort() if u.op is Ops.REDUCE and rng in u.src[1:])
     # the value may hold another row statistic (a variance's mean) computed before this loop, and read a row buffer
     # or a packed panel along it, not a reduce or an earlier opt's partials
-    if any(u.op is Ops.REDUCE or (u.op is Ops.INDEX and _is_partials(u.src[0])) for u in _depending(red.src[0], rng)):
+    if any(u.op is Ops.REDUCE or (u.op is Ops.INDEX and is_partials(u.src[0])) for u in dependents(red.src[0], rng)):
         raise ValueError(f"opt: LANES of axis {opt.axis}: got a reduce of a reduce or of partials, expected of data")
     lane = UOp.range(opt.arg, new_axis, AxisType.UPCAST)
     step = UOp.range(size // opt.arg, opt.axis, AxisType.REDUCE)
@@ -239,24 +239,6 @@ def lanes(sink: UOp, opt: Opt, new_axis: int, new_reg: int) -> UOp:
     combine = UOp.range(opt.arg, new_axis + 1, AxisType.REDUCE)
     combined = UOp(Ops.AFTER, parts.dtype, (parts, written, *_enclosing_loops(sink, red))).index(combine).load()
     return graph_rewrite(sink, pm_replace_nodes, ctx={red: combined.reduce(combine, arg=red.arg)}, name="lanes")
-
-
-def _is_partials(buf: UOp) -> bool:
-    """A register of a GROUP's or LANES's partials: its writes store reduces."""
-    return (
-        buf.op is Ops.AFTER
-        and buf.src[0].op is Ops.DEFINE_REG
-        and any(s.op is Ops.STORE and s.src[1].op is Ops.REDUCE for s in buf.src[1:])
-    )
-
-
-def _depending(value: UOp, rng: UOp) -> list[UOp]:
-    """The nodes of `value` that depend on loop `rng` (one pass: sources come before their users)."""
-    dep = {rng}
-    for u in value.toposort():
-        if any(s in dep for s in u.src):
-            dep.add(u)
-    return [u for u in dep if u is not rng]
 
 
 def _enclosing_loops(sink: UOp, red: UOp) -> list[UOp]:
@@ -976,7 +958,7 @@ def row_lane_opts(sink: UOp, opts: list[Opt]) -> list[Opt]:
         if rng.arg[0] in kept or rng.src[0].op is not Ops.CONST or int(rng.src[0].arg) % lanes:
             continue
         if int(rng.src[0].arg) < ROW_LANE_STEPS * lanes or any(
-            u.op in _TRANSCENDENTAL for u in _depending(red.src[0], rng)
+            u.op in _TRANSCENDENTAL for u in dependents(red.src[0], rng)
         ):
             continue
         trial = [*ret, Opt(OptOps.LANES, rng.arg[0], lanes)]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 
-from fusegrad.codegen.linearize import range_key
+from fusegrad.codegen.linearize import dependents, is_partials, range_key
 from fusegrad.dtype import DType, PtrDType, dtypes
 from fusegrad.helpers import cpu_flags
 from fusegrad.uop import REDUCE_AXES, AxisType, GroupOp, Ops
@@ -69,16 +69,10 @@ def vectorize_upcast(sink: UOp, masks: bool = False) -> UOp:
 
 def _partials_lanes(sink: UOp) -> list[UOp]:
     """The upcast loops still scalar that only fill LANES partials: each one a plain register index of their store."""
-    ret: dict[UOp, None] = {}
-    for u in sink.toposort():
-        if u.op is Ops.AFTER and u.src[0].op is Ops.DEFINE_REG:
-            for s in u.src[1:]:
-                if s.op is not Ops.STORE or s.src[1].op is not Ops.REDUCE or s.src[0].op is not Ops.INDEX:
-                    continue
-                lane = s.src[0].src[1]
-                if lane.op is Ops.RANGE and lane.arg[1] is AxisType.UPCAST and _is_lane_partials(u, lane):
-                    ret[lane] = None
-    return [lane for lane in ret if lane.src[0].op is Ops.CONST]
+    indexes = [s.src[0] for u in sink.toposort() if is_partials(u) for s in u.src[1:] if s.op is Ops.STORE]
+    lanes = [x.src[1] for x in indexes if x.op is Ops.INDEX]
+    scalar = (r for r in lanes if r.op is Ops.RANGE and r.arg[1] is AxisType.UPCAST and r.src[0].op is Ops.CONST)
+    return list(dict.fromkeys(scalar))
 
 
 def _vectorize_lane(sink: UOp, lane: UOp | None, masks: bool) -> UOp:
@@ -127,7 +121,7 @@ def _lane_loop(sink: UOp) -> UOp | None:
 def _lane_dtype(sink: UOp, lane: UOp) -> DType | None:
     """The one float dtype of the values (not index math) that depend on `lane`, or where a reduce does, of the
     reduces and the values inside them (the work after them may run lane by lane); None for none or several."""
-    dependent = [u for u in _dependents(sink, lane) if u.op not in (Ops.STORE, Ops.INDEX, Ops.SINK)]
+    dependent = [u for u in dependents(sink, lane, past_partials=False) if u.op not in (Ops.STORE, Ops.INDEX, Ops.SINK)]
     if any(u.op is Ops.REDUCE for u in dependent):
         dependent = [u for u in dependent if u.op is Ops.REDUCE or is_inside_reduce(u)]
     found = {u.dtype for u in dependent}
@@ -141,23 +135,6 @@ def is_inside_reduce(u: UOp) -> bool:
     """Whether `u` runs inside a reduce loop: it depends on a reduce range other than through a REDUCE closing it."""
     nodes = u.toposort(gate=lambda x: x.op is not Ops.REDUCE or x is u)
     return any(x.op is Ops.RANGE and x.arg[1] in REDUCE_AXES for x in nodes)
-
-
-def _dependents(sink: UOp, lane: UOp) -> set[UOp]:
-    ret = {lane}
-    for u in sink.toposort():
-        if any(s in ret for s in u.src) and not _is_lane_partials(u, lane):
-            ret.add(u)
-    return ret
-
-
-def _is_lane_partials(u: UOp, lane: UOp) -> bool:
-    """An AFTER of a register array that the lane loop fills with reduces' values (opt.LANES's partials, one per
-    lane): its address doesn't depend on the lane, only its contents, so the loop that combines them stays scalar."""
-    if u.op is not Ops.AFTER or u.src[0].op is not Ops.DEFINE_REG or lane in u.src[0].toposort():
-        return False
-    writes = [s for s in u.src[1:] if s.op is Ops.STORE]
-    return bool(writes) and all(s.src[1].op is Ops.REDUCE for s in writes)
 
 
 _WIDE_INTS = (dtypes.int32, dtypes.int64, dtypes.index)  # index math cast between these keeps its value
@@ -201,7 +178,7 @@ class _Vectorizer:
         self.vector_index: set[UOp] = set()  # new INDEX nodes addressing a vector's first element
 
     def run(self, sink: UOp) -> UOp:
-        dependent = _dependents(sink, self.lane)
+        dependent = dependents(sink, self.lane, past_partials=False)
         has_vector_reduce = False
         for u in sink.toposort():
             if u is sink:
@@ -226,8 +203,8 @@ class _Vectorizer:
         raise AssertionError("vectorize: the sink is the last node of its toposort")
 
     def filled(self, sink: UOp) -> dict[UOp, UOp]:
-        """Each lane-partials AFTER (`_is_lane_partials`) -> the same AFTER of the array's vector writes."""
-        after = [u for u in sink.toposort() if _is_lane_partials(u, self.lane) and any(s in self.new for s in u.src)]
+        """Each lane-partials AFTER (`is_partials`) -> the same AFTER of the array's vector writes."""
+        after = [u for u in sink.toposort() if is_partials(u) and any(s in self.new for s in u.src)]
         return {u: u.replace(src=tuple(self.new.get(s, s) for s in u.src)) for u in after}
 
     def lane_node(self, u: UOp, i: int) -> UOp:
