@@ -239,6 +239,7 @@ IMAGE = ContextVar("IMAGE", 0)  # 1/2: use image (texture) dtypes for GPU convol
 BEAM = ContextVar("BEAM", 0)  # >0: beam-search kernel optimisations with this beam width
 IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0)  # 1: BEAM searches again instead of reusing cached opts
 NOOPT = ContextVar("NOOPT", 0)  # 1: apply no kernel optimisations (no heuristics, no BEAM)
+STREAM_STORES = ContextVar("STREAM_STORES", 1)  # 0: CPU kernels past the last-level cache store as usual
 JIT = ContextVar("JIT", 1)  # 0: TinyJit runs the function eagerly every call; 1: capture once and replay; 2: no graphs
 JIT_BATCH_SIZE = ContextVar("JIT_BATCH_SIZE", 32)  # kernels in a JIT's first graph batch (doubling after); 0: no limit
 WINO = ContextVar("WINO", 0)  # 1: use Winograd for 3x3 convolutions

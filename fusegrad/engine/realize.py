@@ -21,6 +21,7 @@ from fusegrad.helpers import (
     PARALLEL_COMPILE,
     PROFILE,
     RUNNER_CACHE_SIZE,
+    STREAM_STORES,
     TRACEMETA,
     TRACK_MATCH_STATS,
     Context,
@@ -311,7 +312,7 @@ class BufferXfer(BufferCopy):
         dest_memory[: dest.nbytes] = src_memory[: src.nbytes]
 
 
-RunnerKey = tuple[str, type[Compiler], bytes, tuple[int, int], bool]
+RunnerKey = tuple[str, type[Compiler], bytes, tuple[int, ...], bool]
 
 
 class RunnerCache(dict[RunnerKey, CompiledRunner]):
@@ -340,7 +341,7 @@ method_cache: dict[RunnerKey, CompiledRunner] = RunnerCache()
 
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
     """The CompiledRunner for a kernel AST on device, compiling it once; `CPU:1` reuses the binary of `CPU`."""
-    context = (BEAM.value, NOOPT.value)
+    context = _codegen_flags()
     compiler = type(Device[device].compiler)
     key = (device, compiler, ast.key, context, False)
     if (cached := method_cache.get(key)) is not None:
@@ -362,7 +363,12 @@ COMPILE_BATCH_MAX = 16  # kernels one compiler run builds at most (more batches 
 
 def _base_runner_key(device: str, ast: UOp) -> RunnerKey:
     """get_runner's key of the binary that every device of this type shares."""
-    return (device.split(":")[0], type(Device[device].compiler), ast.key, (BEAM.value, NOOPT.value), True)
+    return (device.split(":")[0], type(Device[device].compiler), ast.key, _codegen_flags(), True)
+
+
+def _codegen_flags() -> tuple[int, ...]:
+    """The flags that change a kernel's binary for one AST: a runner compiled under others is not this one."""
+    return (BEAM.value, NOOPT.value, STREAM_STORES.value)
 
 
 class _CompileBatches:

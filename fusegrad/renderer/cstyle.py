@@ -16,6 +16,7 @@ from typing import ClassVar, cast
 from fusegrad.dtype import FP8_FORMATS, AddrSpace, ConstType, DType, PtrDType, dtypes, fp8_to_float, truncate
 from fusegrad.helpers import cpu_flags, strip_parens, to_function_name
 from fusegrad.renderer import Renderer, index_arithmetic, trip_multiple
+from fusegrad.renderer.stream import StreamPlan, plan_streams, render_stream_helpers
 from fusegrad.uop import REDUCE_AXES, AxisType, GroupOp, Ops
 from fusegrad.uop.ops import PatternMatcher, UOp, UPat
 from fusegrad.uop.symbolic import split_uop
@@ -551,6 +552,10 @@ class CStyleLanguage(Renderer):
         """Pragmas to put before some loops (RANGE -> text); none in plain C."""
         return {}
 
+    def stream_plan(self, uops: list[UOp], pragmas: dict[UOp, str]) -> StreamPlan:
+        """The loops whose stores are rendered as streaming stores (renderer/stream.py); none in plain C."""
+        return StreamPlan()
+
     def render_kernel(self, function_name: str, args: list[str], body: list[str]) -> str:
         lines = [f"{self.kernel_prefix}void {function_name}({', '.join(args)}) {{", *body, "}"]
         return self.preamble + "\n".join(lines) + "\n"
@@ -561,6 +566,7 @@ class CStyleLanguage(Renderer):
         ctx = RenderContext(self, uops)
         pragmas = self.loop_pragmas(uops)
         ctx.unrolled = {rng for rng, pragma in pragmas.items() if pragma.startswith("#pragma GCC unroll")}
+        streams = self.stream_plan(uops, pragmas)
         body: list[str] = []
         for u in uops:
             if u.op is Ops.SINK:
@@ -571,10 +577,13 @@ class CStyleLanguage(Renderer):
                     ctx.r[u] = f"(({self.render_dtype(u.dtype)}){ctx.r[u]})"
                 if u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR):
                     continue
+            indent = "  " * (ctx.depth[u] + 1)
+            if streams.loops and (streamed := _render_streamed(streams, u, ctx, pragmas, indent)) is not None:
+                body += streamed
+                continue
             text = cast("str | None", self.string_rewrite.rewrite(u, ctx=ctx))
             if text is None:
                 raise NotImplementedError(f"{type(self).__name__}: no C spelling for {u.op} of {u.dtype}")
-            indent = "  " * (ctx.depth[u] + 1)
             if u in pragmas:
                 body.append(f"{indent}{pragmas[u]}")
             if u.op in _STATEMENTS:
@@ -593,6 +602,18 @@ class CStyleLanguage(Renderer):
         globs = sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: int(u.arg))
         args = [self.render_buffer(u, ctx[u], u in written) for u in globs]
         return args + [f"{self.arg_int_prefix} {u.arg[0]}" for u in uops if u.op is Ops.DEFINE_VAR]
+
+
+def _render_streamed(plan: StreamPlan, u: UOp, ctx: RenderContext, pragmas: dict[UOp, str],
+                     indent: str) -> list[str] | None:  # fmt: skip
+    """The lines of `u` where plan renders it (a streamed loop's start and end, a streamed store), else None."""
+    if u in plan.loops:
+        return plan.open_loop(u, ctx[u], ctx.type_of(u), pragmas[u], indent)
+    if u.op is Ops.END and u.src[0] in plan.loops:
+        return plan.close_loop(u.src[0], pragmas[u.src[0]], indent, ctx.__getitem__)
+    if u in plan.lines:
+        return [indent + plan.store(u, ctx[ctx.loop[u]], ctx[u.src[1]])]
+    return None
 
 
 def __getattr__(name: str) -> type[CStyleLanguage]:
@@ -978,8 +999,15 @@ class ClangRenderer(CStyleLanguage):
 
     def render(self, uops: list[UOp]) -> str:
         helpers = render_exp2f_helper(uops) + render_vector_math_helpers(uops, self) + render_fma_helpers(uops, self)
-        src = render_vector_typedefs(uops, self) + helpers + super().render(uops)
+        kernel = super().render(uops)
+        if "fg_stream_line(" in kernel:
+            helpers += render_stream_helpers()
+        src = render_vector_typedefs(uops, self) + helpers + kernel
         return (_SIMDLEN_DEFINE + src) if "FG_SIMDLEN" in src else src
+
+    def stream_plan(self, uops: list[UOp], pragmas: dict[UOp, str]) -> StreamPlan:
+        """Stores of kernels bigger than the last-level cache stream to memory (renderer/stream.py)."""
+        return plan_streams(uops, pragmas)
 
     def loop_pragmas(self, uops: list[UOp]) -> dict[UOp, str]:
         """OpenMP on output loops, whose iterations write disjoint elements and declare their own accumulators:
