@@ -196,11 +196,14 @@ def _offsets(store: UOp, loops: tuple[UOp, ...], enclosing: dict[UOp, tuple[UOp,
 
 def render_stream_helpers() -> str:
     """`fg_stream_line` (one line of 16 floats, streamed where the address is line-aligned, else a plain store) and
-    `fg_sfence`; both plain C away from x86."""
+    `fg_sfence`: GCC's x86 builtins, Clang's generic non-temporal store; plain C elsewhere."""
     return """#ifndef FG_STREAM_LINE
 #define FG_STREAM_LINE
 static inline void fg_stream_line(float* p, const float* v) {
-#if defined(__x86_64__) && defined(__AVX512F__)
+#if defined(__clang__)
+  typedef float fg_line16 __attribute__((vector_size(64)));
+  if (((unsigned long)p & 63) == 0) { __builtin_nontemporal_store(*(const fg_line16*)v, (fg_line16*)p); return; }
+#elif defined(__x86_64__) && defined(__AVX512F__)
   typedef float fg_line16 __attribute__((vector_size(64)));
   if (((unsigned long)p & 63) == 0) { __builtin_ia32_movntps512(p, *(const fg_line16*)v); return; }
 #elif defined(__x86_64__) && defined(__AVX__)

@@ -3,8 +3,12 @@ streaming stores. The arithmetic is the same, so the outputs are the plain kerne
 
 from __future__ import annotations
 
+import platform
 import re
+import shutil
+import subprocess
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -202,3 +206,17 @@ def test_flag_compiles_its_own_runner(small_caches: None) -> None:
         off = get_runner("CPU", ast)
     assert streamed_lines(on.p.src) == 1
     assert streamed_lines(off.p.src) == 0
+
+
+@pytest.mark.parametrize("compiler", ["gcc", "clang"])
+def test_stream_helpers_compile_with_gcc_and_clang(compiler: str, tmp_path: Path) -> None:
+    # GCC spells the x86 streaming store as its builtin, Clang has only the generic non-temporal store (CPU_CC=clang)
+    if shutil.which(compiler) is None:
+        pytest.skip(f"{compiler} is not installed")
+    src = stream.render_stream_helpers() + "void f(float* p, const float* v) { fg_stream_line(p, v); fg_sfence(); }\n"
+    (tmp_path / "k.c").write_text(src)
+    x86 = platform.machine() in ("x86_64", "AMD64")
+    for flags in (["-march=native"], [], *([["-march=x86-64-v3"]] if x86 else [])):  # AVX-512, SSE2, AVX2
+        cmd = [compiler, "-O2", "-Werror=implicit-function-declaration", *flags, "-c", "k.c", "-o", "k.o"]
+        proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stderr
