@@ -122,6 +122,14 @@ def test_a_kernel_streams_from_the_size_of_the_last_level_cache(
     assert streamed_lines(source(ast)) == lines
 
 
+def test_forced_streaming_ignores_the_sizes() -> None:
+    n = 1 << 12  # 48 KB in all
+    ast = kernel_of(Tensor(np.ones(n, np.float32)) * 5 + Tensor(np.ones(n, np.float32)))
+    assert streamed_lines(source(ast)) == 0
+    with Context(STREAM_STORES=2):
+        assert streamed_lines(source(ast)) == 1
+
+
 def test_last_level_cache_size_read_from_sysfs() -> None:
     size = stream.last_level_cache_bytes()
     assert size >= 1 << 20
@@ -162,7 +170,7 @@ OPS: list[Callable[[Tensor, Tensor], Tensor]] = [
 ]
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     rows=st.integers(1, 5),
     lines=st.integers(1, 4),
@@ -185,9 +193,7 @@ def test_streamed_kernel_matches_plain_kernel(rows: int, lines: int, ops: list[i
         return out
 
     ast, inputs = kernel_and_inputs(expression("CPU"))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(stream, "min_kernel_bytes", lambda: 0)
-        mp.setattr(stream, "MIN_BUFFER_BYTES", 0)
+    with Context(STREAM_STORES=2):
         assert streamed_lines(source(ast)) == 1
         (streamed,) = run(ast, inputs, offset).values()
     with Context(STREAM_STORES=0):
@@ -220,3 +226,36 @@ def test_stream_helpers_compile_with_gcc_and_clang(compiler: str, tmp_path: Path
         cmd = [compiler, "-O2", "-Werror=implicit-function-declaration", *flags, "-c", "k.c", "-o", "k.o"]
         proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, check=False)
         assert proc.returncode == 0, proc.stderr
+
+
+ROW_OPS: list[Callable[[Tensor], Tensor]] = [
+    lambda x: x.softmax(-1),
+    lambda x: x - x.mean(-1, keepdim=True),
+    lambda x: x.layernorm(-1),
+    lambda x: x * x.square().sum(-1, keepdim=True).rsqrt(),
+]
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    rows=st.integers(1, 6),
+    lines=st.integers(1, 8),
+    op=st.integers(0, len(ROW_OPS) - 1),
+    offset=st.integers(0, 17),
+    seed=st.integers(0, 2**16),
+)
+def test_streamed_row_kernel_matches_plain_kernel(rows: int, lines: int, op: int, offset: int, seed: int) -> None:
+    """Row kernels (a statistic, then the row written): the streamed kernel gives the plain kernel's bits and
+    PYTHON's values to rounding (their sums run in different orders)."""
+    rng = np.random.default_rng(seed)
+    shape = (rows, stream.LINE * lines)
+    a = rng.standard_normal(shape).astype(np.float32)
+    ast, inputs = kernel_and_inputs(ROW_OPS[op](Tensor(a).realize()))
+    with Context(STREAM_STORES=2):
+        assert streamed_lines(source(ast)) == 1
+        (streamed,) = run(ast, inputs, offset).values()
+    with Context(STREAM_STORES=0):
+        (plain,) = run(ast, inputs).values()
+    np.testing.assert_array_equal(streamed, plain)
+    expected = ROW_OPS[op](Tensor(a, device="PYTHON")).numpy()
+    np.testing.assert_allclose(streamed.reshape(shape), expected, rtol=1e-4, atol=1e-5)
