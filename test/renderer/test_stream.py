@@ -72,6 +72,18 @@ def streamed_lines(src: str) -> int:
     return len(re.findall(r"fg_stream_line\(&", src))
 
 
+def streamed_equals_plain(ast: UOp, inputs: dict[int, np.ndarray], offset: int) -> np.ndarray:
+    """The one-output kernel streamed (STREAM_STORES=2) into a view `offset` floats in, checked bit for bit against
+    the kernel without streaming stores; returns the streamed output."""
+    with Context(STREAM_STORES=2):
+        assert streamed_lines(source(ast)) == 1
+        (streamed,) = run(ast, inputs, offset).values()
+    with Context(STREAM_STORES=0):
+        (plain,) = run(ast, inputs).values()
+    np.testing.assert_array_equal(streamed, plain)
+    return streamed
+
+
 def test_softmax_forward_and_backward_stream_both_outputs(small_caches: None) -> None:
     rng = np.random.default_rng(0)
     a, g = rng.standard_normal((64, 1024)).astype(np.float32), rng.standard_normal((64, 1024)).astype(np.float32)
@@ -193,12 +205,7 @@ def test_streamed_kernel_matches_plain_kernel(rows: int, lines: int, ops: list[i
         return out
 
     ast, inputs = kernel_and_inputs(expression("CPU"))
-    with Context(STREAM_STORES=2):
-        assert streamed_lines(source(ast)) == 1
-        (streamed,) = run(ast, inputs, offset).values()
-    with Context(STREAM_STORES=0):
-        (plain,) = run(ast, inputs).values()
-    np.testing.assert_array_equal(streamed, plain)
+    streamed = streamed_equals_plain(ast, inputs, offset)
     np.testing.assert_array_equal(streamed.reshape(shape), expression("PYTHON").numpy())
 
 
@@ -251,11 +258,6 @@ def test_streamed_row_kernel_matches_plain_kernel(rows: int, lines: int, op: int
     shape = (rows, stream.LINE * lines)
     a = rng.standard_normal(shape).astype(np.float32)
     ast, inputs = kernel_and_inputs(ROW_OPS[op](Tensor(a).realize()))
-    with Context(STREAM_STORES=2):
-        assert streamed_lines(source(ast)) == 1
-        (streamed,) = run(ast, inputs, offset).values()
-    with Context(STREAM_STORES=0):
-        (plain,) = run(ast, inputs).values()
-    np.testing.assert_array_equal(streamed, plain)
+    streamed = streamed_equals_plain(ast, inputs, offset)
     expected = ROW_OPS[op](Tensor(a, device="PYTHON")).numpy()
     np.testing.assert_allclose(streamed.reshape(shape), expected, rtol=1e-4, atol=1e-5)
