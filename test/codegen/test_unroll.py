@@ -10,7 +10,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from fusegrad.codegen import full_rewrite, to_program
+from fusegrad import Tensor
+from fusegrad.codegen import full_rewrite, to_program, vectorize
 from fusegrad.codegen.opt import Opt, OptOps, apply_opts, hand_coded_opts
 from fusegrad.codegen.search import extensions, unroll_actions
 from fusegrad.dtype import DType, dtypes
@@ -155,3 +156,21 @@ def test_search_proposes_unrolls_of_the_innermost_reduce_loop_once() -> None:
     # after a GROUP its combination of 4 partials is the innermost reduce loop: at least 2 outer steps are left
     grouped = apply_opts(graph_rewrite(full_sum(64, dtypes.float32)[0], sym), (Opt(OptOps.GROUP, 0, 4),))
     assert unroll_actions(grouped) == [Opt(OptOps.UNROLL, 2, 2)]
+
+
+def test_heuristic_leaves_a_conv_windows_tile_unrolled_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # an AVX-512 conv input gradient: its packed channel tile sits in a 3 x 3 window the C renderer unrolls whole, so an
+    # UNROLL of its 64 channels by 4 would make 36 tile bodies (5.0 -> 4.7 ms without it at (8, 64, 56, 56)); only the
+    # loops left as loops count toward UNROLL_MIN_REDUCE, while a matmul's 1024 still unrolls
+    monkeypatch.setattr(vectorize, "host_vector_bytes", lambda: 64)
+    x, w, g = (
+        Tensor.empty(2, 64, 8, 8, requires_grad=True),
+        Tensor.empty(64, 64, 3, 3, requires_grad=True),
+        Tensor.empty(2, 64, 8, 8),
+    )
+    (x.conv2d(w, padding=1) * g).sum().backward()
+    (kernel,) = [ei.ast for ei in Tensor.schedule(x.grad) if ei.ast.op is Ops.SINK]
+    opts = hand_coded_opts(graph_rewrite(kernel, sym))
+    assert any(o.op is OptOps.PACK for o in opts)
+    assert all(o.op is not OptOps.UNROLL for o in opts)
+    assert hand_coded_opts(matmul(1024, 1024, 1024, dtypes.float32)[0])[-1].op is OptOps.UNROLL
