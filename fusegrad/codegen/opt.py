@@ -1153,12 +1153,32 @@ def channel_tile_opts(
     if not free:
         return []
     across = min(free, key=range_key)
-    if whole:  # the other padded axes: those a gate tests (an image's rows, not its batch)
-        gates = [u for ld in loads if len(ld.src[0].src) > 2 for u in ld.src[0].src[2].toposort()]
-        tile = _square_channel_tile(tile, rows, [r for r in rest if r is not rows and r in gates])
-        tile = _channels_outside(sink) + tile
+    # the other padded axes: those a gate tests (an image's rows, not its batch)
+    gates = [u for ld in loads if len(ld.src[0].src) > 2 for u in ld.src[0].src[2].toposort()]
+    image_rows = [r for r in rest if r is not rows and r in gates]
+    if whole:
+        tile = _channels_outside(sink) + _square_channel_tile(tile, rows, image_rows)
+    elif not ungated and (taller := _two_row_channel_tile(tile, image_rows, width)):
+        tile = _channels_outside(sink) + taller
     ret = [*tile, *(Opt(OptOps.PACK, across.arg[0], slot) for slot in sorted({ld.src[0].src[0].arg for ld in packed}))]
     return ret if _opts_apply(sink, ret) else []
+
+
+def _two_row_channel_tile(tile: list[Opt], image_rows: list[UOp], width: int) -> list[Opt]:
+    """AVX-512's channel tile of 4 columns x 4 vectors as 2 image rows x 4 columns x 2 vectors: the same 16
+    accumulators, half the weight vectors loaded per step, and two rows sharing their window's input lines (with the
+    input gradient's channels summed outside its window, `_channels_outside`). Zen 5, 2 threads, 8x64x56x56 timed in
+    turns: the forward 4.92-5.10 -> 4.34-4.75 ms, its input gradient 4.83-5.03 -> 4.47-4.68. [] where the channels
+    take fewer than 4 vectors or no padded image row splits in 2."""
+    if tile[1].arg % (4 * width) or not (splits := [r for r in image_rows if _trip_multiple_of(r, 2)]):
+        return []
+    columns, channels = tile
+    return [Opt(OptOps.UPCAST, max(splits, key=range_key).arg[0], 2), columns, Opt(OptOps.UPCAST, channels.axis,
+            channels.arg // 2)]  # fmt: skip
+
+
+def _trip_multiple_of(rng: UOp, n: int) -> bool:
+    return rng.src[0].op is Ops.CONST and int(rng.src[0].arg) % n == 0
 
 
 def _channels_outside(sink: UOp) -> list[Opt]:
