@@ -1173,8 +1173,8 @@ def _two_row_channel_tile(tile: list[Opt], image_rows: list[UOp], width: int) ->
     if tile[1].arg % (4 * width) or not (splits := [r for r in image_rows if _trip_multiple_of(r, 2)]):
         return []
     columns, channels = tile
-    return [Opt(OptOps.UPCAST, max(splits, key=range_key).arg[0], 2), columns, Opt(OptOps.UPCAST, channels.axis,
-            channels.arg // 2)]  # fmt: skip
+    row = max(splits, key=range_key)
+    return [Opt(OptOps.UPCAST, row.arg[0], 2), columns, Opt(OptOps.UPCAST, channels.axis, channels.arg // 2)]
 
 
 def _trip_multiple_of(rng: UOp, n: int) -> bool:
@@ -1202,7 +1202,7 @@ def _square_channel_tile(tile: list[Opt], columns: UOp, image_rows: list[UOp]) -
     13.5-14.0 ms (2 columns x 2 rows, the columns outer: 14.2-14.7)."""
     if tile[0].arg != 4:  # 4 columns upcast: their loop's size is a multiple of 4, so of 2
         return tile
-    splits = [r for r in image_rows if r.src[0].op is Ops.CONST and int(r.src[0].arg) % 2 == 0]
+    splits = [r for r in image_rows if _trip_multiple_of(r, 2)]
     if not splits:
         return tile
     outer = max(splits, key=range_key)

@@ -54,6 +54,13 @@ def _add(x: sint, y: sint) -> sint:
     return UOp.const(dtypes.index, x) + y if isinstance(x, int) else x + y
 
 
+def base_buffer(buf: UOp) -> UOp:
+    """The buffer a node addresses, through its pending writes (AFTERs)."""
+    while buf.op is Ops.AFTER:
+        buf = buf.src[0]
+    return buf
+
+
 def trip_multiple(end: UOp) -> int:
     """A number the loop end `end` is always a multiple of: a constant end itself; a clipped loop's end (codegen/clip.py
     ends one at `chunks * granule`) its granule; else 1."""

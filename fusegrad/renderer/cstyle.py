@@ -15,7 +15,7 @@ from typing import ClassVar, cast
 
 from fusegrad.dtype import FP8_FORMATS, AddrSpace, ConstType, DType, PtrDType, dtypes, fp8_to_float, truncate
 from fusegrad.helpers import cpu_flags, strip_parens, to_function_name
-from fusegrad.renderer import Renderer, index_arithmetic, trip_multiple
+from fusegrad.renderer import Renderer, base_buffer, index_arithmetic, trip_multiple
 from fusegrad.renderer.stream import StreamPlan, plan_streams, render_stream_helpers
 from fusegrad.uop import REDUCE_AXES, AxisType, GroupOp, Ops
 from fusegrad.uop.ops import PatternMatcher, UOp, UPat
@@ -112,7 +112,7 @@ class RenderContext:
             return True
         if u.op is Ops.LOAD:
             shared = u.dtype.count > 1 and len(self.users.get(u, [])) > 1 and self.in_reduce(u)
-            return _is_register(_base_buffer(u.src[0].src[0])) and not shared
+            return _is_register(base_buffer(u.src[0].src[0])) and not shared
         users = self.users.get(u, [])
         if len(users) != 1 or self.depth[users[0]] != self.depth[u]:
             return False
@@ -120,18 +120,12 @@ class RenderContext:
         return not (users[0].op is Ops.MAX or (users[0].op is Ops.WHERE and users[0].src[0] is not u))
 
 
-def _base_buffer(buf: UOp) -> UOp:
-    while buf.op is Ops.AFTER:
-        buf = buf.src[0]
-    return buf
-
-
 # *** rules: op -> C text ***
 
 
 def render_index(ctx: RenderContext, x: UOp) -> str:
     """`buf[idx]`, an lvalue; a one-element register is just its name."""
-    buf = _base_buffer(x.src[0])
+    buf = base_buffer(x.src[0])
     if _is_register(buf) and cast(PtrDType, buf.dtype).size == 1:
         return ctx[x.src[0]]
     return f"{ctx[x.src[0]]}[{strip_parens(ctx[x.src[1]])}]"
@@ -397,7 +391,7 @@ def render_emulated_helpers(uops: list[UOp], lang: CStyleLanguage) -> str:
 def _holds_bits(ctx: RenderContext, idx: UOp, dtype: DType) -> bool:
     """Whether an access through `idx` reads or writes an emulated float's bits (global memory; registers hold
     the float value)."""
-    return dtype.scalar() in ctx.lang.emulated_floats and not _is_register(_base_buffer(idx.src[0]))
+    return dtype.scalar() in ctx.lang.emulated_floats and not _is_register(base_buffer(idx.src[0]))
 
 
 class CStyleLanguage(Renderer):
@@ -598,7 +592,7 @@ class CStyleLanguage(Renderer):
 
     def render_args(self, uops: list[UOp], ctx: RenderContext) -> list[str]:
         """Buffers in slot order (const where only read), then the variables (KERNEL_IR.md §4)."""
-        written = {_base_buffer(u.src[0].src[0]) for u in uops if u.op is Ops.STORE}
+        written = {base_buffer(u.src[0].src[0]) for u in uops if u.op is Ops.STORE}
         globs = sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: int(u.arg))
         args = [self.render_buffer(u, ctx[u], u in written) for u in globs]
         return args + [f"{self.arg_int_prefix} {u.arg[0]}" for u in uops if u.op is Ops.DEFINE_VAR]
@@ -681,7 +675,7 @@ class _LoopShapes:
                 trips.pop()
             elif u.op is Ops.DEFINE_REG:
                 declared_in[u] = len(open_loops)
-            if u.op is Ops.STORE and (reg := _base_buffer(u.src[0].src[0])) in declared_in:
+            if u.op is Ops.STORE and (reg := base_buffer(u.src[0].src[0])) in declared_in:
                 # a loop whose range picks the element stored (acc[j] in the j loop) writes a new one each iteration
                 picked = u.src[0].src[1].toposort() if len(u.src[0].src) > 1 else {}
                 ret.carrying.update(r for r in open_loops[declared_in[reg] :] if r not in picked)
@@ -728,7 +722,7 @@ def _vector_access(ctx: RenderContext, idx: UOp, vector: DType, qualifier: str) 
 
 def _is_vector_access(idx: UOp, value: UOp) -> bool:
     """A vector value read from or written to an array of scalars (not an accumulator array of vectors)."""
-    return value.dtype.count > 1 and _base_buffer(idx.src[0]).dtype.base.count == 1
+    return value.dtype.count > 1 and base_buffer(idx.src[0]).dtype.base.count == 1
 
 
 def render_vector_load(ctx: RenderContext, x: UOp, idx: UOp) -> str | None:
@@ -1083,7 +1077,7 @@ def _spread_pragmas(uops: list[UOp], pragmas: dict[UOp, str]) -> dict[UOp, str]:
             open_loops.append(u)
         elif u.op is Ops.END:
             open_loops.pop()
-        elif u.op is Ops.STORE and _is_register(_base_buffer(u.src[0].src[0])):
+        elif u.op is Ops.STORE and _is_register(base_buffer(u.src[0].src[0])):
             stored_in.update(open_loops)
     ret: dict[UOp, str] = {}
     for rng, outer in parent.items():

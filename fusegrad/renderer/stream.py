@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, cast
 
 from fusegrad.dtype import PtrDType, dtypes
 from fusegrad.helpers import STREAM_STORES
+from fusegrad.renderer import base_buffer
 from fusegrad.uop import REDUCE_AXES, Ops
 from fusegrad.uop.symbolic import split_uop
 
@@ -166,9 +167,7 @@ def _only_written(uops: list[UOp]) -> dict[UOp, list[UOp]]:
 
 def _global_of(index: UOp) -> UOp | None:
     """The DEFINE_GLOBAL an INDEX addresses (through pending writes), or None for a register or local."""
-    buf = index.src[0]
-    while buf.op is Ops.AFTER:
-        buf = buf.src[0]
+    buf = base_buffer(index.src[0])
     return buf if buf.op is Ops.DEFINE_GLOBAL else None
 
 
