@@ -72,15 +72,19 @@ def streamed_lines(src: str) -> int:
     return len(re.findall(r"fg_stream_line\(&", src))
 
 
-def streamed_equals_plain(ast: UOp, inputs: dict[int, np.ndarray], offset: int) -> np.ndarray:
+def streamed_equals_plain(ast: UOp, inputs: dict[int, np.ndarray], offset: int, exact: bool = True) -> np.ndarray:
     """The one-output kernel streamed (STREAM_STORES=2) into a view `offset` floats in, checked bit for bit against
-    the kernel without streaming stores; returns the streamed output."""
+    the kernel without streaming stores (not `exact`: to a few units in the last place); returns the streamed
+    output."""
     with Context(STREAM_STORES=2):
         assert streamed_lines(source(ast)) == 1
         (streamed,) = run(ast, inputs, offset).values()
     with Context(STREAM_STORES=0):
         (plain,) = run(ast, inputs).values()
-    np.testing.assert_array_equal(streamed, plain)
+    if exact:
+        np.testing.assert_array_equal(streamed, plain)
+    else:
+        np.testing.assert_allclose(streamed, plain, rtol=2e-6, atol=1e-7)
     return streamed
 
 
@@ -150,7 +154,8 @@ def test_last_level_cache_size_read_from_sysfs() -> None:
 
 def kernel_cases() -> dict[str, Callable[[], tuple[Tensor, ...]]]:
     rng = np.random.default_rng(1)
-    a = Tensor(rng.standard_normal((16, 40)).astype(np.float32))  # rows of 40: not whole cache lines
+    # 15 rows of 41 (one loop of 615 once merged, schedule/merge.py): not whole cache lines
+    a = Tensor(rng.standard_normal((15, 41)).astype(np.float32))
     b = Tensor(rng.standard_normal((16, 64)).astype(np.float32))
     return {
         "rows not a multiple of a line": lambda: (a * 2 + 1,),
@@ -252,12 +257,14 @@ ROW_OPS: list[Callable[[Tensor], Tensor]] = [
     seed=st.integers(0, 2**16),
 )
 def test_streamed_row_kernel_matches_plain_kernel(rows: int, lines: int, op: int, offset: int, seed: int) -> None:
-    """Row kernels (a statistic, then the row written): the streamed kernel gives the plain kernel's bits and
-    PYTHON's values to rounding (their sums run in different orders)."""
+    """Row kernels (a statistic, then the row written): the streamed kernel gives the plain kernel's values and
+    PYTHON's to rounding. Not the plain kernel's bits: a row's LANES partials are summed by an `omp simd reduction`
+    loop, whose order GCC may choose differently in the two functions (2 rows of 128 on AVX-512: 25 of 256 outputs a
+    unit in the last place apart, the same source loop in both)."""
     rng = np.random.default_rng(seed)
     shape = (rows, stream.LINE * lines)
     a = rng.standard_normal(shape).astype(np.float32)
     ast, inputs = kernel_and_inputs(ROW_OPS[op](Tensor(a).realize()))
-    streamed = streamed_equals_plain(ast, inputs, offset)
+    streamed = streamed_equals_plain(ast, inputs, offset, exact=False)
     expected = ROW_OPS[op](Tensor(a, device="PYTHON")).numpy()
     np.testing.assert_allclose(streamed.reshape(shape), expected, rtol=1e-4, atol=1e-5)
