@@ -534,9 +534,12 @@ def pack_row_opts(sink: UOp, vector: Opt, loads: list[UOp], sizes: dict[int, int
     return []
 
 
-def upcast_opts(loops: list[UOp], loads: list[UOp], acc_bytes: int, vector_width: int = 0) -> list[Opt]:
+def upcast_opts(
+    loops: list[UOp], loads: list[UOp], acc_bytes: int, vector_width: int = 0, store: UOp | None = None
+) -> list[Opt]:
     """A vector axis (some load contiguous in it, none strided) upcast by up to 8, then a reuse axis (the vector
     loads don't depend on it, so each serves all its rows) by up to 8, within UPCAST_BYTES of accumulators.
+    `store` (the kernel's output index): an axis whose loads gather is a vector axis only where it is contiguous there.
 
     Without a vector axis nothing: the reduce loop stays innermost (vectorised as a `simd reduction` where its loads
     are contiguous); a tile of scalar accumulators would turn its loads into gathers.
@@ -547,8 +550,9 @@ def upcast_opts(loops: list[UOp], loads: list[UOp], acc_bytes: int, vector_width
         return tile
     if not candidates and vector_width:
         # a strided conv's or pool's output axis (stride 2 reads every other input): its loads become gathers the C
-        # compiler vectorises (a 3x3 stride-2 max pool 100-280 -> 20 us)
-        gathered = [r for r in loops if _gathers(strides[r])]
+        # compiler vectorises (a 3x3 stride-2 max pool 100-280 -> 20 us); not an axis the output strides in (a conv's
+        # input gradient whose channels merged with its taps, loads stepping by 3: stores 143 apart, 0.26 -> 0.52 ms)
+        gathered = [r for r in loops if _gathers(strides[r]) and (store is None or stride(store, r) == 1)]
         return vector_tile_opts(loops, gathered[-1], strides, vector_width) if gathered else []
     budget = UPCAST_BYTES // acc_bytes
     if not candidates or (amount := _first_divisor(int(candidates[-1].src[0].arg), VECTOR_AMOUNTS, budget)) is None:
@@ -1050,7 +1054,8 @@ def tile_opts(sink: UOp, opts: list[Opt], rest: list[UOp], width: int, acc_bytes
     nodes = sink.toposort()
     reduces = [u for u in nodes if u.op is Ops.REDUCE]
     loads = _reduce_loads(nodes)
-    upcasts = upcast_opts(rest, loads, acc_bytes, width)
+    store = next((u.src[0].src[1] for u in sink.src if u.op is Ops.STORE and u.src[0].op is Ops.INDEX), None)
+    upcasts = upcast_opts(rest, loads, acc_bytes, width, store)
     reduce_size = max(_reduce_size(u) for u in reduces)
     sizes = {r.arg[0]: int(r.src[0].arg) for r in rest}
     narrow = min(vectorize.vector_sizes()) // acc_bytes  # lanes of the narrowest vector: a longer axis gets whole
