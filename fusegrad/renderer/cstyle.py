@@ -415,6 +415,10 @@ class CStyleLanguage(Renderer):
     # kernel of ~1M ops (~50-300 us alone) is the least that can gain (1 << 16 put a ~10 us ONNX encoder's matmuls
     # in regions: replays 0.16 ms, 1 in 10 over 60 ms on the loaded 2-core machine)
     parallel_threshold: ClassVar[int] = 1 << 20
+    # global bytes loaded and stored in an outer loop at which threads pay whatever its op count: a vector kernel's
+    # ops count once per vector, so a memory-bound one (a conv weight gradient's sum of 8 per-image partials, 1.2 MB
+    # read) never reached parallel_threshold: 15.6 us on one core, 7 us on two
+    parallel_bytes: ClassVar[int] = 1 << 20
     inline_limit: ClassVar[int] = 160  # longer expressions get a variable: long chains stay readable and parse fast
     code_for_op: ClassVar[dict[Ops, Callable[..., str]]] = {
         Ops.SQRT: lambda x, dtype: f"sqrt({x})",
@@ -653,6 +657,7 @@ class _LoopShapes:
     # work in each outermost loop counting a vector op's lanes
     partials: set[UOp] = field(default_factory=set)
     lane_work: dict[UOp, int] = field(default_factory=dict)
+    traffic: dict[UOp, int] = field(default_factory=dict)  # global bytes loaded and stored in each outermost loop
 
     @staticmethod
     def of(uops: list[UOp]) -> _LoopShapes:
@@ -688,10 +693,23 @@ class _LoopShapes:
             if open_loops and value.dtype.count > 1 and not isinstance(value.dtype, PtrDType):
                 ret.vector.add(open_loops[-1])
             if open_loops and (u.op in GroupOp.ALU or u.op in (Ops.LOAD, Ops.STORE)):
-                ret.work[open_loops[0]] = ret.work.get(open_loops[0], 0) + trips[-1]
-                lanes = value.dtype.count if not isinstance(value.dtype, PtrDType) else 1
-                ret.lane_work[open_loops[0]] = ret.lane_work.get(open_loops[0], 0) + trips[-1] * lanes
+                ret._count(u, value, open_loops[0], trips[-1])
         return ret
+
+    def _count(self, u: UOp, value: UOp, outer: UOp, trips: int) -> None:
+        """Add op `u` (its value `value`), run `trips` times in the outermost loop `outer`, to that loop's work."""
+        self.work[outer] = self.work.get(outer, 0) + trips
+        lanes = value.dtype.count if not isinstance(value.dtype, PtrDType) else 1
+        self.lane_work[outer] = self.lane_work.get(outer, 0) + trips * lanes
+        if u.op in (Ops.LOAD, Ops.STORE) and _addressed(u.src[0]).op is Ops.DEFINE_GLOBAL:
+            self.traffic[outer] = self.traffic.get(outer, 0) + trips * lanes * value.dtype.scalar().itemsize
+
+
+def _addressed(ptr: UOp) -> UOp:
+    """The buffer a load or store's address points into (through its INDEX, pointer casts and pending writes)."""
+    while ptr.op not in (Ops.DEFINE_GLOBAL, Ops.DEFINE_LOCAL, Ops.DEFINE_REG) and ptr.src:
+        ptr = ptr.src[0]
+    return ptr
 
 
 def _math_suffix(dtype: DType) -> str:
@@ -946,7 +964,9 @@ class ClangRenderer(CStyleLanguage):
     # index math stays 64-bit in C even where codegen proved int32 enough: under -fwrapv a 32-bit address sum must
     # wrap, so gcc cannot widen it into a pointer step and vectorises contiguous loads as gathers (4x slower sums)
     index_c_type = "long long"
-    unroll_reduce_max: ClassVar[int] = 4  # reduce loops up to this many iterations around upcast loops are unrolled
+    # reduce loops up to this many iterations around upcast loops are unrolled: a conv window's taps; a sum of 8
+    # per-image partials (a conv weight gradient's, 12 vectors of accumulators: 7.0 -> 4.8 us on two cores)
+    unroll_reduce_max: ClassVar[int] = 8
     infinity = "__builtin_inff()"
     nan = '__builtin_nanf("")'
     type_map: ClassVar[dict[DType, str]] = {
@@ -1040,7 +1060,7 @@ class ClangRenderer(CStyleLanguage):
             # other vector kernels keep the scalar count (a GPT or convnet kernel of ~1M lanes' work ran 4-13x
             # slower on threads)
             work = (shapes.lane_work if rng in shapes.partials else shapes.work).get(rng, 0)
-            threads = work >= self.parallel_threshold
+            threads = work >= self.parallel_threshold or shapes.traffic.get(rng, 0) >= self.parallel_bytes
             simd = rng in shapes.innermost and rng not in shapes.vector and not _short_odd_trip(rng)
             clauses = (["parallel for"] if threads else []) + ([f"simd{_simdlen(rng)}"] if simd else [])
             if clauses:

@@ -322,6 +322,20 @@ def test_parallel_pragma_only_on_big_outer_output_loops() -> None:
     assert "    #pragma omp simd reduction(+:acc" in src  # the inner sum may be reordered into SIMD lanes
 
 
+def test_parallel_pragma_on_vector_loops_that_move_a_megabyte() -> None:
+    """A vector kernel's ops count once per vector: a sum of 8 partials of 36,864 floats (a conv weight gradient's)
+    does 1/16 of parallel_threshold's ops but reads 1.2 MB, which two cores stream twice as fast; 8 x 4,096 don't.
+    The loop over the 8 partials around the tile of vector accumulators is unrolled (unroll_reduce_max)."""
+    from fusegrad import Tensor
+
+    for n, threads in ((36864, True), (4096, False)):
+        (ast,) = [i.ast for i in Tensor.empty(8, n).sum(0).schedule() if i.ast.op is Ops.SINK]
+        src = to_program(ast, CLANG).src
+        assert "float16" in src or "float8" in src  # vector accumulators: the op count alone stays under the bar
+        assert ("#pragma omp parallel for" in src) is threads
+        assert "#pragma GCC unroll 8\n" in src
+
+
 def test_simd_loops_of_whole_wide_vectors_ask_for_them() -> None:
     """A simd loop whose trip count is a multiple of 16 asks for a whole 64-byte vector per step on AVX-512 hosts (gcc
     picks 32 there on its own): `simdlen(FG_SIMDLEN)`, defined by the preamble; a loop of 26 stays at gcc's choice."""
