@@ -24,7 +24,15 @@ from fusegrad.uop import Ops
 from fusegrad.uop.ops import UOp, graph_rewrite
 from fusegrad.uop.symbolic import sym
 
-__all__ = ["KernelInfo", "ProgramSpec", "full_rewrite", "get_kernel_name", "kernel_names", "to_program"]
+__all__ = [
+    "KernelInfo",
+    "ProgramSpec",
+    "full_rewrite",
+    "get_kernel_name",
+    "kernel_names",
+    "simplify_indexing",
+    "to_program",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +83,17 @@ def name_kernel(sink: UOp, ast: UOp) -> UOp:
     return sink.replace(arg=info)
 
 
+def simplify_indexing(ast: UOp) -> UOp:
+    """The kernel AST the opts see: its index math simplified and its one-hot sums collapsed (codegen/gather.py). The
+    heuristic and BEAM (codegen/search.py) both start here, so an opt list means the same kernel to both."""
+    return graph_rewrite(ast, sym + pm_collapse_one_hot_sums, name="simplify indexing")
+
+
 def full_rewrite(ast: UOp, renderer: Renderer) -> list[UOp]:
     """The kernel `ast` as a linear program for `renderer`, ending with its (named) SINK."""
     if ast.op is not Ops.SINK:
         raise ValueError(f"full_rewrite: a kernel AST is a SINK of STOREs, got {ast.op}")
-    sink = graph_rewrite(ast, sym + pm_collapse_one_hot_sums, name="simplify indexing")
-    sink = optimize(sink, renderer)
+    sink = optimize(simplify_indexing(ast), renderer)
     if renderer.has_local:  # GPUs: output loops become work-groups, LOCAL loops their threads
         sink = add_gpudims(sink, renderer.global_max or (2**31 - 1,) * 3, renderer.local_max or (1024,) * 3)
     sink = graph_rewrite(sink, pm_simplify_gates, name="simplify gates")

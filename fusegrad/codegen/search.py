@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fusegrad.codegen import KernelInfo, get_kernel_name, to_program
+from fusegrad.codegen import KernelInfo, get_kernel_name, simplify_indexing, to_program
 from fusegrad.codegen.opt import Opt, OptOps, apply_opts, choose_opts
 from fusegrad.codegen.rowbuffer import kept_value
 from fusegrad.device import Buffer, Device
@@ -36,8 +36,7 @@ from fusegrad.engine.realize import CompiledRunner
 from fusegrad.helpers import BEAM, DEBUG, IGNORE_BEAM_CACHE, NOOPT, Context, dedup, diskcache_get, diskcache_put
 from fusegrad.renderer import ProgramSpec, Renderer
 from fusegrad.uop import REDUCE_AXES, AxisType, Ops
-from fusegrad.uop.ops import UOp, graph_rewrite
-from fusegrad.uop.symbolic import sym
+from fusegrad.uop.ops import UOp
 
 __all__ = ["SearchResult", "actions", "beam_ast", "beam_search", "searches"]
 
@@ -478,7 +477,7 @@ def _is_small(sink: UOp, renderer: Renderer) -> bool:
 def beam_search(ast: UOp, device: str, width: int) -> tuple[Opt, ...]:
     """The fastest opts found for kernel `ast` on `device` by a beam of `width` (from the disk cache if it has them)."""
     start = time.perf_counter()
-    sink = graph_rewrite(ast, sym, name="simplify indexing")
+    sink = simplify_indexing(ast)  # what full_rewrite applies the opts to
     renderer = Device[device].renderer  # the device's own heuristic starts the beam (GPUs: codegen/gpudims.py's)
     heuristic = choose_opts(sink, None, renderer)
     key = _cache_key(ast, device, width)
