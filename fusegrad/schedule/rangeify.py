@@ -15,7 +15,7 @@ from fusegrad.helpers import TRACK_MATCH_STATS, prod
 from fusegrad.schedule.fusion import ReadPolicy, Reads
 from fusegrad.schedule.fusion import is_kernelized as is_kernelized  # engine/schedule.py reads it here
 from fusegrad.schedule.indexing import Index, idx_const, linearize_index, simplify_index, source_index
-from fusegrad.schedule.merge import merge_loops
+from fusegrad.schedule.merge import merge_loops, split_loops
 from fusegrad.schedule.multi import (
     DeviceIndexing,
     Placement,
@@ -329,7 +329,7 @@ _simplified_nodes: dict[UOp, UOp] = {}
 
 def simplify_kernel(ast: UOp) -> UOp:
     if TRACK_MATCH_STATS.value >= 2:  # VIZ shows every kernel's simplification
-        return merge_loops(graph_rewrite(ast, sym, name="simplify kernel indices"))
+        return merge_loops(split_loops(graph_rewrite(ast, sym, name="simplify kernel indices")))
     if (done := _simplified_nodes.get(ast)) is not None:
         return done
     if len(_simplified_nodes) >= _SIMPLIFIED_NODES_MAX:
@@ -343,7 +343,7 @@ def _simplify_by_content(ast: UOp) -> UOp:
         return done
     if len(_simplified) >= _SIMPLIFIED_MAX:
         del _simplified[next(iter(_simplified))]
-    _simplified[key] = done = merge_loops(graph_rewrite(ast, sym, name="simplify kernel indices"))
+    _simplified[key] = done = merge_loops(split_loops(graph_rewrite(ast, sym, name="simplify kernel indices")))
     return done
 
 

@@ -1,4 +1,5 @@
-"""schedule/merge.py: adjacent loops that every index walks as one become one loop, and nothing else changes."""
+"""schedule/merge.py: adjacent loops that every index walks as one become one loop, a loop read through divisions and
+moduli splits where that removes them, and nothing else changes."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fusegrad import Tensor
+from fusegrad.codegen import simplify_indexing
+from fusegrad.codegen.opt import Opt, OptOps, hand_coded_opts
 from fusegrad.dtype import DType, dtypes
 from fusegrad.helpers import Context
-from fusegrad.schedule.merge import merge_loops
+from fusegrad.schedule.merge import merge_loops, split_loops
 from fusegrad.uop import AxisType, Ops
 from fusegrad.uop.ops import UOp
 from test.codegen.test_opt import data, glob, loop, red, run
@@ -104,6 +107,41 @@ def test_reduce_loops_merge_only_under_the_same_reduces() -> None:
     ]
 
 
+def test_a_bias_gradient_read_through_a_permute_splits_its_output_loop() -> None:
+    # a fused qkv projection's bias gradient: the (3, B, heads, T, head) gradient summed into 3 x 4 x 32 biases. As one
+    # loop of 384 every load index took r // 128, (r // 32) % 4 and r % 32, and the heuristic found no vector axis
+    x = Tensor.randn(3, 4, 5, 32).realize()  # (3, heads, T, head), one sequence
+    total = x.permute(2, 0, 1, 3).reshape(5, 384).sum(0)
+    (ast,) = [i.ast for i in total.schedule() if i.ast.op is Ops.SINK]
+    # 384 -> (12, 32) -> (3, 4, 32); the 3 and 4 then merge again: adjacent in x
+    assert loop_sizes(ast) == {AxisType.LOOP: [12, 32], AxisType.REDUCE: [5]}
+    assert not any(u.op in (Ops.IDIV, Ops.MOD) for u in ast.toposort())
+    assert Opt(OptOps.UPCAST, 2, 32) in hand_coded_opts(simplify_indexing(ast))  # the head's 32: contiguous
+    np.testing.assert_allclose(total.numpy(), x.numpy().transpose(2, 0, 1, 3).reshape(5, 384).sum(0), rtol=1e-5)
+
+
+def test_loops_split_only_where_that_removes_a_division() -> None:
+    # r // 4 and r % 4 of a loop of 12: (3, 4), ids in order; the store's r is 4 * (r // 4) + r % 4
+    r0, r = loop(2, 0), loop(12, 1)
+    x = glob(1, 24, dtypes.int32).index((r % 4) * 6 + (r // 4) * 2 + r0).load()
+    ast = UOp.sink(glob(0, 24, dtypes.int32).index(r0 * 12 + r).store(x))
+    split = split_loops(ast)
+    assert sorted((u.arg[0], int(u.src[0].arg)) for u in split.toposort() if u.op is Ops.RANGE) == [
+        (0, 2), (1, 3), (2, 4)]  # fmt: skip
+    a = data((24,), dtypes.int32)
+    with Context(NOOPT=1):
+        np.testing.assert_array_equal(
+            run(split, [a], 24, dtypes.int32, "PYTHON"), run(ast, [a], 24, dtypes.int32, "PYTHON")
+        )
+    # a loop read modulo 5 (not a divisor of its 12), a reduce loop's division, or a plain loop: nothing splits
+    k = red(12, 2)
+    for value in (glob(1, 24, dtypes.int32).index(r % 5).load(),
+                  glob(1, 24, dtypes.int32).index((k // 4) * 2 + k % 4).load().reduce(k, arg=Ops.ADD),
+                  glob(1, 24, dtypes.int32).index(r + r0).load()):  # fmt: skip
+        plain = UOp.sink(glob(0, 24, dtypes.int32).index(r0 * 12 + r).store(value))
+        assert split_loops(plain) is plain
+
+
 # *** property: any kernel runs as its unmerged self ***
 
 
@@ -173,3 +211,49 @@ def test_a_merged_layernorm_backward_matches_torch(device: str) -> None:
     assert x.grad is not None
     assert tx.grad is not None
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@st.composite
+def split_kernels(draw: st.DrawFn) -> tuple[UOp, list[np.ndarray], int, DType]:
+    """A kernel with an output loop r of p * q read as (r // q, r % q) in some order of the input's axes, beside an
+    outer loop and maybe a reduce loop; the other input reads r whole, or one of its parts; maybe a mask on r."""
+    p, q, o_size, k_size = (draw(st.integers(lo, hi)) for lo, hi in ((1, 4), (2, 4), (1, 3), (1, 3)))
+    reduce = draw(st.booleans())
+    o, r = loop(o_size, 0), loop(p * q, 1)
+    k = red(k_size, 2) if reduce else None
+    parts = [(r // q, p), (r % q, q), (o, o_size)] + ([(k, k_size)] if k is not None else [])
+    order = draw(st.permutations(range(len(parts))))
+    idx, stride = UOp.const(dtypes.index, 0), 1
+    for i in reversed(order):
+        idx, stride = idx + parts[i][0] * stride, stride * parts[i][1]
+    dt = draw(st.sampled_from([dtypes.int32, dtypes.float32]))
+    first = glob(1, stride, dt).index(idx).load()
+    other = draw(st.sampled_from([r, r // q, r % q]))
+    second = glob(2, p * q, dt).index(other).load()
+    value = first * second + first
+    if draw(st.booleans()):
+        value = (r < draw(st.integers(1, p * q))).where(value, value * 3)
+    if k is not None:
+        value = value.reduce(k, arg=Ops.ADD)
+    out_size = o_size * p * q
+    ast = UOp.sink(glob(0, out_size, dt).index(o * (p * q) + r).store(value))
+    return ast, [data((stride,), dt, seed=1), data((p * q,), dt, seed=2)], out_size, dt
+
+
+@settings(max_examples=120, deadline=None)
+@given(split_kernels())
+def test_any_kernel_split_gives_the_unsplit_kernels_bits(case: tuple[UOp, list[np.ndarray], int, DType]) -> None:
+    """Splitting keeps every loop's order (r // q outside r % q) and every sum's: the split kernel gives the
+    unsplit one's bits on PYTHON, and on CPU with no opts and with the heuristic's (floats to rounding)."""
+    ast, inputs, out_size, dt = case
+    split = split_loops(ast)
+    with Context(NOOPT=1):
+        plain = run(ast, inputs, out_size, dt, "PYTHON")
+        np.testing.assert_array_equal(run(split, inputs, out_size, dt, "PYTHON"), plain)
+        cpu = run(split, inputs, out_size, dt, "CPU")
+    optimised = run(merge_loops(split), inputs, out_size, dt, "CPU")
+    for got in (cpu, optimised):
+        if dt == dtypes.int32:
+            np.testing.assert_array_equal(got, plain)
+        else:
+            np.testing.assert_allclose(got, plain, rtol=1e-5, atol=1e-5)
