@@ -215,7 +215,7 @@ def window_taps(batch: int, groups: int, width: int, dt: DType) -> Case:
     ast = UOp.sink(glob(0, batch * groups * width, dt).index(n * (groups * width) + g * width + x).store(
         value.reduce(k, arg=Ops.ADD)))  # fmt: skip
     xs = data((batch, width + 2, row), dt)
-    expected = sum(xs[:, i : i + width, 0::3].astype(np.float64) for i in range(3)).transpose(0, 2, 1)
+    expected = np.stack([xs[:, i : i + width, 0::3].astype(np.float64) for i in range(3)]).sum(0).transpose(0, 2, 1)
     return ast, [xs], np.ascontiguousarray(expected).ravel()
 
 

@@ -185,12 +185,17 @@ def test_any_kernel_merged_gives_the_unmerged_kernels_bits(case: tuple[UOp, list
     PYTHON, and on CPU (ints exactly; floats to rounding, since C may sum a plain reduce loop in SIMD lanes) with no
     opts and with the heuristic's."""
     ast, inputs, out_size, dt = case
-    merged = merge_loops(ast)
+    assert_runs_as(merge_loops(ast), ast, inputs, out_size, dt)
+
+
+def assert_runs_as(changed: UOp, ast: UOp, inputs: list[np.ndarray], out_size: int, dt: DType) -> None:
+    """`changed` gives `ast`'s bits on PYTHON without opts, and on CPU without opts and with the heuristic's (ints
+    exactly; floats to rounding, since C may sum a plain reduce loop in SIMD lanes)."""
     with Context(NOOPT=1):
         plain = run(ast, inputs, out_size, dt, "PYTHON")
-        np.testing.assert_array_equal(run(merged, inputs, out_size, dt, "PYTHON"), plain)
-        cpu = run(merged, inputs, out_size, dt, "CPU")
-    optimised = run(merged, inputs, out_size, dt, "CPU")
+        np.testing.assert_array_equal(run(changed, inputs, out_size, dt, "PYTHON"), plain)
+        cpu = run(changed, inputs, out_size, dt, "CPU")
+    optimised = run(changed, inputs, out_size, dt, "CPU")
     for got in (cpu, optimised):
         if dt == dtypes.int32:
             np.testing.assert_array_equal(got, plain)
@@ -246,14 +251,5 @@ def test_any_kernel_split_gives_the_unsplit_kernels_bits(case: tuple[UOp, list[n
     """Splitting keeps every loop's order (r // q outside r % q) and every sum's: the split kernel gives the
     unsplit one's bits on PYTHON, and on CPU with no opts and with the heuristic's (floats to rounding)."""
     ast, inputs, out_size, dt = case
-    split = split_loops(ast)
-    with Context(NOOPT=1):
-        plain = run(ast, inputs, out_size, dt, "PYTHON")
-        np.testing.assert_array_equal(run(split, inputs, out_size, dt, "PYTHON"), plain)
-        cpu = run(split, inputs, out_size, dt, "CPU")
-    optimised = run(merge_loops(split), inputs, out_size, dt, "CPU")
-    for got in (cpu, optimised):
-        if dt == dtypes.int32:
-            np.testing.assert_array_equal(got, plain)
-        else:
-            np.testing.assert_allclose(got, plain, rtol=1e-5, atol=1e-5)
+    assert_runs_as(split_loops(ast), ast, inputs, out_size, dt)
+    assert_runs_as(merge_loops(split_loops(ast)), ast, inputs, out_size, dt)  # as the scheduler runs them
