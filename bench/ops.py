@@ -6,8 +6,9 @@ Cases (issue #12's table): matmul 1024² and 2048² (2n³ flops) and a tiny tran
 weight of sum(out * g), 3x the forward's flops: with sum(out) alone the gradient of ones folds into window sums);
 scaled_dot_product_attention (4, 8, 256, 64), plain and causal (4·B·H·T²·D flops for both); softmax and layernorm
 (with weight and bias) over (4096, 1024), forward and forward + backward (the output and the input's gradient of
-sum(out * g)); a sum of 16M floats and a fused elementwise chain on 4M. Row ops, sum and chain are rated in GB/s of
-their least traffic (each input read once, each output written once).
+sum(out * g)); a sum of 16M floats and a fused elementwise chain on 4M; and, beyond the issue's table (no target), a
+2048² transpose copy (x.T.contiguous()). Row ops, sum, chain and transpose are rated in GB/s of their least traffic
+(each input read once, each output written once).
 
 Timing: tinygrad and fusegrad run under TinyJit, so only their kernels are timed (the "eager" column is fusegrad
 without it: schedule, cached-kernel lookup and launch every call); torch and numpy run eagerly. Each case is warmed
@@ -89,8 +90,9 @@ CASES: dict[str, Case] = {
     "layernorm fwd+bwd": Case(bytes=4 * ROW_BYTES, vs="torch", ratio=2.0, backward=True),
     "sum 16M": Case(bytes=4.0 * SUM_N, vs="torch", of_peak=0.8),
     "chain 4M": Case(bytes=3 * 4.0 * CHAIN_N, vs="torch", of_peak=0.8),
+    "transpose 2048": Case(bytes=2 * 4.0 * 2048 * 2048),  # x.T.contiguous(): not in the issue's table, no target
 }
-QUICK_SKIPS = ("matmul 2048", "mm ", "bmm ", "fwd+bwd")
+QUICK_SKIPS = ("matmul 2048", "mm ", "bmm ", "fwd+bwd", "transpose")
 
 Inputs = dict[str, np.ndarray]
 Cases = dict[str, Callable[[], Any]]
@@ -175,6 +177,7 @@ def tensor_fns(tensor: Any) -> dict[str, tuple[Callable[..., Any], tuple[str, ..
         "layernorm fwd+bwd": backward(layernorm, "rows grad", "weight", "bias", "g"),
         "sum 16M": (lambda x: x.sum().realize(), ("big",)),
         "chain 4M": (lambda a, b: (((a + 1.0) * b - 0.5).exp() * 0.25 + a).realize(), ("c1", "c2")),
+        "transpose 2048": (lambda a: a.T.contiguous().realize(), ("a2048",)),
     }
 
 
@@ -251,6 +254,7 @@ def cases_torch(inp: Inputs, names: list[str]) -> Cases:
         "layernorm fwd+bwd": backward(layernorm),
         "sum 16M": lambda: t["big"].sum(),
         "chain 4M": lambda: torch.exp((t["c1"] + 1.0) * t["c2"] - 0.5) * 0.25 + t["c1"],
+        "transpose 2048": lambda: t["a2048"].T.contiguous(),
     }
     return {name: cases[name] for name in names}
 
@@ -288,6 +292,7 @@ def cases_numpy(inp: Inputs, names: list[str]) -> Cases:
         "layernorm fwd": layernorm,
         "sum 16M": lambda: inp["big"].sum(),
         "chain 4M": lambda: np.exp((inp["c1"] + 1.0) * inp["c2"] - 0.5) * 0.25 + inp["c1"],
+        "transpose 2048": lambda: np.ascontiguousarray(inp["a2048"].T),
     }
     return {name: cases[name] for name in names if name in cases}
 

@@ -100,8 +100,9 @@ class NarrowClang(ClangRenderer):
 def test_clang_keeps_index_math_64_bit() -> None:
     """Under -fwrapv int32 address sums must wrap, which makes gcc gather contiguous loads: ClangRenderer declares
     int32 index math (loop counters, hoisted offsets) as long long, so its C is what it was before the lowering."""
-    src = to_program(kernel_asts(Tensor.empty(16, 16).permute(1, 0).contiguous())[0], CLANG).src
-    assert "for (long long ridx0 = 0; ridx0 < 16;" in src
+    # (16, 12) transposed: loads 12 apart along the columns, no transposed-copy tile (codegen/opt.py transpose_opts)
+    src = to_program(kernel_asts(Tensor.empty(16, 12).permute(1, 0).contiguous())[0], CLANG).src
+    assert "for (long long ridx0 = 0; ridx0 < 12;" in src
     assert "int " not in src.split("#endif")[1]
 
 
