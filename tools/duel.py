@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's f
 
 from fusegrad import Device, Tensor
 from fusegrad.codegen import simplify_indexing
-from fusegrad.codegen.opt import Opt, OptOps, hand_coded_opts
+from fusegrad.codegen.opt import Opt, OptOps, choose_opts
 from fusegrad.engine.realize import get_program
 from fusegrad.nn.state import get_parameters
 from fusegrad.uop import Ops
@@ -71,8 +71,7 @@ def step_kernels(model: str, batch: int | None = None, width: int = 16) -> dict[
             raise ValueError(f"duel: the models are gpt and convnet, got {model!r}")
         Tensor.realize(*get_parameters(net))
         loss.backward()
-        params = [p for p in get_parameters(net) if p.grad is not None]
-        items = loss.schedule(*[p.grad for p in params if p.grad is not None])
+        items = loss.schedule(*[p.grad for p in get_parameters(net) if p.grad is not None])
     kernels: dict[str, UOp] = {}
     for item in items:
         if item.ast.op is Ops.SINK:
@@ -81,14 +80,21 @@ def step_kernels(model: str, batch: int | None = None, width: int = 16) -> dict[
 
 
 def heuristic(ast: UOp) -> tuple[Opt, ...]:
-    return tuple(hand_coded_opts(simplify_indexing(ast)))
+    """The CPU's opts for kernel `ast`, as full_rewrite chooses them."""
+    return choose_opts(simplify_indexing(ast), None, Device["CPU"].renderer)
 
 
-def duel(ast: UOp, candidates: list[tuple[Opt, ...]], turns: int) -> list[tuple[tuple[Opt, ...], list[float] | None]]:
-    """Each candidate against the heuristic: [(opts, [heuristic us, candidate us] per turn, or None if it failed)]."""
+def shown(opts: tuple[Opt, ...]) -> str:
+    return " ".join(f"{o.op.name}({o.axis},{o.arg})" for o in opts) or "()"
+
+
+def duel(
+    ast: UOp, ours: tuple[Opt, ...], candidates: list[tuple[Opt, ...]], turns: int
+) -> list[tuple[tuple[Opt, ...], list[float] | None]]:
+    """Each candidate against the heuristic's opts `ours`: [(opts, [heuristic us, candidate us] per turn, or None if it
+    failed)]."""
     from fusegrad.codegen.search import Bench
 
-    ours = heuristic(ast)
     bench = Bench.of(ast, "CPU", ours)
     runners = bench.compile(candidates)
     ret: list[tuple[tuple[Opt, ...], list[float] | None]] = []
@@ -122,19 +128,19 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(e))
     if args.kernel is None:
         for name, ast in kernels.items():
-            print(f"{name:36s} {' '.join(f'{o.op.name}({o.axis},{o.arg})' for o in heuristic(ast))}")
+            print(f"{name:36s} {shown(heuristic(ast))}")
         return 0
     if args.kernel not in kernels:
         parser.error(f"no kernel {args.kernel!r} in the {args.model} step; run without a kernel to list them")
     ast = kernels[args.kernel]
-    print(f"{args.kernel}: heuristic {' '.join(f'{o.op.name}({o.axis},{o.arg})' for o in heuristic(ast)) or '()'}")
-    for opts, times in duel(ast, candidates, args.turns):
-        shown = " ".join(f"{o.op.name}({o.axis},{o.arg})" for o in opts) or "()"
+    ours = heuristic(ast)
+    print(f"{args.kernel}: heuristic {shown(ours)}")
+    for opts, times in duel(ast, ours, candidates, args.turns):
         if times is None:
-            print(f"  {shown}: failed (does not apply, or gave other outputs)")
+            print(f"  {shown(opts)}: failed (does not apply, or gave other outputs)")
         else:
             pairs = ", ".join(f"{a:.1f} vs {b:.1f}" for a, b in zip(times[::2], times[1::2], strict=True))
-            print(f"  {shown}: heuristic vs this, us per turn: {pairs}")
+            print(f"  {shown(opts)}: heuristic vs this, us per turn: {pairs}")
     return 0
 
 

@@ -983,7 +983,7 @@ def _hand_coded_opts(sink: UOp) -> list[Opt]:
     if len(stores := [u for u in sink.src if u.op is Ops.STORE]) != 1:
         return sibling_opts(sink, stores, reduces, loops)
     if not reduces:
-        return spread_opts(nodes) or transpose_opts(sink, nodes)
+        return spread_opts(nodes) or transpose_opts(stores[0], nodes)
     if not loops:
         return group_opts(sink, nodes)
     # an upcast only pays where a reduce sits inside output loops (a reduce outside them already runs once)
@@ -1054,18 +1054,17 @@ TRANSPOSE_ROWS = 8
 TRANSPOSE_MIN_STRIDE = 16  # a load stepping this far along the innermost loop reads a new cache line every step
 
 
-def transpose_opts(sink: UOp, nodes: dict[UOp, None]) -> list[Opt]:
+def transpose_opts(store: UOp, nodes: dict[UOp, None]) -> list[Opt]:
     """For an ungated elementwise kernel storing along its innermost loop while some loads step far along it (a
     transposed read: x.T.contiguous(), a permute), all of them contiguous along one outer loop: that loop upcast by
     TRANSPOSE_ROWS, so those loads read whole runs of it as vectors and the stores run as that many streams (a 1024²
     transpose 2.1-2.3 -> 0.21-0.25 ms on two cores; by 4, gcc vectorised the innermost loop as gathers: 20 ms).
-    [] otherwise."""
+    `store`: the kernel's one STORE. [] otherwise."""
     loops = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] is AxisType.LOOP), key=range_key)
-    stores = [u for u in sink.src if u.op is Ops.STORE and u.src[0].op is Ops.INDEX]
-    if len(loops) < 2 or len(stores) != 1 or any(u.op is Ops.WHERE for u in nodes):
+    if len(loops) < 2 or store.src[0].op is not Ops.INDEX or any(u.op is Ops.WHERE for u in nodes):
         return []
     inner = loops[-1]
-    if stride(stores[0].src[0].src[1], inner) != 1:
+    if stride(store.src[0].src[1], inner) != 1:
         return []
     loads = [u for u in nodes if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and len(u.src[0].src) > 1]
     steps = {ld: stride(ld.src[0].src[1], inner) for ld in loads}

@@ -701,15 +701,13 @@ class _LoopShapes:
         self.work[outer] = self.work.get(outer, 0) + trips
         lanes = value.dtype.count if not isinstance(value.dtype, PtrDType) else 1
         self.lane_work[outer] = self.lane_work.get(outer, 0) + trips * lanes
-        if u.op in (Ops.LOAD, Ops.STORE) and _addressed(u.src[0]).op is Ops.DEFINE_GLOBAL:
+        index = u.src[0]
+        if (
+            u.op in (Ops.LOAD, Ops.STORE)
+            and index.op is Ops.INDEX
+            and base_buffer(index.src[0]).op is Ops.DEFINE_GLOBAL
+        ):
             self.traffic[outer] = self.traffic.get(outer, 0) + trips * lanes * value.dtype.scalar().itemsize
-
-
-def _addressed(ptr: UOp) -> UOp:
-    """The buffer a load or store's address points into (through its INDEX, pointer casts and pending writes)."""
-    while ptr.op not in (Ops.DEFINE_GLOBAL, Ops.DEFINE_LOCAL, Ops.DEFINE_REG) and ptr.src:
-        ptr = ptr.src[0]
-    return ptr
 
 
 def _math_suffix(dtype: DType) -> str:
