@@ -236,13 +236,21 @@ def is_partials(u: UOp) -> bool:
     return bool(writes) and all(s.src[1].op is Ops.REDUCE for s in writes)
 
 
+def is_row_buffer(u: UOp) -> bool:
+    """An AFTER of a row buffer (codegen/rowbuffer.py) filled by a reduce's loop: later loops read its contents."""
+    if u.op is not Ops.AFTER or u.src[0].op is not Ops.DEFINE_REG:
+        return False
+    writes = [s for s in u.src[1:] if s.op is Ops.STORE]
+    return bool(writes) and not any(s.src[1].op is Ops.REDUCE for s in writes)
+
+
 def dependents(root: UOp, rng: UOp, past_partials: bool = True) -> set[UOp]:
     """`rng` and the nodes of `root` that depend on it (one pass: sources come before their users). Without
     `past_partials`, the dependence stops at partials filled along `rng` (`is_partials`): the loop combining them
     doesn't run in `rng`'s lanes."""
     ret = {rng}
     for u in root.toposort():
-        if any(s in ret for s in u.src) and (past_partials or not is_partials(u)):
+        if any(s in ret for s in u.src) and (past_partials or not (is_partials(u) or is_row_buffer(u))):
             ret.add(u)
     return ret
 
@@ -337,7 +345,15 @@ def nest_loops(sink: UOp) -> LoopNest:
 
 
 def _place_registers(scopes: Scopes, nodes: list[UOp]) -> None:
-    """A DEFINE_REG sits in the loops all its users share: one private accumulator per iteration of those loops."""
+    """A DEFINE_REG sits in the loops all its users share: one private accumulator per iteration of those loops. An
+    address into it counts where it is read or written: one vector of LANES partials is stored at the constant index
+    0, an address in no loop, though the store runs once per row (the array must stay private to the row's thread)."""
+    accesses: dict[UOp, frozenset[UOp]] = {}
+    for u in nodes:
+        for s in u.src:
+            if s.op is Ops.INDEX and s.src[0].op is Ops.DEFINE_REG:
+                accesses[s] = accesses[s] & scopes[u] if s in accesses else scopes[u]
+    scopes.update({idx: scopes[idx] | scope for idx, scope in accesses.items()})
     shared: dict[UOp, frozenset[UOp]] = {}
     for u in nodes:
         for s in u.src:

@@ -24,7 +24,7 @@ from fusegrad.codegen.linearize import dependents, flat_index, is_partials, open
 from fusegrad.codegen.rowbuffer import keep_row_value, kept_value
 from fusegrad.codegen.unroll import unroll_reduce
 from fusegrad.codegen.vectorize import VECTOR_DTYPES
-from fusegrad.dtype import AddrSpace, PtrDType
+from fusegrad.dtype import AddrSpace, PtrDType, dtypes
 from fusegrad.helpers import NOOPT
 from fusegrad.renderer.cstyle import ClangRenderer
 from fusegrad.uop import REDUCE_AXES, AxisType, GroupOp, Ops
@@ -943,14 +943,24 @@ ROW_LANE_STEPS = 4  # steps of LANES a row's reduce takes at least (a shorter on
 _TRANSCENDENTAL = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})
 
 
+def _inline_exp2(red: UOp, math: set[Ops]) -> bool:
+    """Whether a sum whose terms call `math` runs them inline as vectors: float32 exp2 alone on an AVX-512 host
+    (renderer/cstyle.py's fg_exp2_float16; the other vector math calls libmvec, whose call spills the registers)."""
+    return math == {Ops.EXP2} and red.dtype == dtypes.float32 and vectorize.host_vector_bytes() == 64
+
+
 def row_lane_opts(sink: UOp, opts: list[Opt]) -> list[Opt]:
     """LANES for each sum over a row in a kernel whose output loops stay loops (a layernorm's mean and variance, an
     RMSNorm's sum of squares, a row sum, a norm's gradient sums): LANE_VECTORS vector accumulators instead of the one
     `omp simd reduction` keeps, whose adds wait on each other (4 cycles each, 128 a row of 1024 floats, while its loads
     come from L1). Layernorm forward at (4096, 1024), heuristic vs LANES on both sums in one process: 2 threads
-    1.52 -> 1.04 ms best (1.80 -> 1.47 median), one thread 2.95 -> 2.37 ms; RMSNorm 0.94 -> 0.80 ms. Not for a sum
-    whose terms call exp or log (a softmax's: bound by the exp, and the kept row buffer's KEEP with LANES ran 2.8 ->
-    4.3 ms), a loop of fewer than ROW_LANE_STEPS steps of lanes, or one the vector forms can't express."""
+    1.52 -> 1.04 ms best (1.80 -> 1.47 median), one thread 2.95 -> 2.37 ms; RMSNorm 0.94 -> 0.80 ms.
+
+    A sum whose terms call exp2 (a softmax's, a log-softmax's) takes one vector of lanes where the vector exp2 is
+    inline (`_inline_exp2`): the loop is bound by the exp, and it also fills the row buffer KEEP made, as vectors.
+    Softmax forward (4096, 1024), 2 threads, in turns: 1.20-2.40 -> 0.92-1.97 ms. Not for other math (log, sin; exp2
+    on AVX2, a libmvec call), a loop of fewer than ROW_LANE_STEPS steps of lanes, or one the vector forms can't
+    express."""
     nodes = apply_opts(sink, tuple(opts)).toposort()  # after KEEP: a sum of a row buffer's exp no longer calls exp
     if not any(u.op is Ops.RANGE and u.arg[1] is AxisType.LOOP for u in nodes):
         return []  # a full reduction: group_opts splits it, with lane_opts
@@ -960,18 +970,21 @@ def row_lane_opts(sink: UOp, opts: list[Opt]) -> list[Opt]:
         if len(red.src) != 2 or red.dtype not in VECTOR_DTYPES or red.arg not in vectorize.VECTOR_REDUCES:
             continue
         rng, lanes = red.src[1], LANE_VECTORS * vectorize.host_vector_bytes() // red.dtype.itemsize
-        if rng.arg[0] in kept or rng.src[0].op is not Ops.CONST or int(rng.src[0].arg) % lanes:
+        if (math := {u.op for u in dependents(red.src[0], rng)} & _TRANSCENDENTAL) and not _inline_exp2(red, math):
             continue
-        if int(rng.src[0].arg) < ROW_LANE_STEPS * lanes or any(
-            u.op in _TRANSCENDENTAL for u in dependents(red.src[0], rng)
-        ):
+        if math:  # bound by the exp, not the adds: one vector, whose loop also fills the kept row buffer
+            lanes = vectorize.host_vector_bytes() // red.dtype.itemsize
+        elif rng.arg[0] in kept:
+            continue
+        size = int(rng.src[0].arg) if rng.src[0].op is Ops.CONST else 0
+        if not size or size % lanes or size < ROW_LANE_STEPS * lanes:
             continue
         trial = [*ret, Opt(OptOps.LANES, rng.arg[0], lanes)]
         try:
             applied = apply_opts(sink, (*opts, *trial))
         except ValueError:  # a sum of another reduce over the row, or of partials
             continue
-        if vectorize.vectorize_upcast(applied) is not applied:
+        if vectorize.vectorize_upcast(applied, masks=True) is not applied:  # the C renderer's forms (row ops: CPU)
             ret = trial
     return ret
 

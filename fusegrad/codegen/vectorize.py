@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 
-from fusegrad.codegen.linearize import dependents, is_partials, range_key
+from fusegrad.codegen.linearize import dependents, is_partials, is_row_buffer, range_key
 from fusegrad.dtype import DType, PtrDType, dtypes
 from fusegrad.helpers import cpu_flags
 from fusegrad.uop import REDUCE_AXES, AxisType, GroupOp, Ops
@@ -96,10 +96,36 @@ def _vectorize_lane(sink: UOp, lane: UOp | None, masks: bool) -> UOp:
         lane_in = UOp.range(width, axis + 1, AxisType.UPCAST)
         split = graph_rewrite(sink.substitute({lane: whole * width + lane_in}), sym, name="split vector loop")
         lane = lane_in
+    if size == width and (filled := _fill_in_lanes(split, lane)) is not split:
+        try:  # the moved fill only stands with the lanes as one vector: unvectorized, it would wrap the reduce's loop
+            return _Vectorizer(lane, dtype.vec(width), masks).run(filled)
+        except _NoVectorFormError:
+            pass
     try:
         return _Vectorizer(lane, dtype.vec(width), masks).run(split)
     except _NoVectorFormError:
         return sink
+
+
+def _fill_in_lanes(sink: UOp, lane: UOp) -> UOp:
+    """A row buffer (rowbuffer.keep_row_value) filled in its own loop r with a value a LANES sum computes in its
+    steps and `lane` (the value at r = step * lanes + lane): the fill moved into those steps, storing the sum's own
+    vector of values (softmax's exps, computed once). Only for a lane loop that becomes one vector, so the fill runs
+    in the step loop itself; unchanged where no fill's value is the sum's."""
+    nodes = sink.toposort()
+    present, lanes = set(nodes), int(lane.src[0].arg)
+    steps = [u for u in nodes if u.op is Ops.RANGE and u.arg[1] is AxisType.REDUCE and u.src[0].op is Ops.CONST]
+    moves: dict[UOp, UOp] = {}
+    for store in (u for u in nodes if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and len(u.src[0].src) == 2):
+        reg, rng = store.src[0].src
+        if reg.op is not Ops.DEFINE_REG or rng.op is not Ops.RANGE or rng.arg[1] is not AxisType.REDUCE:
+            continue
+        for step in (s for s in steps if s is not rng and int(s.src[0].arg) * lanes == rng.src[0].arg):
+            moved = graph_rewrite(store.substitute({rng: step * lanes + lane}), sym, name="fill in lanes")
+            if moved.src[1] in present:
+                moves[store] = moved
+                break
+    return sink.substitute(moves) if moves else sink
 
 
 GPU_AXES = frozenset({AxisType.GLOBAL, AxisType.LOCAL, AxisType.GROUP_REDUCE, AxisType.THREAD, AxisType.WARP})
@@ -203,8 +229,10 @@ class _Vectorizer:
         raise AssertionError("vectorize: the sink is the last node of its toposort")
 
     def filled(self, sink: UOp) -> dict[UOp, UOp]:
-        """Each lane-partials AFTER (`is_partials`) -> the same AFTER of the array's vector writes."""
-        after = [u for u in sink.toposort() if is_partials(u) and any(s in self.new for s in u.src)]
+        """Each lane-partials AFTER (`is_partials`) or row buffer the lanes fill -> the same AFTER of the array's vector
+        writes."""
+        registers = (u for u in sink.toposort() if is_partials(u) or is_row_buffer(u))
+        after = [u for u in registers if any(s in self.new for s in u.src)]
         return {u: u.replace(src=tuple(self.new.get(s, s) for s in u.src)) for u in after}
 
     def lane_node(self, u: UOp, i: int) -> UOp:

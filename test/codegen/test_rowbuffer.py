@@ -4,13 +4,15 @@ plain kernel's bits on CPU and PYTHON (hypothesis over row sizes, values and whi
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fusegrad import Device, Tensor
-from fusegrad.codegen import KernelInfo, kernel_names, to_program
+from fusegrad.codegen import KernelInfo, kernel_names, to_program, vectorize
 from fusegrad.codegen.opt import Opt, OptOps, hand_coded_opts
 from fusegrad.codegen.rowbuffer import keep_row_value
 from fusegrad.device import Buffer
@@ -26,6 +28,14 @@ from fusegrad.uop.symbolic import sym
 @pytest.fixture(autouse=True)
 def _fresh_kernel_names() -> None:
     kernel_names.clear()
+
+
+EXP_CALL = re.compile(r"fg_exp2(f|_float16)\(\(")
+
+
+def exp_calls(src: str) -> int:
+    """Calls of the float exp2 (scalar or vector) in the kernel's body."""
+    return len(EXP_CALL.findall(src[src.index("void r_") :]))
 
 
 def _glob(slot: int, size: int) -> UOp:
@@ -74,25 +84,44 @@ def run(ast: UOp, inputs: list[np.ndarray], device: str, opts: tuple[Opt, ...] |
 
 def test_the_heuristic_keeps_softmax_exp_in_a_row_buffer() -> None:
     ast = softmax_ast(4, 64)
-    assert hand_coded_opts(ast) == [Opt(OptOps.KEEP, 3, 64)]  # the sum's loop fills it
+    assert hand_coded_opts(ast) == [Opt(OptOps.KEEP, 3, 64)]  # the sum's loop fills it (32-byte vectors: conftest)
     src = to_program(ast, Device["CPU"].renderer).src
-    assert src.count("exp2f((") == 1  # the output loop loads what the sum's loop stored
+    assert exp_calls(src) == 1  # the output loop loads what the sum's loop stored
     assert "float acc0[64] __attribute__((aligned(32)));" in src
+
+
+def test_the_sums_vector_lanes_fill_the_row_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the vector exp2 is inline (AVX-512's 64-byte vectors), softmax's sum of exps takes one vector of lanes:
+    each step's vector of exps is added and stored into the row buffer in the same loop (one vector exp2 a step, none
+    computed again for the buffer), and the row's arrays stay private to the row's thread (declared inside the
+    parallel row loop). Only the source is checked, so any host runs it."""
+    monkeypatch.setattr(vectorize, "host_vector_bytes", lambda: vectorize.WIDE_VECTOR_BYTES)
+    ast = softmax_ast(4096, 1024)
+    assert hand_coded_opts(ast) == [Opt(OptOps.KEEP, 3, 1024), Opt(OptOps.LANES, 3, 16)]
+    src = to_program(ast, Device["CPU"].renderer).src
+    body = src[src.index("void r_") :]
+    assert body.count("fg_exp2_float16((") == 1
+    assert "fg_exp2f((" not in body
+    sum_loop = body[body.index("for (long long ridx3 = 0; ridx3 < 64; ridx3++)") :].split("}")[0]
+    assert "fg_exp2_float16((" in sum_loop
+    assert "(*(float16_u*)&acc0[" in sum_loop
+    assert body.index("#pragma omp parallel for") < body.index("float acc0[1024]")
+    assert body.index("for (long long ridx0") < body.index("float acc1[16]")  # the lanes' partials, per row
 
 
 def test_softmax_backward_keeps_one_exp_for_three_passes() -> None:
     ast = softmax_ast(4, 64, backward=True)
-    assert hand_coded_opts(ast) == [Opt(OptOps.KEEP, 3, 64)]
-    assert to_program(ast, Device["CPU"].renderer).src.count("exp2f((") == 1
+    assert hand_coded_opts(ast)[0] == Opt(OptOps.KEEP, 3, 64)
+    assert exp_calls(to_program(ast, Device["CPU"].renderer).src) == 1
 
 
 def test_masked_softmax_backward_keeps_the_bare_exp_for_every_pass() -> None:
     """where(m, exp, 0) is read by the sum's and the dot's loops, exp alone by the output loop: keeping exp saves two
     exps per element, keeping the select one."""
     ast = softmax_ast(4, 64, backward=True, masked=True)
-    assert hand_coded_opts(ast) == [Opt(OptOps.KEEP, 3, 64)]
-    assert to_program(ast, Device["CPU"].renderer).src.count("exp2f((") == 1
-    assert to_program(softmax_ast(4, 64, masked=True), Device["CPU"].renderer).src.count("exp2f((") == 1
+    assert hand_coded_opts(ast)[0] == Opt(OptOps.KEEP, 3, 64)
+    assert exp_calls(to_program(ast, Device["CPU"].renderer).src) == 1
+    assert exp_calls(to_program(softmax_ast(4, 64, masked=True), Device["CPU"].renderer).src) == 1
 
 
 def test_keep_without_a_costly_value_raises() -> None:
@@ -122,7 +151,7 @@ def test_a_loop_around_the_reduce_is_not_a_later_loop() -> None:
 def test_fused_softmax_tensor_kernel_keeps_its_exp() -> None:
     x = Tensor.empty(16, 256)
     (item,) = x.softmax(-1).schedule()
-    assert to_program(item.ast, Device["CPU"].renderer).src.count("exp2f((") == 1
+    assert exp_calls(to_program(item.ast, Device["CPU"].renderer).src) == 1
 
 
 @settings(max_examples=20, deadline=None)
@@ -149,6 +178,10 @@ def test_row_buffer_and_max_lanes_give_the_plain_kernels_bits(
     with Context(NOOPT=1):
         plain = run(ast, [x, g], "PYTHON", None)
     opts = tuple(hand_coded_opts(ast))
+    lanes = tuple(o for o in opts if o.op is OptOps.LANES)  # a sum's lanes add its terms in another order
+    if lanes:
+        with Context(NOOPT=1):
+            plain = run(ast, [x, g], "PYTHON", lanes)
     for device in ("PYTHON", "CPU"):
         got = run(ast, [x, g], device, opts)
         if device == "PYTHON":
@@ -165,3 +198,31 @@ def test_a_fused_row_kernel_gets_no_register_tile() -> None:
     top = x.index(k * 64 + i).load().reduce(k, arg=Ops.MAX)
     ast = UOp.sink(_glob(0, 64 * 32).index(i * 32 + j).store(x.index(j * 64 + i).load() - top))
     assert hand_coded_opts(ast) == []
+
+
+@pytest.mark.parametrize("vector_bytes", [32, 64])
+@pytest.mark.parametrize(
+    "opts",
+    [
+        (Opt(OptOps.KEEP, 3, 64), Opt(OptOps.LANES, 3, 16)),
+        (Opt(OptOps.KEEP, 3, 64), Opt(OptOps.LANES, 3, 8)),
+        (Opt(OptOps.KEEP, 3, 64), Opt(OptOps.LANES, 3, 32)),
+        (Opt(OptOps.KEEP, 3, 64), Opt(OptOps.GROUP, 2, 2), Opt(OptOps.LANES, 3, 16)),
+    ],
+)
+def test_a_kept_row_under_sum_lanes_keeps_the_sum(
+    monkeypatch: pytest.MonkeyPatch, vector_bytes: int, opts: tuple[Opt, ...]
+) -> None:
+    """KEEP then LANES of the same sum, whether the lanes become one vector (the fill moves into the sum's steps:
+    vectorize._fill_in_lanes), several (the fill keeps its own loop: moved, its loop would wrap the sum's and add every
+    term once per vector; found by test_search's neighbour walks) or none (PYTHON): the softmax of the plain kernel."""
+    monkeypatch.setattr(vectorize, "host_vector_bytes", lambda: vector_bytes)
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((8, 64)) * 4).astype(np.float32)
+    ast = softmax_ast(8, 64)
+    with Context(NOOPT=1):
+        plain = run(ast, [x, x], "PYTHON", None)
+    e = np.exp(x - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(plain, (e / e.sum(-1, keepdims=True)).ravel(), rtol=1e-5, atol=1e-7)
+    for device in ("PYTHON", "CPU"):
+        np.testing.assert_allclose(run(ast, [x, x], device, opts), plain, rtol=1e-5, atol=1e-7)

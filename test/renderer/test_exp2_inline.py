@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from fusegrad.codegen import to_program
+from fusegrad.codegen.vectorize import host_vector_bytes
 from fusegrad.dtype import DType, dtypes
 from fusegrad.renderer import ProgramSpec
 from fusegrad.renderer.cstyle import ClangRenderer
@@ -48,17 +49,17 @@ def inline_flags() -> list[str]:
     return [f for f in compiler_cpu.compiler_flags() if f not in compiler_cpu.vector_math_flags()]
 
 
-def build(src: str, tmp_path: pathlib.Path, name: str) -> ctypes.CDLL:
+def build(src: str, tmp_path: pathlib.Path, name: str, flags: list[str] | None = None) -> ctypes.CDLL:
     lib = tmp_path / f"{name}.so"
-    cmd = ["cc", *(f for f in inline_flags() if f != "-"), "-o", str(lib), "-"]
+    cmd = ["cc", *(f for f in (inline_flags() if flags is None else flags) if f != "-"), "-o", str(lib), "-"]
     subprocess.run(cmd, input=src.encode(), check=True, capture_output=True)
     return ctypes.CDLL(str(lib))
 
 
-def run_exp2(x: np.ndarray, tmp_path: pathlib.Path, lanes: int = 1) -> np.ndarray:
+def run_exp2(x: np.ndarray, tmp_path: pathlib.Path, lanes: int = 1, flags: list[str] | None = None) -> np.ndarray:
     prg = exp2_program(len(x), lanes, dtypes.float32)
     out = np.empty_like(x)
-    getattr(build(prg.src, tmp_path, f"{prg.function_name}_{lanes}"), prg.function_name)(
+    getattr(build(prg.src, tmp_path, f"{prg.function_name}_{lanes}", flags), prg.function_name)(
         ctypes.c_void_p(out.ctypes.data), ctypes.c_void_p(x.ctypes.data)
     )
     return out
@@ -155,3 +156,22 @@ def test_half_computes_in_float(tmp_path: pathlib.Path) -> None:
         ctypes.c_void_p(out.ctypes.data), ctypes.c_void_p(x.ctypes.data)
     )
     np.testing.assert_array_equal(out, np.exp2(x.astype(np.float64)).astype(np.float16))
+
+
+@pytest.mark.skipif(host_vector_bytes() != 64, reason="the inline vector form is AVX-512's")
+def test_avx512_vectors_are_inline_where_libmvec_links(tmp_path: pathlib.Path) -> None:
+    """16 float32 lanes on AVX-512 run cstyle._EXP2_FLOAT16_AVX512 even where libmvec links (its call spills every
+    vector register): with the runtime's own flags, no libmvec call and a vscalefps; the same bits as the inline
+    scalar form lane for lane, so within its ulp of float64 over the sampled range, edges included."""
+    flags = list(compiler_cpu.compiler_flags())
+    cmd = ["cc", *(f for f in flags if f not in ("-shared", "-")), "-S", "-o", "-", "-"]
+    src = exp2_program(1024, 16).src
+    asm = subprocess.run(cmd, input=src.encode(), capture_output=True, check=True).stdout.decode()
+    assert "_ZGVeN16v_exp2f" not in asm
+    assert "exp2f" not in asm.replace("fg_exp2f", "")
+    assert "vscalefps" in asm
+    x = sample_inputs(1 << 20, seed=2)
+    x = x[: len(x) // 16 * 16]
+    got = run_exp2(x, tmp_path, 16, flags)
+    np.testing.assert_array_equal(got.view(np.uint32), run_exp2(x, tmp_path).view(np.uint32))
+    assert ulps(got, x).max() <= 1.5
