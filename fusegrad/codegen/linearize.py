@@ -230,18 +230,17 @@ pm_reduce_to_accumulator = PatternMatcher([
 def is_partials(u: UOp) -> bool:
     """An AFTER of a register array filled with reduces' values (a GROUP's or LANES's partials, one per chunk or lane):
     its address doesn't depend on the loop that fills it, only its contents."""
-    if u.op is not Ops.AFTER or u.src[0].op is not Ops.DEFINE_REG:
-        return False
-    writes = [s for s in u.src[1:] if s.op is Ops.STORE]
-    return bool(writes) and all(s.src[1].op is Ops.REDUCE for s in writes)
+    return bool(writes := _register_writes(u)) and all(s.src[1].op is Ops.REDUCE for s in writes)
 
 
 def is_row_buffer(u: UOp) -> bool:
     """An AFTER of a row buffer (codegen/rowbuffer.py) filled by a reduce's loop: later loops read its contents."""
-    if u.op is not Ops.AFTER or u.src[0].op is not Ops.DEFINE_REG:
-        return False
-    writes = [s for s in u.src[1:] if s.op is Ops.STORE]
-    return bool(writes) and not any(s.src[1].op is Ops.REDUCE for s in writes)
+    return bool(writes := _register_writes(u)) and not any(s.src[1].op is Ops.REDUCE for s in writes)
+
+
+def _register_writes(u: UOp) -> list[UOp]:
+    """The stores an AFTER of a DEFINE_REG waits on (none for any other node)."""
+    return [s for s in u.src[1:] if s.op is Ops.STORE] if u.op is Ops.AFTER and u.src[0].op is Ops.DEFINE_REG else []
 
 
 def dependents(root: UOp, rng: UOp, past_partials: bool = True) -> set[UOp]:

@@ -113,12 +113,16 @@ def _fill_in_lanes(sink: UOp, lane: UOp) -> UOp:
     vector of values (softmax's exps, computed once). Only for a lane loop that becomes one vector, so the fill runs
     in the step loop itself; unchanged where no fill's value is the sum's."""
     nodes = sink.toposort()
+    fills = [u for u in nodes if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and len(u.src[0].src) == 2]
+    fills = [u for u in fills if u.src[0].src[0].op is Ops.DEFINE_REG and u.src[0].src[1].op is Ops.RANGE]
+    if not fills:  # no row buffer: the common case, nothing to look for
+        return sink
     present, lanes = set(nodes), int(lane.src[0].arg)
     steps = [u for u in nodes if u.op is Ops.RANGE and u.arg[1] is AxisType.REDUCE and u.src[0].op is Ops.CONST]
     moves: dict[UOp, UOp] = {}
-    for store in (u for u in nodes if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and len(u.src[0].src) == 2):
-        reg, rng = store.src[0].src
-        if reg.op is not Ops.DEFINE_REG or rng.op is not Ops.RANGE or rng.arg[1] is not AxisType.REDUCE:
+    for store in fills:
+        rng = store.src[0].src[1]
+        if rng.arg[1] is not AxisType.REDUCE:
             continue
         for step in (s for s in steps if s is not rng and int(s.src[0].arg) * lanes == rng.src[0].arg):
             moved = graph_rewrite(store.substitute({rng: step * lanes + lane}), sym, name="fill in lanes")
