@@ -956,18 +956,22 @@ def row_lane_opts(sink: UOp, opts: list[Opt]) -> list[Opt]:
     come from L1). Layernorm forward at (4096, 1024), heuristic vs LANES on both sums in one process: 2 threads
     1.52 -> 1.04 ms best (1.80 -> 1.47 median), one thread 2.95 -> 2.37 ms; RMSNorm 0.94 -> 0.80 ms.
 
-    A sum whose terms call exp2 (a softmax's, a log-softmax's) takes one vector of lanes where the vector exp2 is
+    A float32 max over a row (a softmax's) takes LANE_VECTORS vector maxima the same way: one running max per lane
+    waits 5 cycles a step on its compare and select, 4 independent ones don't. A sum whose terms call exp2 (a
+    softmax's, a log-softmax's) takes one vector of lanes where the vector exp2 is
     inline (`_inline_exp2`): the loop is bound by the exp, and it also fills the row buffer KEEP made, as vectors.
-    Softmax forward (4096, 1024), 2 threads, in turns: 1.20-2.40 -> 0.92-1.97 ms. Not for other math (log, sin; exp2
-    on AVX2, a libmvec call), a loop of fewer than ROW_LANE_STEPS steps of lanes, or one the vector forms can't
-    express."""
+    Softmax forward (4096, 1024), 2 threads, best of 60 in alternating processes: 1.20-1.60 -> 0.89-0.94 ms with the
+    exp sum's vector, 0.78-0.90 with the max's lanes too; log-softmax 1.23-1.31 -> 0.75-0.87. Not for other math
+    (log, sin; exp2 on AVX2, a libmvec call), a loop of fewer than ROW_LANE_STEPS steps of lanes, or one the vector
+    forms can't express."""
     nodes = apply_opts(sink, tuple(opts)).toposort()  # after KEEP: a sum of a row buffer's exp no longer calls exp
     if not any(u.op is Ops.RANGE and u.arg[1] is AxisType.LOOP for u in nodes):
         return []  # a full reduction: group_opts splits it, with lane_opts
     kept = {o.axis for o in opts if o.op is OptOps.KEEP}
     ret: list[Opt] = []
     for red in (u for u in nodes if u.op is Ops.REDUCE):
-        if len(red.src) != 2 or red.dtype not in VECTOR_DTYPES or red.arg not in vectorize.VECTOR_REDUCES:
+        row_max = red.arg is Ops.MAX and red.dtype == dtypes.float32  # vector max: lane masks of float32 lanes
+        if len(red.src) != 2 or red.dtype not in VECTOR_DTYPES or not (red.arg in vectorize.VECTOR_REDUCES or row_max):
             continue
         rng, lanes = red.src[1], LANE_VECTORS * vectorize.host_vector_bytes() // red.dtype.itemsize
         if (math := {u.op for u in dependents(red.src[0], rng)} & _TRANSCENDENTAL) and not _inline_exp2(red, math):

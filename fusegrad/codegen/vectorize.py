@@ -28,7 +28,7 @@ VECTOR_BYTES = 32  # one AVX2 register: every x86-64 CPU the C renderer targets 
 WIDE_VECTOR_BYTES = 64  # one AVX-512 register, where the host has them
 # float ops a vector spells like a scalar (MAX, comparisons and selects need lane masks the C renderer doesn't have)
 VECTOR_ALU = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV})
-VECTOR_REDUCES = frozenset({Ops.ADD, Ops.MUL})
+VECTOR_REDUCES = frozenset({Ops.ADD, Ops.MUL})  # and, with lane masks (the CPU), a float32 MAX (`max_reduce`)
 # on the CPU (GCC vectors) float32 work after a vector reduce also has vector forms: compares give lane masks (a vector
 # of int, all bits set where true), a select picks by mask, max is a compare and a select, and the math ops call
 # glibc's vector variants (a fused silu or gelu epilogue was ~80% of its matmul's time lane by lane)
@@ -271,13 +271,18 @@ class _Vectorizer:
                 return UOp(Ops.LOAD, self.vec, (self.new[u.src[0]],))
             case Ops.STORE if u.src[0] in self.new and self.new[u.src[0]] in self.vector_index:
                 return UOp(Ops.STORE, dtypes.void, (self.new[u.src[0]], self.operand(u.src[1])))
-            case Ops.REDUCE if u.arg in VECTOR_REDUCES and u.dtype == self.vec.scalar():
+            case Ops.REDUCE if u.dtype == self.vec.scalar() and (u.arg in VECTOR_REDUCES or self.max_reduce(u)):
                 return UOp(Ops.REDUCE, self.vec, (self.operand(u.src[0]), *u.src[1:]), u.arg)
             case op if op in VECTOR_ALU and u.dtype == self.vec.scalar():
                 return UOp(op, self.vec, tuple(self.operand(s) for s in u.src))
             case op if self.masks and op in SELECT_ALU:
                 return self.convert_select(u)
         raise _NoVectorFormError(f"{u.op} of {u.dtype}")
+
+    def max_reduce(self, u: UOp) -> bool:
+        """A max reduce of float32 lanes on the CPU: its accumulator updates are the vector max (a compare and a
+        select that keep NaN, the scalar form's order), one register per vector of LANES."""
+        return self.masks and u.arg is Ops.MAX
 
     def convert_select(self, u: UOp) -> UOp:
         """Compares as lane masks (bool vectors), selects by a mask or by a scalar condition, max and math ops."""

@@ -1,3 +1,6 @@
+typedef int fg_mask8 __attribute__((vector_size(32)));
+typedef float float8 __attribute__((vector_size(32)));
+typedef float float8_u __attribute__((vector_size(32), aligned(4), may_alias));
 #include <math.h>
 #ifdef FUSEGRAD_MVEC
 float exp2f(float) __attribute__((simd("notinbranch")));
@@ -8,22 +11,12 @@ double log2(double) __attribute__((simd("notinbranch")));
 double sin(double) __attribute__((simd("notinbranch")));
 #endif
 void r_8_4(float* restrict data0, const float* restrict data1) {
-  float acc0[8] __attribute__((aligned(32)));
-  #pragma omp simd
-  for (long long ridx3 = 0; ridx3 < 8; ridx3++) {
-    acc0[ridx3] = (-__builtin_inff());
-  }
-  #pragma GCC unroll 4
+  float8 acc0;
+  float8 alu0 = ((float8){(-__builtin_inff()),(-__builtin_inff()),(-__builtin_inff()),(-__builtin_inff()),(-__builtin_inff()),(-__builtin_inff()),(-__builtin_inff()),(-__builtin_inff())});
+  acc0 = alu0;
   for (long long ridx1 = 0; ridx1 < 4; ridx1++) {
-    long long alu0 = (ridx1*8);
-    #pragma omp simd
-    for (long long ridx4 = 0; ridx4 < 8; ridx4++) {
-      float val0 = data1[ridx4+alu0];
-      acc0[ridx4] = (((acc0[ridx4]>val0)|(acc0[ridx4]!=acc0[ridx4]))?acc0[ridx4]:val0);
-    }
+    float8 val0 = (*(const float8_u*)&data1[ridx1*8]);
+    acc0 = ((float8)(((fg_mask8)acc0&((acc0>val0)|(acc0!=acc0)))|((fg_mask8)val0&~((acc0>val0)|(acc0!=acc0)))));
   }
-  #pragma omp simd
-  for (long long ridx2 = 0; ridx2 < 8; ridx2++) {
-    data0[ridx2] = acc0[ridx2];
-  }
+  (*(float8_u*)&data0[0]) = acc0;
 }
