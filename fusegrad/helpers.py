@@ -48,15 +48,32 @@ def _parse_int(key: str, raw: str, default: int) -> int:
 
 
 @functools.cache
-def cpu_flags() -> frozenset[str]:
-    """The host CPU's feature flags (Linux's /proc/cpuinfo `flags` line: "avx512f", "fma", ...); empty where there is
-    none. Read once: the C kernels compile with -march=native, so these are what they may use."""
+def _cpuinfo() -> str:
+    """The first CPU's block of Linux's /proc/cpuinfo ("" where there is none): read once."""
     try:
-        text = pathlib.Path("/proc/cpuinfo").read_text(errors="replace")
+        return pathlib.Path("/proc/cpuinfo").read_text(errors="replace").split("\n\n")[0]
     except OSError:
-        return frozenset()
-    line = re.search(r"^flags\s*:(.*)$", text, re.MULTILINE)
-    return frozenset(line.group(1).split()) if line else frozenset()
+        return ""
+
+
+def _cpuinfo_field(name: str) -> str:
+    line = re.search(rf"^{name}\s*:(.*)$", _cpuinfo(), re.MULTILINE)
+    return line.group(1).strip() if line else ""
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The host CPU's feature flags (/proc/cpuinfo's `flags` line: "avx512f", "fma", ...); empty where there is none.
+    The C kernels compile with -march=native, so these are what they may use."""
+    return frozenset(_cpuinfo_field("flags").split())
+
+
+@functools.cache
+def cpu_family() -> tuple[str, int]:
+    """The host CPU's vendor and family number from /proc/cpuinfo (("AuthenticAMD", 25) on a Zen 3 or Zen 4); ("", 0)
+    where there is none."""
+    family = _cpuinfo_field("cpu family")
+    return _cpuinfo_field("vendor_id"), int(family) if family.isdigit() else 0
 
 
 @overload

@@ -792,7 +792,7 @@ def _two_vector_tile(
     they divide the axes, else `tile` and `packed` as they are: register_tile's choice of 14 accumulators (4 x 3
     vectors over 384 columns, 4 x 2 over 512) leaves AVX-512's registers idle, and 4 x 4 streams a 4-vector panel
     (GPT's qkv x @ w.T 918 -> 720 us, its FFN up 1017 -> 959 us single-thread; 4 x 64: 916 and 1246)."""
-    rows, vectors = ROW_PACK_ACCUMULATORS // 2, 2
+    rows, vectors = ROW_PACK_ACCUMULATORS // 2, _tile_vectors(2)
     reuse, vector = tile
     if sizes[reuse.axis] % rows or sizes[vector.axis] % (vectors * width):
         return tile, packed
@@ -800,6 +800,17 @@ def _two_vector_tile(
     if wide == tile or not (wide_packed := pack_opts(sink, wide, _reduce_loads(sink.toposort()), reduce_size, sizes)):
         return tile, packed
     return wide, wide_packed
+
+
+def _tile_vectors(vectors: int) -> int:
+    """A packed register tile's vectors per row: `vectors`, or one where the host splits its 64-byte vectors
+    (vectorize.split_wide_vectors: Zen 4). There 8 rows x 1 vector ran faster than 8 x 2 on each packed tile tried
+    (kernels in turns, 2 threads): sdpa (4, 8, 256, 64)'s q @ k.T 1.47-2.61 -> 1.35-1.83 ms, its p @ v 1.60 -> 1.51
+    ms, the GPT step's x @ w.T over 384 and 512 columns 503-523 -> 467-479 us and 676-726 -> 618-642 us (16 x 1 no
+    faster than 8 x 2; 4 x 2 in between on q @ k.T, slower on p @ v). Whole cases, alternating processes: bench/ops.py's
+    sdpa 4.60-5.06 -> 3.44-4.12 ms, the GPT step's best 20.6-23.5 -> 19.6-21.3 ms. On Zen 5 8 x 2 is the faster
+    (test_attention_tiles)."""
+    return 1 if vectorize.split_wide_vectors() else vectors
 
 
 def _taller_tile(
@@ -814,7 +825,10 @@ def _taller_tile(
     rows = reuse.arg * 2
     if not width or vector.arg % width or sizes[reuse.axis] % rows or rows * (vector.arg // width) > accumulators:
         return []
-    tile = [Opt(OptOps.UPCAST, reuse.axis, rows), vector]
+    tile = [
+        Opt(OptOps.UPCAST, reuse.axis, rows),
+        Opt(OptOps.UPCAST, vector.axis, _tile_vectors(vector.arg // width) * width),
+    ]
     packed = pack_opts(sink, tile, _reduce_loads(sink.toposort()), reduce_size, sizes)
     return tile + packed if packed else []
 

@@ -17,7 +17,7 @@ import functools
 
 from fusegrad.codegen.linearize import dependents, is_partials, is_row_buffer, range_key
 from fusegrad.dtype import DType, PtrDType, dtypes
-from fusegrad.helpers import cpu_flags
+from fusegrad.helpers import cpu_family, cpu_flags
 from fusegrad.uop import REDUCE_AXES, AxisType, GroupOp, Ops
 from fusegrad.uop.ops import UOp, graph_rewrite
 from fusegrad.uop.symbolic import split_uop, sym
@@ -48,6 +48,13 @@ def host_vector_bytes() -> int:
     """The C renderer's vector size: 64 bytes where the CPU has AVX-512F (the kernels compile with -march=native, so
     a 64-byte GCC vector is one register; matmul tiles run ~25% faster than with 32), else 32."""
     return WIDE_VECTOR_BYTES if "avx512f" in cpu_flags() else VECTOR_BYTES
+
+
+def split_wide_vectors() -> bool:
+    """Whether the host runs its 64-byte vectors on 32-byte units, each AVX-512 op as two halves: AMD's family 25
+    (0x19) with AVX-512F, i.e. Zen 4 (Zen 3 has no AVX-512; Zen 5, family 26, and Intel's AVX-512 cores have
+    full-width units). Register tiles there hold one vector per row (opt._tile_vectors)."""
+    return host_vector_bytes() == WIDE_VECTOR_BYTES and cpu_family() == ("AuthenticAMD", 25)
 
 
 def vector_sizes() -> tuple[int, ...]:

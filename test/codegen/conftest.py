@@ -1,5 +1,6 @@
 """Codegen tests see 32-byte vectors on every host: golden sources and the heuristic's tiles don't depend on whether
-the machine running them has AVX-512 (test_vectorize checks the 64-byte path on purpose)."""
+the machine running them has AVX-512 (test_vectorize checks the 64-byte path on purpose), and full-width 64-byte units
+where a test forces those vectors (test_split_vectors checks Zen 4's split ones)."""
 
 from __future__ import annotations
 
@@ -11,3 +12,4 @@ from fusegrad.codegen import vectorize
 @pytest.fixture(autouse=True)
 def _avx2_vectors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(vectorize, "host_vector_bytes", lambda: vectorize.VECTOR_BYTES)
+    monkeypatch.setattr(vectorize, "split_wide_vectors", lambda: False)
