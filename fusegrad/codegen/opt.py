@@ -960,7 +960,8 @@ _TRANSCENDENTAL = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})
 def _inline_exp2(red: UOp, math: set[Ops]) -> bool:
     """Whether a sum whose terms call `math` runs them inline as vectors: float32 exp2 alone on an AVX-512 host
     (renderer/cstyle.py's fg_exp2_float16; the other vector math calls libmvec, whose call spills the registers)."""
-    return math == {Ops.EXP2} and red.dtype == dtypes.float32 and vectorize.host_vector_bytes() == 64
+    wide = vectorize.host_vector_bytes() == vectorize.WIDE_VECTOR_BYTES
+    return math == {Ops.EXP2} and red.dtype == dtypes.float32 and wide
 
 
 def row_lane_opts(sink: UOp, opts: list[Opt]) -> list[Opt]:
@@ -988,14 +989,16 @@ def row_lane_opts(sink: UOp, opts: list[Opt]) -> list[Opt]:
         if len(red.src) != 2 or red.dtype not in VECTOR_DTYPES or not (red.arg in vectorize.VECTOR_REDUCES or row_max):
             continue
         rng, lanes = red.src[1], LANE_VECTORS * vectorize.host_vector_bytes() // red.dtype.itemsize
+        if rng.src[0].op is not Ops.CONST:  # before the walk over the sum's terms below
+            continue
         if (math := {u.op for u in dependents(red.src[0], rng)} & _TRANSCENDENTAL) and not _inline_exp2(red, math):
             continue
         if math:  # bound by the exp, not the adds: one vector, whose loop also fills the kept row buffer
             lanes = vectorize.host_vector_bytes() // red.dtype.itemsize
         elif rng.arg[0] in kept:
             continue
-        size = int(rng.src[0].arg) if rng.src[0].op is Ops.CONST else 0
-        if not size or size % lanes or size < ROW_LANE_STEPS * lanes:
+        size = int(rng.src[0].arg)
+        if size % lanes or size < ROW_LANE_STEPS * lanes:
             continue
         trial = [*ret, Opt(OptOps.LANES, rng.arg[0], lanes)]
         try:
