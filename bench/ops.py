@@ -24,8 +24,10 @@ once per case against torch in float64 (max abs error of each system, fusegrad's
 
 The machine's peak (bench/peak.c, compiled with cc and run on every core before and after the cases, best kept): fp32
 FMA GFLOP/s and copy GB/s at the bench's working-set size (64 MiB touched) and past every cache (2 GiB). The targets
-are read on the default fusegrad column; heuristics vs BEAM=2 are per case and per kernel (the search's own timing of
-the heuristic's opts beside its choice). Training steps: bench/train.py.
+are the issue's, read on the default fusegrad column; the softmax and layernorm forward passes alone, which the issue
+holds to nothing by themselves, are held to torch and 80% of the copy peak, as sum and chain are. Heuristics vs
+BEAM=2 are per case and per kernel (the search's own timing of the heuristic's opts beside its choice). Training
+steps: bench/train.py.
 Usage: python bench/ops.py [--quick] [--reps N] [--timeout S] [--cases SUBSTRING ...] [--peers NAME ...]
 [--beam-budget S]. --quick: the issue's cases without matmul 2048, the small matmuls and the backward passes; no eager
 column; 2 reps; 10 s per BEAM search (a few minutes with a cold BEAM cache, about one with a warm one).
@@ -84,9 +86,12 @@ CASES: dict[str, Case] = {
     "conv2d fwd+bwd": Case(flops=3.0 * CONV_FLOPS, vs="torch", backward=True),
     "sdpa": Case(flops=SDPA_FLOPS, vs="torch"),
     "sdpa causal": Case(flops=SDPA_FLOPS, vs="torch"),
-    "softmax fwd": Case(bytes=2 * ROW_BYTES, vs="torch", ratio=2.0),
+    # the issue's table sets 2x torch on the forward+backward pair (torch runs it as several passes over memory,
+    # fusegrad as one); a forward alone is one read and one write in both, so its target is the copy bandwidth's
+    # (as for sum and chain): at 2x torch it would have to move 32 MB at about twice the host's measured copy rate
+    "softmax fwd": Case(bytes=2 * ROW_BYTES, vs="torch", of_peak=0.8),
     "softmax fwd+bwd": Case(bytes=4 * ROW_BYTES, vs="torch", ratio=2.0, backward=True),
-    "layernorm fwd": Case(bytes=2 * ROW_BYTES, vs="torch", ratio=2.0),
+    "layernorm fwd": Case(bytes=2 * ROW_BYTES, vs="torch", of_peak=0.8),
     "layernorm fwd+bwd": Case(bytes=4 * ROW_BYTES, vs="torch", ratio=2.0, backward=True),
     "sum 16M": Case(bytes=4.0 * SUM_N, vs="torch", of_peak=0.8),
     "chain 4M": Case(bytes=3 * 4.0 * CHAIN_N, vs="torch", of_peak=0.8),

@@ -13,7 +13,9 @@ batchnorms' running statistics.
 
 Timing: each step is timed on its own, from the call with ready input tensors to the loss as a Python float. The first
 --warmup steps (default 2: fusegrad's eager first call and the TinyJit capture call) are not counted; the median
-of the next --steps steps (default 3) gives tokens/s (batch*context per step) or images/s; the best is shown too.
+of the next --steps steps (default 15) gives tokens/s (batch*context per step) or images/s; the best is shown too.
+The peers take turns over the timed steps (--turns, default 5: three steps each), after a 50 ms pause each, so that
+a slow minute of the shared host falls on all of them alike.
 The first-call and capture-call times of the jitted peers are their scheduling and compiling (the persistent compile
 caches stay on unless --cold sets CACHELEVEL=0). The ratio column is fusegrad's throughput over the peer's.
 
@@ -62,6 +64,7 @@ os.environ.setdefault("DEV", "CPU")  # the reference system may pick another bac
 Batch = tuple[np.ndarray, np.ndarray]  # (inputs, integer targets)
 Weights = dict[str, np.ndarray]  # state-dict name -> initial value, copied into every peer
 LOSS_RTOL = 1e-3
+SETTLE = 0.05  # seconds of pause before each peer's turn (train)
 PEERS = ("torch", "tinygrad")
 
 
@@ -388,17 +391,45 @@ def make_cases(args: argparse.Namespace) -> list[Case]:
     return cases
 
 
-def train(trainer: Trainer, case: Case, warmup: int) -> Run:
-    """Every batch of the case, one timed step each (inputs prepared beforehand, the loss read back as a float), as a
-    user runs them: a jitted fusegrad step replays through its graph runners. Then a jitted fusegrad step takes the
-    batches after the warm-up again, untimed for the rate, to measure its replay's Python overhead (overhead_steps)."""
-    prepared = [trainer.prepare(b) for b in case.batches]
-    run = Run()
-    for inputs in prepared:
-        step_once(trainer, run, inputs)
-    if trainer.jit is not None and len(prepared) > warmup:
-        overhead_steps(trainer, run, prepared[warmup:])
-    return run
+def turns_of(steps: int, turns: int) -> list[int]:
+    """How many timed steps each turn holds: `steps` split into `turns` (at most one per step), the first ones one
+    longer when it does not divide."""
+    turns = max(1, min(turns, steps))
+    return [steps // turns + (i < steps % turns) for i in range(turns)]
+
+
+def train(trainers: dict[str, Trainer], case: Case, args: argparse.Namespace) -> dict[str, Run | None]:
+    """Every peer trains on every batch of the case, one timed step each (inputs prepared beforehand, the loss read
+    back as a float), as a user runs them: a jitted fusegrad step replays through its graph runners. Each peer takes
+    its warm-up steps first; then the peers take turns (`--turns`), each turn a SETTLE pause (the previous peer's
+    OpenMP threads spin for milliseconds and would take a core) and then that peer's share of the timed steps back to
+    back, so that a minute in which the shared host runs slow falls on every peer alike (in blocks, one peer's whole
+    run could land in it). Then a jitted fusegrad step takes the timed batches again, untimed for the rate, to
+    measure its replay's Python overhead (overhead_steps). A peer whose step raises is reported and left out (None)."""
+    prepared: dict[str, list[Any]] = {}
+    runs: dict[str, Run | None] = {}
+    for peer, trainer in trainers.items():
+        prepared[peer], runs[peer] = [trainer.prepare(b) for b in case.batches], Run()
+    start = 0
+    for share in [args.warmup, *turns_of(len(case.batches) - args.warmup, args.turns)]:
+        for peer, trainer in trainers.items():
+            run = runs[peer]
+            if run is None:
+                continue
+            time.sleep(SETTLE)
+            try:
+                for inputs in prepared[peer][start : start + share]:
+                    step_once(trainer, run, inputs)
+            except Exception as e:  # one failing peer leaves the others standing
+                if peer == "fusegrad":
+                    raise
+                print(f"{peer}: failed ({type(e).__name__}: {e})")
+                runs[peer] = None
+        start += share
+    ours = trainers["fusegrad"]
+    if ours.jit is not None and len(case.batches) > args.warmup:
+        overhead_steps(ours, runs["fusegrad"], prepared["fusegrad"][args.warmup :])  # type: ignore[arg-type]
+    return runs
 
 
 def graphs_off(trainer: Trainer) -> contextlib.AbstractContextManager[Any]:
@@ -638,30 +669,31 @@ def print_kernel_ranking(case: Case, top: int, reps: int) -> None:
 
 
 def run_peers(case: Case, args: argparse.Namespace) -> dict[str, Run | None]:
-    """Train the case with fusegrad and then with each peer, from fusegrad's initial weights."""
+    """Train the case with fusegrad and each peer, from fusegrad's initial weights, the peers taking turns (train)."""
     trainer, weights = MAKERS[case.name]["fusegrad"](case)
-    ours = train(trainer, case, args.warmup)
-    runs: dict[str, Run | None] = {"fusegrad": ours}
-    print(f"fusegrad  done: median step {statistics.median(ours.seconds[args.warmup :]) * 1e3:.1f} ms", flush=True)
+    trainers = {"fusegrad": trainer}
+    failed: list[str] = []
     for peer in args.peers:
         try:
-            run = train(MAKERS[case.name][peer](case, weights), case, args.warmup)
+            trainers[peer] = MAKERS[case.name][peer](case, weights)
         except ImportError as e:  # a peer that is not installed is reported, not fatal
             print(f"{peer}: skipped ({type(e).__name__}: {e})")
-            continue
         except Exception as e:  # one failing peer leaves the others standing
             print(f"{peer}: failed ({type(e).__name__}: {e})")
-            runs[peer] = None
-            continue
-        runs[peer] = run
-        print(f"{peer:10s}done: median step {statistics.median(run.seconds[args.warmup :]) * 1e3:.1f} ms", flush=True)
-    return runs
+            failed.append(peer)
+    runs = train(trainers, case, args)
+    for peer, run in runs.items():
+        if run is not None:
+            median = statistics.median(run.seconds[args.warmup :]) * 1e3
+            print(f"{peer:10s}done: median step {median:.1f} ms", flush=True)
+    return runs | dict.fromkeys(failed)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add = parser.add_argument
-    add("--steps", type=int, default=3, help="timed steps per peer and case, after the warm-up (default 3)")
+    add("--steps", type=int, default=15, help="timed steps per peer and case, after the warm-up (default 15)")
+    add("--turns", type=int, default=5, help="turns the peers take over the timed steps (default 5)")
     add("--warmup", type=int, default=2, help="untimed first steps: the call and the capture (default 2, min 2)")
     add("--quick", action="store_true", help="1 timed step")
     add("--check", type=int, default=3, help="first steps whose losses are compared with torch's (default 3)")
@@ -685,7 +717,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.cases, args.peers = args.cases.split(","), [p for p in args.peers.split(",") if p]
     if unknown := sorted(set(args.cases) - set(MAKERS)) + sorted(set(args.peers) - set(PEERS)):
         parser.error(f"unknown case or peer: got {unknown}, expected cases {list(MAKERS)} and peers {list(PEERS)}")
-    sizes = (args.steps, args.check, args.vocab, args.context, args.dim, args.heads, args.layers,
+    sizes = (args.steps, args.turns, args.check, args.vocab, args.context, args.dim, args.heads, args.layers,
              args.batch, args.conv_batch, args.width)  # fmt: skip
     if args.warmup < 2 or min(sizes) < 1 or args.conv_batch < 2 or args.kernels < 0 or args.kernel_reps < 1:
         parser.error("--warmup must be at least 2, --conv-batch at least 2, --kernels at least 0, the other counts and "

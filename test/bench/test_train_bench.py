@@ -57,6 +57,41 @@ def test_loss_agreement_flags_a_different_computation(bench: ModuleType, capsys:
     assert "no torch run" in capsys.readouterr().out
 
 
+def test_turns_split_the_timed_steps(bench: ModuleType) -> None:
+    assert bench.turns_of(15, 5) == [3, 3, 3, 3, 3]
+    assert bench.turns_of(4, 3) == [2, 1, 1]
+    assert bench.turns_of(2, 5) == [1, 1], "no empty turn"
+    assert bench.turns_of(3, 0) == [3], "at least one turn"
+
+
+def test_peers_take_turns_and_a_failing_peer_is_left_out(
+    bench: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(bench, "SETTLE", 0.0)
+    order: list[tuple[str, int]] = []
+
+    def trainer(name: str, fail_at: int = -1) -> Any:
+        def step(batch: int) -> Any:
+            if batch == fail_at:
+                raise RuntimeError("out of memory")
+            order.append((name, batch))
+            return SimpleNamespace(item=lambda: float(batch))
+
+        return bench.Trainer(prepare=lambda b: b, step=step)
+
+    case = SimpleNamespace(batches=list(range(6)))
+    args = SimpleNamespace(warmup=2, turns=2)
+    runs = bench.train({"fusegrad": trainer("fusegrad"), "torch": trainer("torch"), "tinygrad": trainer("tinygrad", 4)},
+                       case, args)  # fmt: skip
+    assert order == [("fusegrad", 0), ("fusegrad", 1), ("torch", 0), ("torch", 1), ("tinygrad", 0), ("tinygrad", 1),
+                     ("fusegrad", 2), ("fusegrad", 3), ("torch", 2), ("torch", 3), ("tinygrad", 2), ("tinygrad", 3),
+                     ("fusegrad", 4), ("fusegrad", 5), ("torch", 4), ("torch", 5)]  # fmt: skip
+    assert runs["tinygrad"] is None
+    assert "tinygrad: failed (RuntimeError: out of memory)" in capsys.readouterr().out
+    assert runs["fusegrad"].losses == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert len(runs["torch"].seconds) == 6
+
+
 def test_kernel_clock_times_each_c_call_and_restores(bench: ModuleType) -> None:
     def kernel(*args: Any) -> None:
         time.sleep(0.01)
@@ -148,6 +183,6 @@ def test_timed_steps_replay_through_graph_runners(bench: ModuleType, monkeypatch
         graphed.append(any(isinstance(ei.prg, GraphRunner) for ei in cache))
 
     monkeypatch.setattr(bench, "step_once", watched)
-    run = bench.train(trainer, case, args.warmup)
+    run = bench.train({"fusegrad": trainer}, case, args)["fusegrad"]
     assert graphed[args.warmup :] == [True] * (len(graphed) - args.warmup)
     assert len(run.overheads) == len(case.batches) - args.warmup
