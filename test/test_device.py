@@ -30,9 +30,10 @@ from fusegrad.device import (
     _Device,
     canonicalize_device,
     enumerate_devices_str,
+    host_memory,
 )
 from fusegrad.dtype import dtypes
-from fusegrad.helpers import Context, GlobalCounters, ProfilePointEvent, mv_address
+from fusegrad.helpers import Context, GlobalCounters, ProfilePointEvent, mv_address, to_mv
 
 
 @pytest.fixture(autouse=True)
@@ -434,6 +435,26 @@ def test_host_memory_is_private_zeroed_and_advised_huge(allocator: MallocAllocat
     assert "sh" not in flags
     thp = hasattr(mmap, "MADV_HUGEPAGE") and os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled")
     assert ("hg" in flags) == (thp and size >= HUGEPAGE_BYTES), f"VmFlags {flags}"
+
+
+@pytest.mark.parametrize("size", [HUGEPAGE_BYTES, 3 * HUGEPAGE_BYTES + 12])
+def test_large_host_memory_starts_on_a_huge_page(size: int) -> None:
+    """A large allocation's data starts on a huge-page boundary (so 2 MB multiples fill whole huge pages), the CPU
+    allocator's too, whose data sits GUARD_BYTES into its allocation; the guard after it is mapped and readable."""
+    from fusegrad.runtime.ops_cpu import GUARD_BYTES, CPUAllocator
+
+    for lead in (0, 64, 4096 + 8):
+        mem = host_memory(size + lead, lead)
+        assert (mv_address(mem) + lead) % HUGEPAGE_BYTES == 0, lead
+        assert len(mem) == size + lead
+        assert not any(mem[:: 4096 - 1])
+        mem[-1] = 7  # writable to its last byte
+    data = CPUAllocator(Device["CPU"]).alloc(size)
+    address = mv_address(data)
+    assert address % HUGEPAGE_BYTES == 0
+    assert to_mv(address + size, GUARD_BYTES).tobytes() == bytes(GUARD_BYTES), "the guard after the data reads zeros"
+    small = host_memory(4096 + 1, 64)
+    assert mv_address(small) % mmap.PAGESIZE == 0, "below a huge page: the mapping itself, page-aligned"
 
 
 def test_allocator_base_needs_a_runtime() -> None:

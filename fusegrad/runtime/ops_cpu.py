@@ -47,6 +47,8 @@ class CPUAllocator(MallocAllocator):
     """MallocAllocator whose buffers each sit GUARD_BYTES inside their mapping, with as many readable bytes after them
     (still 64-byte aligned, so vector loads stay aligned where the buffer's start is)."""
 
+    LEAD = GUARD_BYTES  # the buffer, not its mapping, starts on a huge-page boundary
+
     def _alloc(self, size: int, options: BufferSpec) -> memoryview:
         if options.external_ptr is not None:
             return super()._alloc(size, options)
