@@ -6,6 +6,7 @@
  * copy: dst[i] = src[i] over two float buffers of the given size each, split over the threads; bandwidth counts the
  *       bytes read plus written (2 x size), as bench/ops.py counts a kernel's inputs plus outputs.
  * Usage: peak fma | peak copy BYTES REPS. Prints one line: "fma GFLOP/s" or "copy BYTES GB/s" (best of REPS).
+ * Built with -shared it is a library whose copy_floats bench/ops.py calls (bench/peak.py's copy_function).
  */
 #include <omp.h>
 #include <stdio.h>
@@ -61,6 +62,13 @@ static double fma_gflops(long iters) {
   return best;
 }
 
+/* dst[i] = src[i] over n floats, split over the threads; exported for bench/ops.py, which loads this file built as a
+ * shared library and times this copy in turns with each memory-bound case, over the case's own traffic */
+void copy_floats(float *restrict dst, const float *restrict src, long n) {
+#pragma omp parallel for schedule(static)
+  for (long i = 0; i < n; i++) dst[i] = src[i];
+}
+
 static double copy_gbs(size_t bytes, int reps) {
   size_t n = bytes / sizeof(float);
   float *src = aligned_alloc(64, n * sizeof(float)), *dst = aligned_alloc(64, n * sizeof(float));
@@ -70,8 +78,7 @@ static double copy_gbs(size_t bytes, int reps) {
   double best = 0;
   for (int rep = 0; rep < reps; rep++) {
     double st = omp_get_wtime();
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) dst[i] = src[i];
+    copy_floats(dst, src, (long)n);
     double gbs = 2.0 * (double)bytes / (omp_get_wtime() - st) / 1e9;
     if (gbs > best) best = gbs;
   }

@@ -84,6 +84,36 @@ def test_target_verdicts(bench: ModuleType) -> None:
     assert bench.target("matmul 1024", _run_with(bench, {"fusegrad": at_peak}), peak)[1] == "n/a"  # no numpy
 
 
+def test_memory_bound_cases_are_held_to_the_copy_timed_beside_them(bench: ModuleType) -> None:
+    peak = bench.load_peak_module().Peak(fma_gflops=100.0, copy_gbs={1: 1000.0, 2: 5.0}, threads=2)
+    at_copy = bench.CASES["sum 16M"].bytes / 10e9  # seconds at 10 GB/s
+
+    def run_with(seconds: dict[str, float]) -> object:
+        return bench.Run({peer: {"sum 16M": bench.Timing(t, 1)} for peer, t in seconds.items()}, {}, {})
+
+    run = run_with({"fusegrad": at_copy / 0.85, "torch": at_copy, "copy": at_copy})  # 85% of the copy beside it
+    assert bench.peak_rate("sum 16M", run, peak) == pytest.approx(10.0)
+    assert bench.target("sum 16M", run, peak)[1] == "not met", "slower than torch"
+    run = run_with({"fusegrad": at_copy / 0.85, "torch": at_copy * 2, "copy": at_copy})
+    assert bench.target("sum 16M", run, peak) == (">=1x torch, >=80% copy peak", "met")
+    run = run_with({"fusegrad": at_copy / 0.75, "torch": at_copy * 2, "copy": at_copy})  # 75%: short of 80%
+    assert bench.target("sum 16M", run, peak)[1] == "not met"
+    # without the copy's turns: the measured peak's figure at the bench's working set (the smaller size)
+    assert bench.peak_rate("sum 16M", run_with({"fusegrad": at_copy}), peak) == 1000.0
+
+
+def test_the_copy_peer_copies_each_memory_bound_case(bench: ModuleType) -> None:
+    cases = bench.cases_copy({}, ["sum 16M", "matmul 1024", "transpose 2048"])
+    assert list(cases) == ["sum 16M"], "flop-bound cases and cases without a target get no copy"
+    copy = cases["sum 16M"]
+    dst, src = copy.args
+    assert src.nbytes + dst.nbytes == bench.CASES["sum 16M"].bytes
+    copy()
+    assert np.array_equal(dst, src)
+    with pytest.raises(ValueError, match="two float32 arrays of one shape"):
+        copy.func(dst[:-1], src)
+
+
 def test_heuristics_vs_beam_sums_the_cases_kernels(bench: ModuleType) -> None:
     from fusegrad.codegen.search import SearchResult
 
