@@ -1017,7 +1017,7 @@ def _hand_coded_opts(sink: UOp) -> list[Opt]:
     if len(stores := [u for u in sink.src if u.op is Ops.STORE]) != 1:
         return sibling_opts(sink, stores, reduces, loops)
     if not reduces:
-        return spread_opts(nodes) or transpose_opts(stores[0], nodes)
+        return spread_opts(nodes) or transpose_opts(stores[0], nodes) or exp_vector_opts(sink, stores[0], nodes)
     if not loops:
         return group_opts(sink, nodes)
     # an upcast only pays where a reduce sits inside output loops (a reduce outside them already runs once)
@@ -1080,6 +1080,35 @@ def spread_opts(nodes: dict[UOp, None]) -> list[Opt]:
     # the loop left takes the vector lanes: at least LANE_MIN of them (x of 10 by 2: 5 stayed scalar, 10% slower)
     amount = next((c for c in divisors if 2 <= c < LANE_MIN and size % c == 0 and size // c >= LANE_MIN), None)
     return [Opt(OptOps.UPCAST, inner.arg[0], amount)] if amount is not None else []
+
+
+def exp_vector_opts(sink: UOp, store: UOp, nodes: dict[UOp, None]) -> list[Opt]:
+    """For an elementwise float32 kernel whose value calls exp2 (and no other math) on an AVX-512 host, storing along
+    its innermost output loop and reading along it or not at all: that loop upcast by one 64-byte vector, so the exp
+    runs as the renderer's inline fg_exp2_float16 (where an `omp simd` loop calls libmvec's per vector) and a big
+    kernel's output streams as whole vector lines (renderer/stream.py). `bench/ops.py`'s chain 4M on a Zen 4 host, C
+    harness in turns: 1.05-1.16 -> 0.81-0.85 ms (the vector form without streaming stores 0.90-1.07, libmvec's exp
+    in it 0.95-1.05). [] otherwise, or where the vector forms can't express the kernel."""
+    lanes = vectorize.WIDE_VECTOR_BYTES // 4
+    if vectorize.host_vector_bytes() != vectorize.WIDE_VECTOR_BYTES or store.src[1].dtype != dtypes.float32:
+        return []
+    if {u.op for u in nodes} & _TRANSCENDENTAL != {Ops.EXP2} or store.src[0].op is not Ops.INDEX:
+        return []
+    loops = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] is AxisType.LOOP), key=range_key)
+    if not loops or loops[-1].src[0].op is not Ops.CONST or int(loops[-1].src[0].arg) % lanes:
+        return []
+    inner = loops[-1]
+    if stride(store.src[0].src[1], inner) != 1:
+        return []
+    loads = [u for u in nodes if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and len(u.src[0].src) > 1]
+    if any(stride(ld.src[0].src[1], inner) not in (0, 1) for ld in loads):
+        return []
+    opts = [Opt(OptOps.UPCAST, inner.arg[0], lanes)]
+    try:
+        applied = apply_opts(sink, tuple(opts))
+    except ValueError:
+        return []
+    return opts if vectorize.vectorize_upcast(applied, masks=True) is not applied else []
 
 
 # rows of a transposed copy's tile: each row a store stream. 16 rows 4 KB apart (a 1024-column transpose) thrash a

@@ -576,7 +576,7 @@ class CStyleLanguage(Renderer):
                 if u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR):
                     continue
             indent = "  " * (ctx.depth[u] + 1)
-            if streams.loops and (streamed := _render_streamed(streams, u, ctx, pragmas, indent)) is not None:
+            if streams and (streamed := _render_streamed(streams, u, ctx, pragmas, indent)) is not None:
                 body += streamed
                 continue
             text = cast("str | None", self.string_rewrite.rewrite(u, ctx=ctx))
@@ -611,6 +611,12 @@ def _render_streamed(plan: StreamPlan, u: UOp, ctx: RenderContext, pragmas: dict
         return plan.close_loop(u.src[0], pragmas[u.src[0]], indent, ctx.__getitem__)
     if u in plan.lines:
         return [indent + plan.store(u, ctx[ctx.loop[u]], ctx[u.src[1]])]
+    if u in plan.fenced:
+        return plan.open_fenced(pragmas.get(u, ""), render_range(ctx, u), indent)
+    if u.op is Ops.END and u.src[0] in plan.fenced:
+        return plan.close_fenced(pragmas.get(u.src[0], ""), indent)
+    if u in plan.vectors:
+        return [indent + plan.vector_store(f"&{ctx[u.src[0]]}", ctx.lang.render_dtype(u.src[1].dtype), ctx[u.src[1]])]
     return None
 
 

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fusegrad import Tensor
-from fusegrad.codegen import to_program
+from fusegrad.codegen import to_program, vectorize
 from fusegrad.device import Buffer, Device
 from fusegrad.dtype import PtrDType, dtypes
 from fusegrad.engine.realize import CompiledRunner, get_runner
@@ -212,6 +212,46 @@ def test_streamed_kernel_matches_plain_kernel(rows: int, lines: int, ops: list[i
     ast, inputs = kernel_and_inputs(expression("CPU"))
     streamed = streamed_equals_plain(ast, inputs, offset)
     np.testing.assert_array_equal(streamed.reshape(shape), expression("PYTHON").numpy())
+
+
+def exp_vector_kernel(monkeypatch: pytest.MonkeyPatch, shape: tuple[int, ...]) -> tuple[UOp, dict[int, np.ndarray]]:
+    """An elementwise exp on a faked AVX-512 host: codegen's exp_vector_opts makes it vector code of whole lines."""
+    monkeypatch.setattr(vectorize, "host_vector_bytes", lambda: vectorize.WIDE_VECTOR_BYTES)
+    rng = np.random.default_rng(0)
+    a, b = (Tensor(rng.standard_normal(shape).astype(np.float32)).realize() for _ in range(2))
+    return kernel_and_inputs((a * 0.5 + 1).exp() * b)
+
+
+@pytest.mark.parametrize("offset", [0, 1, 16])
+def test_vector_lines_stream_as_they_are(monkeypatch: pytest.MonkeyPatch, small_caches: None, offset: int) -> None:
+    """A store of a whole line as one vector streams without a line array; its loop is fenced inside its own parallel
+    region; at any output offset (an unaligned one stores plainly) the bits are the plain kernel's."""
+    ast, inputs = exp_vector_kernel(monkeypatch, (1 << 20,))  # enough work for threads
+    src = source(ast)
+    assert "fg_vline" in src, src
+    assert "fg_line0" not in src
+    assert re.search(r"#pragma omp parallel\n\s*\{\n\s*#pragma omp for\n", src), src
+    assert re.search(r"fg_sfence\(\);\n\s*\}\n", src), src
+    streamed = streamed_equals_plain(ast, inputs, offset)
+    expected = np.exp(inputs[1].astype(np.float64) * 0.5 + 1) * inputs[2]
+    np.testing.assert_allclose(streamed, expected, rtol=2e-6)
+
+
+def test_unthreaded_vector_loop_is_fenced_after_it(monkeypatch: pytest.MonkeyPatch, small_caches: None) -> None:
+    ast, inputs = exp_vector_kernel(monkeypatch, (4, stream.LINE))  # too little work for threads
+    src = source(ast)
+    assert "omp parallel" not in src
+    assert "fg_vline" in src
+    assert re.search(r"\}\n\s*fg_sfence\(\);\n\}", src), src  # after the loop, at the kernel's end
+    streamed_equals_plain(ast, inputs, 3)
+
+
+def test_small_vector_kernels_store_as_usual(monkeypatch: pytest.MonkeyPatch) -> None:
+    ast, _ = exp_vector_kernel(monkeypatch, (1 << 12,))
+    src = source(ast)
+    assert "float16" in src
+    assert "fg_stream_line" not in src
+    assert "fg_sfence" not in src
 
 
 def test_flag_compiles_its_own_runner(small_caches: None) -> None:
