@@ -86,7 +86,7 @@ def _vectorize_lane(sink: UOp, lane: UOp | None, masks: bool) -> UOp:
     """`sink` with upcast loop `lane` as vector lanes (see vectorize_upcast), or unchanged."""
     if lane is None:
         return sink
-    dtype = _lane_dtype(sink, lane)
+    dtype = _lane_dtype(sink, lane, masks)
     if dtype is None:
         return sink
     size = int(lane.src[0].arg)
@@ -155,14 +155,17 @@ def _lane_loop(sink: UOp) -> UOp | None:
     return lane if lane.src[0].op is Ops.CONST else None
 
 
-def _lane_dtype(sink: UOp, lane: UOp) -> DType | None:
+def _lane_dtype(sink: UOp, lane: UOp, masks: bool = False) -> DType | None:
     """The one float dtype of the values (not index math) that depend on `lane`, or where a reduce does, of the
-    reduces and the values inside them (the work after them may run lane by lane); None for none or several."""
+    reduces and the values inside them (the work after them may run lane by lane); None for none or several. With
+    `masks`, compares of float32 lanes are lane masks, not values of their own: their bools don't count."""
     dependent = [u for u in dependents(sink, lane, past_partials=False) if u.op not in (Ops.STORE, Ops.INDEX, Ops.SINK)]
     if any(u.op is Ops.REDUCE for u in dependent):
         dependent = [u for u in dependent if u.op is Ops.REDUCE or is_inside_reduce(u)]
     found = {u.dtype for u in dependent}
     found.discard(dtypes.index)
+    if masks and dtypes.float32 in found:
+        found.discard(dtypes.bool)
     if len(found) != 1 or (dtype := found.pop()) not in VECTOR_DTYPES:
         return None
     return dtype

@@ -1,6 +1,7 @@
 """codegen/opt.py exp_vector_opts: on an AVX-512 host an elementwise float32 kernel that calls exp2 is upcast by one
 64-byte vector along its innermost output loop, so the exp runs inline as vectors (renderer/cstyle.py's
-fg_exp2_float16). The host is faked either way (the codegen conftest fakes 32-byte vectors), so these run the same on
+fg_exp2_float16); activations with a compare (sigmoid, SiLU, GELU, ELU) take lane masks for it (vectorize's
+_lane_dtype). The host is faked either way (the codegen conftest fakes 32-byte vectors), so these run the same on
 every machine."""
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ def test_an_exp_chain_is_upcast_by_one_wide_vector(avx512: None) -> None:
     assert hand_coded_opts(kernel(((a + 1) * b - 0.5).exp() * 0.25 + a)) == [Opt(OptOps.UPCAST, 0, LANES)]
     x, row = empty(8, 64), empty(1, 64)
     assert hand_coded_opts(kernel((x - row).exp())) == [Opt(OptOps.UPCAST, 1, LANES)], "a broadcast row reads along"
+    activations = [Tensor.sigmoid, Tensor.silu, Tensor.gelu, Tensor.elu, lambda x: (x > 0).where(x.exp(), b)]
+    for activation in activations:  # their compares as lane masks; one at a time (a live sigmoid is a kernel's own)
+        assert hand_coded_opts(kernel(activation(a))) == [Opt(OptOps.UPCAST, 0, LANES)]
 
 
 def test_other_kernels_keep_the_simd_loop(avx512: None, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -50,7 +54,8 @@ def test_other_kernels_keep_the_simd_loop(avx512: None, monkeypatch: pytest.Monk
     assert hand_coded_opts(kernel(a * 2 + b)) == [], "no exp: the C compiler's own vectorisation"
     assert hand_coded_opts(kernel(a.exp() + b.log())) == [], "log beside it: a libmvec call either way"
     assert hand_coded_opts(kernel(empty(3, 40).exp())) == [], "120 elements: no whole vectors"
-    assert hand_coded_opts(kernel(a.sigmoid())) == [], "a form the vector code can't express (left to the C compiler)"
+    arange = a.exp() + Tensor.arange(1 << 12).float()
+    assert hand_coded_opts(kernel(arange)) == [], "a form the vector code can't express (left to the C compiler)"
     transposed = hand_coded_opts(kernel(empty(64, 64).T.exp()))
     assert transposed == [Opt(OptOps.UPCAST, 0, 8)], "a transposed read takes transpose_opts' rows, not the vector exp"
     assert hand_coded_opts(kernel(Tensor.empty(1 << 12, dtype="float16").exp())) == [], "half precision"
@@ -71,6 +76,9 @@ EXPRESSIONS = [
     lambda x, y: (x - y).exp() * y,
     lambda x, y: (x * 0.3).exp().maximum(y),  # a lane mask's select
     lambda x, y: ((x + 1) * y - 0.5).exp() * 0.25 + x,
+    lambda x, y: (x > 0).where((x * 0.3).exp(), y),  # a select by a lane mask
+    lambda x, y: x.sigmoid() * y,
+    lambda x, y: x.gelu(),
 ]
 
 
