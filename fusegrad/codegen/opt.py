@@ -1083,14 +1083,17 @@ def spread_opts(nodes: dict[UOp, None]) -> list[Opt]:
 
 
 def exp_vector_opts(sink: UOp, store: UOp, nodes: dict[UOp, None]) -> list[Opt]:
-    """For an elementwise float32 kernel whose value calls exp2 (and no other math) on an AVX-512 host, storing along
-    its innermost output loop and reading along it or not at all: that loop upcast by one 64-byte vector, so the exp
-    runs as the renderer's inline fg_exp2_float16 (where an `omp simd` loop calls libmvec's per vector) and a big
-    kernel's output streams as whole vector lines (renderer/stream.py). `bench/ops.py`'s chain 4M on a Zen 4 host, C
-    harness in turns: 1.05-1.16 -> 0.81-0.85 ms (the vector form without streaming stores 0.90-1.07, libmvec's exp
-    in it 0.95-1.05). [] otherwise, or where the vector forms can't express the kernel."""
-    lanes = vectorize.WIDE_VECTOR_BYTES // 4
-    if vectorize.host_vector_bytes() != vectorize.WIDE_VECTOR_BYTES or store.src[1].dtype != dtypes.float32:
+    """For an elementwise float32 kernel whose value calls exp2 (and no other math), storing along its innermost
+    output loop and reading along it or not at all, on a host whose vector exp2 is vector code (`vector_exp2`): that
+    loop upcast by one vector. On AVX-512 the exp then runs as the renderer's inline fg_exp2_float16 (where an `omp
+    simd` loop calls libmvec's per vector) and a big kernel's output streams as whole vector lines
+    (renderer/stream.py): `bench/ops.py`'s chain 4M on a Zen 4 host, C harness in turns, 1.05-1.16 -> 0.81-0.85 ms
+    (the vector form without streaming stores 0.90-1.07, libmvec's exp in it 0.95-1.05). An activation with a
+    compare (sigmoid, SiLU, GELU), which GCC's loop leaves scalar, takes its compare as lane masks: sigmoid on 4M,
+    2.3 -> 0.9 ms on AVX-512, 3.0 -> 1.2 ms as AVX2 code (the same host, -mno-avx512f). [] otherwise, or where the
+    vector forms can't express the kernel."""
+    lanes = vectorize.host_vector_bytes() // 4
+    if not vectorize.vector_exp2() or store.src[1].dtype != dtypes.float32:
         return []
     if {u.op for u in nodes} & _TRANSCENDENTAL != {Ops.EXP2} or store.src[0].op is not Ops.INDEX:
         return []

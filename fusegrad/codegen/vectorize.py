@@ -50,6 +50,12 @@ def host_vector_bytes() -> int:
     return WIDE_VECTOR_BYTES if "avx512f" in cpu_flags() else VECTOR_BYTES
 
 
+def vector_exp2() -> bool:
+    """Whether the C renderer's exp2 of a whole float32 vector is vector code: AVX-512 (`fg_exp2_float16`, inline) or
+    AVX2 (libmvec's 8-lane call where glibc has it, else the scalar helper lane by lane, which GCC vectorises)."""
+    return host_vector_bytes() == WIDE_VECTOR_BYTES or "avx2" in cpu_flags()
+
+
 def split_wide_vectors() -> bool:
     """Whether the host runs its 64-byte vectors on 32-byte units, each AVX-512 op as two halves: AMD's family 25
     (0x19) with AVX-512F, i.e. Zen 4 (Zen 3 has no AVX-512; Zen 5, family 26, and Intel's AVX-512 cores have

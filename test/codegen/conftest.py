@@ -12,4 +12,5 @@ from fusegrad.codegen import vectorize
 @pytest.fixture(autouse=True)
 def _avx2_vectors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(vectorize, "host_vector_bytes", lambda: vectorize.VECTOR_BYTES)
+    monkeypatch.setattr(vectorize, "vector_exp2", lambda: True)  # AVX2's: libmvec's 8-lane exp2, or lane by lane
     monkeypatch.setattr(vectorize, "split_wide_vectors", lambda: False)

@@ -1,8 +1,8 @@
-"""codegen/opt.py exp_vector_opts: on an AVX-512 host an elementwise float32 kernel that calls exp2 is upcast by one
-64-byte vector along its innermost output loop, so the exp runs inline as vectors (renderer/cstyle.py's
-fg_exp2_float16); activations with a compare (sigmoid, SiLU, GELU, ELU) take lane masks for it (vectorize's
-_lane_dtype). The host is faked either way (the codegen conftest fakes 32-byte vectors), so these run the same on
-every machine."""
+"""codegen/opt.py exp_vector_opts: an elementwise float32 kernel that calls exp2 is upcast by one vector along its
+innermost output loop, 64 bytes on AVX-512, where the exp runs inline as vectors (renderer/cstyle.py's
+fg_exp2_float16), 32 on AVX2 (libmvec's 8-lane exp2); activations with a compare (sigmoid, SiLU, GELU, ELU) take lane
+masks for it (vectorize's _lane_dtype). The host is faked either way (the codegen conftest fakes 32-byte vectors
+with a vector exp2), so these run the same on every machine."""
 
 from __future__ import annotations
 
@@ -60,7 +60,9 @@ def test_other_kernels_keep_the_simd_loop(avx512: None, monkeypatch: pytest.Monk
     assert transposed == [Opt(OptOps.UPCAST, 0, 8)], "a transposed read takes transpose_opts' rows, not the vector exp"
     assert hand_coded_opts(kernel(Tensor.empty(1 << 12, dtype="float16").exp())) == [], "half precision"
     monkeypatch.setattr(vectorize, "host_vector_bytes", lambda: vectorize.VECTOR_BYTES)
-    assert hand_coded_opts(kernel(a.exp())) == [], "AVX2: exp2 as vectors is a libmvec call too"
+    assert hand_coded_opts(kernel(a.sigmoid())) == [Opt(OptOps.UPCAST, 0, 8)], "AVX2: one 32-byte vector"
+    monkeypatch.setattr(vectorize, "vector_exp2", lambda: False)
+    assert hand_coded_opts(kernel(a.sigmoid())) == [], "no vector exp2 (no AVX2): the C compiler's loop"
 
 
 def test_the_vector_exp_computes_what_numpy_does(avx512: None) -> None:
@@ -88,21 +90,25 @@ EXPRESSIONS = [
     vectors=st.integers(1, 4),
     which=st.integers(0, len(EXPRESSIONS) - 1),
     seed=st.integers(0, 2**16),
+    vector_bytes=st.sampled_from([vectorize.VECTOR_BYTES, vectorize.WIDE_VECTOR_BYTES]),
 )
-def test_vector_exp_kernels_match_the_unoptimised_kernel(rows: int, vectors: int, which: int, seed: int) -> None:
-    """The heuristic's upcast (the inline vector exp) on CPU against the same kernel with no opts on CPU (the C
-    compiler's loop and its exp) and on PYTHON: the exps differ in rounding alone."""
+def test_vector_exp_kernels_match_the_unoptimised_kernel(
+    rows: int, vectors: int, which: int, seed: int, vector_bytes: int
+) -> None:
+    """The heuristic's upcast (the vector exp: inline on AVX-512, libmvec's or lane by lane as AVX2 code) on CPU
+    against the same kernel with no opts on CPU (the C compiler's loop and its exp) and on PYTHON: the exps differ in
+    rounding alone."""
     rng = np.random.default_rng(seed)
     shape = (rows, LANES * vectors)
     a, b = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
     with pytest.MonkeyPatch.context() as patch:  # hypothesis runs examples outside a function-scoped fixture
-        patch.setattr(vectorize, "host_vector_bytes", lambda: vectorize.WIDE_VECTOR_BYTES)
+        patch.setattr(vectorize, "host_vector_bytes", lambda: vector_bytes)
         (ei,) = [ei for ei in EXPRESSIONS[which](Tensor(a).realize(), Tensor(b).realize()).schedule()
                  if ei.ast.op is Ops.SINK]  # fmt: skip
         ast = graph_rewrite(ei.ast, sym)
         inputs = [buf.numpy() for buf in ei.bufs[1:]]
         opts = tuple(hand_coded_opts(ast))
-        assert [(o.op, o.arg) for o in opts] == [(OptOps.UPCAST, LANES)]
+        assert [(o.op, o.arg) for o in opts] == [(OptOps.UPCAST, vector_bytes // 4)]
         vector = run(ast.replace(arg=KernelInfo(opts_to_apply=opts)), inputs, a.size, F32, "CPU")
     for device in ("CPU", "PYTHON"):
         plain = run(ast.replace(arg=KernelInfo(opts_to_apply=())), inputs, a.size, F32, device)

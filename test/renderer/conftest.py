@@ -13,6 +13,7 @@ from fusegrad.renderer import cstyle
 @pytest.fixture(autouse=True)
 def _avx2_vectors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(vectorize, "host_vector_bytes", lambda: vectorize.VECTOR_BYTES)
+    monkeypatch.setattr(vectorize, "vector_exp2", lambda: True)  # AVX2's: libmvec's 8-lane exp2, or lane by lane
 
 
 @pytest.fixture(autouse=True)

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fusegrad.codegen import KernelInfo, kernel_names, to_program
+from fusegrad.codegen import KernelInfo, kernel_names, to_program, vectorize
 from fusegrad.dtype import DType, _to_np_dtype, dtypes
 from fusegrad.helpers import Context, getenv
 from fusegrad.renderer import ProgramSpec, cstyle
@@ -336,9 +336,11 @@ def test_parallel_pragma_on_vector_loops_that_move_a_megabyte() -> None:
         assert "#pragma GCC unroll 8\n" in src
 
 
-def test_simd_loops_of_whole_wide_vectors_ask_for_them() -> None:
+def test_simd_loops_of_whole_wide_vectors_ask_for_them(monkeypatch: pytest.MonkeyPatch) -> None:
     """A simd loop whose trip count is a multiple of 16 asks for a whole 64-byte vector per step on AVX-512 hosts (gcc
-    picks 32 there on its own): `simdlen(FG_SIMDLEN)`, defined by the preamble; a loop of 26 stays at gcc's choice."""
+    picks 32 there on its own): `simdlen(FG_SIMDLEN)`, defined by the preamble; a loop of 26 stays at gcc's choice.
+    (An exp2 loop where the vector exp2 is vector code is vector code itself: codegen's exp_vector_opts.)"""
+    monkeypatch.setattr(vectorize, "vector_exp2", lambda: False)
     for n, wide in ((1024, True), (26, False)):
         r0 = rng(n, 0)
         src = to_program(UOp.sink(glob(0, n).index(r0).store(glob(1, n).index(r0).load().exp2())), CLANG).src
@@ -347,8 +349,10 @@ def test_simd_loops_of_whole_wide_vectors_ask_for_them() -> None:
 
 
 @needs_cc
-def test_simdlen_takes_glibcs_widest_exp2f_on_avx512(tmp_path: pathlib.Path) -> None:
-    """On an AVX-512 host the loop's exp2f is libmvec's 16-lane variant (no 8-lane one)."""
+def test_simdlen_takes_glibcs_widest_exp2f_on_avx512(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On an AVX-512 host the loop's exp2f is libmvec's 16-lane variant (no 8-lane one), where the loop stays a simd
+    loop (no vector exp2: exp_vector_opts leaves it)."""
+    monkeypatch.setattr(vectorize, "vector_exp2", lambda: False)
     from fusegrad.runtime.support.compiler_cpu import compiler_flags
 
     macros = subprocess.run(["cc", "-march=native", "-dM", "-E", "-"], input=b"", capture_output=True, check=True)
