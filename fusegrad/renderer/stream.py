@@ -20,9 +20,10 @@ before the loop, to a buffer of at least `MIN_BUFFER_BYTES` that the kernel writ
 reads. `STREAM_STORES=0` turns it off; `STREAM_STORES=2` streams every such store, whatever the sizes.
 
 Vector code (an output loop upcast by a line's worth of float32 lanes: codegen/opt.py's `exp_vector_opts`) stores
-whole lines already: such a store, to a buffer as above, goes through `fg_stream_line` as it is, and the loop around
-it is fenced after it ends (inside its parallel region, which it then opens and closes itself). An AVX-512 chain of
-`exp` on 4M floats streamed this way ran 1.05-1.16 -> 0.81-0.85 ms against the line-at-a-time loop (C harness).
+whole lines already: such a store, to a buffer as above, goes through `fg_stream_line` as it is, and its threaded
+loop (else its outermost) is fenced after it ends (inside its parallel region, which it then opens and closes). An
+AVX-512 chain of `exp` on 4M floats streamed this way ran 1.05-1.16 -> 0.81-0.85 ms against the line-at-a-time loop
+(C harness).
 """
 
 from __future__ import annotations
@@ -155,7 +156,9 @@ def plan_streams(uops: list[UOp], pragmas: dict[UOp, str]) -> StreamPlan:
         if store.src[1].dtype == dtypes.float32.vec(LINE):  # vector code: a whole line per store already
             if len(store.src[0].src) == 2 and "simd" not in pragma and rng.arg[1] not in REDUCE_AXES:
                 plan.vectors.add(store)
-                plan.fenced.add(rng)
+                # one fence per thread: after the threaded loop, else the outermost (an upcast of several vectors
+                # is a short loop inside, where a fence per few stores would wait on every line)
+                plan.fenced.add(next((r for r in loops if "parallel for" in pragmas.get(r, "")), loops[0]))
             continue
         if rng in outer or rng.arg[1] in REDUCE_AXES or "simd" not in pragma or "reduction" in pragma:
             continue

@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fusegrad import Tensor
-from fusegrad.codegen import to_program, vectorize
+from fusegrad.codegen import KernelInfo, to_program, vectorize
+from fusegrad.codegen.opt import Opt, OptOps
 from fusegrad.device import Buffer, Device
 from fusegrad.dtype import PtrDType, dtypes
 from fusegrad.engine.realize import CompiledRunner, get_runner
@@ -244,6 +245,20 @@ def test_unthreaded_vector_loop_is_fenced_after_it(monkeypatch: pytest.MonkeyPat
     assert "fg_vline" in src
     assert re.search(r"\}\n\s*fg_sfence\(\);\n\}", src), src  # after the loop, at the kernel's end
     streamed_equals_plain(ast, inputs, 3)
+
+
+def test_vectors_of_a_longer_upcast_are_fenced_once_per_thread(
+    monkeypatch: pytest.MonkeyPatch, small_caches: None
+) -> None:
+    """An upcast of two vectors (BEAM may pick it) stores in a short loop inside the threaded one: the fence comes
+    after the threaded loop, not after each pair of lines."""
+    ast, inputs = exp_vector_kernel(monkeypatch, (1 << 20,))
+    two = ast.replace(arg=KernelInfo(opts_to_apply=(Opt(OptOps.UPCAST, 0, 2 * stream.LINE),)))
+    src = source(two)
+    assert src.count("fg_vline =") == 1, src
+    assert src.count("fg_sfence();") == 1, src
+    assert re.search(r"fg_sfence\(\);\n\s*\}\n\}", src), src  # the region's last statement, at the kernel's end
+    streamed_equals_plain(two, inputs, 0)
 
 
 def test_small_vector_kernels_store_as_usual(monkeypatch: pytest.MonkeyPatch) -> None:
