@@ -589,6 +589,7 @@ def best_peak(first: Any, second: Any) -> Any:
     return type(first)(max(first.fma_gflops, second.fma_gflops), copies, first.threads)
 
 
+@functools.cache  # once: cases_copy and main both use it
 def load_peak_module() -> ModuleType:
     """bench/peak.py (this file may run as a script or be loaded by path: bench/ is no package)."""
     spec = importlib.util.spec_from_file_location("bench_peak", Path(__file__).with_name("peak.py"))

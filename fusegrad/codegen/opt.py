@@ -1082,6 +1082,11 @@ def spread_opts(nodes: dict[UOp, None]) -> list[Opt]:
     return [Opt(OptOps.UPCAST, inner.arg[0], amount)] if amount is not None else []
 
 
+def _indexed_loads(nodes: dict[UOp, None]) -> list[UOp]:
+    """The LOADs that read a buffer at an index (whose stride along a loop `stride` can tell)."""
+    return [u for u in nodes if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and len(u.src[0].src) > 1]
+
+
 def exp_vector_opts(sink: UOp, store: UOp, nodes: dict[UOp, None]) -> list[Opt]:
     """For an elementwise float32 kernel whose value calls exp2 (and no other math), storing along its innermost
     output loop and reading along it or not at all, on a host whose vector exp2 is vector code (`vector_exp2`): that
@@ -1092,9 +1097,9 @@ def exp_vector_opts(sink: UOp, store: UOp, nodes: dict[UOp, None]) -> list[Opt]:
     compare (sigmoid, SiLU, GELU), which GCC's loop leaves scalar, takes its compare as lane masks: sigmoid on 4M,
     2.3 -> 0.9 ms on AVX-512, 3.0 -> 1.2 ms as AVX2 code (the same host, -mno-avx512f). [] otherwise, or where the
     vector forms can't express the kernel."""
-    lanes = vectorize.host_vector_bytes() // 4
     if not vectorize.vector_exp2() or store.src[1].dtype != dtypes.float32:
         return []
+    lanes = vectorize.host_vector_bytes() // store.src[1].dtype.itemsize
     if {u.op for u in nodes} & _TRANSCENDENTAL != {Ops.EXP2} or store.src[0].op is not Ops.INDEX:
         return []
     loops = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] is AxisType.LOOP), key=range_key)
@@ -1103,8 +1108,7 @@ def exp_vector_opts(sink: UOp, store: UOp, nodes: dict[UOp, None]) -> list[Opt]:
     inner = loops[-1]
     if stride(store.src[0].src[1], inner) != 1:
         return []
-    loads = [u for u in nodes if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and len(u.src[0].src) > 1]
-    if any(stride(ld.src[0].src[1], inner) not in (0, 1) for ld in loads):
+    if any(stride(ld.src[0].src[1], inner) not in (0, 1) for ld in _indexed_loads(nodes)):
         return []
     opts = [Opt(OptOps.UPCAST, inner.arg[0], lanes)]
     try:
@@ -1132,8 +1136,7 @@ def transpose_opts(store: UOp, nodes: dict[UOp, None]) -> list[Opt]:
     inner = loops[-1]
     if stride(store.src[0].src[1], inner) != 1:
         return []
-    loads = [u for u in nodes if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and len(u.src[0].src) > 1]
-    steps = {ld: stride(ld.src[0].src[1], inner) for ld in loads}
+    steps = {ld: stride(ld.src[0].src[1], inner) for ld in _indexed_loads(nodes)}
     far = [ld for ld, s in steps.items() if s is not None and abs(s) >= TRANSPOSE_MIN_STRIDE]
     if not far or any(s not in (0, 1) for ld, s in steps.items() if ld not in far):
         return []

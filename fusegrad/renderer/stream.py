@@ -92,7 +92,7 @@ class StreamPlan:
         `rng`'s own name."""
         trip, parallel = int(rng.src[0].arg), "parallel for" in pragma
         simd = "#pragma omp " + pragma.removeprefix("#pragma omp ").replace("parallel for ", "").strip()
-        ret = [f"{indent}#pragma omp parallel", f"{indent}{{", f"{indent}#pragma omp for"] if parallel else []
+        ret = _open_region("#pragma omp for", indent) if parallel else []
         ret.append(f"{indent}for ({index_type} {name}_line = 0; {name}_line < {trip}; {name}_line += {LINE}) {{")
         ret += [f"{indent}  float {self.lines[s]}[{LINE}] __attribute__((aligned(64)));" for s in self.loops[rng]]
         ret.append(f"{indent}  {simd}")
@@ -112,16 +112,14 @@ class StreamPlan:
             at = " + ".join([f"{names(rng)}_line", *(f"({names(t)})" for t in self.offsets[s])])
             buf = names(cast("UOp", _global_of(s.src[0])))  # a DEFINE_GLOBAL: plan_streams checked
             ret.append(f"{indent}  fg_stream_line(&{buf}[{at}], {self.lines[s]});")
-        ret += [f"{indent}}}", f"{indent}fg_sfence();"]
-        return [*ret, f"{indent}}}"] if "parallel for" in pragma else ret
+        return ret + self.close_fenced(pragma, indent)
 
     @staticmethod
     def open_fenced(pragma: str, loop: str, indent: str) -> list[str]:
         """A fenced loop's start (`loop`: its rendered `for` line): a threaded one in a parallel region of its own."""
         if "parallel for" not in pragma:
             return [f"{indent}{text}" for text in (pragma, loop) if text]
-        return [f"{indent}#pragma omp parallel", f"{indent}{{", f"{indent}{pragma.replace('parallel for', 'for')}",
-                f"{indent}{loop}"]  # fmt: skip
+        return [*_open_region(pragma.replace("parallel for", "for"), indent), f"{indent}{loop}"]
 
     @staticmethod
     def close_fenced(pragma: str, indent: str) -> list[str]:
@@ -133,6 +131,12 @@ class StreamPlan:
     def vector_store(address: str, vector_type: str, value: str) -> str:
         """A whole line's vector streamed to `address` (held in a local: fg_stream_line reads it through a pointer)."""
         return f"{{ {vector_type} fg_vline = {value}; fg_stream_line({address}, (const float*)&fg_vline); }}"
+
+
+def _open_region(for_pragma: str, indent: str) -> list[str]:
+    """A parallel region's start and its work-sharing loop's pragma (the loop follows): a loop streaming stores fences
+    them inside the region, each thread its own, before the threads meet at its end."""
+    return [f"{indent}#pragma omp parallel", f"{indent}{{", f"{indent}{for_pragma}"]
 
 
 def plan_streams(uops: list[UOp], pragmas: dict[UOp, str]) -> StreamPlan:
