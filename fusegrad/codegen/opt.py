@@ -924,9 +924,10 @@ def lane_opts(sink: UOp, opts: list[Opt], red: UOp) -> list[Opt]:
     """LANES along the innermost loop of a GROUP's partial reduce (float32/float64, its value with a vector form):
     LANE_VECTORS vector accumulators a chunk instead of the one `omp simd reduction` keeps. A sum of 16M floats, side
     by side: one thread 2.3-2.7% faster, 2 threads the same at the memory limit on an idle machine (~1150 us) and
-    3-4% faster with the other core busy; error against float64 3.4x lower. [] for any other reduce or an innermost
-    loop (a grouped one's chunk) of no whole step of lanes."""
-    lanes = LANE_VECTORS * vectorize.host_vector_bytes() // red.dtype.itemsize
+    3-4% faster with the other core busy; error against float64 3.4x lower. Its vectors are the host's streaming size
+    (vectorize.stream_vector_bytes: 32 bytes on Zen 4). [] for any other reduce or an innermost loop (a grouped one's
+    chunk) of no whole step of lanes."""
+    lanes = LANE_VECTORS * vectorize.stream_vector_bytes() // red.dtype.itemsize
     inner = max(red.src[1:], key=lambda r: r.arg)
     if red.dtype not in VECTOR_DTYPES or red.arg not in vectorize.VECTOR_REDUCES or inner.src[0].op is not Ops.CONST:
         return []

@@ -4,15 +4,21 @@ same on every machine."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
 from fusegrad import Tensor, helpers
-from fusegrad.codegen import vectorize
-from fusegrad.codegen.opt import Opt, OptOps, hand_coded_opts
+from fusegrad.codegen import to_program, vectorize
+from fusegrad.codegen.opt import LANE_VECTORS, Opt, OptOps, hand_coded_opts
+from fusegrad.dtype import dtypes
+from fusegrad.renderer.cstyle import ClangRenderer
 from fusegrad.uop import Ops
 from fusegrad.uop.ops import UOp, graph_rewrite
 from fusegrad.uop.symbolic import sym
+from test.codegen.test_lanes import normalized_rows
+from test.codegen.test_opt import check, full_sum
 
 SHAPE = (4, 8, 256, 64)
 ZEN4 = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\nflags\t\t: fpu avx2 avx512f\n"
@@ -48,6 +54,23 @@ def test_split_tiles_compute_attention(monkeypatch: pytest.MonkeyPatch) -> None:
     scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(SHAPE[-1])
     probs = np.exp(scores - scores.max(-1, keepdims=True))
     np.testing.assert_allclose(out, (probs / probs.sum(-1, keepdims=True)) @ v, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(("split", "vector", "lanes"), [(False, "float16", 16), (True, "float8", 8)])
+def test_a_full_sum_streams_in_32_byte_vectors_on_split_units(
+    monkeypatch: pytest.MonkeyPatch, split: bool, vector: str, lanes: int
+) -> None:
+    # a sum of a whole buffer reads it once from memory: on Zen 4 its accumulators are 32-byte vectors (ymm loads ran a
+    # 64 MB sum ~4% faster than zmm ones); a row kernel's sums (L1-resident rows) keep the host's 64-byte vectors
+    _host(monkeypatch, split)
+    ast = full_sum(1 << 20, dtypes.float32)[0]
+    assert hand_coded_opts(ast) == [Opt(OptOps.GROUP, 0, 16), Opt(OptOps.LANES, 0, LANE_VECTORS * lanes)]
+    src = to_program(ast, ClangRenderer()).src
+    assert re.search(rf"{vector} acc\d+\[{LANE_VECTORS}\];", src)
+    check(full_sum(1 << 17, dtypes.float32), dtypes.float32, "CPU", None)
+    row = normalized_rows(64, 1024)[0]
+    assert [o.arg for o in hand_coded_opts(row)] == [LANE_VECTORS * 16] * 2
+    assert len(re.findall(rf"float16 acc\d+\[{LANE_VECTORS}\];", to_program(row, ClangRenderer()).src)) == 2
 
 
 SPLIT_WIDE_VECTORS = vectorize.split_wide_vectors  # the real predicate: the conftest fakes the module's name per test
