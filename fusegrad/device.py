@@ -323,9 +323,10 @@ class BufferSpec:
 _DEFAULT_SPEC = BufferSpec()  # shared (frozen): building one per Buffer costs more than the rest of its __init__
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False, slots=True, weakref_slot=True)
 class BufferStorage:
-    """One allocation's handle; a view remembers its base's storage object to notice a re-allocation."""
+    """One allocation's handle; a view remembers its base's storage object to notice a re-allocation (and a TinyJit
+    replay its inputs' weakly, engine/jit.SameCall)."""
 
     buf: Any  # Any: the allocator's handle (a memoryview on host devices, None on NULL, a pointer on GPUs)
     address: int | None = None  # a host allocation's address, kept by the first launch that works it out

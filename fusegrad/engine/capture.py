@@ -16,10 +16,11 @@ T = TypeVar("T")
 class CaptureState(Generic[T]):
     """How TinyJit keeps one piece of host state in step with its kernels: `begin()` before a capture runs (returns
     the state's start), `end(start)` after it (returns the record of what the capture did), `replay(record)` before
-    each replay (brings the host state to where the replayed kernels leave it)."""
+    each replay (brings the host state to where the replayed kernels leave it). `end` returns None for a capture that
+    left the state as it found it: its replays skip the state."""
 
     begin: Callable[[], T]
-    end: Callable[[T], T]
+    end: Callable[[T], T | None]
     replay: Callable[[T], None]
 
 

@@ -9,11 +9,12 @@ import functools
 import inspect
 import time
 import types
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from fusegrad.device import Buffer
+from fusegrad.device import Buffer, BufferStorage
 from fusegrad.dtype import DType
 from fusegrad.engine.capture import CAPTURE_STATES, CaptureState
 from fusegrad.engine.graph import GraphException as GraphException  # the reference imports these from engine.jit
@@ -77,6 +78,33 @@ class KnownInput:
 
 # the entry of a node's __dict__ (where UOp keeps its per-node cached values) that holds its KnownInput
 _KNOWN = "_jit_input"
+
+
+@dataclass(frozen=True, slots=True)
+class SameCall:
+    """A direct replay's Tensor arguments (all its arguments), held weakly, with the nodes and memory they had and the
+    input addresses it wrote (kernel argument lists or a graph's table, `target[pos] = address`): a next call with the
+    same Tensors, still on the same nodes and memory, replays on that memory without collecting, checking and placing
+    its inputs again (CapturedJit.replay_same). It matters after a memory-bound kernel, whose data evicts Python's
+    from every cache: a replay of a 64 MB sum spent ~65 us in cold Python around its kernel (5% of it), ~6 us hot."""
+
+    tensors: tuple[weakref.ref[Tensor], ...]
+    nodes: tuple[weakref.ref[UOp], ...]
+    memory: tuple[tuple[weakref.ref[Buffer], weakref.ref[BufferStorage]], ...]  # each input's buffer and storage
+    training: bool
+    writes: tuple[tuple[Any, int, Any], ...]
+
+    def matches(self, args: tuple[Any, ...]) -> bool:
+        """Whether a call with positional arguments `args` (no keywords) would replay exactly this call."""
+        if len(args) != len(self.tensors) or Tensor.training is not self.training:
+            return False
+        for arg, tensor, node in zip(args, self.tensors, self.nodes, strict=True):
+            if (held := tensor()) is not arg or held is None or held.uop is not node():
+                return False
+        for buf, storage in self.memory:  # memory given back since (free_intermediates) is allocated again elsewhere
+            if (b := buf()) is None or (kept := storage()) is None or b._storage is not kept:
+                return False
+        return True
 
 
 def _input_spec(node: UOp) -> InputSpec:
@@ -385,18 +413,24 @@ class CapturedJit(Generic[R]):
         """Forget the graphed list: the next replay allocates and graphs again."""
         self._jit_cache, self._input_replace, self._first_run = self.jit_cache, self.input_replace, True
         self._direct: list[DirectLaunch] | None = None
+        self.same: SameCall | None = None  # the last direct replay, when the next may repeat it (TinyJit.__call__)
         for j, i in self.input_replace:
             self.jit_cache[j].bufs[i] = None
         self.__dict__.pop("_written", None)
 
-    def replay(self, inputs: list[JitInput], var_vals: dict[str, int] | None = None) -> R:
-        """Run the captured kernels on this call's inputs, with its variables' values (`var_vals`) passed at launch."""
+    def replay(self, inputs: list[JitInput], var_vals: dict[str, int] | None = None, whole: bool = False) -> R:
+        """Run the captured kernels on this call's inputs, with its variables' values (`var_vals`) passed at launch.
+        `whole`: the inputs are the call's arguments, all of them and in order (positional Tensors only), so a next
+        call with the same ones may repeat this replay (`same`, `replay_same`)."""
         var_vals = {} if var_vals is None else var_vals
         flat = self._input_buffers(inputs)
         if self._first_run:
             self._prepare(flat)
+        self.same = None
         if self._direct is not None and not var_vals and not (DEBUG.value >= 2 or PROFILE.value):
-            self._launch_direct(self._direct, flat)
+            writes = self._launch_direct(self._direct, flat)
+            if whole and not self.returned_inputs:
+                self.same = self._same_call(inputs, writes)
         else:
             self._run_items(flat, var_vals)
         for _, t in _returned_tensors(self.ret, strict=False) if var_vals else ():  # symbolic sizes: this call's values
@@ -469,21 +503,55 @@ class CapturedJit(Generic[R]):
             launches.append(launch)
         return launches if len({launch.address for launch in launches}) == 1 else None
 
-    def _launch_direct(self, launches: list[DirectLaunch], flat: list[Buffer]) -> None:
+    def _launch_direct(self, launches: list[DirectLaunch], flat: list[Buffer]) -> list[tuple[Any, int, Any]]:
         """The replay's hot path: the call's input addresses into each launch's table, one bare call per item, and
         the counters; the least Python between and after kernels (it runs with the cores' caches full of the kernels'
-        data, several times slower than hot)."""
+        data, several times slower than hot). Returns the writes (target, position, address) it made."""
         address = launches[0].address
         addresses = [address(b) for b in flat]
+        writes = []
         for launch in launches:
             target = launch.target
             for pos, k in launch.subs:
                 target[pos] = addresses[k]
+                writes.append((target, pos, addresses[k]))
             launch.fxn(*launch.args)
+        self._add_totals()
+        return writes
+
+    def _add_totals(self) -> None:
+        """One replay without variables into GlobalCounters."""
         ops, mem = self._totals
         GlobalCounters.kernel_count += len(self.jit_cache)
         GlobalCounters.global_ops += ops
         GlobalCounters.global_mem += mem
+
+    def _same_call(self, inputs: list[JitInput], writes: list[tuple[Any, int, Any]]) -> SameCall | None:
+        """The record of a direct replay on `inputs` for replay_same; None where a next call must go the whole way:
+        an input copied first (memory the kernels write), on several devices, or a view of other memory."""
+        parts = [b for inp in inputs for b in inp.parts]
+        written = self._written
+        if any(isinstance(inp.spec.device, tuple) for inp in inputs) or any(
+            b._base is not None or id(b) in written for b in parts
+        ):
+            return None
+        return SameCall(
+            tuple(weakref.ref(inp.tensor) for inp in inputs),
+            tuple(weakref.ref(inp.tensor.uop) for inp in inputs),
+            tuple((weakref.ref(b), weakref.ref(b._storage)) for b in parts if b._storage is not None),
+            Tensor.training,
+            tuple(writes),
+        )
+
+    def replay_same(self, same: SameCall) -> R:
+        """Replay again on the memory of the replay `same` recorded (its caller checked `same.matches`): the input
+        addresses written again, one bare call per item, the counters."""
+        for target, pos, value in same.writes:
+            target[pos] = value
+        for launch in self._direct or ():
+            launch.fxn(*launch.args)
+        self._add_totals()
+        return self.ret
 
     @functools.cached_property
     def _written(self) -> set[int]:
@@ -580,6 +648,8 @@ class TinyJit(Generic[R]):
     `@TinyJit(prune=True)`) replays only the kernels whose work changes between calls; the others ran at capture.
     `optimize=True` moves the captured buffers into one arena per device (CapturedJit.replan_buffers_memory_layout).
     A constant input (Tensor.zeros, Tensor.ones) is realized into memory of its own first, then treated like any input.
+    A call with the very Tensors of the last replay (positional arguments only, each still on the node and memory it
+    had) repeats that replay without collecting and checking its inputs again (`CapturedJit.same`).
     `jit_cache` lists what a replay runs: ExecItems, runs of kernels grouped into a device's graph runner.
 
     Args:
@@ -671,6 +741,21 @@ class TinyJit(Generic[R]):
                 raise TypeError(f"TinyJit: expected the function to wrap, got {len(args)} args {sorted(kwargs)}")
             self.__init__(args[0], prune=self.prune, optimize=self.optimize)  # type: ignore[misc]  # rebinding the function is the intent
             return self  # type: ignore[return-value]  # the decorator form returns the JIT itself
+        captured = self.captured
+        if (
+            captured is not None
+            and (same := captured.same) is not None
+            and not kwargs
+            and not capturing
+            and same.matches(args)
+            and JIT.value
+            and not DEBUG.value
+            and not PROFILE.value
+        ):  # the very same Tensors as the last replay: it runs again on their memory
+            for state, record in self._records:
+                state.replay(record)
+            self.cnt += 1
+            return captured.replay_same(same)
         if capturing and capturing[0] is not self and self.cnt >= 1 and JIT.value:
             raise JitError(
                 "TinyJit: having TinyJit inside another TinyJit is not supported: called from inside another "
@@ -692,7 +777,8 @@ class TinyJit(Generic[R]):
             start = time.perf_counter()
             for state, record in self._records:
                 state.replay(record)
-            ret = self.captured.replay(inputs, var_vals)
+            whole = not kwargs and not nested and len(inputs) == len(args)
+            ret = self.captured.replay(inputs, var_vals, whole)
             if DEBUG.value >= 1:
                 took = (time.perf_counter() - start) * 1e3
                 print(colored(f"JIT replayed {len(self.captured.jit_cache)} kernels in {took:.2f} ms", "magenta"))
@@ -717,7 +803,8 @@ class TinyJit(Generic[R]):
         finally:
             capturing.remove(self)
             _undo_aliases(aliases, inputs)
-        self._records = [(state, state.end(start)) for state, start in begun]
+        ends = [(state, state.end(start)) for state, start in begun]
+        self._records = [(state, record) for state, record in ends if record is not None]
         items, self._items = self._items, []
         for ei in items:  # the call's variables take each replay's values; values bound inside the function stay
             ei.fixedvars = {k: v for k, v in ei.fixedvars.items() if k not in var_vals}

@@ -155,8 +155,11 @@ def jit_begin() -> JitRecord:
     return JitRecord(dict(_state.calls), _state.reseeds)
 
 
-def jit_end(begin: JitRecord) -> JitRecord:
-    """Called by TinyJit after a capture: `begin` with the generator as the capture left it."""
+def jit_end(begin: JitRecord) -> JitRecord | None:
+    """Called by TinyJit after a capture: `begin` with the generator as the capture left it; None when the capture
+    drew nothing and did not reseed (its replays leave the generator alone)."""
+    if _state.reseeds == begin.reseeds0 and all(n <= begin.calls0.get(dev, 0) for dev, n in _state.calls.items()):
+        return None
     return JitRecord(
         begin.calls0, begin.reseeds0, _state.seed, dict(_state.calls), _state.reseeds, frozenset(_state.devices)
     )

@@ -620,6 +620,112 @@ def test_replays_of_the_same_tensors_see_their_new_values() -> None:
     assert step(x, y).tolist() == [10, 13]
 
 
+# *** a replay of the very same Tensors repeats the last one (SameCall): nothing collected, checked or placed again ***
+
+
+def test_a_replay_of_the_same_tensors_repeats_the_last_one() -> None:
+    step = TinyJit(lambda x, y: (x * 2 + y).realize())
+    x, y = vec(1, 2), vec(10, 20)
+    for _ in range(3):
+        step(x, y)
+    assert step.captured is not None
+    assert (same := step.captured.same) is not None
+    GlobalCounters.reset()
+    assert step(x, y).tolist() == [12, 24]
+    assert step.captured.same is same  # repeated: no new record
+    assert GlobalCounters.kernel_count == len(step.jit_cache)  # still counted
+    x.assign(vec(5, 6)).realize()  # new values in x's memory
+    assert step(x, y).tolist() == [20, 32]
+    assert step(vec(0, 0), y).tolist() == [10, 20]  # another Tensor: the whole way, and a record of that call
+    assert step.captured.same is not same
+    assert step(x, y).tolist() == [20, 32]
+
+
+def test_a_repeated_replay_follows_a_tensor_onto_other_memory() -> None:
+    step = TinyJit(lambda x: (x * 2).realize())
+    x = vec(1, 2)
+    for _ in range(3):
+        step(x)
+    x.replace(vec(3, 4))  # the same Tensor, a new node and memory
+    assert step(x).tolist() == [6, 8]
+
+
+def test_a_repeated_replay_notices_its_input_memory_given_back() -> None:
+    step = TinyJit(lambda x: (x * 2).realize())
+    x = vec(1.0, 2.0)
+    for _ in range(3):
+        step(x)
+    assert step.captured is not None
+    assert (same := step.captured.same) is not None
+    buf = x.uop.buffer
+    buf.deallocate()  # e.g. free_intermediates on an output fed back in: the recorded address is gone
+    buf.allocate().copyin(memoryview(np.array([3, 4], dtype=np.float32)).cast("B"))
+    assert step(x).tolist() == [6, 8]
+    assert step.captured.same is not same  # the whole way, on the new memory's address
+
+
+def test_a_repeated_replay_still_checks_the_training_mode() -> None:
+    step = TinyJit(lambda x: (x.dropout(0.5) * 1).realize())
+    x = vec(1, 1)
+    for _ in range(3):
+        step(x)
+    with Tensor.train(), pytest.raises(JitError, match=r"Tensor.training changed since capture: got True, expected"):
+        step(x)
+
+
+def test_a_repeated_replay_keeps_no_input_alive() -> None:
+    step = TinyJit(lambda x: (x + 1).realize())
+    for _ in range(3):
+        x = vec(1, 2)
+        step(x)
+    assert step.captured is not None
+    assert step.captured.same is not None
+    memory = weakref.ref(x.uop.buffer)
+    del x
+    gc.collect()
+    assert memory() is None  # the record holds its Tensors, nodes and memory weakly
+
+
+def test_only_plain_calls_are_repeated() -> None:
+    step = TinyJit(lambda x, scale=1.0: (x * scale).realize())
+    x = vec(1, 2)
+    for _ in range(3):
+        step(x, scale=2.0)
+    assert step.captured is not None
+    assert step.captured.same is None  # a keyword argument: checked every call
+    nested = TinyJit(lambda xs: (xs[0] + xs[1]).realize())
+    pair = [vec(1), vec(2)]
+    for _ in range(3):
+        assert nested(pair).tolist() == [3]
+    assert nested.captured is not None
+    assert nested.captured.same is None  # a list's items may change in place
+    pair[0] = vec(5)
+    assert nested(pair).tolist() == [7]
+
+
+def test_a_repeated_replay_prints_its_debug_line(capsys: pytest.CaptureFixture[str]) -> None:
+    step = TinyJit(lambda x: (x + 1).realize())
+    x = vec(1)
+    for _ in range(3):
+        step(x)
+    with Context(DEBUG=1):
+        step(x)
+    assert "JIT replayed 1 kernels" in capsys.readouterr().out
+
+
+def test_a_repeated_replay_draws_new_random_numbers() -> None:
+    step = TinyJit(lambda x: (x + Tensor.rand(4)).realize())
+    x = Tensor.zeros(4).contiguous().realize()
+    draws = {tuple(step(x).tolist()) for _ in range(6)}
+    assert step.captured is not None
+    assert step.captured.same is not None
+    assert len(draws) == 6
+    plain = TinyJit(lambda x: (x + 1).realize())
+    for _ in range(2):
+        plain(x)
+    assert plain._records == []  # drew nothing: its replays leave the generator alone
+
+
 def test_known_inputs_are_still_checked() -> None:
     step = captured(lambda x, y: (x + y).realize(), vec(1, 2), vec(3, 4))
     small, half, x = vec(1), vec(1, 2).cast(dtypes.half).realize(), vec(1, 2)
