@@ -74,6 +74,7 @@ GROUP_PARTS = 16  # partial reductions of a split full reduce: enough chunks for
 # and up to GROUP_MAX_PARTS of at least GROUP_CHUNK elements each: shorter runs of in-order adds per lane (a float32 sum
 # of 16M normals in 256 chunks: rms error 3.3e-3 against 16 chunks' 8.8e-3, in a numpy model of the kernel's order)
 GROUP_MAX_PARTS, GROUP_CHUNK = 256, 1 << 16
+GROUP_SPLITS = tuple(1 << k for k in range(GROUP_MAX_PARTS.bit_length() - 1, 0, -1))  # 256, 128, ..., 2
 GROUP_MIN_SIZE = 1 << 16  # reduce size from which the split pays for the threads
 SWAP_MIN_REDUCE = 2048  # reduce size from which the vector loads' panel no longer stays cached for the next row tile
 PACK_MAX_BYTES = 256 << 10  # a packed panel lives on the thread's stack and should stay in L2 (512 KiB a core)
@@ -918,7 +919,7 @@ def group_opts(sink: UOp, nodes: dict[UOp, None]) -> list[Opt]:
         # thread); one of reduces counts its own loop (GPT's loss over (16, 64) rows of 98 ran 1.7x slower split)
         total = size * inner[top] if inner[top] > 1 else _reduce_size(top)
         limit = min(GROUP_MAX_PARTS, max(GROUP_PARTS, total // GROUP_CHUNK))
-        parts = _first_divisor(size, (256, 128, 64, 32, GROUP_PARTS, 8, 4, 2), limit)
+        parts = _first_divisor(size, GROUP_SPLITS, limit)
         if total >= GROUP_MIN_SIZE and parts is not None:
             ret = [Opt(OptOps.GROUP, rng.arg[0], parts)]
             return ret + lane_opts(sink, ret, top)

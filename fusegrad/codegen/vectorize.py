@@ -63,9 +63,10 @@ def split_wide_vectors() -> bool:
     return host_vector_bytes() == WIDE_VECTOR_BYTES and cpu_family() == ("AuthenticAMD", 25)
 
 
-def vector_sizes() -> tuple[int, ...]:
-    """Vector sizes in bytes the C renderer uses, widest first: a loop too short for the widest takes the next."""
-    return tuple(sorted({host_vector_bytes(), VECTOR_BYTES}, reverse=True))
+def vector_sizes(widest: int | None = None) -> tuple[int, ...]:
+    """Vector sizes in bytes the C renderer uses, widest first (`widest`, else the host's): a loop too short for the
+    widest takes the next."""
+    return tuple(sorted({host_vector_bytes() if widest is None else widest, VECTOR_BYTES}, reverse=True))
 
 
 def stream_vector_bytes() -> int:
@@ -115,7 +116,7 @@ def _vectorize_lane(sink: UOp, lane: UOp | None, masks: bool) -> UOp:
     if _is_gpu_kernel(sink):
         sizes: tuple[int, ...] = (VECTOR_BYTES,)
     elif _is_full_reduction(sink):  # its input streams from memory once
-        sizes = tuple(sorted({stream_vector_bytes(), VECTOR_BYTES}, reverse=True))
+        sizes = vector_sizes(stream_vector_bytes())
     else:
         sizes = vector_sizes()
     widths = [n // dtype.itemsize for n in sizes if size % (n // dtype.itemsize) == 0]

@@ -428,9 +428,9 @@ class CapturedJit(Generic[R]):
             self._prepare(flat)
         self.same = None
         if self._direct is not None and not var_vals and not (DEBUG.value >= 2 or PROFILE.value):
-            writes = self._launch_direct(self._direct, flat)
+            self._launch_direct(self._direct, flat)
             if whole and not self.returned_inputs:
-                self.same = self._same_call(inputs, writes)
+                self.same = self._same_call(inputs)
         else:
             self._run_items(flat, var_vals)
         for _, t in _returned_tensors(self.ret, strict=False) if var_vals else ():  # symbolic sizes: this call's values
@@ -503,21 +503,18 @@ class CapturedJit(Generic[R]):
             launches.append(launch)
         return launches if len({launch.address for launch in launches}) == 1 else None
 
-    def _launch_direct(self, launches: list[DirectLaunch], flat: list[Buffer]) -> list[tuple[Any, int, Any]]:
+    def _launch_direct(self, launches: list[DirectLaunch], flat: list[Buffer]) -> None:
         """The replay's hot path: the call's input addresses into each launch's table, one bare call per item, and
         the counters; the least Python between and after kernels (it runs with the cores' caches full of the kernels'
-        data, several times slower than hot). Returns the writes (target, position, address) it made."""
+        data, several times slower than hot)."""
         address = launches[0].address
         addresses = [address(b) for b in flat]
-        writes = []
         for launch in launches:
             target = launch.target
             for pos, k in launch.subs:
                 target[pos] = addresses[k]
-                writes.append((target, pos, addresses[k]))
             launch.fxn(*launch.args)
         self._add_totals()
-        return writes
 
     def _add_totals(self) -> None:
         """One replay without variables into GlobalCounters."""
@@ -526,9 +523,10 @@ class CapturedJit(Generic[R]):
         GlobalCounters.global_ops += ops
         GlobalCounters.global_mem += mem
 
-    def _same_call(self, inputs: list[JitInput], writes: list[tuple[Any, int, Any]]) -> SameCall | None:
-        """The record of a direct replay on `inputs` for replay_same; None where a next call must go the whole way:
-        an input copied first (memory the kernels write), on several devices, or a view of other memory."""
+    def _same_call(self, inputs: list[JitInput]) -> SameCall | None:
+        """The record of the direct replay just run on `inputs` (the input addresses read back from the launches'
+        tables) for replay_same; None where a next call must go the whole way: an input copied first (memory the
+        kernels write), on several devices, or a view of other memory."""
         parts = [b for inp in inputs for b in inp.parts]
         written = self._written
         if any(isinstance(inp.spec.device, tuple) for inp in inputs) or any(
@@ -540,7 +538,7 @@ class CapturedJit(Generic[R]):
             tuple(weakref.ref(inp.tensor.uop) for inp in inputs),
             tuple((weakref.ref(b), weakref.ref(b._storage)) for b in parts if b._storage is not None),
             Tensor.training,
-            tuple(writes),
+            tuple((launch.target, pos, launch.target[pos]) for launch in self._direct or () for pos, _ in launch.subs),
         )
 
     def replay_same(self, same: SameCall) -> R:
